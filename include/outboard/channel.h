@@ -1,0 +1,181 @@
+// The host<->agent channel: ordered, reliable, credit-flow-controlled
+// messages and requests over UCX active messages, plus a one-sided data path
+// (registered regions, put/get, write-with-notify).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outboard/clock.h"
+#include "outboard/status.h"
+
+namespace outboard {
+
+/// Owned, uninitialised-on-allocation bytes. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t size);
+  static Buffer copy_of(std::span<const uint8_t> bytes);
+  [[nodiscard]] uint8_t* data() { return data_.get(); }
+  [[nodiscard]] const uint8_t* data() const { return data_.get(); }
+  [[nodiscard]] size_t size() const { return size_; }
+  [[nodiscard]] std::span<const uint8_t> span() const { return {data_.get(), size_}; }
+  [[nodiscard]] std::span<uint8_t> span() { return {data_.get(), size_}; }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t size_ = 0;
+};
+
+/// Limits and timing of one side of a channel. Each is a command-line option
+/// of the agent and a key of its --json file (names in the comments).
+struct ChannelConfig {
+  uint64_t max_msg_size = 64ull << 20;       ///< --max-msg-size: largest message we accept
+  uint32_t recv_window_msgs = 256;           ///< --recv-window-msgs: credits granted to the peer
+  uint64_t recv_window_bytes = 128ull << 20; ///< --recv-window-bytes (raised to max_msg_size)
+  uint32_t max_outstanding_requests = 4096;  ///< --max-outstanding-requests per connection
+  int64_t connect_timeout_ms = 5000;         ///< --connect-timeout-ms
+  uint64_t keepalive_ms = 200;               ///< --keepalive-ms: UCX keepalive interval
+  uint32_t spin_us = 200;                    ///< --spin-us: busy-poll before sleeping on the event fd
+};
+
+/// A one-way message or a write-with-notify completion delivered to receive().
+struct Incoming {
+  enum class Kind : uint8_t { kMessage, kNotify };
+  Kind kind = Kind::kMessage;
+  Buffer data;          ///< kMessage: the payload
+  uint64_t cookie = 0;  ///< kNotify: the writer's cookie
+  uint64_t offset = 0;  ///< kNotify: where the data landed in our region
+  uint64_t length = 0;  ///< kNotify: how many bytes
+};
+
+/// Local memory registered for one-sided access by the peer. Move-only.
+class Region {
+ public:
+  Region();
+  Region(Region&&) noexcept;
+  Region& operator=(Region&&) noexcept;
+  ~Region();
+  [[nodiscard]] uint8_t* data() const;
+  [[nodiscard]] size_t size() const;
+  /// Bytes to send to the peer, which imports them with import_region().
+  [[nodiscard]] std::span<const uint8_t> descriptor() const;
+
+  struct Impl;
+  explicit Region(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A peer's region imported on one connection. Every access is checked
+/// against its length on this side before anything is sent.
+class RemoteRegion {
+ public:
+  RemoteRegion();
+  RemoteRegion(RemoteRegion&&) noexcept;
+  RemoteRegion& operator=(RemoteRegion&&) noexcept;
+  ~RemoteRegion();
+  [[nodiscard]] uint64_t size() const;
+
+  struct Impl;
+  explicit RemoteRegion(std::unique_ptr<Impl> impl);
+  [[nodiscard]] const Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+using ResponseFn = std::function<void(Result<Buffer>)>;
+
+/// One end of a channel between a client and an agent.
+///
+/// Thread mode: multi. Calls from several threads are serialised on the
+/// process's UCX worker; a thread blocked in a wait does not hold it.
+/// Callbacks (ResponseFn) run inside progress() or a blocking call.
+class Connection {
+ public:
+  /// Connects to an agent at "host:port"; fails with kTimedOut after
+  /// config.connect_timeout_ms, kConnectionReset if nobody answers.
+  [[nodiscard]] static Result<std::unique_ptr<Connection>> connect(const std::string& address,
+                                                                   const ChannelConfig& config = {});
+  ~Connection();
+
+  // ---- two-sided
+  /// One-way message to the peer's receive() queue, or to a named service
+  /// of the agent. Blocks until a send credit is free and the payload has
+  /// left `payload` (kTimedOut at the deadline). kTooBig (nothing sent,
+  /// connection still usable) when over the peer's max_msg_size.
+  [[nodiscard]] Status send(std::span<const uint8_t> payload, Deadline deadline, std::string_view service = {});
+  /// As send(), but never waits for a credit: kAgain when none is free.
+  [[nodiscard]] Status try_send(std::span<const uint8_t> payload, std::string_view service = {});
+  /// Next one-way message or notification; kTimedOut at the deadline.
+  [[nodiscard]] Result<Incoming> receive(Deadline deadline);
+  /// Request to a named service on the peer; waits for its response.
+  [[nodiscard]] Result<Buffer> request(std::string_view service, std::span<const uint8_t> payload,
+                                       Deadline deadline);
+  /// Asynchronous request: `on_response` runs exactly once (response, error,
+  /// or kTimedOut at the deadline). kAgain when no credit is free.
+  [[nodiscard]] Status submit(std::string_view service, Buffer payload, Deadline deadline,
+                              ResponseFn on_response);
+
+  // ---- progress and waiting
+  /// Drives the connection (and the process's worker); events handled.
+  unsigned progress();
+  /// Readable when progress() may have work (for epoll loops).
+  [[nodiscard]] int event_fd() const;
+  /// Waits until progress() has done some work, or the deadline.
+  void wait(Deadline deadline);
+
+  // ---- one-sided
+  [[nodiscard]] Result<Region> register_memory(void* data, size_t size);
+  [[nodiscard]] Result<Region> allocate_memory(size_t size);
+  [[nodiscard]] Result<RemoteRegion> import_region(std::span<const uint8_t> descriptor);
+  /// Write/read at `offset` of the peer's region; kOutOfRange when outside it.
+  /// Return when the local buffer may be reused (put) or holds the data (get).
+  [[nodiscard]] Status put(const RemoteRegion& region, uint64_t offset,
+                           std::span<const uint8_t> src, Deadline deadline);
+  [[nodiscard]] Status get(const RemoteRegion& region, uint64_t offset, std::span<uint8_t> dst,
+                           Deadline deadline);
+  /// All earlier puts are complete in the peer's memory.
+  [[nodiscard]] Status flush(Deadline deadline);
+  /// Put, then a notification (kNotify with `cookie`) that the peer receives
+  /// only after the data is visible in its region.
+  [[nodiscard]] Status put_notify(const RemoteRegion& region, uint64_t offset,
+                                  std::span<const uint8_t> src, uint64_t cookie, Deadline deadline);
+
+  // ---- state
+  /// Graceful close: tells the peer, fails local requests with kNotConnected.
+  void close();
+  [[nodiscard]] bool is_open() const;
+  /// Why the connection is not open (ok while open).
+  [[nodiscard]] Status close_reason() const;
+  [[nodiscard]] uint64_t peer_max_msg_size() const;
+  [[nodiscard]] std::vector<std::string> peer_services() const;
+  /// Send credits currently free (messages).
+  [[nodiscard]] uint32_t send_credits() const;
+  /// Runs `fn` once, from progress(), when the peer next returns credits
+  /// (for senders that got kAgain and must not block).
+  void on_credit(std::function<void()> fn);
+  /// UCX lanes of the data endpoint (ucp_ep_print_info text).
+  [[nodiscard]] std::string lanes() const;
+
+  /// Identifies the connection on this side (unique while it is open).
+  [[nodiscard]] uint32_t id() const;
+
+  struct Impl;
+  /// `owner`: closing on destruction (false for the agent's view of a client).
+  Connection(std::shared_ptr<Impl> impl, bool owner);
+
+ private:
+  std::shared_ptr<Impl> impl_;
+  bool owner_ = true;
+};
+
+}  // namespace outboard

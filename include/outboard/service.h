@@ -1,0 +1,50 @@
+// Services hosted by an agent. A service gets each request for its name on
+// the agent's progress thread and answers it exactly once, now or later.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "outboard/channel.h"
+
+namespace outboard {
+
+/// Answers one request. Copyable; answering twice, or after the client left,
+/// is a no-op. For a one-way message respond() acknowledges it: the sender's
+/// credit returns only then, which is how a slow service slows its client.
+/// Thread mode: call on the agent's progress thread.
+class Responder {
+ public:
+  Responder() = default;
+  Responder(std::weak_ptr<Connection::Impl> conn, uint64_t id, bool one_way)
+      : conn_(std::move(conn)), id_(id), one_way_(one_way) {}
+  void respond(Buffer response) const;
+  void fail(const Status& status) const;
+  /// False for one-way messages: nobody waits for an answer.
+  [[nodiscard]] bool expects_response() const { return !one_way_; }
+
+ private:
+  std::weak_ptr<Connection::Impl> conn_;
+  uint64_t id_ = 0;
+  bool one_way_ = false;
+};
+
+struct ServiceRequest {
+  Buffer payload;
+  Responder responder;
+  /// The client's connection, for one-sided access to its regions and for
+  /// one-way messages back. Not owned: the client closes it.
+  std::shared_ptr<Connection> peer;
+};
+
+class Service {
+ public:
+  virtual ~Service() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+  /// Must not block for long: every client waits while it runs.
+  virtual void handle(ServiceRequest request) = 0;
+  /// A client connection closed; drop its per-connection state.
+  virtual void on_disconnect(uint32_t /*connection_id*/) {}
+};
+
+}  // namespace outboard

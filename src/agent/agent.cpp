@@ -1,0 +1,178 @@
+#include "outboard/agent.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "channel/server.h"
+#include "outboard/affinity.h"
+#include "outboard/log.h"
+#include "services/builtin.h"
+
+OB_LOG_MODULE("agent");
+
+namespace outboard {
+
+constexpr int64_t kShutdownFlushMs = 1000;  // bound on telling clients we stop
+
+config::Options agent_options() {
+  using config::Type;
+  ChannelConfig c;
+  AgentConfig a;
+  return config::Options(
+      "outboard-agent",
+      {
+          {"listen", Type::kString, a.listen, "host:port to listen on (port 0: any free port)"},
+          {"cores", Type::kString, "", "cores to pin the agent to, e.g. \"2\" or \"2-3\""},
+          {"address-file", Type::kString, "", "write the listen address to this file when ready"},
+          {"max-msg-size", Type::kSize, std::to_string(c.max_msg_size), "largest message accepted"},
+          {"recv-window-msgs", Type::kInt, std::to_string(c.recv_window_msgs),
+           "messages a client may have in flight to the agent (credits)"},
+          {"recv-window-bytes", Type::kSize, std::to_string(c.recv_window_bytes),
+           "bytes a client may have in flight to the agent (raised to max-msg-size)"},
+          {"max-outstanding-requests", Type::kInt, std::to_string(c.max_outstanding_requests),
+           "requests the agent may have outstanding per connection"},
+          {"keepalive-ms", Type::kInt, std::to_string(c.keepalive_ms), "UCX keepalive interval"},
+          {"spin-us", Type::kInt, std::to_string(c.spin_us), "busy-poll time before sleeping on the event fd"},
+          {"max-region-size", Type::kSize, std::to_string(a.max_region_size),
+           "largest region the memory service allocates"},
+      });
+}
+
+Result<AgentConfig> agent_config_from(const config::Options& o) {
+  AgentConfig a;
+  a.listen = o.str("listen");
+  a.cores = o.str("cores");
+  a.address_file = o.str("address-file");
+  a.channel.max_msg_size = o.size("max-msg-size");
+  a.max_region_size = o.size("max-region-size");
+  a.channel.recv_window_bytes = o.size("recv-window-bytes");
+  auto positive = [&](const char* name) -> Result<int64_t> {
+    int64_t v = o.integer(name);
+    if (v <= 0 || v > UINT32_MAX)
+      return Status(Code::kBadConfig, "option '" + std::string(name) + "' is " + std::to_string(v) +
+                                          ", expected 1.." + std::to_string(UINT32_MAX));
+    return v;
+  };
+  OB_ASSIGN_OR_RETURN(int64_t window, positive("recv-window-msgs"));
+  OB_ASSIGN_OR_RETURN(int64_t outstanding, positive("max-outstanding-requests"));
+  OB_ASSIGN_OR_RETURN(int64_t keepalive, positive("keepalive-ms"));
+  a.channel.recv_window_msgs = static_cast<uint32_t>(window);
+  a.channel.max_outstanding_requests = static_cast<uint32_t>(outstanding);
+  a.channel.keepalive_ms = static_cast<uint64_t>(keepalive);
+  a.channel.spin_us = static_cast<uint32_t>(std::max<int64_t>(0, o.integer("spin-us")));
+  if (a.channel.max_msg_size == 0) return Status(Code::kBadConfig, "option 'max-msg-size' must be > 0");
+  return a;
+}
+
+struct Agent::Impl {
+  AgentConfig config;
+  std::map<std::string, std::unique_ptr<Service>> services;
+  std::unique_ptr<channel::Server> server;
+  std::string address;
+  Clock::time_point started = Clock::now();
+
+  void dispatch(Connection::Impl& conn, const channel::FrameHeader& h, Buffer payload) {
+    bool one_way = h.type != channel::FrameType::kRequest;
+    Responder responder(conn.weak_from_this(), one_way ? h.seq : h.id, one_way);
+    if (h.service >= conn.local_services.size())
+      return responder.fail({Code::kNotFound, "service index " + std::to_string(h.service) + " is not offered"});
+    auto& service = services.at(conn.local_services[h.service]);
+    auto peer = std::make_shared<Connection>(conn.shared_from_this(), /*owner=*/false);
+    service->handle(ServiceRequest{std::move(payload), std::move(responder), std::move(peer)});
+  }
+};
+
+Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Agent::~Agent() = default;
+
+Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  std::unique_ptr<Agent> agent(new Agent(std::move(impl)));
+  Agent* self = agent.get();
+  OB_RETURN_IF_ERROR(agent->add_service(services::make_echo()));
+  OB_RETURN_IF_ERROR(agent->add_service(services::make_stats([self] { return self->stats_json(); })));
+  OB_RETURN_IF_ERROR(agent->add_service(services::make_memory(config.max_region_size)));
+  return agent;
+}
+
+Status Agent::add_service(std::unique_ptr<Service> service) {
+  if (impl_->server) return {Code::kInvalidArgument, "service '" + service->name() + "' added after start()"};
+  std::string name = service->name();
+  if (!impl_->services.emplace(name, std::move(service)).second)
+    return {Code::kInvalidArgument, "service '" + name + "' is already registered"};
+  return {};
+}
+
+Status Agent::start() {
+  if (!impl_->config.cores.empty()) {
+    OB_ASSIGN_OR_RETURN(auto cores, parse_core_list(impl_->config.cores));
+    OB_RETURN_IF_ERROR(pin_to_cores(cores));
+  }
+  std::vector<std::string> names;
+  for (auto& [name, s] : impl_->services) names.push_back(name);
+  Impl* impl = impl_.get();
+  OB_ASSIGN_OR_RETURN(
+      impl_->server,
+      channel::Server::listen(
+          impl_->config.listen, impl_->config.channel, names,
+          [impl](Connection::Impl& c, const channel::FrameHeader& h, Buffer p) { impl->dispatch(c, h, std::move(p)); },
+          [impl](uint32_t id) {
+            for (auto& [name, s] : impl->services) s->on_disconnect(id);
+          }));
+  impl_->address = impl_->server->address();
+  if (!impl_->config.address_file.empty()) {
+    std::string tmp = impl_->config.address_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << impl_->address << "\n";
+      if (!out) return {Code::kIoError, "cannot write address file '" + tmp + "'"};
+    }
+    if (std::rename(tmp.c_str(), impl_->config.address_file.c_str()) != 0)
+      return {Code::kIoError, "cannot rename '" + tmp + "' to '" + impl_->config.address_file + "'"};
+  }
+  return {};
+}
+
+const std::string& Agent::address() const { return impl_->address; }
+
+Status Agent::run() {
+  if (!impl_->server) return {Code::kNotConnected, "run() before start()"};
+  auto& hub = impl_->server->hub();
+  channel::Lock lock(hub.mutex());
+  hub.wait_until(lock, Deadline::after(std::chrono::hours(24 * 365 * 100)), impl_->config.channel.spin_us,
+                 [this] { return stop_.load(std::memory_order_relaxed); });
+  OB_LOG_INFO("shutting down: %zu clients connected", impl_->server->connections());
+  lock.unlock();
+  impl_->server->shut_down(Status(Code::kShutDown, "agent is shutting down"), Deadline::after_ms(kShutdownFlushMs));
+  return {};
+}
+
+std::string Agent::stats_json() {
+  nlohmann::json j;
+  if (impl_->server) {
+    const auto& c = impl_->server->counters();
+    j["messages_in"] = c.messages_in;
+    j["bytes_in"] = c.bytes_in;
+    j["messages_out"] = c.messages_out;
+    j["bytes_out"] = c.bytes_out;
+    j["errors"] = c.errors;
+    j["connects"] = c.connects;
+    j["disconnects"] = c.disconnects;
+    j["clients"] = impl_->server->connections();
+  }
+  std::vector<std::string> names;
+  for (auto& [name, s] : impl_->services) names.push_back(name);
+  j["services"] = names;
+  j["address"] = impl_->address;
+  j["pid"] = getpid();
+  j["uptime_s"] = std::chrono::duration<double>(Clock::now() - impl_->started).count();
+  return j.dump();
+}
+
+}  // namespace outboard

@@ -1,0 +1,566 @@
+#include <algorithm>
+#include <cstring>
+
+#include "channel/connection_impl.h"
+#include "channel/server.h"
+#include "outboard/log.h"
+
+OB_LOG_MODULE("channel");
+
+namespace outboard {
+
+using channel::FrameHeader;
+using channel::FrameType;
+using channel::Lock;
+
+// ------------------------------------------------------------------ Buffer
+
+Buffer::Buffer(size_t size) : data_(std::make_unique_for_overwrite<uint8_t[]>(size)), size_(size) {}
+Buffer Buffer::copy_of(std::span<const uint8_t> bytes) {
+  Buffer b(bytes.size());
+  if (!bytes.empty()) std::memcpy(b.data(), bytes.data(), bytes.size());
+  return b;
+}
+
+// -------------------------------------------------------------------- Impl
+
+Connection::Impl::Impl(std::shared_ptr<channel::Hub> h, const ChannelConfig& c)
+    : hub(std::move(h)), config(c) {
+  config.recv_window_bytes = std::max(config.recv_window_bytes, config.max_msg_size);
+  config.recv_window_msgs = std::max<uint32_t>(config.recv_window_msgs, 1);
+  local_id = hub->add(this);
+}
+
+Connection::Impl::~Impl() {
+  hub->remove(local_id);
+  boot_ep.close(true);
+  data_ep.close(true);
+}
+
+Status Connection::Impl::check_open() const {
+  if (state == State::kOpen) return {};
+  if (state == State::kConnecting) return {Code::kNotConnected, "connection not established"};
+  return reason;
+}
+
+void Connection::Impl::start_data_endpoint(std::span<const uint8_t> peer_worker_address) {
+  auto ep = hub->worker().connect_to(peer_worker_address);
+  if (!ep.ok()) return fail(ep.status().with_context("data endpoint to " + peer_address));
+  data_ep = std::move(ep).value();
+  std::weak_ptr<Impl> weak = weak_from_this();
+  auto on_fail = [weak](Status st) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->hub->defer([self, st] {
+      self->fail(Status(Code::kConnectionReset, "peer " + self->peer_address + " lost: " + st.message()));
+    });
+  };
+  data_ep.on_failure(on_fail);
+  boot_ep.on_failure(on_fail);
+  if (log::enabled(log::Level::kDebug))
+    OB_LOG_DBG("connection %u -> %s data endpoint:\n%s", local_id, peer_address.c_str(),
+               data_ep.lanes().c_str());
+}
+
+void Connection::Impl::fail(const Status& why) {
+  if (state == State::kClosed) return;
+  auto keep = shared_from_this();
+  OB_LOG_DBG("connection %u closed: %s", local_id, why.to_string().c_str());
+  state = State::kClosed;
+  reason = why;
+  hub->remove(local_id);
+  data_ep.close(why.code() != Code::kNotConnected);
+  boot_ep.close(why.code() != Code::kNotConnected);
+  reorder.clear();
+  open_requests.clear();
+  open_messages.clear();
+  credit_waiters.clear();
+  auto failed = std::move(pending);
+  pending.clear();
+  deadlines.clear();
+  for (auto& [id, p] : failed) p.fn(why);
+  if (counters) ++counters->disconnects;
+  if (on_closed) on_closed(local_id);
+}
+
+void Connection::Impl::tick(Clock::time_point now) {
+  while (!deadlines.empty() && deadlines.begin()->first <= now) {
+    uint64_t id = deadlines.begin()->second;
+    deadlines.erase(deadlines.begin());
+    auto it = pending.find(id);
+    if (it == pending.end()) continue;
+    auto fn = std::move(it->second.fn);
+    pending.erase(it);
+    fn(Status(Code::kTimedOut, "request " + std::to_string(id) + " to " + peer_address +
+                                   " got no response before its deadline"));
+  }
+}
+
+// ---- receiving
+
+void Connection::Impl::on_frame(const FrameHeader& h, transport::IncomingAm& am) {
+  if (state == State::kClosed) return;
+  const bool credited = h.type == FrameType::kMessage || h.type == FrameType::kRequest;
+  if (h.seq == next_rx_seq && !am.rendezvous && reorder.empty()) {
+    ++next_rx_seq;
+    Status error;
+    if (credited && am.length > config.max_msg_size)
+      error = Status(Code::kTooBig, "message of " + std::to_string(am.length) + " B exceeds max_msg_size " +
+                                        std::to_string(config.max_msg_size) + " B");
+    defer_deliver(h, error.ok() ? Buffer::copy_of({am.data, am.length}) : Buffer(), error);
+    return;
+  }
+  RxFrame& f = reorder[h.seq];
+  f.h = h;
+  if (credited && am.length > config.max_msg_size) {
+    // A peer that ignored our advertised limit: reject without fetching.
+    f.error = Status(Code::kTooBig, "message of " + std::to_string(am.length) + " B exceeds max_msg_size " +
+                                        std::to_string(config.max_msg_size) + " B");
+    f.ready = true;
+  } else if (!am.rendezvous) {
+    f.data = Buffer::copy_of({am.data, am.length});
+    f.ready = true;
+  } else {
+    f.data = Buffer(am.length);
+    std::weak_ptr<Impl> weak = weak_from_this();
+    uint64_t seq = h.seq;
+    hub->worker().receive_rendezvous(am, f.data.span(), [weak, seq](Status st) {
+      auto self = weak.lock();
+      if (!self || self->state == State::kClosed) return;
+      if (!st.ok()) return self->fail(st.with_context("receive of frame " + std::to_string(seq)));
+      auto it = self->reorder.find(seq);
+      if (it == self->reorder.end()) return;
+      it->second.ready = true;
+      self->drain();
+    });
+  }
+  drain();
+}
+
+void Connection::Impl::drain() {
+  auto keep = shared_from_this();
+  while (state != State::kClosed && !reorder.empty() && reorder.begin()->first == next_rx_seq &&
+         reorder.begin()->second.ready) {
+    RxFrame f = std::move(reorder.begin()->second);
+    reorder.erase(reorder.begin());
+    ++next_rx_seq;
+    defer_deliver(f.h, std::move(f.data), f.error);
+  }
+}
+
+void Connection::Impl::defer_deliver(const FrameHeader& h, Buffer data, Status error) {
+  auto holder = std::make_shared<Buffer>(std::move(data));
+  hub->defer([self = shared_from_this(), h, holder, error] {
+    if (self->state != State::kClosed) self->deliver(h, std::move(*holder), error);
+  });
+}
+
+void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& error) {
+  send_msgs += h.credit_msgs;
+  send_bytes += h.credit_bytes;
+  if (h.credit_msgs) {
+    want_sent = false;
+    auto waiters = std::move(credit_waiters);
+    credit_waiters.clear();
+    for (auto& fn : waiters) hub->defer(std::move(fn));
+  }
+  if (counters && (h.type == FrameType::kMessage || h.type == FrameType::kRequest)) {
+    ++counters->messages_in;
+    counters->bytes_in += data.size();
+  }
+  switch (h.type) {
+    case FrameType::kWelcome: {
+      channel::Reader r(data.span());
+      std::vector<uint8_t> address;
+      uint32_t window_msgs = 0, n_services = 0, peer = 0;
+      uint64_t window_bytes = 0;
+      if (!r.u32(peer) || !r.bytes(address) || !r.u64(peer_max_msg) || !r.u32(window_msgs) ||
+          !r.u64(window_bytes) || !r.u32(n_services))
+        return fail(Status(Code::kIoError, "malformed welcome from " + peer_address));
+      peer_services.resize(n_services);
+      for (auto& s : peer_services)
+        if (!r.str(s)) return fail(Status(Code::kIoError, "malformed welcome from " + peer_address));
+      peer_id = peer;
+      send_msgs = window_msgs;
+      send_bytes = window_bytes;
+      start_data_endpoint(address);
+      if (state != State::kClosed) state = State::kOpen;
+      return;
+    }
+    case FrameType::kMessage:
+    case FrameType::kRequest:
+      if (!error.ok()) {
+        if (counters) ++counters->errors;
+        OB_LOG_WARN("connection %u: %s", local_id, error.to_string().c_str());
+        if (h.type == FrameType::kRequest) {
+          open_requests.insert(h.id);
+          respond(h.id, error);
+        } else {
+          consumed(0);
+        }
+        return;
+      }
+      if (on_service) {
+        if (h.type == FrameType::kRequest) {
+          open_requests.insert(h.id);
+        } else if (h.service == channel::kNoService) {
+          if (counters) ++counters->errors;
+          OB_LOG_WARN("connection %u: one-way message names no service; dropped", local_id);
+          return consumed(data.size());
+        } else {
+          open_messages.insert(h.seq);
+        }
+        return on_service(*this, h, std::move(data));
+      }
+      if (h.type == FrameType::kRequest) {
+        open_requests.insert(h.id);
+        return respond(h.id, Status(Code::kUnsupported, "this side serves no requests"));
+      }
+      inbox.push_back(Incoming{Incoming::Kind::kMessage, std::move(data)});
+      return;
+    case FrameType::kNotify:
+      // The payload is the notified length (8 bytes).
+      inbox.push_back(Incoming{Incoming::Kind::kNotify, {}, h.id, h.arg, 0});
+      if (data.size() == 8) std::memcpy(&inbox.back().length, data.data(), 8);
+      return;
+    case FrameType::kResponse:
+      if (h.status == 0) return complete_request(h.id, std::move(data));
+      return complete_request(
+          h.id, Status(static_cast<Code>(h.status),
+                       std::string(reinterpret_cast<const char*>(data.data()), data.size())));
+    case FrameType::kCredit:
+      if (h.flags & channel::kFlagWantCredit) {
+        peer_starved = true;
+        maybe_return_credits();
+      }
+      return;
+    case FrameType::kClose: {
+      std::string msg(reinterpret_cast<const char*>(data.data()), data.size());
+      Code code = h.status == 0 ? Code::kNotConnected : static_cast<Code>(h.status);
+      return fail(Status(code, "peer " + peer_address + " closed the connection" +
+                                   (msg.empty() ? "" : ": " + msg)));
+    }
+    case FrameType::kHello:
+      return;
+  }
+}
+
+void Connection::Impl::complete_request(uint64_t id, Result<Buffer> result) {
+  auto it = pending.find(id);
+  if (it == pending.end()) {
+    OB_LOG_DBG("connection %u: late response to request %lu dropped", local_id, static_cast<unsigned long>(id));
+    return;
+  }
+  auto fn = std::move(it->second.fn);
+  deadlines.erase({it->second.deadline, id});
+  pending.erase(it);
+  fn(std::move(result));
+}
+
+// ---- credits
+
+void Connection::Impl::consumed(uint64_t bytes) {
+  ++return_msgs;
+  return_bytes += bytes;
+  maybe_return_credits();
+}
+
+void Connection::Impl::maybe_return_credits() {
+  if (state != State::kOpen || return_msgs == 0) return;
+  if (!peer_starved && return_msgs < config.recv_window_msgs / 4 + 1 &&
+      return_bytes < config.recv_window_bytes / 4)
+    return;
+  peer_starved = false;
+  FrameHeader h;
+  h.type = FrameType::kCredit;
+  post(h, {}, nullptr);
+}
+
+Status Connection::Impl::acquire(uint64_t bytes, Deadline deadline, bool wait, Lock* lock) {
+  if (bytes > peer_max_msg)
+    return {Code::kTooBig, "message of " + std::to_string(bytes) + " B exceeds max_msg_size " +
+                               std::to_string(peer_max_msg) + " B (agent option --max-msg-size)"};
+  auto has_credit = [&] { return state != State::kOpen || (send_msgs > 0 && send_bytes >= bytes); };
+  while (!has_credit()) {
+    if (!want_sent) {
+      // Ask once per stall: the peer returns consumed credits at once.
+      want_sent = true;
+      FrameHeader h;
+      h.type = FrameType::kCredit;
+      h.flags = channel::kFlagWantCredit;
+      post(h, {}, nullptr);
+    }
+    if (!wait)
+      return {Code::kAgain, "no send credit (" + std::to_string(send_msgs) + " messages, " +
+                                std::to_string(send_bytes) + " B free; need 1 message, " +
+                                std::to_string(bytes) + " B): progress and retry"};
+    if (!hub->wait_until(*lock, deadline, config.spin_us, has_credit))
+      return {Code::kTimedOut, "no send credit from " + peer_address + " before the deadline"};
+  }
+  OB_RETURN_IF_ERROR(check_open());
+  --send_msgs;
+  send_bytes -= bytes;
+  return {};
+}
+
+// ---- sending
+
+void Connection::Impl::post(FrameHeader h, std::span<const uint8_t> data, transport::DoneFn done) {
+  h.dst = peer_id;
+  h.seq = next_tx_seq++;
+  h.credit_msgs = return_msgs;
+  h.credit_bytes = return_bytes;
+  return_msgs = 0;
+  return_bytes = 0;
+  if (counters && (h.type == FrameType::kMessage || h.type == FrameType::kResponse)) {
+    ++counters->messages_out;
+    counters->bytes_out += data.size();
+  }
+  data_ep.send(as_bytes(h), data, std::move(done));
+}
+
+Status Connection::Impl::wait_done(Lock& lock, Deadline deadline, const CompletionPtr& op, const char* what) {
+  if (!hub->wait_until(lock, deadline, config.spin_us, [&] { return op->done; })) {
+    // UCX may still read or write the caller's buffer: only closing the
+    // endpoint makes returning safe.
+    Status st(Code::kTimedOut, std::string(what) + " to " + peer_address +
+                                   " did not complete before the deadline; connection closed");
+    fail(st);
+    return st;
+  }
+  return op->result;
+}
+
+void Connection::Impl::respond(uint64_t id, Result<Buffer> result) {
+  if (!open_requests.erase(id)) return;
+  consumed(0);
+  if (state != State::kOpen) return;
+  FrameHeader h;
+  h.type = FrameType::kResponse;
+  h.id = id;
+  if (result.ok() && result.value().size() > peer_max_msg)
+    result = Status(Code::kTooBig, "response of " + std::to_string(result.value().size()) +
+                                       " B exceeds the client's max_msg_size " + std::to_string(peer_max_msg) + " B");
+  auto holder = std::make_shared<Buffer>();
+  if (result.ok()) {
+    *holder = std::move(result).value();
+  } else {
+    Status st = result.status();
+    h.status = static_cast<int8_t>(st.code());
+    *holder = Buffer::copy_of({reinterpret_cast<const uint8_t*>(st.message().data()), st.message().size()});
+    if (counters) ++counters->errors;
+  }
+  post(h, holder->span(), [holder](Status) {});
+}
+
+void Connection::Impl::acknowledge(uint64_t seq) {
+  if (open_messages.erase(seq)) consumed(0);
+}
+
+void Connection::Impl::shut_down(const Status& why) {
+  if (state != State::kOpen) return;
+  std::vector<uint64_t> open(open_requests.begin(), open_requests.end());
+  for (uint64_t id : open) respond(id, why);
+  FrameHeader h;
+  h.type = FrameType::kClose;
+  h.status = static_cast<int8_t>(why.code());
+  auto msg = std::make_shared<std::string>(why.message());
+  post(h, {reinterpret_cast<const uint8_t*>(msg->data()), msg->size()}, [msg](Status) {});
+}
+
+// -------------------------------------------------------------- Connection
+
+Connection::Connection(std::shared_ptr<Impl> impl, bool owner) : impl_(std::move(impl)), owner_(owner) {}
+
+Connection::~Connection() {
+  if (impl_ && owner_) close();
+}
+
+uint32_t Connection::id() const { return impl_->local_id; }
+
+Result<std::unique_ptr<Connection>> Connection::connect(const std::string& address,
+                                                        const ChannelConfig& config) {
+  OB_ASSIGN_OR_RETURN(auto host_port, transport::parse_host_port(address));
+  OB_ASSIGN_OR_RETURN(auto hub, channel::Hub::get(config));
+  Lock lock(hub->mutex());
+  auto impl = std::make_shared<Impl>(hub, config);
+  impl->peer_address = address;
+  OB_ASSIGN_OR_RETURN(impl->boot_ep, hub->worker().connect(host_port.first, host_port.second));
+  std::weak_ptr<Impl> weak = impl;
+  impl->boot_ep.on_failure([weak, address](Status st) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->hub->defer([self, address, st] {
+      self->fail(Status(Code::kConnectionReset, "agent at " + address + " unreachable or died: " + st.message()));
+    });
+  });
+  channel::Writer w;
+  w.u32(impl->local_id);
+  w.bytes(hub->worker().address());
+  w.u64(impl->config.max_msg_size);
+  w.u32(impl->config.recv_window_msgs);
+  w.u64(impl->config.recv_window_bytes);
+  auto hello = std::make_shared<std::vector<uint8_t>>(std::move(w.out()));
+  FrameHeader h;
+  h.type = FrameType::kHello;
+  impl->boot_ep.send(as_bytes(h), *hello, [hello](Status) {}, /*want_reply_ep=*/true);
+  Deadline deadline = Deadline::after_ms(config.connect_timeout_ms);
+  if (!hub->wait_until(lock, deadline, config.spin_us,
+                       [&] { return impl->state != Impl::State::kConnecting; })) {
+    impl->fail(Status(Code::kTimedOut, "no answer from agent at " + address + " within " +
+                                           std::to_string(config.connect_timeout_ms) + " ms"));
+  }
+  OB_RETURN_IF_ERROR(impl->check_open());
+  OB_LOG_INFO("connected to %s (connection %u, peer max_msg_size %lu B)", address.c_str(), impl->local_id,
+              static_cast<unsigned long>(impl->peer_max_msg));
+  return std::make_unique<Connection>(std::move(impl), true);
+}
+
+Status Connection::send(std::span<const uint8_t> payload, Deadline deadline, std::string_view service) {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(impl_->check_open());
+  OB_ASSIGN_OR_RETURN(uint32_t index, impl_->service_index(service));
+  OB_RETURN_IF_ERROR(impl_->acquire(payload.size(), deadline, true, &lock));
+  auto op = std::make_shared<Completion>();
+  FrameHeader h;
+  h.type = FrameType::kMessage;
+  h.service = index;
+  impl_->post(h, payload, completer(op));
+  return impl_->wait_done(lock, deadline, op, "send");
+}
+
+Status Connection::try_send(std::span<const uint8_t> payload, std::string_view service) {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(impl_->check_open());
+  OB_ASSIGN_OR_RETURN(uint32_t index, impl_->service_index(service));
+  OB_RETURN_IF_ERROR(impl_->acquire(payload.size(), Deadline::now(), false, &lock));
+  auto copy = std::make_shared<Buffer>(Buffer::copy_of(payload));
+  FrameHeader h;
+  h.type = FrameType::kMessage;
+  h.service = index;
+  impl_->post(h, copy->span(), [copy](Status) {});
+  return {};
+}
+
+Result<Incoming> Connection::receive(Deadline deadline) {
+  Lock lock(impl_->hub->mutex());
+  if (!impl_->hub->wait_until(lock, deadline, impl_->config.spin_us, [&] {
+        return !impl_->inbox.empty() || impl_->state == Impl::State::kClosed;
+      })) {
+    return Status(Code::kTimedOut, "no message from " + impl_->peer_address + " before the deadline");
+  }
+  if (impl_->inbox.empty()) return impl_->check_open();
+  Incoming in = std::move(impl_->inbox.front());
+  impl_->inbox.pop_front();
+  impl_->consumed(in.data.size());
+  return in;
+}
+
+Result<uint32_t> Connection::Impl::service_index(std::string_view service) const {
+  if (service.empty()) return channel::kNoService;
+  auto it = std::find(peer_services.begin(), peer_services.end(), service);
+  if (it != peer_services.end()) return static_cast<uint32_t>(it - peer_services.begin());
+  std::string known;
+  for (const auto& s : peer_services) known += (known.empty() ? "" : ", ") + s;
+  return Status(Code::kNotFound, "service '" + std::string(service) + "' is not offered by " + peer_address +
+                                     " (offered: " + (known.empty() ? "none" : known) + ")");
+}
+
+Status Connection::Impl::start_request(std::string_view service, Buffer payload, Deadline deadline,
+                                       ResponseFn fn, bool wait, Lock* lock) {
+  OB_RETURN_IF_ERROR(check_open());
+  if (service.empty()) return {Code::kInvalidArgument, "request without a service name"};
+  OB_ASSIGN_OR_RETURN(uint32_t index, service_index(service));
+  if (pending.size() >= config.max_outstanding_requests)
+    return {Code::kAgain, std::to_string(pending.size()) +
+                              " requests outstanding reach max_outstanding_requests " +
+                              std::to_string(config.max_outstanding_requests)};
+  OB_RETURN_IF_ERROR(acquire(payload.size(), deadline, wait, lock));
+  uint64_t id = next_request_id++;
+  pending[id] = {std::move(fn), deadline.at()};
+  deadlines.insert({deadline.at(), id});
+  FrameHeader h;
+  h.type = FrameType::kRequest;
+  h.id = id;
+  h.service = index;
+  auto holder = std::make_shared<Buffer>(std::move(payload));
+  post(h, holder->span(), [holder](Status) {});
+  return {};
+}
+
+Status Connection::submit(std::string_view service, Buffer payload, Deadline deadline, ResponseFn on_response) {
+  Lock lock(impl_->hub->mutex());
+  return impl_->start_request(service, std::move(payload), deadline, std::move(on_response), false, &lock);
+}
+
+Result<Buffer> Connection::request(std::string_view service, std::span<const uint8_t> payload,
+                                   Deadline deadline) {
+  Lock lock(impl_->hub->mutex());
+  struct Answer {
+    bool done = false;
+    Result<Buffer> result = Status(Code::kTimedOut, "no response before the deadline");
+  };
+  auto answer = std::make_shared<Answer>();
+  OB_RETURN_IF_ERROR(impl_->start_request(service, Buffer::copy_of(payload), deadline,
+                                          [answer](Result<Buffer> r) {
+                                            answer->result = std::move(r);
+                                            answer->done = true;
+                                          },
+                                          true, &lock));
+  // The request's own deadline (checked by the hub) completes it; the grace
+  // period only guards against a missed tick.
+  impl_->hub->wait_until(lock, Deadline::after(deadline.at() - Clock::now() + std::chrono::seconds(1)),
+                         impl_->config.spin_us, [&] { return answer->done; });
+  return std::move(answer->result);
+}
+
+unsigned Connection::progress() {
+  Lock lock(impl_->hub->mutex());
+  return impl_->hub->progress();
+}
+
+int Connection::event_fd() const { return impl_->hub->worker().event_fd(); }
+
+void Connection::wait(Deadline deadline) {
+  Lock lock(impl_->hub->mutex());
+  impl_->hub->wait_until(lock, deadline, impl_->config.spin_us,
+                         [&] { return !impl_->inbox.empty() || impl_->state != Impl::State::kOpen; });
+}
+
+void Connection::close() {
+  Lock lock(impl_->hub->mutex());
+  if (impl_->state != Impl::State::kOpen) return impl_->fail(Status(Code::kNotConnected, "connection closed"));
+  FrameHeader h;
+  h.type = FrameType::kClose;
+  impl_->post(h, {}, nullptr);
+  auto op = std::make_shared<Completion>();
+  impl_->data_ep.flush(completer(op));
+  impl_->hub->wait_until(lock, Deadline::after_ms(1000), 0, [&] { return op->done; });
+  impl_->fail(Status(Code::kNotConnected, "connection closed by this side"));
+}
+
+bool Connection::is_open() const {
+  Lock lock(impl_->hub->mutex());
+  return impl_->state == Impl::State::kOpen;
+}
+Status Connection::close_reason() const {
+  Lock lock(impl_->hub->mutex());
+  return impl_->check_open();
+}
+uint64_t Connection::peer_max_msg_size() const { return impl_->peer_max_msg; }
+std::vector<std::string> Connection::peer_services() const { return impl_->peer_services; }
+uint32_t Connection::send_credits() const {
+  Lock lock(impl_->hub->mutex());
+  return impl_->send_msgs;
+}
+void Connection::on_credit(std::function<void()> fn) {
+  Lock lock(impl_->hub->mutex());
+  if (impl_->state == Impl::State::kOpen) impl_->credit_waiters.push_back(std::move(fn));
+}
+
+std::string Connection::lanes() const {
+  Lock lock(impl_->hub->mutex());
+  return impl_->data_ep.lanes();
+}
+
+}  // namespace outboard

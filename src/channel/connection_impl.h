@@ -1,0 +1,124 @@
+// Internal state of a Connection, shared by the client (connect) and the
+// agent side (channel::Server). All members are guarded by the hub mutex.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "channel/hub.h"
+
+namespace outboard::channel {
+struct Counters;
+}
+
+namespace outboard {
+
+/// Completion of one operation that a blocking call waits for. Shared with
+/// the UCX callback so a call that gives up never leaves it dangling.
+struct Completion {
+  bool done = false;
+  Status result;
+};
+using CompletionPtr = std::shared_ptr<Completion>;
+inline transport::DoneFn completer(const CompletionPtr& c) {
+  return [c](Status st) {
+    c->result = std::move(st);
+    c->done = true;
+  };
+}
+
+struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
+  enum class State { kConnecting, kOpen, kClosed };
+  /// Agent side: a request or a one-way message for a service.
+  using ServiceFn = std::function<void(Impl&, const channel::FrameHeader&, Buffer)>;
+
+  Impl(std::shared_ptr<channel::Hub> hub, const ChannelConfig& config);
+  ~Impl();
+
+  // Incoming frames, from the hub (lock held).
+  void on_frame(const channel::FrameHeader& h, transport::IncomingAm& am);
+  // Marks the connection closed for `why`, fails everything pending.
+  void fail(const Status& why);
+  // Expires request deadlines.
+  void tick(Clock::time_point now);
+
+  // Sending (lock held). Credited frames must first acquire().
+  Status acquire(uint64_t bytes, Deadline deadline, bool wait, channel::Lock* lock);
+  void post(channel::FrameHeader h, std::span<const uint8_t> data, transport::DoneFn done);
+  Status wait_done(channel::Lock& lock, Deadline deadline, const CompletionPtr& op, const char* what);
+  /// Index of `service` in the peer's list; kNoService for "" (kNotFound if unknown).
+  Result<uint32_t> service_index(std::string_view service) const;
+  Status start_request(std::string_view service, Buffer payload, Deadline deadline, ResponseFn fn,
+                       bool wait, channel::Lock* lock);
+  /// Agent side: answers request `id` (once; later answers are ignored).
+  void respond(uint64_t id, Result<Buffer> result);
+  /// Agent side: one-way message `seq` handled; returns its credit once.
+  void acknowledge(uint64_t seq);
+  /// Agent side: fails open requests with `why` and sends kClose.
+  void shut_down(const Status& why);
+  /// Receiver consumed a credited frame of `bytes`.
+  void consumed(uint64_t bytes);
+  Status check_open() const;
+  void start_data_endpoint(std::span<const uint8_t> peer_worker_address);
+
+  std::shared_ptr<channel::Hub> hub;
+  ChannelConfig config;
+  uint32_t local_id = 0;
+  uint32_t peer_id = 0;
+  State state = State::kConnecting;
+  Status reason;
+  std::string peer_address;
+  transport::Endpoint boot_ep;  // client-server endpoint; its failure = peer died
+  transport::Endpoint data_ep;  // worker-address endpoint: shm on one host
+
+  uint64_t peer_max_msg = 0;
+  std::vector<std::string> peer_services;
+  std::vector<std::string> local_services;  // agent side: advertised in kWelcome
+
+  // Credits.
+  uint32_t send_msgs = 0;
+  uint64_t send_bytes = 0;
+  uint32_t return_msgs = 0;
+  uint64_t return_bytes = 0;
+  bool peer_starved = false;
+  bool want_sent = false;
+
+  // Ordering: frames held until all earlier ones are delivered.
+  struct RxFrame {
+    channel::FrameHeader h;
+    Buffer data;
+    bool ready = false;
+    Status error;
+  };
+  uint64_t next_tx_seq = 0;
+  uint64_t next_rx_seq = 0;
+  std::map<uint64_t, RxFrame> reorder;
+
+  std::deque<Incoming> inbox;
+  ServiceFn on_service;               // agent side
+  std::function<void(uint32_t)> on_closed;  // agent side: release per-connection state
+  channel::Counters* counters = nullptr;  // agent side
+
+  struct Pending {
+    ResponseFn fn;
+    Clock::time_point deadline;
+  };
+  uint64_t next_request_id = 1;
+  std::unordered_map<uint64_t, Pending> pending;
+  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
+  std::unordered_set<uint64_t> open_requests;  // agent side: not yet answered
+  std::unordered_set<uint64_t> open_messages;  // agent side: one-way, not yet acknowledged (by seq)
+  std::vector<std::function<void()>> credit_waiters;
+
+ private:
+  void defer_deliver(const channel::FrameHeader& h, Buffer data, Status error);
+  void deliver(const channel::FrameHeader& h, Buffer data, const Status& error);
+  void drain();
+  void complete_request(uint64_t id, Result<Buffer> result);
+  void maybe_return_credits();
+};
+
+}  // namespace outboard

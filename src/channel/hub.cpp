@@ -1,0 +1,98 @@
+#include "channel/hub.h"
+
+#include <thread>
+
+#include "channel/connection_impl.h"
+#include "outboard/log.h"
+
+OB_LOG_MODULE("channel");
+
+namespace outboard::channel {
+
+constexpr uint64_t kTickIntervalNs = 1'000'000;  // request-deadline resolution
+constexpr int kMaxSleepMs = 10;                  // bounds a missed wake-up
+
+Result<std::shared_ptr<Hub>> Hub::get(const ChannelConfig& config) {
+  static std::mutex mu;
+  static std::weak_ptr<Hub> current;
+  std::lock_guard lock(mu);
+  if (auto hub = current.lock()) return hub;
+  OB_ASSIGN_OR_RETURN(auto worker, transport::Worker::process_worker({config.keepalive_ms}));
+  std::shared_ptr<Hub> hub(new Hub(std::move(worker)));
+  current = hub;
+  return hub;
+}
+
+Hub::Hub(std::shared_ptr<transport::Worker> worker) : worker_(std::move(worker)) {
+  worker_->set_am_handler([this](transport::IncomingAm& am) { on_am(am); });
+}
+
+uint32_t Hub::add(Connection::Impl* conn) {
+  uint32_t id = next_id_++;
+  if (id == 0) id = next_id_++;
+  conns_[id] = conn;
+  return id;
+}
+
+void Hub::remove(uint32_t id) { conns_.erase(id); }
+
+void Hub::on_am(transport::IncomingAm& am) {
+  if (am.header.size() != sizeof(FrameHeader)) {
+    OB_LOG_WARN("dropped a frame with a %zu B header (expected %zu B)", am.header.size(), sizeof(FrameHeader));
+    return;
+  }
+  FrameHeader h;
+  std::memcpy(&h, am.header.data(), sizeof h);
+  if (h.version != kWireVersion) {
+    OB_LOG_WARN("dropped a frame of wire version %u (this side speaks %u)", h.version, kWireVersion);
+    return;
+  }
+  if (h.type == FrameType::kHello) {
+    if (hello_) hello_(h, am);  // copies what it needs and defers the rest
+    return;
+  }
+  auto it = conns_.find(h.dst);
+  if (it == conns_.end()) {
+    OB_LOG_DBG("dropped a frame for unknown connection %u", h.dst);
+    return;
+  }
+  it->second->on_frame(h, am);
+}
+
+unsigned Hub::progress() {
+  unsigned n = worker_->progress();
+  while (!deferred_.empty()) {
+    auto batch = std::move(deferred_);
+    deferred_.clear();
+    n += static_cast<unsigned>(batch.size());
+    for (auto& fn : batch) fn();
+  }
+  uint64_t now = now_ns();
+  if (now >= next_tick_ns_) {
+    next_tick_ns_ = now + kTickIntervalNs;
+    auto t = Clock::now();
+    std::vector<std::shared_ptr<Connection::Impl>> live;
+    for (auto& [id, c] : conns_)
+      if (!c->deadlines.empty()) live.push_back(c->shared_from_this());
+    for (auto& c : live) c->tick(t);
+  }
+  return n;
+}
+
+bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std::function<bool()>& done) {
+  uint64_t spin_end = now_ns() + uint64_t{spin_us} * 1000;
+  while (true) {
+    if (done()) return true;
+    if (progress() != 0) continue;
+    if (done()) return true;
+    if (deadline.expired()) return false;
+    lock.unlock();
+    if (now_ns() < spin_end)
+      std::this_thread::yield();
+    else
+      worker_->wait_event(std::min(deadline.remaining_ms(), kMaxSleepMs));
+    lock.lock();
+  }
+}
+
+}  // namespace outboard::channel

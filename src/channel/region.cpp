@@ -1,0 +1,140 @@
+// One-sided data path of a Connection: registered regions, put/get,
+// flush and write-with-notify.
+#include "channel/connection_impl.h"
+
+namespace outboard {
+
+using channel::FrameHeader;
+using channel::FrameType;
+using channel::Lock;
+
+struct Region::Impl {
+  Impl(std::shared_ptr<channel::Hub> h, transport::MemoryRegion m) : hub(std::move(h)), mr(std::move(m)) {}
+  std::shared_ptr<channel::Hub> hub;  // keeps the worker alive past the region
+  transport::MemoryRegion mr;
+  ~Impl() {
+    Lock lock(hub->mutex());
+    mr = transport::MemoryRegion();
+  }
+};
+
+struct RemoteRegion::Impl {
+  Impl(std::shared_ptr<channel::Hub> h, const Connection::Impl* c, transport::RemoteKey k)
+      : hub(std::move(h)), conn(c), key(std::move(k)) {}
+  std::shared_ptr<channel::Hub> hub;
+  const Connection::Impl* conn = nullptr;  // non-owning: identifies the connection
+  transport::RemoteKey key;
+  ~Impl() {
+    Lock lock(hub->mutex());
+    key = transport::RemoteKey();
+  }
+};
+
+Region::Region() = default;
+Region::Region(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Region::Region(Region&&) noexcept = default;
+Region& Region::operator=(Region&&) noexcept = default;
+Region::~Region() = default;
+uint8_t* Region::data() const { return impl_ ? impl_->mr.data() : nullptr; }
+size_t Region::size() const { return impl_ ? impl_->mr.size() : 0; }
+std::span<const uint8_t> Region::descriptor() const {
+  if (!impl_) return {};
+  return impl_->mr.descriptor();
+}
+
+RemoteRegion::RemoteRegion() = default;
+RemoteRegion::RemoteRegion(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RemoteRegion::RemoteRegion(RemoteRegion&&) noexcept = default;
+RemoteRegion& RemoteRegion::operator=(RemoteRegion&&) noexcept = default;
+RemoteRegion::~RemoteRegion() = default;
+uint64_t RemoteRegion::size() const { return impl_ ? impl_->key.length() : 0; }
+
+Result<Region> Connection::register_memory(void* data, size_t size) {
+  Lock lock(impl_->hub->mutex());
+  OB_ASSIGN_OR_RETURN(auto mr, impl_->hub->worker().register_memory(data, size));
+  return Region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
+}
+
+Result<Region> Connection::allocate_memory(size_t size) {
+  Lock lock(impl_->hub->mutex());
+  OB_ASSIGN_OR_RETURN(auto mr, impl_->hub->worker().allocate_memory(size));
+  return Region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
+}
+
+Result<RemoteRegion> Connection::import_region(std::span<const uint8_t> descriptor) {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(impl_->check_open());
+  OB_ASSIGN_OR_RETURN(auto key, impl_->data_ep.import_region(descriptor));
+  return RemoteRegion(
+      std::make_unique<RemoteRegion::Impl>(impl_->hub, impl_.get(), std::move(key)));
+}
+
+namespace {
+
+Status check_region(const Connection::Impl& conn, const RemoteRegion& region) {
+  if (region.size() == 0) return {Code::kInvalidArgument, "empty remote region"};
+  if (region.impl().conn != &conn)
+    return {Code::kInvalidArgument, "remote region was imported on another connection"};
+  return conn.check_open();
+}
+
+}  // namespace
+
+Status Connection::put(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
+                       Deadline deadline) {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(check_region(*impl_, region));
+  auto op = std::make_shared<Completion>();
+  OB_RETURN_IF_ERROR(impl_->data_ep.put(region.impl().key, offset, src, completer(op)));
+  return impl_->wait_done(lock, deadline, op, "put");
+}
+
+Status Connection::get(const RemoteRegion& region, uint64_t offset, std::span<uint8_t> dst,
+                       Deadline deadline) {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(check_region(*impl_, region));
+  auto op = std::make_shared<Completion>();
+  OB_RETURN_IF_ERROR(impl_->data_ep.get(region.impl().key, offset, dst, completer(op)));
+  return impl_->wait_done(lock, deadline, op, "get");
+}
+
+Status Connection::flush(Deadline deadline) {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(impl_->check_open());
+  auto op = std::make_shared<Completion>();
+  impl_->data_ep.flush(completer(op));
+  return impl_->wait_done(lock, deadline, op, "flush");
+}
+
+Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
+                              uint64_t cookie, Deadline deadline) {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(check_region(*impl_, region));
+  // The notification is credited: take the credit before touching the peer.
+  OB_RETURN_IF_ERROR(impl_->acquire(0, deadline, true, &lock));
+  auto op = std::make_shared<Completion>();
+  Status st = impl_->data_ep.put(region.impl().key, offset, src, [](Status) {});
+  if (!st.ok()) {
+    ++impl_->send_msgs;  // nothing was sent: give the credit back
+    return st;
+  }
+  // The flush completes only once the data is in the peer's memory, so the
+  // notification sent after it never overtakes the data.
+  auto length = std::make_shared<uint64_t>(src.size());
+  std::weak_ptr<Connection::Impl> weak = impl_;
+  impl_->data_ep.flush([op, weak, length, offset, cookie](Status fst) {
+    auto self = weak.lock();
+    if (!self || !fst.ok()) {
+      return completer(op)(fst.ok() ? Status(Code::kConnectionReset, "connection closed") : fst);
+    }
+    FrameHeader h;
+    h.type = FrameType::kNotify;
+    h.id = cookie;
+    h.arg = offset;
+    self->post(h, {reinterpret_cast<const uint8_t*>(length.get()), 8},
+               [op, length](Status sst) { completer(op)(std::move(sst)); });
+  });
+  return impl_->wait_done(lock, deadline, op, "put with notify");
+}
+
+}  // namespace outboard

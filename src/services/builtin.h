@@ -1,0 +1,23 @@
+// Services every agent ships.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "outboard/service.h"
+
+namespace outboard::services {
+
+/// `echo`: answers a request with its payload; reflects one-way messages.
+std::unique_ptr<Service> make_echo();
+/// `stats`: answers with `snapshot()` (a JSON object of the agent's counters).
+std::unique_ptr<Service> make_stats(std::function<std::string()> snapshot);
+/// `memory`: a per-connection region on the agent for one-sided tests and
+/// benchmarks. Requests (little-endian): 'A' u64 size -> descriptor;
+/// 'P' u64 seed -> fills the region; 'S' u64 offset u64 len -> u64 checksum;
+/// 'W' u64 cookie u64 offset u64 len u64 seed + the client's descriptor ->
+/// writes the pattern into the client's region with notify.
+std::unique_ptr<Service> make_memory(uint64_t max_region_size);
+
+}  // namespace outboard::services

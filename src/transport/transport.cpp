@@ -1,0 +1,547 @@
+#include "transport/transport.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <chrono>
+#include <cstring>
+
+#include <ucp/api/ucp.h>
+
+#include "outboard/log.h"
+
+OB_LOG_MODULE("transport");
+
+namespace outboard::transport {
+namespace {
+
+constexpr uint16_t kAmId = 1;
+constexpr uint32_t kRegionMagic = 0x3152424f;  // "OBR1"
+constexpr size_t kMaxAmHeader = 128;
+
+Status from_ucs(ucs_status_t s, const std::string& what) {
+  if (s == UCS_OK) return {};
+  Code code = Code::kIoError;
+  switch (s) {
+    case UCS_ERR_NO_MEMORY: code = Code::kNoMemory; break;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED: code = Code::kConnectionReset; break;
+    case UCS_ERR_CANCELED: code = Code::kShutDown; break;
+    case UCS_ERR_TIMED_OUT: code = Code::kTimedOut; break;
+    case UCS_ERR_UNSUPPORTED: code = Code::kUnsupported; break;
+    case UCS_ERR_INVALID_PARAM: code = Code::kInvalidArgument; break;
+    case UCS_ERR_BUSY: code = Code::kAgain; break;
+    default: break;
+  }
+  return {code, what + ": " + ucs_status_string(s)};
+}
+
+// Heap state of one non-blocking operation: its callback and, for AM sends,
+// the header (UCX 1.13 reads it until completion).
+struct Op {
+  DoneFn done;
+  size_t header_len = 0;
+  uint8_t header[kMaxAmHeader];
+};
+
+void finish(Op* op, ucs_status_t s, const char* what) {
+  DoneFn done = std::move(op->done);
+  delete op;
+  if (done) done(from_ucs(s, what));
+}
+
+void send_cb(void* request, ucs_status_t status, void* user_data) {
+  finish(static_cast<Op*>(user_data), status, "send");
+  ucp_request_free(request);
+}
+
+void recv_am_cb(void* request, ucs_status_t status, size_t, void* user_data) {
+  finish(static_cast<Op*>(user_data), status, "rendezvous receive");
+  ucp_request_free(request);
+}
+
+// Completes `op` now or when UCX calls back.
+void track(ucs_status_ptr_t r, Op* op, const char* what) {
+  if (r == nullptr) return finish(op, UCS_OK, what);
+  if (UCS_PTR_IS_ERR(r)) return finish(op, UCS_PTR_STATUS(r), what);
+}
+
+ucp_request_param_t op_param(Op* op) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = send_cb;
+  p.user_data = op;
+  return p;
+}
+
+void put_u32(Bytes& b, uint32_t v) { b.insert(b.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4); }
+void put_u64(Bytes& b, uint64_t v) { b.insert(b.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 8); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- Endpoint
+
+struct Endpoint::State {
+  std::unordered_set<void*>* closing = nullptr;  // the worker's in-flight closes
+  FailFn fail;
+  bool closed = false;
+  bool failed = false;
+};
+
+namespace {
+
+void ep_error_cb(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* state = static_cast<Endpoint::State*>(arg);
+  if (state->closed || state->failed) return;
+  state->failed = true;
+  OB_LOG_DBG("endpoint %p failed: %s", static_cast<void*>(ep), ucs_status_string(status));
+  if (state->fail) state->fail(from_ucs(status, "peer endpoint failed"));
+}
+
+void ep_close_cb(void* request, ucs_status_t, void* user_data) {
+  auto* state = static_cast<Endpoint::State*>(user_data);
+  state->closing->erase(request);
+  delete state;
+  ucp_request_free(request);
+}
+
+ucp_ep_params_t ep_params(Endpoint::State* state) {
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = ep_error_cb;
+  p.err_handler.arg = state;
+  return p;
+}
+
+}  // namespace
+
+Endpoint::Endpoint(Endpoint&& o) noexcept : ep_(o.ep_), state_(o.state_) {
+  o.ep_ = nullptr;
+  o.state_ = nullptr;
+}
+Endpoint& Endpoint::operator=(Endpoint&& o) noexcept {
+  if (this != &o) {
+    close(false);
+    std::swap(ep_, o.ep_);
+    std::swap(state_, o.state_);
+  }
+  return *this;
+}
+Endpoint::~Endpoint() { close(false); }
+
+void Endpoint::on_failure(FailFn fail) {
+  if (state_) state_->fail = std::move(fail);
+}
+
+void Endpoint::close(bool force) {
+  if (!ep_) return;
+  state_->closed = true;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = (force || state_->failed) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  p.cb.send = ep_close_cb;
+  p.user_data = state_;
+  ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r))
+    delete state_;
+  else
+    state_->closing->insert(r);
+  ep_ = nullptr;
+  state_ = nullptr;
+}
+
+void Endpoint::send(std::span<const uint8_t> header, std::span<const uint8_t> data, DoneFn done,
+                    bool want_reply_ep) {
+  if (!ep_ || state_->failed) {
+    if (done) done({Code::kConnectionReset, "send on a failed or closed endpoint"});
+    return;
+  }
+  if (header.size() > kMaxAmHeader) {
+    if (done) done({Code::kTooBig, "am header of " + std::to_string(header.size()) +
+                                       " B exceeds " + std::to_string(kMaxAmHeader) + " B"});
+    return;
+  }
+  auto* op = new Op{std::move(done)};
+  op->header_len = header.size();
+  std::memcpy(op->header, header.data(), header.size());
+  ucp_request_param_t p = op_param(op);
+  if (want_reply_ep) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+  }
+  track(ucp_am_send_nbx(ep_, kAmId, op->header, op->header_len, data.data(), data.size(), &p), op,
+        "am send");
+}
+
+static Status check_bounds(const RemoteKey& key, uint64_t offset, size_t len, const char* what) {
+  if (!key.handle()) return {Code::kInvalidArgument, std::string(what) + " on an empty remote region"};
+  if (offset > key.length() || len > key.length() - offset)
+    return {Code::kOutOfRange, std::string(what) + " of " + std::to_string(len) + " B at offset " +
+                                   std::to_string(offset) + " exceeds remote region of " +
+                                   std::to_string(key.length()) + " B"};
+  return {};
+}
+
+Status Endpoint::put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src, DoneFn done) {
+  OB_RETURN_IF_ERROR(check_bounds(key, offset, src.size(), "put"));
+  if (!ep_ || state_->failed) return {Code::kConnectionReset, "put on a failed or closed endpoint"};
+  auto* op = new Op{std::move(done)};
+  ucp_request_param_t p = op_param(op);
+  track(ucp_put_nbx(ep_, src.data(), src.size(), key.base() + offset, key.handle(), &p), op, "put");
+  return {};
+}
+
+Status Endpoint::get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst, DoneFn done) {
+  OB_RETURN_IF_ERROR(check_bounds(key, offset, dst.size(), "get"));
+  if (!ep_ || state_->failed) return {Code::kConnectionReset, "get on a failed or closed endpoint"};
+  auto* op = new Op{std::move(done)};
+  ucp_request_param_t p = op_param(op);
+  track(ucp_get_nbx(ep_, dst.data(), dst.size(), key.base() + offset, key.handle(), &p), op, "get");
+  return {};
+}
+
+void Endpoint::flush(DoneFn done) {
+  if (!ep_ || state_->failed) {
+    if (done) done({Code::kConnectionReset, "flush on a failed or closed endpoint"});
+    return;
+  }
+  auto* op = new Op{std::move(done)};
+  ucp_request_param_t p = op_param(op);
+  track(ucp_ep_flush_nbx(ep_, &p), op, "flush");
+}
+
+Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d) {
+  if (!ep_) return Status(Code::kNotConnected, "import on a closed endpoint");
+  uint32_t magic = 0;
+  RemoteKey key;
+  if (d.size() < 20 || (std::memcpy(&magic, d.data(), 4), magic != kRegionMagic))
+    return Status(Code::kInvalidArgument,
+                  "region descriptor of " + std::to_string(d.size()) + " B is not an outboard descriptor");
+  std::memcpy(&key.base_, d.data() + 4, 8);
+  std::memcpy(&key.length_, d.data() + 12, 8);
+  ucs_status_t s = ucp_ep_rkey_unpack(ep_, d.data() + 20, &key.rkey_);
+  if (s != UCS_OK) return from_ucs(s, "unpack remote key");
+  return key;
+}
+
+std::string Endpoint::lanes() const {
+  if (!ep_) return {};
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (!f) return {};
+  ucp_ep_print_info(ep_, f);
+  fclose(f);
+  std::string out(buf, len);
+  free(buf);
+  return out;
+}
+
+// --------------------------------------------------------------- RemoteKey
+
+RemoteKey::RemoteKey(RemoteKey&& o) noexcept : rkey_(o.rkey_), base_(o.base_), length_(o.length_) {
+  o.rkey_ = nullptr;
+}
+RemoteKey& RemoteKey::operator=(RemoteKey&& o) noexcept {
+  std::swap(rkey_, o.rkey_);
+  base_ = o.base_;
+  length_ = o.length_;
+  return *this;
+}
+RemoteKey::~RemoteKey() {
+  if (rkey_) ucp_rkey_destroy(rkey_);
+}
+
+// ------------------------------------------------------------ MemoryRegion
+
+MemoryRegion::MemoryRegion(MemoryRegion&& o) noexcept { *this = std::move(o); }
+MemoryRegion& MemoryRegion::operator=(MemoryRegion&& o) noexcept {
+  std::swap(context_, o.context_);
+  std::swap(memh_, o.memh_);
+  std::swap(data_, o.data_);
+  std::swap(size_, o.size_);
+  std::swap(descriptor_, o.descriptor_);
+  return *this;
+}
+MemoryRegion::~MemoryRegion() {
+  if (memh_) {
+    ucs_status_t s = ucp_mem_unmap(context_, memh_);
+    if (s != UCS_OK) OB_LOG_ERR("unmap region of %zu B: %s", size_, ucs_status_string(s));
+  }
+}
+
+struct WorkerAccess {
+  static Endpoint wrap(ucp_ep_h ep, Endpoint::State* state) {
+    Endpoint e;
+    e.ep_ = ep;
+    e.state_ = state;
+    return e;
+  }
+  static void deliver(Worker* w, IncomingAm& am) {
+    if (w->am_handler_) w->am_handler_(am);
+  }
+};
+
+// ---------------------------------------------------------------- Listener
+
+struct Listener::State {
+  ucp_worker* worker;
+  std::unordered_set<void*>* closing;
+  AcceptFn accept;
+};
+
+Listener::Listener() = default;
+Listener::Listener(Listener&& o) noexcept { *this = std::move(o); }
+Listener& Listener::operator=(Listener&& o) noexcept {
+  std::swap(listener_, o.listener_);
+  std::swap(state_, o.state_);
+  std::swap(address_, o.address_);
+  return *this;
+}
+Listener::~Listener() {
+  if (listener_) ucp_listener_destroy(listener_);
+}
+
+namespace {
+
+void conn_request_cb(ucp_conn_request_h request, void* arg) {
+  auto* state = static_cast<Listener::State*>(arg);
+  auto* ep_state = new Endpoint::State();
+  ep_state->closing = state->closing;
+  ucp_ep_params_t p = ep_params(ep_state);
+  p.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
+  p.conn_request = request;
+  ucp_ep_h ep = nullptr;
+  ucs_status_t s = ucp_ep_create(state->worker, &p, &ep);
+  if (s != UCS_OK) {
+    OB_LOG_ERR("accept connection request: %s", ucs_status_string(s));
+    delete ep_state;
+    return;
+  }
+  state->accept(WorkerAccess::wrap(ep, ep_state));
+}
+
+}  // namespace
+
+
+// ------------------------------------------------------------------ Worker
+
+Result<std::shared_ptr<Worker>> Worker::process_worker(const TransportConfig& config) {
+  static std::mutex mu;
+  static std::weak_ptr<Worker> current;
+  std::lock_guard lock(mu);
+  if (auto w = current.lock()) return w;
+
+  std::shared_ptr<Worker> w(new Worker());
+  ucp_config_t* cfg = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
+  if (s != UCS_OK) return from_ucs(s, "read UCX config");
+  if (!std::getenv("UCX_KEEPALIVE_INTERVAL")) {
+    std::string ka = std::to_string(config.keepalive_ms) + "ms";
+    ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", ka.c_str());
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  s = ucp_init(&params, cfg, &w->context_);
+  ucp_config_release(cfg);
+  if (s != UCS_OK) return from_ucs(s, "ucp_init");
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  s = ucp_worker_create(w->context_, &wp, &w->worker_);
+  if (s != UCS_OK) return from_ucs(s, "ucp_worker_create");
+  s = ucp_worker_get_efd(w->worker_, &w->efd_);
+  if (s != UCS_OK) return from_ucs(s, "ucp_worker_get_efd");
+
+  ucp_address_t* addr = nullptr;
+  size_t addr_len = 0;
+  s = ucp_worker_get_address(w->worker_, &addr, &addr_len);
+  if (s != UCS_OK) return from_ucs(s, "ucp_worker_get_address");
+  w->address_.assign(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addr_len);
+  ucp_worker_release_address(w->worker_, addr);
+
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  hp.id = kAmId;
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+  hp.arg = w.get();
+  hp.cb = [](void* arg, const void* header, size_t header_length, void* data, size_t length,
+             const ucp_am_recv_param_t* param) -> ucs_status_t {
+    IncomingAm am;
+    am.header = {static_cast<const uint8_t*>(header), header_length};
+    am.data = static_cast<const uint8_t*>(data);
+    am.length = length;
+    am.rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) am.reply_ep = param->reply_ep;
+    WorkerAccess::deliver(static_cast<Worker*>(arg), am);
+    return UCS_OK;
+  };
+  s = ucp_worker_set_am_recv_handler(w->worker_, &hp);
+  if (s != UCS_OK) return from_ucs(s, "set am handler");
+  OB_LOG_DBG("ucx worker ready, address %zu B", w->address_.size());
+  current = w;
+  return w;
+}
+
+Worker::~Worker() {
+  constexpr int64_t kCloseDrainMs = 1000;
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCloseDrainMs);
+  while (!closing_.empty() && std::chrono::steady_clock::now() < until) ucp_worker_progress(worker_);
+  for (void* r : closing_) ucp_request_free(r);
+  if (worker_) ucp_worker_destroy(worker_);
+  if (context_) ucp_cleanup(context_);
+}
+
+unsigned Worker::progress() { return ucp_worker_progress(worker_); }
+
+Status Worker::arm() {
+  ucs_status_t s = ucp_worker_arm(worker_);
+  if (s == UCS_ERR_BUSY) return {Code::kAgain, "events pending"};
+  return from_ucs(s, "ucp_worker_arm");
+}
+
+void Worker::wait_event(int timeout_ms) {
+  {
+    std::lock_guard lock(mu_);
+    if (progress() != 0 || !arm().ok()) return;
+  }
+  pollfd pfd{efd_, POLLIN, 0};
+  ::poll(&pfd, 1, timeout_ms);
+}
+
+Result<Listener> Worker::listen(const std::string& host, uint16_t port, AcceptFn accept) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res); rc != 0)
+    return Status(Code::kBadConfig, "listen address '" + host + "': " + gai_strerror(rc));
+  Listener l;
+  l.state_ = std::make_unique<Listener::State>(Listener::State{worker_, &closing_, std::move(accept)});
+  ucp_listener_params_t p{};
+  p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  p.sockaddr.addr = res->ai_addr;
+  p.sockaddr.addrlen = res->ai_addrlen;
+  p.conn_handler.cb = conn_request_cb;
+  p.conn_handler.arg = l.state_.get();
+  ucs_status_t s = ucp_listener_create(worker_, &p, &l.listener_);
+  freeaddrinfo(res);
+  if (s != UCS_OK) return from_ucs(s, "listen on " + host + ":" + service);
+
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  s = ucp_listener_query(l.listener_, &attr);
+  if (s != UCS_OK) return from_ucs(s, "query listener");
+  char ip[NI_MAXHOST], port_text[NI_MAXSERV];
+  getnameinfo(reinterpret_cast<sockaddr*>(&attr.sockaddr), sizeof attr.sockaddr, ip, sizeof ip,
+              port_text, sizeof port_text, NI_NUMERICHOST | NI_NUMERICSERV);
+  l.address_ = std::string(ip) + ":" + port_text;
+  return l;
+}
+
+Result<Endpoint> Worker::connect(const std::string& host, uint16_t port) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0)
+    return Status(Code::kInvalidArgument, "agent address '" + host + "': " + gai_strerror(rc));
+  auto* state = new Endpoint::State();
+  state->closing = &closing_;
+  ucp_ep_params_t p = ep_params(state);
+  p.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  p.sockaddr.addr = res->ai_addr;
+  p.sockaddr.addrlen = res->ai_addrlen;
+  ucp_ep_h ep = nullptr;
+  ucs_status_t s = ucp_ep_create(worker_, &p, &ep);
+  freeaddrinfo(res);
+  if (s != UCS_OK) {
+    delete state;
+    return from_ucs(s, "connect to " + host + ":" + service);
+  }
+  return WorkerAccess::wrap(ep, state);
+}
+
+Result<Endpoint> Worker::connect_to(std::span<const uint8_t> address) {
+  auto* state = new Endpoint::State();
+  state->closing = &closing_;
+  ucp_ep_params_t p = ep_params(state);
+  p.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  p.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  ucp_ep_h ep = nullptr;
+  ucs_status_t s = ucp_ep_create(worker_, &p, &ep);
+  if (s != UCS_OK) {
+    delete state;
+    return from_ucs(s, "connect to peer worker address");
+  }
+  return WorkerAccess::wrap(ep, state);
+}
+
+void Worker::receive_rendezvous(const IncomingAm& am, std::span<uint8_t> dst, DoneFn done) {
+  auto* op = new Op{std::move(done)};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = recv_am_cb;
+  p.user_data = op;
+  track(ucp_am_recv_data_nbx(worker_, const_cast<uint8_t*>(am.data), dst.data(), dst.size(), &p), op,
+        "rendezvous receive");
+}
+
+Result<MemoryRegion> Worker::register_memory(void* data, size_t size) { return map(data, size, false); }
+Result<MemoryRegion> Worker::allocate_memory(size_t size) { return map(nullptr, size, true); }
+
+Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate) {
+  if (size == 0) return Status(Code::kInvalidArgument, "memory region of 0 B");
+  ucp_mem_map_params_t p{};
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                 UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  p.address = data;
+  p.length = size;
+  p.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
+  MemoryRegion r;
+  r.context_ = context_;
+  ucs_status_t s = ucp_mem_map(context_, &p, &r.memh_);
+  if (s != UCS_OK)
+    return from_ucs(s, "register memory region of " + std::to_string(size) + " B");
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  ucp_mem_query(r.memh_, &attr);
+  r.data_ = static_cast<uint8_t*>(attr.address);
+  r.size_ = size;
+  void* rkey = nullptr;
+  size_t rkey_len = 0;
+  s = ucp_rkey_pack(context_, r.memh_, &rkey, &rkey_len);
+  if (s != UCS_OK) return from_ucs(s, "pack remote key");
+  put_u32(r.descriptor_, kRegionMagic);
+  put_u64(r.descriptor_, reinterpret_cast<uint64_t>(r.data_));
+  put_u64(r.descriptor_, size);
+  r.descriptor_.insert(r.descriptor_.end(), static_cast<uint8_t*>(rkey), static_cast<uint8_t*>(rkey) + rkey_len);
+  ucp_rkey_buffer_release(rkey);
+  return r;
+}
+
+Result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos)
+    return Status(Code::kBadConfig, "address '" + text + "' is not host:port");
+  std::string host = text.substr(0, colon);
+  char* end = nullptr;
+  long port = std::strtol(text.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || colon + 1 == text.size() || port < 0 || port > 65535)
+    return Status(Code::kBadConfig, "port in address '" + text + "' is not 0..65535");
+  return std::make_pair(host.empty() ? std::string("0.0.0.0") : host, static_cast<uint16_t>(port));
+}
+
+}  // namespace outboard::transport

@@ -1,0 +1,197 @@
+// UCX transport: the only layer that includes UCX headers.
+//
+// Threading model: one UCX context and one worker per process (UCX thread
+// mode SERIALIZED). Every call into a Worker, its endpoints and regions must
+// hold Worker::mutex(); callbacks run inside progress() on the calling thread
+// with the mutex already held, so the mutex is recursive.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "outboard/status.h"
+
+struct ucp_context;
+struct ucp_worker;
+struct ucp_ep;
+struct ucp_listener;
+struct ucp_mem;
+struct ucp_rkey;
+
+namespace outboard::transport {
+
+using Bytes = std::vector<uint8_t>;
+using DoneFn = std::function<void(Status)>;
+using FailFn = std::function<void(Status)>;
+
+struct TransportConfig {
+  /// UCX keepalive interval; UCX_KEEPALIVE_INTERVAL in the environment wins.
+  uint64_t keepalive_ms = 200;
+};
+
+class Endpoint;
+
+/// An active message as UCX handed it to us; valid only inside the handler.
+struct IncomingAm {
+  std::span<const uint8_t> header;
+  const uint8_t* data = nullptr;  ///< eager payload, or the rendezvous descriptor
+  size_t length = 0;
+  bool rendezvous = false;        ///< fetch with Worker::receive_rendezvous or drop
+  ucp_ep* reply_ep = nullptr;     ///< set when the sender asked for a reply endpoint
+};
+using AmHandler = std::function<void(IncomingAm&)>;
+
+/// Remote access to a peer's region, bound to one endpoint. Bounds-checked.
+class RemoteKey {
+ public:
+  RemoteKey() = default;
+  RemoteKey(RemoteKey&&) noexcept;
+  RemoteKey& operator=(RemoteKey&&) noexcept;
+  ~RemoteKey();
+  [[nodiscard]] uint64_t base() const { return base_; }
+  [[nodiscard]] uint64_t length() const { return length_; }
+  [[nodiscard]] ucp_rkey* handle() const { return rkey_; }
+
+ private:
+  friend class Endpoint;
+  ucp_rkey* rkey_ = nullptr;
+  uint64_t base_ = 0, length_ = 0;
+};
+
+/// A registered local memory region. Owns the registration (and the memory
+/// when allocated by UCX).
+class MemoryRegion {
+ public:
+  MemoryRegion() = default;
+  MemoryRegion(MemoryRegion&&) noexcept;
+  MemoryRegion& operator=(MemoryRegion&&) noexcept;
+  ~MemoryRegion();
+  [[nodiscard]] uint8_t* data() const { return data_; }
+  [[nodiscard]] size_t size() const { return size_; }
+  /// Opaque bytes the peer passes to Endpoint::import_region.
+  [[nodiscard]] const Bytes& descriptor() const { return descriptor_; }
+
+ private:
+  friend class Worker;
+  ucp_context* context_ = nullptr;
+  ucp_mem* memh_ = nullptr;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  Bytes descriptor_;
+};
+
+/// Owns one ucp endpoint. Move-only; closing is non-blocking.
+class Endpoint {
+ public:
+  Endpoint() = default;
+  Endpoint(Endpoint&&) noexcept;
+  Endpoint& operator=(Endpoint&&) noexcept;
+  ~Endpoint();
+
+  [[nodiscard]] bool valid() const { return ep_ != nullptr; }
+  /// Identity of the ucp endpoint (compare with IncomingAm::reply_ep).
+  [[nodiscard]] ucp_ep* raw() const { return ep_; }
+  /// Called once if the endpoint fails (peer died, reset, keepalive timeout).
+  void on_failure(FailFn fail);
+  /// Sends an active message. `header` is copied; `data` must stay valid
+  /// until `done` runs (UCX picks eager or zero-copy rendezvous by size).
+  void send(std::span<const uint8_t> header, std::span<const uint8_t> data, DoneFn done,
+            bool want_reply_ep = false);
+  /// One-sided write/read at `offset` of the remote region; errors with
+  /// kOutOfRange (nothing transferred) when outside it.
+  Status put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src, DoneFn done);
+  Status get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst, DoneFn done);
+  /// Completes all earlier operations at the target before `done` runs.
+  void flush(DoneFn done);
+  Result<RemoteKey> import_region(std::span<const uint8_t> descriptor);
+  /// The lanes UCX chose, as ucp_ep_print_info prints them.
+  [[nodiscard]] std::string lanes() const;
+  /// Starts a non-blocking close; `force` after the peer failed.
+  void close(bool force);
+
+  struct State;  // internal: failure callback and flags, shared with UCX callbacks
+
+ private:
+  friend struct WorkerAccess;
+  ucp_ep* ep_ = nullptr;
+  State* state_ = nullptr;  // owned; outlives the ep until the close completes
+};
+
+class Listener {
+ public:
+  Listener();
+  Listener(Listener&&) noexcept;
+  Listener& operator=(Listener&&) noexcept;
+  ~Listener();
+  /// "host:port" with the port actually bound.
+  [[nodiscard]] const std::string& address() const { return address_; }
+
+  struct State;  // internal: accept callback
+
+ private:
+  friend class Worker;
+  ucp_listener* listener_ = nullptr;
+  std::unique_ptr<State> state_;
+  std::string address_;
+};
+
+/// Called with the new endpoint of an accepted connection request.
+using AcceptFn = std::function<void(Endpoint)>;
+
+class Worker {
+ public:
+  /// The process-wide worker, created on first use with `config`.
+  static Result<std::shared_ptr<Worker>> process_worker(const TransportConfig& config);
+  ~Worker();
+
+  [[nodiscard]] std::recursive_mutex& mutex() { return mu_; }
+  /// Drives UCX; returns the number of events handled (0 when idle).
+  unsigned progress();
+  /// A file descriptor that becomes readable when progress() has work.
+  [[nodiscard]] int event_fd() const { return efd_; }
+  /// Arms event_fd(); kAgain means events are pending: progress first.
+  Status arm();
+  /// Blocks up to `timeout_ms` for an event (arming first). Lock not held inside the wait.
+  void wait_event(int timeout_ms);
+
+  [[nodiscard]] const Bytes& address() const { return address_; }
+  void set_am_handler(AmHandler handler) { am_handler_ = std::move(handler); }
+
+  Result<Listener> listen(const std::string& host, uint16_t port, AcceptFn accept);
+  /// Client-server (sockaddr) endpoint: TCP on 1.13, used to bootstrap.
+  Result<Endpoint> connect(const std::string& host, uint16_t port);
+  /// Endpoint to a peer worker's address: UCX picks shared memory on the
+  /// same host, TCP or RDMA across hosts.
+  Result<Endpoint> connect_to(std::span<const uint8_t> worker_address);
+
+  /// Fetches a rendezvous payload into `dst` (dst.size() == message length).
+  void receive_rendezvous(const IncomingAm& am, std::span<uint8_t> dst, DoneFn done);
+
+  Result<MemoryRegion> register_memory(void* data, size_t size);
+  Result<MemoryRegion> allocate_memory(size_t size);
+
+ private:
+  Worker() = default;
+  friend struct WorkerAccess;
+  Result<MemoryRegion> map(void* data, size_t size, bool allocate);
+
+  std::recursive_mutex mu_;
+  std::unordered_set<void*> closing_;  // endpoint-close requests still in flight
+  ucp_context* context_ = nullptr;
+  ucp_worker* worker_ = nullptr;
+  int efd_ = -1;
+  Bytes address_;
+  AmHandler am_handler_;
+};
+
+/// Parses "host:port" (port may be 0 to pick a free one).
+Result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text);
+
+}  // namespace outboard::transport

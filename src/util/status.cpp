@@ -1,0 +1,37 @@
+#include "outboard/status.h"
+
+namespace outboard {
+
+std::string_view code_name(Code code) {
+  switch (code) {
+    case Code::kOk: return "ok";
+    case Code::kInvalidArgument: return "invalid argument";
+    case Code::kTooBig: return "too big";
+    case Code::kNotFound: return "not found";
+    case Code::kBadConfig: return "bad config";
+    case Code::kUnsupported: return "unsupported";
+    case Code::kAgain: return "again";
+    case Code::kTimedOut: return "timed out";
+    case Code::kNoMemory: return "no memory";
+    case Code::kIoError: return "i/o error";
+    case Code::kOutOfRange: return "out of range";
+    case Code::kNotConnected: return "not connected";
+    case Code::kConnectionReset: return "connection reset";
+    case Code::kShutDown: return "shut down";
+  }
+  return "unknown";
+}
+
+std::string Status::to_string() const {
+  if (ok()) return "ok";
+  std::string s(code_name(code_));
+  if (!message_.empty()) s.append(": ").append(message_);
+  return s;
+}
+
+Status Status::with_context(std::string_view context) const {
+  if (ok()) return *this;
+  return {code_, std::string(context) + ": " + message_};
+}
+
+}  // namespace outboard

@@ -1,0 +1,149 @@
+#include <random>
+
+#include "../agent_fixture.h"
+#include "outboard/checksum.h"
+
+namespace outboard {
+namespace {
+
+using testing::AgentFixture;
+using ConnectionTest = AgentFixture;
+
+Deadline soon() { return Deadline::after_ms(10000); }
+
+TEST_F(ConnectionTest, EchoesBoundarySizesByteForByte) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  for (size_t size : {0ul, 1ul, 4080ul, 4096ul, 65535ul, 65536ul, 1ul << 20}) {
+    std::vector<uint8_t> msg(size);
+    fill_pattern(msg, size);
+    auto r = c->request("echo", msg, soon());
+    ASSERT_TRUE(r.ok()) << size << ": " << r.status().to_string();
+    ASSERT_EQ(r.value().size(), size);
+    EXPECT_EQ(checksum(r.value().span()), checksum(msg)) << size;
+  }
+}
+
+TEST_F(ConnectionTest, OversizeMessageIsRefusedAndConnectionStaysUsable) {
+  stop_agent();
+  AgentConfig cfg;
+  cfg.channel.max_msg_size = 65536;
+  start_agent(cfg);
+  auto c = connect();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->peer_max_msg_size(), 65536u);
+  std::vector<uint8_t> big(70000);
+  auto r = c->request("echo", big, soon());
+  EXPECT_EQ(r.status().code(), Code::kTooBig);
+  EXPECT_EQ(r.status().message(), "message of 70000 B exceeds max_msg_size 65536 B (agent option --max-msg-size)");
+  EXPECT_EQ(c->send(big, soon(), "echo").code(), Code::kTooBig);
+  std::vector<uint8_t> max(65536, 7);
+  auto ok = c->request("echo", max, soon());
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok.value().size(), 65536u);
+}
+
+TEST_F(ConnectionTest, OneWayMessagesArriveInOrderWithoutLoss) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  std::mt19937_64 rng(42);
+  constexpr int kCount = 2000;
+  std::vector<uint64_t> sums;
+  int received = 0;
+  auto check_one = [&](Result<Incoming> in) {
+    ASSERT_TRUE(in.ok()) << in.status().to_string();
+    ASSERT_EQ(checksum(in.value().data.span()), sums[received]) << "message " << received;
+    ++received;
+  };
+  for (int i = 0; i < kCount; ++i) {
+    // Mix eager and rendezvous sizes so rendezvous frames complete out of order.
+    size_t size = (rng() % 8 == 0) ? 20000 + rng() % 200000 : rng() % 2000;
+    std::vector<uint8_t> msg(size);
+    fill_pattern(msg, i);
+    sums.push_back(checksum(msg));
+    ASSERT_TRUE(c->send(msg, soon(), "echo").ok());
+    while (received + 64 < i) check_one(c->receive(soon()));  // keep the agent's credits flowing
+  }
+  while (received < kCount) check_one(c->receive(soon()));
+}
+
+TEST_F(ConnectionTest, NonBlockingSendSaysAgainWhenCreditsRunOut) {
+  stop_agent();
+  AgentConfig cfg;
+  cfg.channel.recv_window_msgs = 4;
+  start_agent(cfg);
+  auto c = connect();
+  ASSERT_TRUE(c);
+  // The agent reflects each one-way echo; without reading them here its
+  // credits toward us run out and it stops consuming ours.
+  std::vector<uint8_t> msg(16, 1);
+  int sent = 0;
+  Status st;
+  for (int i = 0; i < 10000 && (st = c->try_send(msg, "echo")).ok(); ++i) {
+    ++sent;
+    c->progress();
+  }
+  EXPECT_EQ(st.code(), Code::kAgain) << st.to_string();
+  EXPECT_GT(sent, 0);
+  EXPECT_LT(sent, 10000);
+}
+
+TEST_F(ConnectionTest, UnknownServiceIsNamed) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  auto r = c->request("nope", {}, soon());
+  EXPECT_EQ(r.status().code(), Code::kNotFound);
+  EXPECT_NE(r.status().message().find("'nope'"), std::string::npos);
+  EXPECT_NE(r.status().message().find("echo"), std::string::npos);
+}
+
+TEST_F(ConnectionTest, StatsCountClientsAndMessages) {
+  auto a = connect();
+  auto b = connect();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->request("echo", bytes("x"), soon()).ok());
+  auto r = b->request("stats", {}, soon());
+  ASSERT_TRUE(r.ok());
+  std::string json(reinterpret_cast<const char*>(r.value().data()), r.value().size());
+  EXPECT_NE(json.find("\"clients\":2"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"messages_in\":2"), std::string::npos) << json;
+}
+
+TEST_F(ConnectionTest, AsyncRequestsCompleteThroughProgress) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  int done = 0;
+  for (int i = 0; i < 100; ++i) {
+    std::string s = "req" + std::to_string(i);
+    ASSERT_TRUE(c->submit("echo", Buffer::copy_of(bytes(s)), soon(), [&, s](Result<Buffer> r) {
+                   ASSERT_TRUE(r.ok());
+                   EXPECT_EQ(std::string(reinterpret_cast<const char*>(r.value().data()), r.value().size()), s);
+                   ++done;
+                 }).ok());
+  }
+  Deadline d = soon();
+  while (done < 100 && !d.expired()) c->wait(Deadline::after_ms(10));
+  EXPECT_EQ(done, 100);
+}
+
+TEST_F(ConnectionTest, ShutdownFailsClientWithShutDown) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  stop_agent();
+  auto r = c->request("echo", bytes("late"), Deadline::after_ms(2000));
+  EXPECT_TRUE(r.status().code() == Code::kShutDown) << r.status().to_string();
+  EXPECT_FALSE(c->is_open());
+}
+
+TEST_F(ConnectionTest, ConnectToNobodyFailsFast) {
+  ChannelConfig cfg;
+  cfg.connect_timeout_ms = 2000;
+  auto c = Connection::connect("127.0.0.1:1", cfg);
+  EXPECT_FALSE(c.ok());
+  EXPECT_TRUE(c.status().code() == Code::kConnectionReset || c.status().code() == Code::kTimedOut)
+      << c.status().to_string();
+  EXPECT_EQ(Connection::connect("no-port", cfg).status().code(), Code::kBadConfig);
+}
+
+}  // namespace
+}  // namespace outboard
