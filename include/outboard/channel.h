@@ -94,6 +94,9 @@ class RemoteRegion {
 
 using ResponseFn = std::function<void(Result<Buffer>)>;
 
+/// Version of the transport library (UCX) carrying the channel.
+std::string transport_version();
+
 /// One end of a channel between a client and an agent.
 ///
 /// Thread mode: multi. Calls from several threads are serialised on the

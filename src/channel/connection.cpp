@@ -193,7 +193,7 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
         if (counters) ++counters->errors;
         OB_LOG_WARN("connection %u: %s", local_id, error.to_string().c_str());
         if (h.type == FrameType::kRequest) {
-          open_requests.insert(h.id);
+          open_requests.emplace(h.id, 0);
           respond(h.id, error);
         } else {
           consumed(0);
@@ -202,18 +202,18 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
       }
       if (on_service) {
         if (h.type == FrameType::kRequest) {
-          open_requests.insert(h.id);
+          open_requests.emplace(h.id, data.size());
         } else if (h.service == channel::kNoService) {
           if (counters) ++counters->errors;
           OB_LOG_WARN("connection %u: one-way message names no service; dropped", local_id);
           return consumed(data.size());
         } else {
-          open_messages.insert(h.seq);
+          open_messages.emplace(h.seq, data.size());
         }
         return on_service(*this, h, std::move(data));
       }
       if (h.type == FrameType::kRequest) {
-        open_requests.insert(h.id);
+        open_requests.emplace(h.id, data.size());
         return respond(h.id, Status(Code::kUnsupported, "this side serves no requests"));
       }
       inbox.push_back(Incoming{Incoming::Kind::kMessage, std::move(data)});
@@ -332,8 +332,11 @@ Status Connection::Impl::wait_done(Lock& lock, Deadline deadline, const Completi
 }
 
 void Connection::Impl::respond(uint64_t id, Result<Buffer> result) {
-  if (!open_requests.erase(id)) return;
-  consumed(0);
+  auto open = open_requests.find(id);
+  if (open == open_requests.end()) return;
+  uint64_t request_bytes = open->second;
+  open_requests.erase(open);
+  consumed(request_bytes);
   if (state != State::kOpen) return;
   FrameHeader h;
   h.type = FrameType::kResponse;
@@ -354,12 +357,17 @@ void Connection::Impl::respond(uint64_t id, Result<Buffer> result) {
 }
 
 void Connection::Impl::acknowledge(uint64_t seq) {
-  if (open_messages.erase(seq)) consumed(0);
+  auto open = open_messages.find(seq);
+  if (open == open_messages.end()) return;
+  uint64_t bytes = open->second;
+  open_messages.erase(open);
+  consumed(bytes);
 }
 
 void Connection::Impl::shut_down(const Status& why) {
   if (state != State::kOpen) return;
-  std::vector<uint64_t> open(open_requests.begin(), open_requests.end());
+  std::vector<uint64_t> open;
+  for (const auto& [id, bytes] : open_requests) open.push_back(id);
   for (uint64_t id : open) respond(id, why);
   FrameHeader h;
   h.type = FrameType::kClose;
@@ -369,6 +377,8 @@ void Connection::Impl::shut_down(const Status& why) {
 }
 
 // -------------------------------------------------------------- Connection
+
+std::string transport_version() { return "UCX " + transport::ucx_version(); }
 
 Connection::Connection(std::shared_ptr<Impl> impl, bool owner) : impl_(std::move(impl)), owner_(owner) {}
 

@@ -6,7 +6,6 @@
 #include <map>
 #include <set>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "channel/hub.h"
 
@@ -109,8 +108,9 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   uint64_t next_request_id = 1;
   std::unordered_map<uint64_t, Pending> pending;
   std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
-  std::unordered_set<uint64_t> open_requests;  // agent side: not yet answered
-  std::unordered_set<uint64_t> open_messages;  // agent side: one-way, not yet acknowledged (by seq)
+  // Agent side, id -> payload bytes (the credit returned with the answer):
+  std::unordered_map<uint64_t, uint64_t> open_requests;  // not yet answered
+  std::unordered_map<uint64_t, uint64_t> open_messages;  // one-way by seq, not yet acknowledged
   std::vector<std::function<void()>> credit_waiters;
 
  private:

@@ -80,10 +80,14 @@ unsigned Hub::progress() {
 }
 
 bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std::function<bool()>& done) {
-  uint64_t spin_end = now_ns() + uint64_t{spin_us} * 1000;
+  const uint64_t spin_ns = uint64_t{spin_us} * 1000;
+  uint64_t spin_end = now_ns() + spin_ns;
   while (true) {
     if (done()) return true;
-    if (progress() != 0) continue;
+    if (progress() != 0) {
+      spin_end = now_ns() + spin_ns;  // busy again: keep polling before sleeping
+      continue;
+    }
     if (done()) return true;
     if (deadline.expired()) return false;
     lock.unlock();

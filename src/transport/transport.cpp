@@ -111,10 +111,10 @@ void ep_close_cb(void* request, ucs_status_t, void* user_data) {
   ucp_request_free(request);
 }
 
-ucp_ep_params_t ep_params(Endpoint::State* state) {
+ucp_ep_params_t ep_params(Endpoint::State* state, bool peer_failure = true) {
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_mode = peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   p.err_handler.cb = ep_error_cb;
   p.err_handler.arg = state;
   return p;
@@ -477,7 +477,7 @@ Result<Endpoint> Worker::connect(const std::string& host, uint16_t port) {
 Result<Endpoint> Worker::connect_to(std::span<const uint8_t> address) {
   auto* state = new Endpoint::State();
   state->closing = &closing_;
-  ucp_ep_params_t p = ep_params(state);
+  ucp_ep_params_t p = ep_params(state, /*peer_failure=*/false);
   p.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   p.address = reinterpret_cast<const ucp_address_t*>(address.data());
   ucp_ep_h ep = nullptr;
@@ -531,6 +531,8 @@ Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate) {
   ucp_rkey_buffer_release(rkey);
   return r;
 }
+
+std::string ucx_version() { return ucp_get_version_string(); }
 
 Result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text) {
   auto colon = text.rfind(':');

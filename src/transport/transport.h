@@ -168,7 +168,11 @@ class Worker {
   /// Client-server (sockaddr) endpoint: TCP on 1.13, used to bootstrap.
   Result<Endpoint> connect(const std::string& host, uint16_t port);
   /// Endpoint to a peer worker's address: UCX picks shared memory on the
-  /// same host, TCP or RDMA across hosts.
+  /// same host, TCP or RDMA across hosts. UCX 1.13 drops sysv/posix lanes
+  /// from endpoints in peer-failure mode (they only have ep_check), so such
+  /// endpoints are created without it: callers detect a dead peer on a
+  /// client-server endpoint and force-close this one, which cancels its
+  /// outstanding operations.
   Result<Endpoint> connect_to(std::span<const uint8_t> worker_address);
 
   /// Fetches a rendezvous payload into `dst` (dst.size() == message length).
@@ -190,6 +194,9 @@ class Worker {
   Bytes address_;
   AmHandler am_handler_;
 };
+
+/// "1.13.1": the UCX library in use.
+std::string ucx_version();
 
 /// Parses "host:port" (port may be 0 to pick a free one).
 Result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text);

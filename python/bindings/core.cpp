@@ -1,0 +1,239 @@
+// outboard._core: converts types and releases the GIL; no logic lives here.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "outboard/channel.h"
+#include "outboard/checksum.h"
+#include "outboard/log.h"
+#include "outboard/stats.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace outboard {
+namespace {
+
+// Carries a Status to the translator, which raises outboard.errors.<Class>.
+struct StatusError {
+  Status status;
+};
+
+[[noreturn]] void raise(const Status& st) { throw StatusError{st}; }
+void check(const Status& st) {
+  if (!st.ok()) raise(st);
+}
+template <typename T>
+T unwrap(Result<T>&& r) {
+  if (!r.ok()) raise(r.status());
+  return std::move(r).value();
+}
+
+Deadline deadline_in(double seconds) {
+  return Deadline::after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+}
+
+std::span<const uint8_t> view(const nb::bytes& b) {
+  return {reinterpret_cast<const uint8_t*>(b.c_str()), b.size()};
+}
+
+nb::bytes to_bytes(const Buffer& b) { return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size()); }
+
+using ByteArray = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Float64Array = nb::ndarray<nb::numpy, double, nb::ndim<1>>;
+
+// A registered region and, for user memory, the array that owns it.
+struct PyRegion {
+  Region region;
+  nb::object owner;
+};
+
+// Round-trip latency of `echo` requests: one sample per request, distinct
+// payloads, every response checked against what was sent (outside the timed
+// part). Returns (samples in µs, mismatches).
+std::pair<std::vector<double>, uint64_t> measure_roundtrip(Connection& c, size_t size, size_t iterations,
+                                                           size_t warmup, double timeout) {
+  constexpr size_t kDistinctBytes = 64u << 20;  // cycle through this much distinct payload
+  size_t distinct = std::clamp<size_t>(size ? kDistinctBytes / size : iterations, 16, iterations + warmup);
+  std::vector<std::vector<uint8_t>> payloads(distinct, std::vector<uint8_t>(size));
+  for (size_t i = 0; i < distinct; ++i) fill_pattern(payloads[i], size * 1000003 + i);
+  std::vector<double> samples;
+  samples.reserve(iterations);
+  uint64_t mismatches = 0;
+  for (size_t i = 0; i < warmup + iterations; ++i) {
+    const auto& p = payloads[i % distinct];
+    uint64_t t0 = now_ns();
+    auto r = c.request("echo", p, deadline_in(timeout));
+    uint64_t t1 = now_ns();
+    if (!r.ok()) raise(r.status());
+    if (r.value().size() != size || (size && std::memcmp(r.value().data(), p.data(), size) != 0)) ++mismatches;
+    if (i >= warmup) samples.push_back(static_cast<double>(t1 - t0) / 1000.0);
+  }
+  return {std::move(samples), mismatches};
+}
+
+}  // namespace
+}  // namespace outboard
+
+NB_MODULE(_core, m) {
+  using namespace outboard;
+  m.doc() = "Private extension of the outboard package; use the public API in outboard.";
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      nb::object errors = nb::module_::import_("outboard.errors");
+      nb::object exc = errors.attr("from_code")(static_cast<int>(e.status.code()), e.status.message());
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    }
+  });
+
+  m.def("set_log_level", [](const std::string& level) { log::set_level(unwrap(log::parse_level(level))); },
+        "level"_a);
+  m.def("transport_version", &transport_version);
+  m.def("code_name", [](int code) { return std::string(code_name(static_cast<Code>(code))); });
+
+  nb::class_<PyRegion>(m, "Region")
+      .def_prop_ro("size", [](const PyRegion& r) { return r.region.size(); })
+      .def_prop_ro("descriptor", [](const PyRegion& r) {
+        auto d = r.region.descriptor();
+        return nb::bytes(reinterpret_cast<const char*>(d.data()), d.size());
+      })
+      .def("array", [](PyRegion& r) {
+        return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(r.region.data(), {r.region.size()}, nb::find(&r));
+      }, "A numpy view of the region (no copy).");
+
+  nb::class_<RemoteRegion>(m, "RemoteRegion").def_prop_ro("size", &RemoteRegion::size);
+
+  nb::class_<Connection>(m, "Connection")
+      .def_static(
+          "connect",
+          [](const std::string& address, uint64_t max_msg_size, double connect_timeout, uint64_t keepalive_ms,
+             uint32_t spin_us) {
+            ChannelConfig cfg;
+            cfg.max_msg_size = max_msg_size;
+            cfg.connect_timeout_ms = static_cast<int64_t>(connect_timeout * 1000);
+            cfg.keepalive_ms = keepalive_ms;
+            cfg.spin_us = spin_us;
+            nb::gil_scoped_release release;
+            return unwrap(Connection::connect(address, cfg));
+          },
+          "address"_a, "max_msg_size"_a = ChannelConfig{}.max_msg_size, "connect_timeout"_a = 5.0,
+          "keepalive_ms"_a = ChannelConfig{}.keepalive_ms, "spin_us"_a = ChannelConfig{}.spin_us)
+      .def("request",
+           [](Connection& c, std::string_view service, nb::bytes payload, double timeout) {
+             Result<Buffer> r = [&] {
+               nb::gil_scoped_release release;
+               return c.request(service, view(payload), deadline_in(timeout));
+             }();
+             return to_bytes(unwrap(std::move(r)));
+           },
+           "service"_a, "payload"_a, "timeout"_a)
+      .def("send",
+           [](Connection& c, nb::bytes payload, std::string_view service, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.send(view(payload), deadline_in(timeout), service);
+             }
+             check(st);
+           },
+           "payload"_a, "service"_a, "timeout"_a)
+      .def("receive",
+           [](Connection& c, double timeout) {
+             Result<Incoming> r = [&] {
+               nb::gil_scoped_release release;
+               return c.receive(deadline_in(timeout));
+             }();
+             Incoming in = unwrap(std::move(r));
+             if (in.kind == Incoming::Kind::kNotify) return nb::make_tuple("notify", in.cookie, in.offset, in.length);
+             return nb::make_tuple("message", to_bytes(in.data));
+           },
+           "timeout"_a)
+      .def("progress", &Connection::progress, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("event_fd", &Connection::event_fd)
+      .def("close", &Connection::close, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("is_open", &Connection::is_open)
+      .def_prop_ro("close_reason", [](const Connection& c) { return c.close_reason().to_string(); })
+      .def_prop_ro("peer_max_msg_size", &Connection::peer_max_msg_size)
+      .def_prop_ro("peer_services", &Connection::peer_services)
+      .def_prop_ro("send_credits", &Connection::send_credits)
+      .def_prop_ro("lanes", &Connection::lanes)
+      .def("register_memory",
+           [](Connection& c, ByteArray array) {
+             auto r = c.register_memory(array.data(), array.size());
+             return PyRegion{unwrap(std::move(r)), nb::cast(array)};
+           },
+           "array"_a, nb::keep_alive<0, 1>())
+      .def("allocate_memory", [](Connection& c, size_t size) { return PyRegion{unwrap(c.allocate_memory(size)), {}}; },
+           "size"_a)
+      .def("import_region", [](Connection& c, nb::bytes d) { return unwrap(c.import_region(view(d))); }, "descriptor"_a)
+      .def("put",
+           [](Connection& c, const RemoteRegion& r, uint64_t offset, nb::bytes data, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.put(r, offset, view(data), deadline_in(timeout));
+             }
+             check(st);
+           },
+           "region"_a, "offset"_a, "data"_a, "timeout"_a)
+      .def("get",
+           [](Connection& c, const RemoteRegion& r, uint64_t offset, size_t size, double timeout) {
+             Buffer out(size);
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.get(r, offset, out.span(), deadline_in(timeout));
+             }
+             check(st);
+             return to_bytes(out);
+           },
+           "region"_a, "offset"_a, "size"_a, "timeout"_a)
+      .def("flush",
+           [](Connection& c, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.flush(deadline_in(timeout));
+             }
+             check(st);
+           },
+           "timeout"_a)
+      .def("put_notify",
+           [](Connection& c, const RemoteRegion& r, uint64_t offset, nb::bytes data, uint64_t cookie, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.put_notify(r, offset, view(data), cookie, deadline_in(timeout));
+             }
+             check(st);
+           },
+           "region"_a, "offset"_a, "data"_a, "cookie"_a, "timeout"_a);
+
+  m.def("measure_roundtrip",
+        [](Connection& c, size_t size, size_t iterations, size_t warmup, double timeout) {
+          std::pair<std::vector<double>, uint64_t> r;
+          {
+            nb::gil_scoped_release release;
+            r = measure_roundtrip(c, size, iterations, warmup, timeout);
+          }
+          auto* data = new std::vector<double>(std::move(r.first));
+          nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
+          return nb::make_tuple(Float64Array(data->data(), {data->size()}, owner), r.second);
+        },
+        "connection"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a);
+
+  m.def("checksum", [](nb::bytes data) { return checksum(view(data)); }, "data"_a);
+  m.def("pattern", [](size_t size, uint64_t seed) {
+    Buffer b(size);
+    fill_pattern(b.span(), seed);
+    return to_bytes(b);
+  }, "size"_a, "seed"_a);
+}

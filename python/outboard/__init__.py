@@ -1,0 +1,15 @@
+"""Outboard: move work off the host onto an offload agent, and measure what it buys.
+
+This is the public API; ``outboard._core`` is private.
+"""
+
+from __future__ import annotations
+
+from . import errors
+from ._agent import LocalAgent, agent_executable
+from .client import Client, connect
+from .errors import Error
+
+__version__ = "0.1.0"
+
+__all__ = ["Client", "Error", "LocalAgent", "agent_executable", "connect", "errors", "__version__"]

@@ -1,0 +1,120 @@
+"""The `outboard` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Sequence
+
+from . import _core, _options, latency, machine
+from ._agent import agent_executable
+from .client import connect
+from .errors import Error
+
+DEFAULT_SIZES = "64,4096,65536,1048576"
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(s) for s in text.split(",") if s]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of byte counts") from None
+    if not sizes or min(sizes) < 0:
+        raise argparse.ArgumentTypeError(f"'{text}' needs at least one size >= 0")
+    return sizes
+
+
+def cmd_agent(args: argparse.Namespace, rest: list[str]) -> int:
+    exe = agent_executable()
+    extra = ["--log-level", args.log_level] if args.log_level != "warning" else []
+    extra += ["--json", args.json] if args.json else []
+    os.execv(exe, [exe, *extra, *rest])
+
+
+def cmd_latency(args: argparse.Namespace) -> int:
+    iterations = 300 if args.quick else args.iterations
+    warmup = 50 if args.quick else args.warmup
+    with connect(args.agent) as client:
+        lanes = latency.transports(client.connection.lanes)
+        where = f"local agent (pid {client.agent.pid})" if client.agent else f"agent {args.agent}"
+        info = machine.describe()
+        print(f"Outboard channel round trip: request -> echo service -> response, {where}")
+        print(f"transport lanes: {', '.join(lanes) or 'unknown'} ({info['transport']})")
+        rows = []
+        for size in args.sizes:
+            # Large messages take longer: fewer iterations keep the run short.
+            n = max(iterations * 4096 // max(size, 4096), 20) if size > 4096 else iterations
+            rows.append(latency.measure(client, size, n, min(warmup, n)))
+        print(latency.render(rows))
+        print(
+            f"\n{info['cpu']}, {info['cores']} cores, kernel {info['kernel']}, virtualization: "
+            f"{info['virtualization']}.\nAbsolute figures on a small VM are noisy: compare runs on one "
+            "machine, and percentiles rather than means."
+        )
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"machine": info, "lanes": lanes, "rows": [r.__dict__ for r in rows]}, f, indent=2)
+            print(f"results written to {args.out}")
+        return 0 if all(r.mismatches == 0 for r in rows) else 1
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with connect(args.agent) as client:
+        print(json.dumps(client.stats(), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="outboard", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        _options.add_common(p)
+        p.set_defaults(_parser=p)
+        return p
+
+    command("agent", "run outboard-agent (options after `--` go to the agent; see `outboard agent -- --help`)")
+
+    for name, help in (("run", "the main job: channel round-trip latency against a local agent"),
+                       ("latency", "channel round-trip latency (p50/p90/p99) for a few sizes")):
+        p = command(name, help)
+        p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
+        p.add_argument("--sizes", type=_sizes, default=_sizes(DEFAULT_SIZES), help="message sizes in bytes")
+        p.add_argument("--iterations", type=int, default=5000, help="timed round trips per small size")
+        p.add_argument("--warmup", type=int, default=500, help="untimed round trips first")
+        p.add_argument("--quick", action="store_true", help="few iterations (a smoke run)")
+        p.add_argument("--out", metavar="FILE", help="also write the results as JSON")
+        p.set_defaults(func=cmd_latency)
+
+    p = command("stats", "print an agent's counters")
+    p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
+    p.set_defaults(func=cmd_stats)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, rest = argv[:i], argv[i + 1:]
+    parser = build_parser()
+    try:
+        args = _options.parse(parser, argv)
+        _core.set_log_level(str(args.log_level))
+        if args.command == "agent":
+            return cmd_agent(args, rest)
+        return args.func(args)
+    except Error as e:
+        print(f"outboard {argv[0] if argv else ''}: {e}", file=sys.stderr)
+        return 2 if e.code == -4 else 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The Python client: a connection to an agent, started locally when none is given."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import _core
+from ._agent import LocalAgent
+
+#: Default deadline of a blocking call, in seconds.
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class Client:
+    """A connection to one agent. Safe to use from several threads."""
+
+    def __init__(self, connection: _core.Connection, agent: LocalAgent | None = None) -> None:
+        self._conn = connection
+        self._agent = agent
+
+    @property
+    def connection(self) -> _core.Connection:
+        """The underlying channel connection (one-sided API, progress, event fd)."""
+        return self._conn
+
+    @property
+    def agent(self) -> LocalAgent | None:
+        """The local agent this client started, if any."""
+        return self._agent
+
+    def request(self, service: str, payload: bytes = b"", *, timeout: float = DEFAULT_TIMEOUT_S) -> bytes:
+        return self._conn.request(service, payload, timeout)
+
+    def send(self, payload: bytes, *, service: str = "", timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self._conn.send(payload, service, timeout)
+
+    def receive(self, *, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[Any, ...]:
+        """``("message", bytes)`` or ``("notify", cookie, offset, length)``."""
+        return self._conn.receive(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        return json.loads(self.request("stats"))
+
+    def close(self) -> None:
+        self._conn.close()
+        if self._agent is not None:
+            self._agent.stop()
+            self._agent = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(
+    addr: str | None = None,
+    *,
+    max_msg_size: int | None = None,
+    connect_timeout: float = 5.0,
+    keepalive_ms: int | None = None,
+    agent_args: tuple[str, ...] = (),
+) -> Client:
+    """Connects to the agent at ``addr`` ("host:port"); ``None`` starts a local one."""
+    agent = LocalAgent(*agent_args).start() if addr is None else None
+    kwargs: dict[str, Any] = {"connect_timeout": connect_timeout}
+    if max_msg_size is not None:
+        kwargs["max_msg_size"] = max_msg_size
+    if keepalive_ms is not None:
+        kwargs["keepalive_ms"] = keepalive_ms
+    try:
+        conn = _core.Connection.connect(agent.address if agent else addr, **kwargs)
+    except BaseException:
+        if agent:
+            agent.stop()
+        raise
+    return Client(conn, agent)
