@@ -34,6 +34,12 @@ T unwrap(Result<T>&& r) {
   return std::move(r).value();
 }
 
+// Lets Ctrl-C interrupt long native loops that run without the GIL.
+void check_signals() {
+  nb::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw nb::python_error();
+}
+
 Deadline deadline_in(double seconds) {
   return Deadline::after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
 }
@@ -73,6 +79,7 @@ std::pair<std::vector<double>, uint64_t> measure_roundtrip(Connection& c, size_t
     if (!r.ok()) raise(r.status());
     if (r.value().size() != size || (size && std::memcmp(r.value().data(), p.data(), size) != 0)) ++mismatches;
     if (i >= warmup) samples.push_back(static_cast<double>(t1 - t0) / 1000.0);
+    if (i % 1024 == 1023) check_signals();
   }
   return {std::move(samples), mismatches};
 }

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what `make run` / `make test` need on Debian 12 / Ubuntu 22.04+:
+# system packages (as root or through sudo) and a .venv with the Python tools.
+# Idempotent: does nothing that is already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(g++ make cmake ninja-build pkg-config git libucx-dev ucx-utils libgtest-dev
+          nlohmann-json3-dev libsodium-dev python3-dev python3-venv iproute2)
+PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "numpy>=1.22" "pytest>=7" "pytest-timeout>=2")
+MIN_CMAKE=3.25
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]]; then SUDO=(); elif command -v sudo >/dev/null; then SUDO=(sudo); else
+    echo "bootstrap: missing packages ${missing[*]}; install them as root (no sudo here)" >&2; exit 1
+  fi
+  echo "bootstrap: installing ${missing[*]}"
+  "${SUDO[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  echo "bootstrap: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.outboard-deps
+want="${PY_DEPS[*]}"
+if [[ ! -f $stamp || "$(cat "$stamp")" != "$want" ]]; then
+  echo "bootstrap: installing Python dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q "${PY_DEPS[@]}"
+  echo "$want" > "$stamp"
+fi
+
+# Ubuntu 22.04 ships CMake 3.22: take a newer one from PyPI into the .venv.
+cmake_version=$(cmake --version 2>/dev/null | head -1 | awk '{print $3}')
+if [[ -z $cmake_version ]] || ! printf '%s\n%s\n' "$MIN_CMAKE" "$cmake_version" | sort -V -C; then
+  if [[ ! -x .venv/bin/cmake ]]; then
+    echo "bootstrap: system CMake ${cmake_version:-missing} < $MIN_CMAKE; installing cmake into .venv"
+    .venv/bin/python -m pip install -q "cmake>=$MIN_CMAKE"
+  fi
+fi

@@ -1,0 +1,104 @@
+"""Channel integration: a real agent process, real UCX, checked payloads."""
+
+from __future__ import annotations
+
+import random
+import struct
+import threading
+
+import pytest
+
+import outboard
+from outboard import _core, errors
+from outboard.latency import transports
+
+MAX_MSG = 64 << 20
+
+
+@pytest.mark.parametrize("size", [0, 1, 4080, 4096, 65535, 65536, 1 << 20, MAX_MSG])
+def test_echo_returns_every_byte(client: outboard.Client, size: int) -> None:
+    payload = _core.pattern(size, seed=size)
+    assert client.connection.peer_max_msg_size == MAX_MSG
+    assert client.request("echo", payload, timeout=30) == payload
+
+
+def test_oversize_message_is_refused_and_connection_stays_usable(start_agent) -> None:
+    agent = start_agent("--max-msg-size", "65536")
+    with outboard.connect(agent.address) as c:
+        with pytest.raises(errors.TooBig) as e:
+            c.request("echo", bytes(70000))
+        assert e.value.message == "message of 70000 B exceeds max_msg_size 65536 B (agent option --max-msg-size)"
+        with pytest.raises(errors.TooBig):
+            c.send(bytes(65537), service="echo")
+        assert c.request("echo", b"x" * 65536) == b"x" * 65536
+        assert c.stats()["errors"] == 0  # refused on the client: nothing was sent
+
+
+def test_1e5_messages_of_random_sizes_arrive_once_and_in_order(client: outboard.Client) -> None:
+    rng = random.Random(7)
+    count, window = 100_000, 64
+    sent: list[bytes] = []
+    received = 0
+
+    def check_next() -> None:
+        nonlocal received
+        kind, data = client.receive(timeout=10)
+        assert kind == "message"
+        index = struct.unpack_from("<Q", data)[0]
+        assert index == received, f"expected message {received}, got {index}"
+        assert data == sent[received], f"message {received} corrupted"
+        sent[received] = b""  # keep memory flat
+        received += 1
+
+    for i in range(count):
+        size = rng.randrange(200_000) if rng.random() < 0.01 else rng.randrange(2048)
+        payload = struct.pack("<Q", i) + _core.pattern(size, seed=i)
+        sent.append(payload)
+        client.send(payload, service="echo")
+        while received < i - window:
+            check_next()
+    while received < count:
+        check_next()
+    print(f"compared {received} messages: 0 lost, 0 duplicated, 0 reordered")
+    with pytest.raises(errors.TimedOut):
+        client.receive(timeout=0.2)  # nothing extra arrives
+
+
+def test_two_clients_at_once(agent: outboard.LocalAgent) -> None:
+    failures: list[str] = []
+
+    def run(seed: int) -> None:
+        with outboard.connect(agent.address) as c:
+            for i in range(3000):
+                p = _core.pattern(1 + (i * 37) % 9000, seed=seed * 100_000 + i)
+                if c.request("echo", p) != p:
+                    failures.append(f"client {seed} request {i}")
+            stats = c.stats()
+            if stats["clients"] < 1:
+                failures.append("stats lost a client")
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+def test_same_host_connection_uses_shared_memory(client: outboard.Client) -> None:
+    lanes = transports(client.connection.lanes)
+    assert {"sysv", "posix"} & set(lanes), client.connection.lanes
+    assert "tcp" not in lanes
+
+
+def test_unknown_service_names_the_offered_ones(client: outboard.Client) -> None:
+    with pytest.raises(errors.NotFound) as e:
+        client.request("nope")
+    assert "'nope'" in str(e.value) and "echo" in str(e.value)
+
+
+def test_stats_count_traffic(client: outboard.Client) -> None:
+    client.request("echo", b"12345")
+    s = client.stats()
+    assert s["clients"] == 1 and s["messages_in"] >= 2 and s["bytes_in"] >= 5
+    assert set(s["services"]) >= {"echo", "stats", "memory"}

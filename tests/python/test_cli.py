@@ -1,0 +1,85 @@
+"""The `outboard` command, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OUTBOARD = str(Path(sys.executable).parent / "outboard")
+
+
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([OUTBOARD, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def test_run_quick_prints_percentiles_and_stops_its_agent(tmp_path) -> None:
+    out = tmp_path / "lat.json"
+    r = run("run", "--quick", "--sizes", "64,4096", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"64 B\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+", r.stdout), r.stdout
+    assert "transport lanes: sysv" in r.stdout or "posix" in r.stdout
+    pid = int(re.search(r"local agent \(pid (\d+)\)", r.stdout).group(1))
+    assert not pid_alive(pid)
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["size"] for row in rows] == [64, 4096]
+    assert all(row["mismatches"] == 0 and row["p50_us"] <= row["p99_us"] for row in rows)
+
+
+def test_tcp_transport_is_honoured_through_ucx_tls() -> None:
+    r = run("latency", "--quick", "--sizes", "64", env={"UCX_TLS": "tcp,self"})
+    assert r.returncode == 0, r.stderr
+    assert "transport lanes: tcp" in r.stdout, r.stdout
+
+
+def test_interrupt_stops_the_local_agent() -> None:
+    p = subprocess.Popen([OUTBOARD, "latency", "--iterations", "100000000", "--sizes", "64"],
+                         stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    pid = int(re.search(r"pid (\d+)", line).group(1))
+    assert pid_alive(pid)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(15) == 130
+    deadline = time.monotonic() + 5
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(pid)
+
+
+def test_json_options_for_commands(tmp_path) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"sizes": "64", "quick": True, "log-level": 40}))
+    r = run("latency", "--json", str(good))
+    assert r.returncode == 0, r.stderr
+    assert "64 B" in r.stdout and "4 KiB" not in r.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"iterations": "lots"}))
+    r = run("latency", "--json", str(bad))
+    assert r.returncode == 2
+    assert "key 'iterations'" in r.stderr and "expected integer" in r.stderr
+    bad.write_text(json.dumps({"itrations": 5}))
+    r = run("latency", "--json", str(bad))
+    assert r.returncode == 2 and "unknown key 'itrations'" in r.stderr
+
+
+def test_agent_command_passes_options_through() -> None:
+    r = run("agent", "--", "--help")
+    assert r.returncode == 0 and "--max-msg-size" in r.stdout
+    r = run("agent", "--", "--max-msg-size", "lots")
+    assert r.returncode == 2 and "option 'max-msg-size'" in r.stderr

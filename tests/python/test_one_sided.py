@@ -1,0 +1,72 @@
+"""One-sided data path against the agent's memory service."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+import outboard
+from outboard import _core, errors
+
+
+def op(code: str, *args: int, tail: bytes = b"") -> bytes:
+    return code.encode() + struct.pack(f"<{len(args)}Q", *args) + tail
+
+
+def u64(b: bytes) -> int:
+    return struct.unpack("<Q", b)[0]
+
+
+def test_put_get_round_trip_is_verified_on_both_sides(client: outboard.Client) -> None:
+    conn = client.connection
+    remote = conn.import_region(client.request("memory", op("A", 1 << 20)))
+    assert remote.size == 1 << 20
+    data = _core.pattern(300_000, seed=3)
+    conn.put(remote, 1000, data, 10.0)
+    conn.flush(10.0)
+    assert u64(client.request("memory", op("S", 1000, len(data)))) == _core.checksum(data)
+    assert conn.get(remote, 1000, len(data), 10.0) == data
+
+
+def test_out_of_bounds_put_is_an_error_and_writes_nothing(client: outboard.Client) -> None:
+    conn = client.connection
+    remote = conn.import_region(client.request("memory", op("A", 4096)))
+    client.request("memory", op("P", 11))
+    before = client.request("memory", op("S", 0, 4096))
+    with pytest.raises(errors.OutOfRange) as e:
+        conn.put(remote, 4000, b"\xff" * 100, 10.0)
+    assert str(e.value) == "out of range: put of 100 B at offset 4000 exceeds remote region of 4096 B"
+    with pytest.raises(errors.OutOfRange):
+        conn.get(remote, 4096, 1, 10.0)
+    assert client.request("memory", op("S", 0, 4096)) == before
+    assert client.request("echo", b"still fine") == b"still fine"
+
+
+def test_agent_write_with_notify_lands_before_the_notification(client: outboard.Client) -> None:
+    conn = client.connection
+    buf = np.zeros(1 << 20, dtype=np.uint8)
+    region = conn.register_memory(buf)
+    for i in range(10):
+        offset, length = i * 4096, 5000 + i * 70_000
+        digest = u64(client.request("memory", op("W", 500 + i, offset, length, i, tail=region.descriptor)))
+        kind, cookie, at, n = client.receive(timeout=10)
+        assert (kind, cookie, at, n) == ("notify", 500 + i, offset, length)
+        assert _core.checksum(buf[offset:offset + length].tobytes()) == digest
+
+
+def test_allocated_region_is_a_numpy_view(client: outboard.Client) -> None:
+    region = client.connection.allocate_memory(4096)
+    view = region.array()
+    view[:4] = [1, 2, 3, 4]
+    assert region.array()[:4].tolist() == [1, 2, 3, 4]
+    assert len(region.descriptor) > 20
+
+
+def test_region_larger_than_agent_limit_is_refused(start_agent) -> None:
+    agent = start_agent("--max-region-size", "1MiB")
+    with outboard.connect(agent.address) as c:
+        with pytest.raises(errors.TooBig) as e:
+            c.request("memory", op("A", 2 << 20))
+        assert "exceeds max_region_size 1048576 B" in str(e.value)
