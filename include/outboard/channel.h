@@ -131,8 +131,10 @@ class Connection {
   // ---- progress and waiting
   /// Drives the connection (and the process's worker); events handled.
   unsigned progress();
-  /// Readable when progress() may have work (for epoll loops).
+  /// Readable when progress() may have work (for epoll loops): call arm()
+  /// first; kAgain from arm() means work is pending, so progress() instead.
   [[nodiscard]] int event_fd() const;
+  [[nodiscard]] Status arm();
   /// Waits until progress() has done some work, or the deadline.
   void wait(Deadline deadline);
 

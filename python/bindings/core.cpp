@@ -165,6 +165,32 @@ NB_MODULE(_core, m) {
            "timeout"_a)
       .def("progress", &Connection::progress, nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("event_fd", &Connection::event_fd)
+      .def("arm",
+           [](Connection& c) {
+             Status st = c.arm();
+             if (st.code() == Code::kAgain) return false;
+             check(st);
+             return true;
+           },
+           "Arms event_fd; False when events are pending (call progress instead of waiting).")
+      .def("submit",
+           [](Connection& c, std::string_view service, nb::bytes payload, double timeout, nb::callable done) {
+             // The callback runs inside progress() (GIL released there): take it back.
+             auto fn = std::make_shared<nb::object>(done);
+             check(c.submit(service, Buffer::copy_of(view(payload)), deadline_in(timeout),
+                            [fn](Result<Buffer> r) {
+                              nb::gil_scoped_acquire gil;
+                              if (r.ok())
+                                (*fn)(to_bytes(r.value()), nb::none());
+                              else
+                                (*fn)(nb::none(), nb::module_::import_("outboard.errors")
+                                                      .attr("from_code")(static_cast<int>(r.status().code()),
+                                                                         r.status().message()));
+                              fn->reset();
+                            }));
+           },
+           "service"_a, "payload"_a, "timeout"_a, "done"_a,
+           "Asynchronous request: done(response, error) runs from progress(). Raises Again without credit.")
       .def("close", &Connection::close, nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("is_open", &Connection::is_open)
       .def_prop_ro("close_reason", [](const Connection& c) { return c.close_reason().to_string(); })

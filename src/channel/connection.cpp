@@ -32,6 +32,8 @@ Connection::Impl::Impl(std::shared_ptr<channel::Hub> h, const ChannelConfig& c)
 }
 
 Connection::Impl::~Impl() {
+  // The last owner may drop it on any thread, without the lock.
+  Lock lock(hub->mutex());
   hub->remove(local_id);
   boot_ep.close(true);
   data_ep.close(true);
@@ -530,6 +532,12 @@ unsigned Connection::progress() {
 }
 
 int Connection::event_fd() const { return impl_->hub->worker().event_fd(); }
+
+Status Connection::arm() {
+  Lock lock(impl_->hub->mutex());
+  if (impl_->hub->progress() != 0) return {Code::kAgain, "events pending: progress first"};
+  return impl_->hub->worker().arm();
+}
 
 void Connection::wait(Deadline deadline) {
   Lock lock(impl_->hub->mutex());

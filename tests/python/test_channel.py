@@ -102,3 +102,41 @@ def test_stats_count_traffic(client: outboard.Client) -> None:
     s = client.stats()
     assert s["clients"] == 1 and s["messages_in"] >= 2 and s["bytes_in"] >= 5
     assert set(s["services"]) >= {"echo", "stats", "memory"}
+
+
+def test_async_requests_complete_through_event_fd_without_spinning(client: outboard.Client) -> None:
+    import select
+
+    conn = client.connection
+    results: dict[int, bytes] = {}
+
+    def done_for(i: int):
+        def done(response, error) -> None:
+            assert error is None, error
+            results[i] = response
+        return done
+
+    for i in range(50):
+        conn.submit("echo", b"async %d" % i, 10.0, done_for(i))
+    sleeps = 0
+    while len(results) < 50:
+        if conn.arm():
+            ready, _, _ = select.select([conn.event_fd], [], [], 5.0)
+            assert ready, "event fd never became readable"
+            sleeps += 1
+        conn.progress()
+    assert results == {i: b"async %d" % i for i in range(50)}
+
+
+def test_async_request_to_unknown_service_raises_immediately(client: outboard.Client) -> None:
+    with pytest.raises(errors.NotFound):
+        client.connection.submit("nope", b"", 1.0, lambda r, e: None)
+
+
+def test_agent_pins_to_requested_core(start_agent) -> None:
+    from pathlib import Path
+    agent = start_agent("--cores", "0")
+    status = Path(f"/proc/{agent.pid}/status").read_text()
+    assert "Cpus_allowed_list:\t0\n" in status
+    with outboard.connect(agent.address) as c:
+        assert c.request("echo", b"pinned") == b"pinned"

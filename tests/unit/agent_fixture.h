@@ -12,10 +12,11 @@ namespace outboard::testing {
 
 class AgentFixture : public ::testing::Test {
  protected:
-  void start_agent(AgentConfig config = {}) {
+  void start_agent(AgentConfig config = {}, std::unique_ptr<Service> extra = nullptr) {
     auto agent = Agent::create(config);
     ASSERT_TRUE(agent.ok()) << agent.status().to_string();
     agent_ = std::move(agent).value();
+    if (extra) ASSERT_TRUE(agent_->add_service(std::move(extra)).ok());
     ASSERT_TRUE(agent_->start().ok());
     thread_ = std::thread([this] { (void)agent_->run(); });
   }

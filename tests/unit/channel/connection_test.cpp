@@ -126,6 +126,52 @@ TEST_F(ConnectionTest, AsyncRequestsCompleteThroughProgress) {
   EXPECT_EQ(done, 100);
 }
 
+// A service that answers only when told to (a stand-in for slow work).
+class Sink final : public Service {
+ public:
+  std::string name() const override { return "sink"; }
+  void handle(ServiceRequest r) override { held.push_back(std::move(r.responder)); }
+  std::vector<Responder> held;
+};
+
+TEST_F(ConnectionTest, RequestDeadlineExpiresAndLateAnswerIsDropped) {
+  stop_agent();
+  auto sink = std::make_unique<Sink>();
+  Sink* s = sink.get();
+  start_agent({}, std::move(sink));
+  auto c = connect();
+  ASSERT_TRUE(c);
+  auto t0 = Clock::now();
+  auto r = c->request("sink", bytes("wait"), Deadline::after_ms(200));
+  auto waited = Clock::now() - t0;
+  EXPECT_EQ(r.status().code(), Code::kTimedOut) << r.status().to_string();
+  EXPECT_GE(waited, std::chrono::milliseconds(200));
+  EXPECT_LT(waited, std::chrono::milliseconds(1500));
+  ASSERT_TRUE(c->request("echo", bytes("probe"), soon()).ok());  // the agent thread has seen the request
+  ASSERT_EQ(s->held.size(), 1u);
+  s->held[0].respond(Buffer::copy_of(bytes("late")));
+  EXPECT_TRUE(c->request("echo", bytes("still"), soon()).ok());
+}
+
+TEST_F(ConnectionTest, ShutdownFailsInFlightRequestsWithShutDown) {
+  stop_agent();
+  start_agent({}, std::make_unique<Sink>());
+  auto c = connect();
+  ASSERT_TRUE(c);
+  Status answer;
+  bool done = false;
+  ASSERT_TRUE(c->submit("sink", Buffer(), soon(), [&](Result<Buffer> r) {
+                 answer = r.status();
+                 done = true;
+               }).ok());
+  ASSERT_TRUE(c->request("echo", bytes("probe"), soon()).ok());  // the sink holds the request now
+  stop_agent();
+  Deadline d = Deadline::after_ms(2000);
+  while (!done && !d.expired()) c->wait(Deadline::after_ms(10));
+  ASSERT_TRUE(done);
+  EXPECT_EQ(answer.code(), Code::kShutDown) << answer.to_string();
+}
+
 TEST_F(ConnectionTest, ShutdownFailsClientWithShutDown) {
   auto c = connect();
   ASSERT_TRUE(c);
