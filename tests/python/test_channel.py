@@ -140,3 +140,18 @@ def test_agent_pins_to_requested_core(start_agent) -> None:
     assert "Cpus_allowed_list:\t0\n" in status
     with outboard.connect(agent.address) as c:
         assert c.request("echo", b"pinned") == b"pinned"
+
+
+def test_graceful_close_is_seen_by_the_agent(agent: outboard.LocalAgent) -> None:
+    a = outboard.connect(agent.address)
+    b = outboard.connect(agent.address)
+    assert b.stats()["clients"] == 2
+    a.close()
+    with pytest.raises(errors.NotConnected):
+        a.request("echo", b"closed")
+    deadline = 50
+    while b.stats()["clients"] != 1 and deadline:
+        deadline -= 1
+    stats = b.stats()
+    assert stats["clients"] == 1 and stats["disconnects"] == 1
+    b.close()

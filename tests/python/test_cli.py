@@ -83,3 +83,11 @@ def test_agent_command_passes_options_through() -> None:
     assert r.returncode == 0 and "--max-msg-size" in r.stdout
     r = run("agent", "--", "--max-msg-size", "lots")
     assert r.returncode == 2 and "option 'max-msg-size'" in r.stderr
+
+
+def test_failing_command_still_stops_its_agent() -> None:
+    r = run("latency", "--sizes", str(100 << 20), "--quick")
+    assert r.returncode == 1
+    assert "exceeds max_msg_size 67108864 B" in r.stderr, r.stderr
+    pid = int(re.search(r"local agent \(pid (\d+)\)", r.stdout).group(1))
+    assert not pid_alive(pid)
