@@ -150,10 +150,15 @@ class Connection {
                            Deadline deadline);
   /// All earlier puts are complete in the peer's memory.
   [[nodiscard]] Status flush(Deadline deadline);
+  /// Orders one-sided operations: those issued after it complete at the
+  /// peer after those issued before it (cheaper than flush; no waiting).
+  [[nodiscard]] Status fence();
   /// Put, then a notification (kNotify with `cookie`) that the peer receives
-  /// only after the data is visible in its region.
+  /// only after the data is visible in its region: in its receive() queue, or
+  /// handed to the named service of an agent.
   [[nodiscard]] Status put_notify(const RemoteRegion& region, uint64_t offset,
-                                  std::span<const uint8_t> src, uint64_t cookie, Deadline deadline);
+                                  std::span<const uint8_t> src, uint64_t cookie, Deadline deadline,
+                                  std::string_view service = {});
 
   // ---- state
   /// Graceful close: tells the peer, fails local requests with kNotConnected.

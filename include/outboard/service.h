@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "outboard/channel.h"
@@ -29,8 +30,18 @@ class Responder {
   bool one_way_ = false;
 };
 
+/// A peer's write-with-notify into a region of ours has landed.
+struct Notification {
+  uint64_t cookie = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
 struct ServiceRequest {
   Buffer payload;
+  /// Set (and payload empty) when this is a write-with-notify notification;
+  /// respond() acknowledges it like a one-way message.
+  std::optional<Notification> notification;
   Responder responder;
   /// The client's connection, for one-sided access to its regions and for
   /// one-way messages back. Not owned: the client closes it.

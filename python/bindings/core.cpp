@@ -240,15 +240,17 @@ NB_MODULE(_core, m) {
            },
            "timeout"_a)
       .def("put_notify",
-           [](Connection& c, const RemoteRegion& r, uint64_t offset, nb::bytes data, uint64_t cookie, double timeout) {
+           [](Connection& c, const RemoteRegion& r, uint64_t offset, nb::bytes data, uint64_t cookie, double timeout,
+              std::string_view service) {
              Status st;
              {
                nb::gil_scoped_release release;
-               st = c.put_notify(r, offset, view(data), cookie, deadline_in(timeout));
+               st = c.put_notify(r, offset, view(data), cookie, deadline_in(timeout), service);
              }
              check(st);
            },
-           "region"_a, "offset"_a, "data"_a, "cookie"_a, "timeout"_a);
+           "region"_a, "offset"_a, "data"_a, "cookie"_a, "timeout"_a, "service"_a = "")
+      .def("fence", [](Connection& c) { check(c.fence()); });
 
   m.def("measure_roundtrip",
         [](Connection& c, size_t size, size_t iterations, size_t warmup, double timeout) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 
@@ -83,7 +84,13 @@ struct Agent::Impl {
       return responder.fail({Code::kNotFound, "service index " + std::to_string(h.service) + " is not offered"});
     auto& service = services.at(conn.local_services[h.service]);
     auto peer = std::make_shared<Connection>(conn.shared_from_this(), /*owner=*/false);
-    service->handle(ServiceRequest{std::move(payload), std::move(responder), std::move(peer)});
+    std::optional<Notification> notification;
+    if (h.type == channel::FrameType::kNotify) {
+      notification = Notification{h.id, h.arg, 0};
+      if (payload.size() == sizeof(uint64_t)) std::memcpy(&notification->length, payload.data(), sizeof(uint64_t));
+      payload = Buffer();
+    }
+    service->handle(ServiceRequest{std::move(payload), notification, std::move(responder), std::move(peer)});
   }
 };
 

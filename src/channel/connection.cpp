@@ -221,6 +221,10 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
       inbox.push_back(Incoming{Incoming::Kind::kMessage, std::move(data)});
       return;
     case FrameType::kNotify:
+      if (on_service && h.service != channel::kNoService) {
+        open_messages.emplace(h.seq, 0);
+        return on_service(*this, h, std::move(data));
+      }
       // The payload is the notified length (8 bytes).
       inbox.push_back(Incoming{Incoming::Kind::kNotify, {}, h.id, h.arg, 0});
       if (data.size() == 8) std::memcpy(&inbox.back().length, data.data(), 8);

@@ -106,10 +106,17 @@ Status Connection::flush(Deadline deadline) {
   return impl_->wait_done(lock, deadline, op, "flush");
 }
 
+Status Connection::fence() {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(impl_->check_open());
+  return impl_->hub->worker().fence();
+}
+
 Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
-                              uint64_t cookie, Deadline deadline) {
+                              uint64_t cookie, Deadline deadline, std::string_view service) {
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
+  OB_ASSIGN_OR_RETURN(uint32_t service_index, impl_->service_index(service));
   // The notification is credited: take the credit before touching the peer.
   OB_RETURN_IF_ERROR(impl_->acquire(0, deadline, true, &lock));
   auto op = std::make_shared<Completion>();
@@ -122,7 +129,7 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
   // notification sent after it never overtakes the data.
   auto length = std::make_shared<uint64_t>(src.size());
   std::weak_ptr<Connection::Impl> weak = impl_;
-  impl_->data_ep.flush([op, weak, length, offset, cookie](Status fst) {
+  impl_->data_ep.flush([op, weak, length, offset, cookie, service_index](Status fst) {
     auto self = weak.lock();
     if (!self || !fst.ok()) {
       return completer(op)(fst.ok() ? Status(Code::kConnectionReset, "connection closed") : fst);
@@ -131,6 +138,7 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
     h.type = FrameType::kNotify;
     h.id = cookie;
     h.arg = offset;
+    h.service = service_index;
     self->post(h, {reinterpret_cast<const uint8_t*>(length.get()), 8},
                [op, length](Status sst) { completer(op)(std::move(sst)); });
   });

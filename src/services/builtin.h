@@ -17,7 +17,9 @@ std::unique_ptr<Service> make_stats(std::function<std::string()> snapshot);
 /// benchmarks. Requests (little-endian): 'A' u64 size -> descriptor;
 /// 'P' u64 seed -> fills the region; 'S' u64 offset u64 len -> u64 checksum;
 /// 'W' u64 cookie u64 offset u64 len u64 seed + the client's descriptor ->
-/// writes the pattern into the client's region with notify.
+/// writes the pattern into the client's region with notify. A client's
+/// write-with-notify into the region is answered with a one-way message of
+/// u64 cookie, u64 checksum of the notified bytes.
 std::unique_ptr<Service> make_memory(uint64_t max_region_size);
 
 }  // namespace outboard::services

@@ -24,6 +24,7 @@ class Memory final : public Service {
   void on_disconnect(uint32_t id) override { regions_.erase(id); }
 
   void handle(ServiceRequest r) override {
+    if (r.notification) return notified(r);
     std::span<const uint8_t> in = r.payload.span();
     if (in.empty()) return r.responder.fail({Code::kInvalidArgument, "empty memory request"});
     char op = static_cast<char>(in[0]);
@@ -79,6 +80,19 @@ class Memory final : public Service {
   }
 
  private:
+  // Proves the data was visible when the notification arrived.
+  void notified(const ServiceRequest& r) {
+    Region* region = find(r);
+    if (!region) return;
+    const Notification& n = *r.notification;
+    if (n.offset > region->size() || n.length > region->size() - n.offset)
+      return r.responder.fail({Code::kOutOfRange, "notification outside the region"});
+    uint64_t reply[2] = {n.cookie, checksum({region->data() + n.offset, n.length})};
+    Status st = r.peer->try_send({reinterpret_cast<const uint8_t*>(reply), sizeof reply});
+    if (!st.ok()) return r.responder.fail(st);
+    r.responder.respond({});
+  }
+
   Region* find(const ServiceRequest& r) {
     auto it = regions_.find(r.peer->id());
     if (it != regions_.end()) return &it->second;

@@ -404,6 +404,8 @@ Worker::~Worker() {
 
 unsigned Worker::progress() { return ucp_worker_progress(worker_); }
 
+Status Worker::fence() { return from_ucs(ucp_worker_fence(worker_), "ucp_worker_fence"); }
+
 Status Worker::arm() {
   ucs_status_t s = ucp_worker_arm(worker_);
   if (s == UCS_ERR_BUSY) return {Code::kAgain, "events pending"};

@@ -156,6 +156,8 @@ class Worker {
   unsigned progress();
   /// A file descriptor that becomes readable when progress() has work.
   [[nodiscard]] int event_fd() const { return efd_; }
+  /// Orders this worker's one-sided operations (ucp_worker_fence).
+  Status fence();
   /// Arms event_fd(); kAgain means events are pending: progress first.
   Status arm();
   /// Blocks up to `timeout_ms` for an event (arming first). Lock not held inside the wait.

@@ -155,3 +155,20 @@ def test_graceful_close_is_seen_by_the_agent(agent: outboard.LocalAgent) -> None
     stats = b.stats()
     assert stats["clients"] == 1 and stats["disconnects"] == 1
     b.close()
+
+
+def test_one_connection_shared_by_several_threads(client: outboard.Client) -> None:
+    failures: list[str] = []
+
+    def run(seed: int) -> None:
+        for i in range(500):
+            p = _core.pattern(1 + (seed * 131 + i) % 5000, seed=seed * 10_000 + i)
+            if client.request("echo", p) != p:
+                failures.append(f"thread {seed} request {i}")
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []

@@ -70,3 +70,24 @@ def test_region_larger_than_agent_limit_is_refused(start_agent) -> None:
         with pytest.raises(errors.TooBig) as e:
             c.request("memory", op("A", 2 << 20))
         assert "exceeds max_region_size 1048576 B" in str(e.value)
+
+
+def test_client_write_with_notify_is_visible_to_the_agent_service(client: outboard.Client) -> None:
+    conn = client.connection
+    remote = conn.import_region(client.request("memory", op("A", 1 << 20)))
+    for i in range(300):
+        offset, data = (i * 997) % 500_000, _core.pattern(1 + (i * 7919) % 400_000, seed=i)
+        conn.put_notify(remote, offset, data, 1000 + i, 10.0, service="memory")
+        kind, reply = client.receive(timeout=10)
+        assert kind == "message"
+        assert struct.unpack("<QQ", reply) == (1000 + i, _core.checksum(data))
+
+
+def test_fence_orders_puts(client: outboard.Client) -> None:
+    conn = client.connection
+    remote = conn.import_region(client.request("memory", op("A", 4096)))
+    for i in range(50):
+        conn.put(remote, 0, bytes([i]) * 4096, 10.0)
+        conn.fence()
+    conn.flush(10.0)
+    assert conn.get(remote, 0, 4096, 10.0) == bytes([49]) * 4096
