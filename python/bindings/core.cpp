@@ -265,6 +265,20 @@ NB_MODULE(_core, m) {
         },
         "connection"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a);
 
+  m.def("summarize",
+        [](std::vector<double> samples) {
+          stats::Summary s = stats::summarize(std::move(samples));
+          nb::dict d;
+          d["count"] = s.count;
+          d["min"] = s.min;
+          d["p50"] = s.p50;
+          d["p90"] = s.p90;
+          d["p99"] = s.p99;
+          d["p999"] = s.p999;
+          d["max"] = s.max;
+          return d;
+        },
+        "samples"_a, "Nearest-rank order statistics (outboard::stats::summarize).");
   m.def("checksum", [](nb::bytes data) { return checksum(view(data)); }, "data"_a);
   m.def("pattern", [](size_t size, uint64_t seed) {
     Buffer b(size);

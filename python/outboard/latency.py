@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from . import _core
 from .client import Client
 
@@ -27,18 +25,10 @@ class LatencyRow:
         return self.p50_us / 2
 
 
-def percentile(sorted_samples: np.ndarray, q: float) -> float:
-    """Nearest-rank percentile, as outboard::stats::percentile."""
-    n = len(sorted_samples)
-    rank = max(int(np.ceil(q * n)), 1)
-    return float(sorted_samples[rank - 1])
-
-
 def measure(client: Client, size: int, iterations: int, warmup: int, timeout: float = 10.0) -> LatencyRow:
     samples, mismatches = _core.measure_roundtrip(client.connection, size, iterations, warmup, timeout)
-    s = np.sort(samples)
-    return LatencyRow(size, len(s), percentile(s, 0.5), percentile(s, 0.9), percentile(s, 0.99),
-                      float(s[0]), float(s[-1]), int(mismatches))
+    s = _core.summarize(samples.tolist())
+    return LatencyRow(size, s["count"], s["p50"], s["p90"], s["p99"], s["min"], s["max"], int(mismatches))
 
 
 def transports(lanes: str) -> list[str]:
