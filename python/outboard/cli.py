@@ -45,7 +45,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
         rows = []
         for size in args.sizes:
             # Large messages take longer: fewer iterations keep the run short.
-            n = max(iterations * 4096 // max(size, 4096), 20) if size > 4096 else iterations
+            n = max(iterations * 4096 // size, 20 if args.quick else 200) if size > 4096 else iterations
             rows.append(latency.measure(client, size, n, min(warmup, n)))
         print(latency.render(rows))
         print(

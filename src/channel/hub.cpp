@@ -1,6 +1,5 @@
 #include "channel/hub.h"
 
-#include <thread>
 
 #include "channel/connection_impl.h"
 #include "outboard/log.h"
@@ -11,6 +10,16 @@ namespace outboard::channel {
 
 constexpr uint64_t kTickIntervalNs = 1'000'000;  // request-deadline resolution
 constexpr int kMaxSleepMs = 10;                  // bounds a missed wake-up
+
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+}  // namespace
 
 Result<std::shared_ptr<Hub>> Hub::get(const ChannelConfig& config) {
   static std::mutex mu;
@@ -90,11 +99,15 @@ bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std:
     }
     if (done()) return true;
     if (deadline.expired()) return false;
+    if (now_ns() < spin_end) {
+      // Let other threads of this process in without a syscall.
+      lock.unlock();
+      cpu_relax();
+      lock.lock();
+      continue;
+    }
     lock.unlock();
-    if (now_ns() < spin_end)
-      std::this_thread::yield();
-    else
-      worker_->wait_event(std::min(deadline.remaining_ms(), kMaxSleepMs));
+    worker_->wait_event(std::min(deadline.remaining_ms(), kMaxSleepMs));
     lock.lock();
   }
 }
