@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "outboard/checksum.h"
 #include "outboard/log.h"
 #include "outboard/stats.h"
+#include "outboard/tokenizer.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -51,6 +53,40 @@ std::span<const uint8_t> view(const nb::bytes& b) {
 nb::bytes to_bytes(const Buffer& b) { return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size()); }
 
 using ByteArray = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using IdArray = nb::ndarray<nb::numpy, int32_t, nb::ndim<1>>;
+using IdInput = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// Hands a vector to numpy without copying it.
+template <typename T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& v) {
+  auto* owned = new std::vector<T>(std::move(v));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
+}
+
+// str (as UTF-8) or bytes, viewed without copying.
+std::string_view text_view(nb::handle h) {
+  if (PyBytes_Check(h.ptr())) return {PyBytes_AS_STRING(h.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(h.ptr()))};
+  if (PyUnicode_Check(h.ptr())) {
+    Py_ssize_t n = 0;
+    const char* s = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
+    if (!s) {
+      PyErr_Clear();
+      raise({Code::kInvalidArgument, "text is not encodable as UTF-8 (lone surrogate); pass bytes instead"});
+    }
+    return {s, static_cast<size_t>(n)};
+  }
+  raise({Code::kInvalidArgument, "text must be str or bytes"});
+}
+
+EncodeOptions encode_options(bool allow_special, bool ordinary, std::string_view utf8) {
+  EncodeOptions o;
+  o.allow_special = allow_special;
+  o.ordinary = ordinary;
+  if (utf8 == "replace") o.utf8 = Utf8Policy::kReplace;
+  else if (utf8 != "strict") raise({Code::kInvalidArgument, "utf8 policy '" + std::string(utf8) + "' is not 'strict' or 'replace'"});
+  return o;
+}
 using Float64Array = nb::ndarray<nb::numpy, double, nb::ndim<1>>;
 
 // A registered region and, for user memory, the array that owns it.
@@ -279,6 +315,60 @@ NB_MODULE(_core, m) {
           return d;
         },
         "samples"_a, "Nearest-rank order statistics (outboard::stats::summarize).");
+  nb::class_<Tokenizer>(m, "Tokenizer")
+      .def_static("from_tiktoken",
+                  [](const std::string& path, std::vector<std::pair<std::string, int32_t>> specials) {
+                    return unwrap(Tokenizer::from_tiktoken(path, std::move(specials)));
+                  },
+                  "path"_a, "specials"_a = std::vector<std::pair<std::string, int32_t>>{})
+      .def_static("from_vocab_merges",
+                  [](const std::string& vocab, const std::string& merges) {
+                    return unwrap(Tokenizer::from_vocab_merges(vocab, merges));
+                  },
+                  "vocab_json"_a, "merges_txt"_a)
+      .def("encode",
+           [](const Tokenizer& t, nb::handle text, bool allow_special, bool ordinary, std::string_view utf8) {
+             std::string_view view = text_view(text);
+             EncodeOptions o = encode_options(allow_special, ordinary, utf8);
+             std::vector<int32_t> ids;
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = t.encode(view, ids, o);
+             }
+             check(st);
+             return to_numpy(std::move(ids));
+           },
+           "text"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict")
+      .def("encode_batch",
+           [](const Tokenizer& t, nb::list texts, bool allow_special, bool ordinary, std::string_view utf8,
+              unsigned threads) {
+             std::vector<std::string_view> views;
+             views.reserve(texts.size());
+             for (nb::handle h : texts) views.push_back(text_view(h));  // the list keeps them alive
+             EncodeOptions o = encode_options(allow_special, ordinary, utf8);
+             std::vector<int32_t> ids;
+             std::vector<uint64_t> offsets;
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = t.encode_batch(views, ids, offsets, o, threads);
+             }
+             check(st);
+             return nb::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(offsets)));
+           },
+           "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict", "threads"_a = 1)
+      .def("decode",
+           [](const Tokenizer& t, IdInput ids) {
+             auto r = t.decode({ids.data(), ids.size()});
+             std::string s = unwrap(std::move(r));
+             return nb::bytes(s.data(), s.size());
+           },
+           "ids"_a)
+      .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
+      .def("special_id", &Tokenizer::special_id, "text"_a)
+      .def_static("unicode_version", [] { return std::string(Tokenizer::unicode_version()); });
+
   m.def("checksum", [](nb::bytes data) { return checksum(view(data)); }, "data"_a);
   m.def("pattern", [](size_t size, uint64_t seed) {
     Buffer b(size);

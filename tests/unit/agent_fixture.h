@@ -16,7 +16,9 @@ class AgentFixture : public ::testing::Test {
     auto agent = Agent::create(config);
     ASSERT_TRUE(agent.ok()) << agent.status().to_string();
     agent_ = std::move(agent).value();
-    if (extra) ASSERT_TRUE(agent_->add_service(std::move(extra)).ok());
+    if (extra) {
+      ASSERT_TRUE(agent_->add_service(std::move(extra)).ok());
+    }
     ASSERT_TRUE(agent_->start().ok());
     thread_ = std::thread([this] { (void)agent_->run(); });
   }

@@ -1,0 +1,69 @@
+// Exact tokenizers: GPT-2 byte-level BPE (identical ids to tiktoken's r50k
+// and HF's GPT-2), with BERT WordPiece to follow. Standalone: depends only
+// on util, so the agent and the host link the same code.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "outboard/status.h"
+
+namespace outboard {
+
+/// What to do with bytes that are not valid UTF-8.
+enum class Utf8Policy : uint8_t {
+  kStrict,   ///< kInvalidArgument naming the byte offset (default)
+  kReplace,  ///< each maximal ill-formed subpart becomes U+FFFD, as Python's errors="replace"
+};
+
+struct EncodeOptions {
+  /// Special-token text (e.g. "<|endoftext|>") in the input is an error by
+  /// default, as in tiktoken's encode(); true emits the special ids.
+  bool allow_special = false;
+  /// Treat special-token text as ordinary text (tiktoken's encode_ordinary).
+  bool ordinary = false;
+  Utf8Policy utf8 = Utf8Policy::kStrict;
+};
+
+/// Immutable once built; thread mode: multi (encode from any number of threads).
+class Tokenizer {
+ public:
+  /// A `.tiktoken` file (base64 token, rank per line) with the GPT-2 (r50k)
+  /// pre-tokenizer. `specials` default to {"<|endoftext|>": number of ranks}.
+  static Result<Tokenizer> from_tiktoken(const std::string& path,
+                                         std::vector<std::pair<std::string, int32_t>> specials = {});
+  /// GPT-2 style vocab.json (byte-to-unicode strings -> id) and merges.txt.
+  static Result<Tokenizer> from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt);
+
+  /// Appends the ids of `text` to `out`. On error `out` is unchanged.
+  [[nodiscard]] Status encode(std::string_view text, std::vector<int32_t>& out,
+                              const EncodeOptions& options = {}) const;
+  /// Encodes texts[i] into ids[offsets[i] .. offsets[i+1]) using up to
+  /// `threads` threads (0: hardware concurrency). Stops at the first error,
+  /// which names the text's index.
+  [[nodiscard]] Status encode_batch(std::span<const std::string_view> texts, std::vector<int32_t>& ids,
+                                    std::vector<uint64_t>& offsets, const EncodeOptions& options = {},
+                                    unsigned threads = 1) const;
+  /// The bytes the ids stand for; kNotFound naming an unknown id.
+  [[nodiscard]] Result<std::string> decode(std::span<const int32_t> ids) const;
+
+  /// Number of ids (ordinary and special).
+  [[nodiscard]] size_t vocab_size() const;
+  /// Id of a special token, or -1.
+  [[nodiscard]] int32_t special_id(std::string_view text) const;
+  /// The Unicode version of the character tables ("16.0.0").
+  static std::string_view unicode_version();
+
+  struct Model;
+  explicit Tokenizer(std::shared_ptr<const Model> model);
+
+ private:
+  std::shared_ptr<const Model> model_;
+};
+
+}  // namespace outboard

@@ -1,0 +1,90 @@
+"""Exact tokenizers (GPT-2 byte-level BPE), numpy out, native speed.
+
+    tok = outboard.Tokenizer.gpt2()
+    ids = tok.encode("Hello world")          # np.ndarray[int32]: [15496, 995]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Literal, Union
+
+import numpy as np
+
+from . import _core, vocab
+from .errors import InvalidArgument
+
+Text = Union[str, bytes]
+Utf8Policy = Literal["strict", "replace"]
+
+
+class Tokenizer:
+    """Immutable; safe to use from several threads (the GIL is released while encoding)."""
+
+    def __init__(self, core: _core.Tokenizer) -> None:
+        self._core = core
+
+    @classmethod
+    def from_tiktoken(cls, path: str | Path, *, special_tokens: dict[str, int] | None = None) -> Tokenizer:
+        """A ``.tiktoken`` rank file with the GPT-2 (r50k) pre-tokenizer."""
+        specials = list((special_tokens or {}).items())
+        return cls(_core.Tokenizer.from_tiktoken(str(path), specials))
+
+    @classmethod
+    def from_files(cls, vocab_json: str | Path, merges_txt: str | Path) -> Tokenizer:
+        """GPT-2 style ``vocab.json`` + ``merges.txt``."""
+        return cls(_core.Tokenizer.from_vocab_merges(str(vocab_json), str(merges_txt)))
+
+    @classmethod
+    def gpt2(cls) -> Tokenizer:
+        """GPT-2 (r50k) from the vocabulary cache (``outboard vocab fetch``)."""
+        return cls.from_tiktoken(vocab.path("gpt2"))
+
+    @property
+    def vocab_size(self) -> int:
+        return self._core.vocab_size
+
+    @property
+    def eot_token(self) -> int:
+        return self._core.special_id("<|endoftext|>")
+
+    @staticmethod
+    def unicode_version() -> str:
+        return _core.Tokenizer.unicode_version()
+
+    def encode(self, text: Text, *, allowed_special: Literal["all"] | Collection[str] = (),
+               utf8: Utf8Policy = "strict") -> np.ndarray:
+        """Token ids. Special-token text is an error unless listed in ``allowed_special`` (as tiktoken)."""
+        return self._core.encode(text, allow_special=self._allow(allowed_special), utf8=utf8)
+
+    def encode_ordinary(self, text: Text, *, utf8: Utf8Policy = "strict") -> np.ndarray:
+        """Token ids, treating special-token text as ordinary text."""
+        return self._core.encode(text, ordinary=True, utf8=utf8)
+
+    def encode_batch(self, texts: Sequence[Text], *, allowed_special: Literal["all"] | Collection[str] = (),
+                     utf8: Utf8Policy = "strict", num_threads: int = 1, flat: bool = False,
+                     ) -> list[np.ndarray] | tuple[np.ndarray, np.ndarray]:
+        """Ids per text; ``flat=True`` gives (ids, offsets) with text i at ids[offsets[i]:offsets[i+1]]."""
+        ids, offsets = self._core.encode_batch(list(texts), allow_special=self._allow(allowed_special), utf8=utf8,
+                                               threads=num_threads)
+        if flat:
+            return ids, offsets
+        return [ids[offsets[i]:offsets[i + 1]] for i in range(len(texts))]
+
+    def count(self, text: Text, *, utf8: Utf8Policy = "strict") -> int:
+        return len(self.encode_ordinary(text, utf8=utf8))
+
+    def decode_bytes(self, ids: Sequence[int] | np.ndarray) -> bytes:
+        return self._core.decode(np.ascontiguousarray(ids, dtype=np.int32))
+
+    def decode(self, ids: Sequence[int] | np.ndarray, *, errors: str = "replace") -> str:
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def _allow(self, allowed: Literal["all"] | Collection[str]) -> bool:
+        if allowed == "all":
+            return True
+        unknown = [s for s in allowed if self._core.special_id(s) < 0]
+        if unknown:
+            raise InvalidArgument(f"not special tokens of this vocabulary: {unknown}")
+        return bool(allowed)

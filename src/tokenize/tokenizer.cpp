@@ -1,0 +1,180 @@
+#include <algorithm>
+#include <thread>
+
+#include "tokenize/gpt2_split.h"
+#include "tokenize/model.h"
+#include "tokenize/unicode.h"
+
+namespace outboard {
+namespace {
+
+constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
+
+// Validates `text`; under kReplace returns a repaired copy in `repaired`.
+Status check_utf8(std::string_view text, Utf8Policy policy, std::string& repaired, bool& use_repaired) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  size_t n = text.size(), i = 0;
+  use_repaired = false;
+  while (i < n) {
+    if (s[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    int bad;
+    int len = tokenize::utf8_sequence(s + i, n - i, bad);
+    if (len > 0) {
+      i += len;
+      continue;
+    }
+    if (policy == Utf8Policy::kStrict) {
+      char hex[8];
+      snprintf(hex, sizeof hex, "0x%02X", s[i]);
+      return {Code::kInvalidArgument, "invalid UTF-8 at byte offset " + std::to_string(i) + " (byte " + hex +
+                                          "); use the 'replace' policy to substitute U+FFFD"};
+    }
+    if (!use_repaired) {
+      use_repaired = true;
+      repaired.assign(text.substr(0, i));
+    }
+    repaired += kReplacement;
+    i += bad;
+    // Copy the valid run up to the next ill-formed byte.
+    size_t j = i;
+    while (j < n) {
+      if (s[j] < 0x80) {
+        ++j;
+        continue;
+      }
+      int b2;
+      int l2 = tokenize::utf8_sequence(s + j, n - j, b2);
+      if (l2 == 0) break;
+      j += l2;
+    }
+    repaired.append(text.substr(i, j - i));
+    i = j;
+  }
+  return {};
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
+
+std::string_view Tokenizer::unicode_version() { return tokenize::unicode_version(); }
+
+size_t Tokenizer::vocab_size() const { return model_->vocab_size() + model_->specials.size(); }
+
+int32_t Tokenizer::special_id(std::string_view text) const {
+  for (const auto& [s, id] : model_->specials)
+    if (s == text) return id;
+  return -1;
+}
+
+Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const EncodeOptions& options) const {
+  std::string repaired;
+  bool use_repaired = false;
+  OB_RETURN_IF_ERROR(check_utf8(text, options.utf8, repaired, use_repaired));
+  if (use_repaired) text = repaired;
+  const size_t mark = out.size();
+  auto fail = [&](Status st) {
+    out.resize(mark);
+    return st;
+  };
+  size_t pos = 0;
+  while (true) {
+    // The earliest special token at or after pos, unless specials are text.
+    size_t found = std::string_view::npos;
+    const std::pair<std::string, int32_t>* which = nullptr;
+    if (!options.ordinary) {
+      for (const auto& sp : model_->specials) {
+        size_t at = text.find(sp.first, pos);
+        if (at < found || (at == found && which && sp.first.size() > which->first.size())) {
+          found = at;
+          which = &sp;
+        }
+      }
+    }
+    if (which && !options.allow_special)
+      return fail({Code::kInvalidArgument, "text contains the special token '" + which->first + "' at byte offset " +
+                                               std::to_string(found) +
+                                               "; allow special tokens to encode it as id " +
+                                               std::to_string(which->second) + ", or encode it as ordinary text"});
+    std::string_view segment = text.substr(pos, which ? found - pos : std::string_view::npos);
+    if (Status st = model_->encode_ordinary(segment, out); !st.ok()) return fail(st);
+    if (!which) return {};
+    out.push_back(which->second);
+    pos = found + which->first.size();
+  }
+}
+
+Status Tokenizer::encode_batch(std::span<const std::string_view> texts, std::vector<int32_t>& ids,
+                               std::vector<uint64_t>& offsets, const EncodeOptions& options, unsigned threads) const {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min<unsigned>(threads, std::max<size_t>(texts.size(), 1));
+  std::vector<std::vector<int32_t>> part_ids(threads);
+  std::vector<std::vector<uint64_t>> part_lengths(threads);
+  std::vector<Status> errors(threads);
+  // Contiguous slices keep each thread's output in order.
+  auto work = [&](unsigned t) {
+    size_t begin = texts.size() * t / threads, end = texts.size() * (t + 1) / threads;
+    for (size_t i = begin; i < end; ++i) {
+      size_t before = part_ids[t].size();
+      Status st = encode(texts[i], part_ids[t], options);
+      if (!st.ok()) {
+        errors[t] = st.with_context("text " + std::to_string(i));
+        return;
+      }
+      part_lengths[t].push_back(part_ids[t].size() - before);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+  for (const Status& st : errors) OB_RETURN_IF_ERROR(st);
+  offsets.assign(1, 0);
+  ids.clear();
+  for (unsigned t = 0; t < threads; ++t) {
+    ids.insert(ids.end(), part_ids[t].begin(), part_ids[t].end());
+    for (uint64_t len : part_lengths[t]) offsets.push_back(offsets.back() + len);
+  }
+  return {};
+}
+
+Result<std::string> Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  for (int32_t id : ids) {
+    bool special = false;
+    for (const auto& [s, sid] : model_->specials)
+      if (sid == id) {
+        out += s;
+        special = true;
+        break;
+      }
+    if (!special) OB_RETURN_IF_ERROR(model_->decode_one(id, out));
+  }
+  return out;
+}
+
+namespace tokenize {
+
+Status Gpt2Bpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+  Status st;
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  split_gpt2(text, [&](size_t b, size_t e) {
+    if (st.ok()) st = vocab.encode_piece(s + b, e - b, out);
+  });
+  return st;
+}
+
+Status Gpt2Bpe::decode_one(int32_t id, std::string& out) const {
+  std::string_view b = vocab.bytes_of(id);
+  if (b.empty()) return {Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary"};
+  out += b;
+  return {};
+}
+
+size_t Gpt2Bpe::vocab_size() const { return vocab.size(); }
+
+}  // namespace tokenize
+}  // namespace outboard

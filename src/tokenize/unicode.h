@@ -1,0 +1,48 @@
+// Unicode character classes for the tokenizers' scanners: one table lookup
+// per code point, generated at build time from a pinned Unicode version.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace outboard::tokenize {
+
+enum CharClass : uint8_t {
+  kLetter = 1,          ///< \p{L}
+  kNumber = 2,          ///< \p{N}
+  kSpace = 4,           ///< \s: the White_Space property
+  kPunct = 8,           ///< \p{P}
+  kMarkNonspacing = 16, ///< Mn (dropped by BERT's strip-accents)
+  kControl = 32,        ///< Cc Cf Co Cn Cs
+  kCjk = 64,            ///< BERT's CJK ideograph ranges
+  kSpaceSeparator = 128 ///< Zs
+};
+
+uint8_t char_class(char32_t cp);
+std::string_view unicode_version();
+
+/// Decodes the code point at p (valid UTF-8 assumed); sets len to 1..4.
+inline char32_t decode_valid(const uint8_t* p, int& len) {
+  uint8_t b = p[0];
+  if (b < 0x80) {
+    len = 1;
+    return b;
+  }
+  if (b < 0xE0) {
+    len = 2;
+    return (char32_t(b & 0x1F) << 6) | (p[1] & 0x3F);
+  }
+  if (b < 0xF0) {
+    len = 3;
+    return (char32_t(b & 0x0F) << 12) | (char32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
+  }
+  len = 4;
+  return (char32_t(b & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) | (char32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+}
+
+/// Length of the longest valid UTF-8 sequence at p (1..4), or 0 when the
+/// bytes there are ill-formed; `bad` is then the length of the maximal
+/// subpart (what Python's errors="replace" turns into one U+FFFD).
+int utf8_sequence(const uint8_t* p, size_t n, int& bad);
+
+}  // namespace outboard::tokenize
