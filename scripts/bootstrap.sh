@@ -6,8 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(g++ make cmake ninja-build pkg-config git libucx-dev ucx-utils libgtest-dev
-          nlohmann-json3-dev libsodium-dev python3-dev python3-venv iproute2)
-PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "numpy>=1.22" "pytest>=7" "pytest-timeout>=2")
+          nlohmann-json3-dev libsodium-dev python3-dev python3-venv iproute2 clang)
+# libFuzzer's runtime: its own package on Debian 12, part of libclang-common on Ubuntu 22.04.
+if apt-cache show libclang-rt-14-dev >/dev/null 2>&1; then PACKAGES+=(libclang-rt-14-dev); fi
+# Build: nanobind, scikit-build-core, and unicodedata2 (its version pins the
+# Unicode version of the tokenizers' tables). Tests only: pytest, and the
+# reference tokenizers the exactness gate compares against, and faker for
+# multi-script test text.
+PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "unicodedata2==16.0.0" "numpy>=1.22"
+         "pytest>=7" "pytest-timeout>=2" "tiktoken==0.14.0" "tokenizers==0.23.3" "faker>=30")
 MIN_CMAKE=3.25
 
 missing=()

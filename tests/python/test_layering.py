@@ -1,4 +1,5 @@
-"""Layers point only downward: util <- transport <- channel <- services <- agent."""
+"""Layers point only downward: util <- transport <- channel <- services <- agent;
+tokenize is a standalone library on util."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ ORDER = ["util", "transport", "channel", "services", "agent"]
 # What each public header belongs to, for includes of "outboard/<x>.h".
 PUBLIC = {"status": "util", "log": "util", "config": "util", "clock": "util", "stats": "util",
           "checksum": "util", "affinity": "util", "channel": "channel", "service": "services",
-          "agent": "agent"}
+          "agent": "agent", "tokenizer": "tokenize"}
 
 
 def layer_of(include: str) -> str | None:
@@ -18,7 +19,7 @@ def layer_of(include: str) -> str | None:
     if m:
         return PUBLIC.get(m.group(1))
     m = re.match(r"(\w+)/", include)
-    return m.group(1) if m and m.group(1) in ORDER else None
+    return m.group(1) if m and m.group(1) in ORDER + ["tokenize"] else None
 
 
 def test_no_layer_includes_a_higher_one() -> None:
@@ -27,9 +28,18 @@ def test_no_layer_includes_a_higher_one() -> None:
         for f in (ROOT / "src" / layer).rglob("*.[ch]*"):
             for inc in re.findall(r'#include "([^"]+)"', f.read_text()):
                 target = layer_of(inc)
-                if target and ORDER.index(target) > ORDER.index(layer):
+                if target in ORDER and ORDER.index(target) > ORDER.index(layer):
                     violations.append(f"{f.relative_to(ROOT)} includes {inc} ({target})")
     assert violations == []
+
+
+def test_tokenize_depends_only_on_util() -> None:
+    bad = []
+    for f in (ROOT / "src" / "tokenize").rglob("*.[ch]*"):
+        for inc in re.findall(r'#include "([^"]+)"', f.read_text()):
+            if layer_of(inc) not in (None, "util", "tokenize"):
+                bad.append(f"{f.relative_to(ROOT)} includes {inc}")
+    assert bad == []
 
 
 def test_only_transport_includes_ucx() -> None:

@@ -1,0 +1,88 @@
+#include "outboard/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace outboard {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path write(const std::string& name, const std::string& content) {
+  fs::path p = fs::temp_directory_path() / ("outboard_tok_" + name);
+  std::ofstream(p, std::ios::binary) << content;
+  return p;
+}
+
+// The real GPT-2 ranks, from the cache `make test` fills (outboard vocab fetch).
+std::string gpt2_path() {
+  const char* dir = std::getenv("OUTBOARD_CACHE_DIR");
+  const char* home = std::getenv("HOME");
+  fs::path p = dir ? fs::path(dir) : fs::path(home ? home : "/") / ".cache" / "outboard";
+  return (p / "gpt2.tiktoken").string();
+}
+
+TEST(TokenizerTest, Gpt2KnownAnswers) {
+  if (!fs::exists(gpt2_path())) GTEST_SKIP() << "run `outboard vocab fetch` first";
+  auto t = Tokenizer::from_tiktoken(gpt2_path());
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(t->encode("Hello world", ids).ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{15496, 995}));
+  EXPECT_EQ(t->vocab_size(), 50257u);
+  EXPECT_EQ(t->special_id("<|endoftext|>"), 50256);
+  ids.clear();
+  EncodeOptions ordinary;
+  ordinary.ordinary = true;
+  ASSERT_TRUE(t->encode("<|endoftext|>", ids, ordinary).ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{27, 91, 437, 1659, 5239, 91, 29}));
+  ids.clear();
+  Status st = t->encode("a<|endoftext|>", ids);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(ids.empty());
+  EncodeOptions replace;
+  replace.utf8 = Utf8Policy::kReplace;
+  ASSERT_TRUE(t->encode("ab\xff cd ef", ids, replace).ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{397, 4210, 22927, 304, 69}));
+  auto text = t->decode(ids);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text.value(), "ab\xEF\xBF\xBD cd ef");
+  int32_t bad[] = {50300};
+  EXPECT_EQ(t->decode(bad).status().code(), Code::kNotFound);
+}
+
+TEST(TokenizerTest, MalformedTiktokenFilesNameTheLine) {
+  std::string base;
+  for (int b = 0; b < 3; ++b) base += "QUE= " + std::to_string(b) + "\n";
+  auto r = Tokenizer::from_tiktoken(write("bad1.tiktoken", "IQ== 0\nnot-base64! 1\n").string());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("line 2"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_tiktoken(write("bad2.tiktoken", "IQ== zero\n").string());
+  EXPECT_NE(r.status().message().find("line 1: rank"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_tiktoken(write("bad3.tiktoken", "IQ== 0\nIQ== 1\n").string());
+  EXPECT_NE(r.status().message().find("line 2: token 1 repeats"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_tiktoken(write("small.tiktoken", "IQ== 0\n").string());
+  EXPECT_NE(r.status().message().find("at least the 256 bytes"), std::string::npos);
+  EXPECT_EQ(Tokenizer::from_tiktoken("/nonexistent/x.tiktoken").status().code(), Code::kNotFound);
+}
+
+TEST(TokenizerTest, MalformedVocabAndMergesNameTheProblem) {
+  auto merges = write("m.txt", "#version: 0.2\na b\n");
+  auto r = Tokenizer::from_vocab_merges(write("v1.json", "[1,2]").string(), merges.string());
+  EXPECT_NE(r.status().message().find("not a JSON object"), std::string::npos);
+  r = Tokenizer::from_vocab_merges(write("v2.json", R"({"a": "x"})").string(), merges.string());
+  EXPECT_NE(r.status().message().find("key 'a'"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_vocab_merges(write("v3.json", R"({"a": 0, "b": 1})").string(), merges.string());
+  EXPECT_NE(r.status().message().find("line 2: the merge result"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_vocab_merges(write("v4.json", R"({"a": 0, "b": 1, "ab": 2})").string(),
+                                   write("m2.txt", "a b c\n").string());
+  EXPECT_NE(r.status().message().find("line 1: expected two tokens"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_vocab_merges(write("v5.json", R"({"a": 0, "b": 1, "ab": 2})").string(), merges.string());
+  EXPECT_NE(r.status().message().find("lacks the base token for byte"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace outboard
