@@ -1,6 +1,7 @@
 #include "tokenize/bpe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <queue>
 
@@ -26,6 +27,18 @@ inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
 
 }  // namespace
 
+namespace {
+inline void load_key(const uint8_t* p, size_t n, uint64_t key[2]) {
+  key[0] = key[1] = 0;
+  std::memcpy(key, p, n);
+}
+}  // namespace
+
+BpeVocab::BpeVocab() {
+  static std::atomic<uint64_t> next{1};
+  serial_ = next.fetch_add(1);
+}
+
 void BpeVocab::grow() {
   std::vector<Slot> old = std::move(slots_);
   slots_.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
@@ -42,7 +55,7 @@ void BpeVocab::grow() {
 Status BpeVocab::add(std::string_view bytes, int32_t id, uint32_t priority) {
   if (id < 0) return {Code::kInvalidArgument, "token id " + std::to_string(id) + " is negative"};
   if (bytes.empty()) return {Code::kInvalidArgument, "token " + std::to_string(id) + " is empty"};
-  if ((count_ + 1) * 2 > slots_.size()) grow();
+  if ((count_ + 1) * 2 > slots_.size()) grow();  // load <= 0.5 keeps misses (most merge lookups) short
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
   int32_t existing;
   uint32_t unused;
@@ -52,8 +65,9 @@ Status BpeVocab::add(std::string_view bytes, int32_t id, uint32_t priority) {
   if (static_cast<size_t>(id) < by_id_.size() && by_id_[id] != 0)
     return {Code::kInvalidArgument, "token id " + std::to_string(id) + " appears twice"};
   Slot s;
-  s.hash = hash_bytes(p, bytes.size());
-  s.offset = static_cast<uint32_t>(arena_.size());
+  s.hash = static_cast<uint32_t>(hash_bytes(p, bytes.size()));
+  if (bytes.size() <= kInlineKey) load_key(p, bytes.size(), s.key);
+  if (bytes.size() > kInlineKey) s.key[0] = arena_.size();
   s.length = static_cast<uint32_t>(bytes.size());
   s.id = id;
   s.priority = priority;
@@ -69,12 +83,18 @@ Status BpeVocab::add(std::string_view bytes, int32_t id, uint32_t priority) {
 
 bool BpeVocab::find(const uint8_t* p, size_t n, int32_t& id, uint32_t& priority) const {
   if (slots_.empty()) return false;
-  uint64_t h = hash_bytes(p, n);
+  auto h = static_cast<uint32_t>(hash_bytes(p, n));
   size_t mask = slots_.size() - 1;
+  uint64_t key[2];
+  const bool inline_key = n <= kInlineKey;
+  if (inline_key) load_key(p, n, key);
   for (size_t i = h & mask;; i = (i + 1) & mask) {
     const Slot& s = slots_[i];
     if (s.id < 0) return false;
-    if (s.hash == h && s.length == n && std::memcmp(arena_.data() + s.offset, p, n) == 0) {
+    if (s.hash != h || s.length != n) continue;
+    bool same = inline_key ? (s.key[0] == key[0] && s.key[1] == key[1])
+                           : std::memcmp(arena_.data() + s.key[0], p, n) == 0;
+    if (same) {
       id = s.id;
       priority = s.priority;
       return true;
@@ -82,26 +102,69 @@ bool BpeVocab::find(const uint8_t* p, size_t n, int32_t& id, uint32_t& priority)
   }
 }
 
-uint32_t BpeVocab::priority_of(const uint8_t* p, size_t n) const {
-  int32_t id;
-  uint32_t priority;
-  return find(p, n, id, priority) ? priority : kNoPriority;
-}
-
 std::string_view BpeVocab::bytes_of(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= by_id_.size() || by_id_[id] == 0) return {};
   const Slot& s = slots_[by_id_[id] - 1];
-  return {arena_.data() + s.offset, s.length};
+  if (s.length <= kInlineKey) return {reinterpret_cast<const char*>(s.key), s.length};
+  return {arena_.data() + s.key[0], s.length};
 }
 
-Status BpeVocab::emit(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
-  int32_t id;
-  uint32_t priority;
-  if (!find(p, n, id, priority))
-    return {Code::kNotFound, "no token for a " + std::to_string(n) + "-byte part: the vocabulary lacks byte-level base tokens"};
-  out.push_back(id);
+Status BpeVocab::finalize() {
+  for (int b = 0; b < 256; ++b) {
+    uint8_t byte = static_cast<uint8_t>(b);
+    uint32_t unused;
+    if (!find(&byte, 1, byte_id_[b], unused))
+      return {Code::kInvalidArgument, "the vocabulary lacks the base token for byte " + std::to_string(b)};
+  }
+  // Every split of every token into two tokens is a pair that merges into it.
+  std::vector<Pair> entries;
+  for (const Slot& s : slots_) {
+    if (s.id < 0 || s.length < 2 || s.priority == kNoPriority) continue;
+    const auto* t = s.length <= kInlineKey ? reinterpret_cast<const uint8_t*>(s.key)
+                                           : reinterpret_cast<const uint8_t*>(arena_.data() + s.key[0]);
+    for (uint32_t k = 1; k < s.length; ++k) {
+      int32_t left, right;
+      uint32_t unused;
+      if (find(t, k, left, unused) && find(t + k, s.length - k, right, unused))
+        entries.push_back({(uint64_t(uint32_t(left)) << 32) | uint32_t(right), s.priority, s.id});
+    }
+  }
+  size_t size = 1;
+  int bits = 0;
+  while (size < entries.size() * 2 + 2) size <<= 1, ++bits;
+  pairs_.assign(size, Pair{});
+  pair_mask_ = size - 1;
+  pair_shift_ = 64 - bits;
+  for (const Pair& e : entries) {
+    size_t i = (e.key * 0x9e3779b97f4a7c15ull) >> pair_shift_;
+    while (pairs_[i].key != kEmptyPair) i = (i + 1) & pair_mask_;
+    pairs_[i] = e;
+  }
   return {};
 }
+
+namespace {
+
+// Recently merged pieces, per thread (words recur in text; the merge is the
+// expensive part). Direct-mapped; a slot remembers which vocabulary filled it.
+struct PieceCache {
+  static constexpr size_t kSlots = 4096, kMaxBytes = 24, kMaxIds = 10;
+  struct Entry {
+    uint64_t owner = 0;
+    uint8_t length = 0, count = 0;
+    uint8_t bytes[kMaxBytes];
+    int32_t ids[kMaxIds];
+  };
+  Entry entries[kSlots];
+  static Entry& slot(uint64_t owner, const uint8_t* p, size_t n) {
+    thread_local PieceCache cache;
+    uint64_t h = hash_bytes(p, n) ^ owner;
+    return cache.entries[(h * 0x9e3779b97f4a7c15ull) >> 52];
+  }
+};
+static_assert(PieceCache::kSlots == size_t{1} << 12);
+
+}  // namespace
 
 Status BpeVocab::encode_piece(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
   int32_t id;
@@ -110,31 +173,47 @@ Status BpeVocab::encode_piece(const uint8_t* p, size_t n, std::vector<int32_t>& 
     out.push_back(id);
     return {};
   }
-  return n < kSmallPiece ? small_merge(p, n, out) : heap_merge(p, n, out);
+  if (n >= kSmallPiece) return heap_merge(p, n, out);
+  if (n > PieceCache::kMaxBytes) return small_merge(p, n, out);
+  PieceCache::Entry& e = PieceCache::slot(serial_, p, n);
+  if (e.owner == serial_ && e.length == n && std::memcmp(e.bytes, p, n) == 0) {
+    out.insert(out.end(), e.ids, e.ids + e.count);
+    return {};
+  }
+  size_t before = out.size();
+  OB_RETURN_IF_ERROR(small_merge(p, n, out));
+  size_t count = out.size() - before;
+  if (count <= PieceCache::kMaxIds) {
+    e.owner = serial_;
+    e.length = static_cast<uint8_t>(n);
+    e.count = static_cast<uint8_t>(count);
+    std::memcpy(e.bytes, p, n);
+    std::memcpy(e.ids, out.data() + before, count * sizeof(int32_t));
+  }
+  return {};
 }
 
-// tiktoken's byte_pair_merge: parts[i] is a boundary, ranks[i] the priority
-// of merging the parts starting at boundary i and i+1.
+// tiktoken's byte_pair_merge on ids: rank[i] is the priority of merging
+// parts i and i+1.
 Status BpeVocab::small_merge(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
-  uint32_t start[kSmallPiece + 1], rank[kSmallPiece + 1];
-  size_t m = n + 1;
-  for (size_t i = 0; i <= n; ++i) start[i] = static_cast<uint32_t>(i);
-  auto pair_rank = [&](size_t i) {
-    return i + 2 < m ? priority_of(p + start[i], start[i + 2] - start[i]) : kNoPriority;
-  };
-  for (size_t i = 0; i < m; ++i) rank[i] = pair_rank(i);
-  while (m > 2) {
+  int32_t ids[kSmallPiece];
+  uint32_t rank[kSmallPiece];
+  size_t m = n;
+  for (size_t i = 0; i < n; ++i) ids[i] = byte_id_[p[i]];
+  for (size_t i = 0; i + 1 < m; ++i) rank[i] = pair(ids[i], ids[i + 1]).priority;
+  while (m > 1) {
     size_t best = 0;
     for (size_t i = 1; i + 1 < m; ++i)
       if (rank[i] < rank[best]) best = i;
     if (rank[best] == kNoPriority) break;
-    std::memmove(start + best + 1, start + best + 2, (m - best - 2) * sizeof(uint32_t));
+    ids[best] = pair(ids[best], ids[best + 1]).merged;
+    std::memmove(ids + best + 1, ids + best + 2, (m - best - 2) * sizeof(int32_t));
     std::memmove(rank + best + 1, rank + best + 2, (m - best - 2) * sizeof(uint32_t));
     --m;
-    rank[best] = pair_rank(best);
-    if (best > 0) rank[best - 1] = pair_rank(best - 1);
+    if (best + 1 < m) rank[best] = pair(ids[best], ids[best + 1]).priority;
+    if (best > 0) rank[best - 1] = pair(ids[best - 1], ids[best]).priority;
   }
-  for (size_t i = 0; i + 1 < m; ++i) OB_RETURN_IF_ERROR(emit(p + start[i], start[i + 1] - start[i], out));
+  out.insert(out.end(), ids, ids + m);
   return {};
 }
 
@@ -143,8 +222,7 @@ Status BpeVocab::small_merge(const uint8_t* p, size_t n, std::vector<int32_t>& o
 // recognised by the parts' versions.
 Status BpeVocab::heap_merge(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
   struct Part {
-    uint32_t start, end;
-    int32_t prev, next;
+    int32_t id, prev, next;
     uint32_t version;
   };
   struct Candidate {
@@ -155,13 +233,15 @@ Status BpeVocab::heap_merge(const uint8_t* p, size_t n, std::vector<int32_t>& ou
   };
   std::vector<Part> parts(n);
   for (uint32_t i = 0; i < n; ++i)
-    parts[i] = {i, i + 1, static_cast<int32_t>(i) - 1, i + 1 < n ? static_cast<int32_t>(i + 1) : -1, 0};
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+    parts[i] = {byte_id_[p[i]], static_cast<int32_t>(i) - 1, i + 1 < n ? static_cast<int32_t>(i + 1) : -1, 0};
+  std::vector<Candidate> storage;
+  storage.reserve(n);
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap(std::greater<>(), std::move(storage));
   auto push = [&](int32_t left) {
     if (left < 0 || parts[left].next < 0) return;
     const Part& a = parts[left];
     const Part& b = parts[a.next];
-    uint32_t pr = priority_of(p + a.start, b.end - a.start);
+    uint32_t pr = pair(a.id, b.id).priority;
     if (pr != kNoPriority) heap.push({pr, static_cast<uint32_t>(left), a.version, b.version});
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(n); ++i) push(i);
@@ -171,7 +251,7 @@ Status BpeVocab::heap_merge(const uint8_t* p, size_t n, std::vector<int32_t>& ou
     Part& a = parts[c.left];
     if (a.version != c.left_version || a.next < 0 || parts[a.next].version != c.right_version) continue;
     Part& b = parts[a.next];
-    a.end = b.end;
+    a.id = pair(a.id, b.id).merged;
     a.next = b.next;
     if (b.next >= 0) parts[b.next].prev = static_cast<int32_t>(c.left);
     b.version = UINT32_MAX;  // dead
@@ -179,8 +259,7 @@ Status BpeVocab::heap_merge(const uint8_t* p, size_t n, std::vector<int32_t>& ou
     push(a.prev);
     push(static_cast<int32_t>(c.left));
   }
-  for (int32_t i = 0; i >= 0; i = parts[i].next)
-    OB_RETURN_IF_ERROR(emit(p + parts[i].start, parts[i].end - parts[i].start, out));
+  for (int32_t i = 0; i >= 0; i = parts[i].next) out.push_back(parts[i].id);
   return {};
 }
 

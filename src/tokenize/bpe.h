@@ -1,6 +1,9 @@
 // Byte-level BPE: a vocabulary of byte strings with merge priorities, and
 // the merge itself. Priorities follow tiktoken: the adjacent pair whose
 // concatenation has the lowest priority merges first, leftmost on ties.
+// Every part is a token, so the merge runs on ids: a pair table maps each
+// (left id, right id) whose concatenation is a token to that token — the
+// bytes semantics of tiktoken with integer keys instead of hashing bytes.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +19,10 @@ class BpeVocab {
  public:
   static constexpr uint32_t kNoPriority = UINT32_MAX;
 
+  BpeVocab();
+  /// Distinguishes vocabularies in per-thread caches (addresses get reused).
+  [[nodiscard]] uint64_t serial() const { return serial_; }
+
   /// Adds a token; kInvalidArgument on a duplicate (bytes or id).
   Status add(std::string_view bytes, int32_t id, uint32_t priority);
   /// Id and priority of `bytes`, or false.
@@ -25,26 +32,51 @@ class BpeVocab {
   [[nodiscard]] size_t size() const { return count_; }
   [[nodiscard]] int32_t max_id() const { return static_cast<int32_t>(by_id_.size()) - 1; }
 
+  /// Builds the pair table; call once after the last add().
+  Status finalize();
   /// Appends the ids of one pre-tokenized piece to `out`.
   Status encode_piece(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
 
  private:
+  // Keys of up to 16 bytes live in the slot itself (most tokens): one
+  // cache line read per lookup, no trip to the arena.
+  static constexpr size_t kInlineKey = 16;
   struct Slot {
-    uint64_t hash = 0;
-    uint32_t offset = 0, length = 0;
+    uint64_t key[2] = {0, 0};  // the bytes if length <= kInlineKey, else key[0] = arena offset
+    uint32_t hash = 0;
+    uint32_t length = 0;
     int32_t id = -1;
     uint32_t priority = kNoPriority;
   };
-  uint32_t priority_of(const uint8_t* p, size_t n) const;
+  static_assert(sizeof(Slot) == 32);
+  struct Pair {
+    uint64_t key = kEmptyPair;  // left id << 32 | right id
+    uint32_t priority = kNoPriority;
+    int32_t merged = -1;
+  };
+  static constexpr uint64_t kEmptyPair = UINT64_MAX;
+
   void grow();
+  /// The pair's merge, or a Pair with kNoPriority.
+  const Pair& pair(int32_t left, int32_t right) const {
+    uint64_t key = (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
+    for (size_t i = (key * 0x9e3779b97f4a7c15ull) >> pair_shift_;; i = (i + 1) & pair_mask_) {
+      const Pair& e = pairs_[i];
+      if (e.key == key || e.key == kEmptyPair) return e;
+    }
+  }
   Status small_merge(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
   Status heap_merge(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
-  Status emit(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
 
   std::string arena_;
   std::vector<Slot> slots_;          // open addressing, power-of-two size
   std::vector<uint32_t> by_id_;      // id -> slot index + 1 (0: none)
   size_t count_ = 0;
+  int32_t byte_id_[256];             // single-byte tokens
+  std::vector<Pair> pairs_;
+  uint64_t serial_;
+  size_t pair_mask_ = 0;
+  int pair_shift_ = 64;
 };
 
 }  // namespace outboard::tokenize

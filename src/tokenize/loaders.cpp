@@ -125,6 +125,7 @@ Result<Tokenizer> Tokenizer::from_tiktoken(const std::string& path,
   if (model->vocab.size() < 256)
     return Status(Code::kInvalidArgument, "'" + path + "' has " + std::to_string(model->vocab.size()) +
                                               " tokens; a byte-level vocabulary needs at least the 256 bytes");
+  OB_RETURN_IF_ERROR(model->vocab.finalize().with_context("'" + path + "'"));
   if (specials.empty()) specials.emplace_back("<|endoftext|>", -1);
   OB_RETURN_IF_ERROR(finish_specials(*model, std::move(specials), path));
   return Tokenizer(std::move(model));
@@ -184,9 +185,7 @@ Result<Tokenizer> Tokenizer::from_vocab_merges(const std::string& vocab_json, co
     uint32_t p = it == priority.end() ? tokenize::BpeVocab::kNoPriority : it->second;
     OB_RETURN_IF_ERROR(model->vocab.add(token, id, p).with_context("'" + vocab_json + "'"));
   }
-  for (int c = 0; c < 256; ++c)
-    if (!ids.count(std::string(1, static_cast<char>(c))))
-      return Status(Code::kInvalidArgument, "'" + vocab_json + "' lacks the base token for byte " + std::to_string(c));
+  OB_RETURN_IF_ERROR(model->vocab.finalize().with_context("'" + vocab_json + "'"));
   OB_RETURN_IF_ERROR(finish_specials(*model, std::move(specials), vocab_json));
   return Tokenizer(std::move(model));
 }

@@ -10,7 +10,7 @@ import pytest
 import outboard
 from outboard import vocab
 
-from . import corpus
+from outboard import corpus
 
 R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 

@@ -23,6 +23,7 @@ struct FakeVocab {
       EXPECT_TRUE(vocab.add(m, id, static_cast<uint32_t>(id)).ok());
       ++id;
     }
+    EXPECT_TRUE(vocab.finalize().ok());
   }
   // The slow reference: merge the leftmost lowest-priority pair until none.
   std::vector<int32_t> reference(const std::string& s) const {
