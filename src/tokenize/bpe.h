@@ -34,8 +34,15 @@ class BpeVocab {
 
   /// Builds the pair table; call once after the last add().
   Status finalize();
-  /// Appends the ids of one pre-tokenized piece to `out`.
-  Status encode_piece(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
+  /// Hash of a piece, and a prefetch of its slot: callers hash a batch of
+  /// pieces first so the table's cache misses overlap instead of queueing.
+  static uint64_t hash(const uint8_t* p, size_t n);
+  void prefetch(uint64_t hash) const { __builtin_prefetch(&slots_[hash & (slots_.size() - 1)]); }
+  /// Appends the ids of one pre-tokenized piece (with its hash) to `out`.
+  Status encode_piece(const uint8_t* p, size_t n, uint64_t hash, std::vector<int32_t>& out) const;
+  Status encode_piece(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
+    return encode_piece(p, n, hash(p, n), out);
+  }
 
  private:
   // Keys of up to 16 bytes live in the slot itself (most tokens): one
@@ -57,10 +64,15 @@ class BpeVocab {
   static constexpr uint64_t kEmptyPair = UINT64_MAX;
 
   void grow();
+  static uint64_t pair_key(int32_t left, int32_t right) {
+    return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
+  }
+  size_t pair_slot(uint64_t key) const { return (key * 0x9e3779b97f4a7c15ull) >> pair_shift_; }
+  bool find_hashed(const uint8_t* p, size_t n, uint64_t hash, int32_t& id, uint32_t& priority) const;
   /// The pair's merge, or a Pair with kNoPriority.
   const Pair& pair(int32_t left, int32_t right) const {
-    uint64_t key = (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
-    for (size_t i = (key * 0x9e3779b97f4a7c15ull) >> pair_shift_;; i = (i + 1) & pair_mask_) {
+    uint64_t key = pair_key(left, right);
+    for (size_t i = pair_slot(key);; i = (i + 1) & pair_mask_) {
       const Pair& e = pairs_[i];
       if (e.key == key || e.key == kEmptyPair) return e;
     }
