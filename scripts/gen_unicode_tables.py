@@ -6,18 +6,24 @@ package version (scripts/bootstrap.sh), not by whatever Python happens to
 build: the same source gives the same table everywhere.
 
 Output: a two-stage table, uint8 flags per code point (see
-src/tokenize/unicode.h for the bits).
+src/tokenize/unicode.h for the bits), and sorted mapping tables for the
+canonical decomposition (NFD, from unicodedata2) and full lowercase mapping
+of each code point that has one. Lowercase comes from the building Python's
+str.lower(), whose Unicode version (printed in the header) may trail the
+pinned one by a release or two: only characters new in those releases can
+differ.
 """
 
 from __future__ import annotations
 
 import sys
+import unicodedata
 
 import unicodedata2 as ud
 
 PINNED = "16.0.0"
 
-LETTER, NUMBER, SPACE, PUNCT, MARK_NONSPACING, CONTROL, CJK, OTHER_WS = 1, 2, 4, 8, 16, 32, 64, 128
+LETTER, NUMBER, SPACE, PUNCT, MARK_NONSPACING, CONTROL, CJK, UNASSIGNED = 1, 2, 4, 8, 16, 32, 64, 128
 
 # The White_Space property (PropList.txt), stable since Unicode 6.3: what
 # \s means in the regex engines tiktoken and HF use.
@@ -46,9 +52,36 @@ def flags(cp: int, ws: set[int]) -> int:
         f |= CONTROL
     if any(lo <= cp <= hi for lo, hi in CJK_RANGES):
         f |= CJK
-    if cat == "Zs":  # BERT's _is_whitespace: Zs plus \t \n \r
-        f |= OTHER_WS
+    if cat == "Cn":
+        f |= UNASSIGNED
     return f
+
+
+def _mapping_table(name: str, mapping: dict[int, str]) -> str:
+    keys = sorted(mapping)
+    pool: list[int] = []
+    rows = []
+    for cp in keys:
+        seq = [ord(c) for c in mapping[cp]]
+        rows.append(f"{{{cp},{len(pool)},{len(seq)}}}")
+        pool.extend(seq)
+    return (f"constexpr MappingEntry k{name}[{len(rows)}] = {{" + ",".join(rows) + "};\n"
+            f"constexpr char32_t k{name}Pool[{len(pool)}] = {{" + ",".join(map(str, pool)) + "};\n")
+
+
+def mappings() -> str:
+    nfd, lower = {}, {}
+    for cp in range(0x110000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        c = chr(cp)
+        d = ud.normalize("NFD", c)
+        if d != c:
+            nfd[cp] = d
+        lo = c.lower()
+        if lo != c:
+            lower[cp] = lo
+    return _mapping_table("Decomposition", nfd) + _mapping_table("Lowercase", lower)
 
 
 def main(out_path: str) -> None:
@@ -74,6 +107,8 @@ def main(out_path: str) -> None:
         for b in stage2:
             f.write(",".join(map(str, b)) + ",\n")
         f.write("};\n")
+        f.write(f"// Lowercase mappings from Python {sys.version.split()[0]} (Unicode {unicodedata.unidata_version}).\n")
+        f.write(mappings())
 
 
 if __name__ == "__main__":

@@ -28,6 +28,17 @@ struct EncodeOptions {
   /// Treat special-token text as ordinary text (tiktoken's encode_ordinary).
   bool ordinary = false;
   Utf8Policy utf8 = Utf8Policy::kStrict;
+  /// WordPiece: [CLS] text [SEP] (off by default).
+  bool add_special_tokens = false;
+};
+
+/// BERT normalizer settings of a WordPiece tokenizer.
+struct WordPieceOptions {
+  bool lowercase = true;
+  /// Strip accents (NFD, drop nonspacing marks); HF's default follows `lowercase`.
+  int strip_accents = -1;  ///< -1: as lowercase, 0: no, 1: yes
+  bool clean_text = true;
+  bool handle_chinese_chars = true;
 };
 
 /// Immutable once built; thread mode: multi (encode from any number of threads).
@@ -39,6 +50,12 @@ class Tokenizer {
                                          std::vector<std::pair<std::string, int32_t>> specials = {});
   /// GPT-2 style vocab.json (byte-to-unicode strings -> id) and merges.txt.
   static Result<Tokenizer> from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt);
+  /// BERT WordPiece from a vocab.txt (one token per line, id = line number).
+  static Result<Tokenizer> bert_wordpiece(const std::string& vocab_txt, const WordPieceOptions& options = {});
+  /// An HF tokenizer.json: WordPiece with BertNormalizer/BertPreTokenizer, or
+  /// BPE with ByteLevel. Its padding and truncation are read and reported
+  /// (config_report()), never applied.
+  static Result<Tokenizer> from_tokenizer_json(const std::string& path);
 
   /// Appends the ids of `text` to `out`. On error `out` is unchanged.
   [[nodiscard]] Status encode(std::string_view text, std::vector<int32_t>& out,
@@ -56,6 +73,8 @@ class Tokenizer {
   [[nodiscard]] size_t vocab_size() const;
   /// Id of a special token, or -1.
   [[nodiscard]] int32_t special_id(std::string_view text) const;
+  /// Settings of the loaded file that are reported but not applied (JSON).
+  [[nodiscard]] std::string_view config_report() const;
   /// The Unicode version of the character tables ("16.0.0").
   static std::string_view unicode_version();
 

@@ -79,10 +79,11 @@ std::string_view text_view(nb::handle h) {
   raise({Code::kInvalidArgument, "text must be str or bytes"});
 }
 
-EncodeOptions encode_options(bool allow_special, bool ordinary, std::string_view utf8) {
+EncodeOptions encode_options(bool allow_special, bool ordinary, std::string_view utf8, bool add_special_tokens) {
   EncodeOptions o;
   o.allow_special = allow_special;
   o.ordinary = ordinary;
+  o.add_special_tokens = add_special_tokens;
   if (utf8 == "replace") o.utf8 = Utf8Policy::kReplace;
   else if (utf8 != "strict") raise({Code::kInvalidArgument, "utf8 policy '" + std::string(utf8) + "' is not 'strict' or 'replace'"});
   return o;
@@ -326,10 +327,22 @@ NB_MODULE(_core, m) {
                     return unwrap(Tokenizer::from_vocab_merges(vocab, merges));
                   },
                   "vocab_json"_a, "merges_txt"_a)
+      .def_static("bert_wordpiece",
+                  [](const std::string& vocab, bool lowercase, int strip_accents) {
+                    WordPieceOptions o;
+                    o.lowercase = lowercase;
+                    o.strip_accents = strip_accents;
+                    return unwrap(Tokenizer::bert_wordpiece(vocab, o));
+                  },
+                  "vocab_txt"_a, "lowercase"_a = true, "strip_accents"_a = -1)
+      .def_static("from_tokenizer_json",
+                  [](const std::string& path) { return unwrap(Tokenizer::from_tokenizer_json(path)); }, "path"_a)
+      .def_prop_ro("config_report", [](const Tokenizer& t) { return std::string(t.config_report()); })
       .def("encode",
-           [](const Tokenizer& t, nb::handle text, bool allow_special, bool ordinary, std::string_view utf8) {
+           [](const Tokenizer& t, nb::handle text, bool allow_special, bool ordinary, std::string_view utf8,
+              bool add_special_tokens) {
              std::string_view view = text_view(text);
-             EncodeOptions o = encode_options(allow_special, ordinary, utf8);
+             EncodeOptions o = encode_options(allow_special, ordinary, utf8, add_special_tokens);
              std::vector<int32_t> ids;
              Status st;
              {
@@ -339,14 +352,15 @@ NB_MODULE(_core, m) {
              check(st);
              return to_numpy(std::move(ids));
            },
-           "text"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict")
+           "text"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
+           "add_special_tokens"_a = false)
       .def("encode_batch",
            [](const Tokenizer& t, nb::list texts, bool allow_special, bool ordinary, std::string_view utf8,
-              unsigned threads) {
+              unsigned threads, bool add_special_tokens) {
              std::vector<std::string_view> views;
              views.reserve(texts.size());
              for (nb::handle h : texts) views.push_back(text_view(h));  // the list keeps them alive
-             EncodeOptions o = encode_options(allow_special, ordinary, utf8);
+             EncodeOptions o = encode_options(allow_special, ordinary, utf8, add_special_tokens);
              std::vector<int32_t> ids;
              std::vector<uint64_t> offsets;
              Status st;
@@ -357,7 +371,8 @@ NB_MODULE(_core, m) {
              check(st);
              return nb::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(offsets)));
            },
-           "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict", "threads"_a = 1)
+           "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict", "threads"_a = 1,
+           "add_special_tokens"_a = false)
       .def("decode",
            [](const Tokenizer& t, IdInput ids) {
              auto r = t.decode({ids.data(), ids.size()});

@@ -1,4 +1,4 @@
-"""Exact tokenizers (GPT-2 byte-level BPE), numpy out, native speed.
+"""Exact tokenizers (GPT-2 byte-level BPE, BERT WordPiece), numpy out, native speed.
 
     tok = outboard.Tokenizer.gpt2()
     ids = tok.encode("Hello world")          # np.ndarray[int32]: [15496, 995]
@@ -37,9 +37,35 @@ class Tokenizer:
         return cls(_core.Tokenizer.from_vocab_merges(str(vocab_json), str(merges_txt)))
 
     @classmethod
+    def from_tokenizer_json(cls, path: str | Path) -> Tokenizer:
+        """An HF tokenizer.json (WordPiece+BertNormalizer, or BPE+ByteLevel); padding and truncation are
+        reported in ``config`` and not applied."""
+        return cls(_core.Tokenizer.from_tokenizer_json(str(path)))
+
+    @classmethod
+    def bert_wordpiece(cls, vocab_txt: str | Path, *, lowercase: bool = True,
+                       strip_accents: bool | None = None) -> Tokenizer:
+        """BERT WordPiece from vocab.txt; ``strip_accents`` follows ``lowercase`` unless given."""
+        return cls(_core.Tokenizer.bert_wordpiece(str(vocab_txt), lowercase,
+                                                  -1 if strip_accents is None else int(strip_accents)))
+
+    @classmethod
     def gpt2(cls) -> Tokenizer:
         """GPT-2 (r50k) from the vocabulary cache (``outboard vocab fetch``)."""
         return cls.from_tiktoken(vocab.path("gpt2"))
+
+    @classmethod
+    def bert_base_uncased(cls) -> Tokenizer:
+        """bert-base-uncased WordPiece from the vocabulary cache."""
+        return cls.bert_wordpiece(vocab.path("bert-base-uncased"), lowercase=True)
+
+    @property
+    def config(self) -> dict:
+        """Settings of the loaded file that are reported, not applied (padding, truncation)."""
+        import json
+
+        report = self._core.config_report
+        return json.loads(report) if report else {}
 
     @property
     def vocab_size(self) -> int:
@@ -54,9 +80,11 @@ class Tokenizer:
         return _core.Tokenizer.unicode_version()
 
     def encode(self, text: Text, *, allowed_special: Literal["all"] | Collection[str] = (),
-               utf8: Utf8Policy = "strict") -> np.ndarray:
-        """Token ids. Special-token text is an error unless listed in ``allowed_special`` (as tiktoken)."""
-        return self._core.encode(text, allow_special=self._allow(allowed_special), utf8=utf8)
+               utf8: Utf8Policy = "strict", add_special_tokens: bool = False) -> np.ndarray:
+        """Token ids. Special-token text is an error unless listed in ``allowed_special`` (as tiktoken);
+        ``add_special_tokens`` wraps WordPiece output in [CLS] ... [SEP]."""
+        return self._core.encode(text, allow_special=self._allow(allowed_special), utf8=utf8,
+                                 add_special_tokens=add_special_tokens)
 
     def encode_ordinary(self, text: Text, *, utf8: Utf8Policy = "strict") -> np.ndarray:
         """Token ids, treating special-token text as ordinary text."""

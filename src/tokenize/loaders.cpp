@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenize/model.h"
+#include "tokenize/wordpiece.h"
 #include "tokenize/unicode.h"
 
 namespace outboard {
@@ -131,12 +132,16 @@ Result<Tokenizer> Tokenizer::from_tiktoken(const std::string& path,
   return Tokenizer(std::move(model));
 }
 
-Result<Tokenizer> Tokenizer::from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt) {
-  OB_ASSIGN_OR_RETURN(std::string vocab_text, read_file(vocab_json));
-  OB_ASSIGN_OR_RETURN(std::string merges_text, read_file(merges_txt));
-  nlohmann::json vocab = nlohmann::json::parse(vocab_text, nullptr, false);
-  if (vocab.is_discarded() || !vocab.is_object())
-    return Status(Code::kInvalidArgument, "'" + vocab_json + "' is not a JSON object of token -> id");
+namespace {
+
+struct Merge {
+  std::string left, right, where;
+};
+
+// GPT-2 byte-level BPE from byte-to-unicode vocabulary strings and merges.
+Result<std::shared_ptr<tokenize::Gpt2Bpe>> build_bpe(const nlohmann::json& vocab, const std::vector<Merge>& merges,
+                                                     const std::string& vocab_source) {
+  if (!vocab.is_object()) return Status(Code::kInvalidArgument, vocab_source + " is not a JSON object of token -> id");
   std::unordered_map<char32_t, uint8_t> decoder;
   auto encoder = bytes_to_unicode();
   for (int b = 0; b < 256; ++b) decoder[encoder[b]] = static_cast<uint8_t>(b);
@@ -146,7 +151,7 @@ Result<Tokenizer> Tokenizer::from_vocab_merges(const std::string& vocab_json, co
   std::string bytes;
   for (auto& [key, value] : vocab.items()) {
     if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= kMaxTokens)
-      return Status(Code::kInvalidArgument, "'" + vocab_json + "' key '" + key + "': id must be an integer in 0.." +
+      return Status(Code::kInvalidArgument, vocab_source + " key '" + key + "': id must be an integer in 0.." +
                                                 std::to_string(kMaxTokens - 1));
     auto id = static_cast<int32_t>(value.get<int64_t>());
     if (!unicode_to_bytes(key, decoder, bytes)) {
@@ -155,23 +160,14 @@ Result<Tokenizer> Tokenizer::from_vocab_merges(const std::string& vocab_json, co
     }
     ids.emplace(bytes, id);
   }
-
   std::map<std::string, uint32_t> priority;
-  std::istringstream lines(merges_text);
-  std::string line, a, b;
-  size_t number = 0;
+  std::string a, b;
   uint32_t rank = 0;
-  while (std::getline(lines, line)) {
-    ++number;
-    if (line.empty() || (number == 1 && line.rfind("#version", 0) == 0)) continue;
-    auto where = [&] { return "'" + merges_txt + "' line " + std::to_string(number); };
-    auto space = line.find(' ');
-    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-      return Status(Code::kInvalidArgument, where() + ": expected two tokens separated by one space");
-    if (!unicode_to_bytes(line.substr(0, space), decoder, a) || !unicode_to_bytes(line.substr(space + 1), decoder, b))
-      return Status(Code::kInvalidArgument, where() + ": a token is not byte-level (GPT-2 byte-to-unicode) text");
+  for (const Merge& m : merges) {
+    if (!unicode_to_bytes(m.left, decoder, a) || !unicode_to_bytes(m.right, decoder, b))
+      return Status(Code::kInvalidArgument, m.where + ": a token is not byte-level (GPT-2 byte-to-unicode) text");
     if (!ids.count(a + b))
-      return Status(Code::kInvalidArgument, where() + ": the merge result is not in '" + vocab_json + "'");
+      return Status(Code::kInvalidArgument, m.where + ": the merge result is not in " + vocab_source);
     priority.emplace(a + b, rank++);
   }
   auto model = std::make_shared<tokenize::Gpt2Bpe>();
@@ -183,11 +179,172 @@ Result<Tokenizer> Tokenizer::from_vocab_merges(const std::string& vocab_json, co
       continue;
     }
     uint32_t p = it == priority.end() ? tokenize::BpeVocab::kNoPriority : it->second;
-    OB_RETURN_IF_ERROR(model->vocab.add(token, id, p).with_context("'" + vocab_json + "'"));
+    OB_RETURN_IF_ERROR(model->vocab.add(token, id, p).with_context(vocab_source));
   }
-  OB_RETURN_IF_ERROR(model->vocab.finalize().with_context("'" + vocab_json + "'"));
-  OB_RETURN_IF_ERROR(finish_specials(*model, std::move(specials), vocab_json));
+  OB_RETURN_IF_ERROR(model->vocab.finalize().with_context(vocab_source));
+  OB_RETURN_IF_ERROR(finish_specials(*model, std::move(specials), vocab_source));
+  return model;
+}
+
+Result<nlohmann::json> read_json(const std::string& path) {
+  OB_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded()) return Status(Code::kInvalidArgument, "'" + path + "' is not valid JSON");
+  return doc;
+}
+
+}  // namespace
+
+Result<Tokenizer> Tokenizer::from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt) {
+  OB_ASSIGN_OR_RETURN(nlohmann::json vocab, read_json(vocab_json));
+  OB_ASSIGN_OR_RETURN(std::string merges_text, read_file(merges_txt));
+  std::vector<Merge> merges;
+  std::istringstream lines(merges_text);
+  std::string line;
+  size_t number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    if (line.empty() || (number == 1 && line.rfind("#version", 0) == 0)) continue;
+    std::string where = "'" + merges_txt + "' line " + std::to_string(number);
+    auto space = line.find(' ');
+    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
+      return Status(Code::kInvalidArgument, where + ": expected two tokens separated by one space");
+    merges.push_back({line.substr(0, space), line.substr(space + 1), where});
+  }
+  OB_ASSIGN_OR_RETURN(auto model, build_bpe(vocab, merges, "'" + vocab_json + "'"));
   return Tokenizer(std::move(model));
+}
+
+namespace {
+
+Result<std::shared_ptr<tokenize::BertWordPiece>> make_wordpiece(std::vector<std::string> vocab,
+                                                                const tokenize::BertOptions& options,
+                                                                const std::string& source) {
+  auto model = std::make_shared<tokenize::BertWordPiece>();
+  model->options = options;
+  OB_RETURN_IF_ERROR(model->build(std::move(vocab), source));
+  return model;
+}
+
+// Which of the vocabulary's bracketed tokens count as special, and [CLS]/[SEP].
+void bert_specials(tokenize::BertWordPiece& m, const std::vector<std::string>& names) {
+  for (const auto& name : names)
+    for (size_t id = 0; id < m.tokens.size(); ++id)
+      if (m.tokens[id] == name) {
+        m.specials.emplace_back(name, static_cast<int32_t>(id));
+        break;
+      }
+  for (const auto& [name, id] : m.specials) {
+    if (name == "[CLS]") m.cls_id = id;
+    if (name == "[SEP]") m.sep_id = id;
+  }
+}
+
+}  // namespace
+
+Result<Tokenizer> Tokenizer::bert_wordpiece(const std::string& vocab_txt, const WordPieceOptions& options) {
+  OB_ASSIGN_OR_RETURN(std::string text, read_file(vocab_txt));
+  std::vector<std::string> vocab;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    vocab.push_back(line);
+  }
+  if (vocab.empty()) return Status(Code::kInvalidArgument, "'" + vocab_txt + "' holds no tokens");
+  tokenize::BertOptions o;
+  o.lowercase = options.lowercase;
+  o.strip_accents = options.strip_accents < 0 ? options.lowercase : options.strip_accents != 0;
+  o.clean_text = options.clean_text;
+  o.handle_chinese_chars = options.handle_chinese_chars;
+  OB_ASSIGN_OR_RETURN(auto model, make_wordpiece(std::move(vocab), o, "'" + vocab_txt + "'"));
+  bert_specials(*model, {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"});
+  return Tokenizer(std::move(model));
+}
+
+Result<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& path) {
+  OB_ASSIGN_OR_RETURN(nlohmann::json doc, read_json(path));
+  const std::string src = "'" + path + "'";
+  if (!doc.is_object() || !doc.contains("model") || !doc["model"].is_object())
+    return Status(Code::kInvalidArgument, src + " has no \"model\" object");
+  const nlohmann::json& model = doc["model"];
+  std::string type = model.value("type", "");
+  auto field = [&](const nlohmann::json& obj, const char* key, auto fallback, const std::string& where) {
+    using T = decltype(fallback);
+    if (!obj.contains(key) || obj[key].is_null()) return Result<T>(fallback);
+    try {
+      return Result<T>(obj[key].get<T>());
+    } catch (const nlohmann::json::exception&) {
+      return Result<T>(Status(Code::kInvalidArgument, src + " key '" + where + "." + key + "' has the wrong type"));
+    }
+  };
+  nlohmann::json report = {{"padding", doc.value("padding", nlohmann::json())},
+                           {"truncation", doc.value("truncation", nlohmann::json())},
+                           {"applied", false}};
+  std::shared_ptr<Model> result;
+  if (type == "WordPiece") {
+    if (!model.contains("vocab") || !model["vocab"].is_object())
+      return Status(Code::kInvalidArgument, src + " key 'model.vocab' must be an object of token -> id");
+    std::vector<std::string> vocab(model["vocab"].size());
+    for (auto& [token, id] : model["vocab"].items()) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= static_cast<int64_t>(vocab.size()))
+        return Status(Code::kInvalidArgument, src + " key 'model.vocab." + token + "': id must be 0.." +
+                                                  std::to_string(vocab.size() - 1));
+      vocab[id.get<size_t>()] = token;
+    }
+    tokenize::BertOptions o;
+    OB_ASSIGN_OR_RETURN(o.unk_token, field(model, "unk_token", o.unk_token, "model"));
+    OB_ASSIGN_OR_RETURN(o.continuing_prefix, field(model, "continuing_subword_prefix", o.continuing_prefix, "model"));
+    OB_ASSIGN_OR_RETURN(o.max_input_chars_per_word,
+                        field(model, "max_input_chars_per_word", o.max_input_chars_per_word, "model"));
+    const nlohmann::json norm = doc.value("normalizer", nlohmann::json());
+    if (norm.is_object()) {
+      if (norm.value("type", "") != "BertNormalizer")
+        return Status(Code::kUnsupported, src + " normalizer '" + norm.value("type", "?") +
+                                              "' (WordPiece supports BertNormalizer)");
+      OB_ASSIGN_OR_RETURN(o.clean_text, field(norm, "clean_text", true, "normalizer"));
+      OB_ASSIGN_OR_RETURN(o.handle_chinese_chars, field(norm, "handle_chinese_chars", true, "normalizer"));
+      OB_ASSIGN_OR_RETURN(o.lowercase, field(norm, "lowercase", true, "normalizer"));
+      OB_ASSIGN_OR_RETURN(o.strip_accents, field(norm, "strip_accents", o.lowercase, "normalizer"));
+    } else {
+      o.clean_text = o.handle_chinese_chars = o.strip_accents = o.lowercase = false;
+    }
+    const nlohmann::json pre = doc.value("pre_tokenizer", nlohmann::json());
+    if (pre.is_object() && pre.value("type", "") != "BertPreTokenizer")
+      return Status(Code::kUnsupported, src + " pre_tokenizer '" + pre.value("type", "?") +
+                                            "' (WordPiece supports BertPreTokenizer)");
+    OB_ASSIGN_OR_RETURN(auto wp, make_wordpiece(std::move(vocab), o, src));
+    std::vector<std::string> specials;
+    for (const auto& t : doc.value("added_tokens", nlohmann::json::array()))
+      if (t.is_object() && t.value("special", false)) specials.push_back(t.value("content", ""));
+    bert_specials(*wp, specials);
+    result = wp;
+  } else if (type == "BPE") {
+    if (!model.contains("vocab") || !model["vocab"].is_object())
+      return Status(Code::kInvalidArgument, src + " key 'model.vocab' must be an object of token -> id");
+    std::vector<Merge> merges;
+    const nlohmann::json m = model.value("merges", nlohmann::json::array());
+    for (size_t i = 0; i < m.size(); ++i) {
+      std::string where = src + " model.merges[" + std::to_string(i) + "]";
+      if (m[i].is_string()) {
+        std::string line = m[i].get<std::string>();
+        auto space = line.find(' ');
+        if (space == std::string::npos) return Status(Code::kInvalidArgument, where + ": expected \"a b\"");
+        merges.push_back({line.substr(0, space), line.substr(space + 1), where});
+      } else if (m[i].is_array() && m[i].size() == 2 && m[i][0].is_string() && m[i][1].is_string()) {
+        merges.push_back({m[i][0].get<std::string>(), m[i][1].get<std::string>(), where});
+      } else {
+        return Status(Code::kInvalidArgument, where + ": expected \"a b\" or [\"a\", \"b\"]");
+      }
+    }
+    OB_ASSIGN_OR_RETURN(auto bpe, build_bpe(model["vocab"], merges, src + " model.vocab"));
+    report["add_prefix_space"] = doc.value("pre_tokenizer", nlohmann::json()).value("add_prefix_space", false);
+    result = bpe;
+  } else {
+    return Status(Code::kUnsupported, src + " model type '" + type + "' (supported: WordPiece, BPE)");
+  }
+  result->config_report = report.dump();
+  return Tokenizer(std::move(result));
 }
 
 }  // namespace outboard

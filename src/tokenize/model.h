@@ -14,9 +14,12 @@ struct Tokenizer::Model {
   /// Encodes valid UTF-8 text that holds no special tokens to handle.
   virtual Status encode_ordinary(std::string_view text, std::vector<int32_t>& out) const = 0;
   virtual Status decode_one(int32_t id, std::string& out) const = 0;
+  /// All ids, special ones included.
   virtual size_t vocab_size() const = 0;
 
   std::vector<std::pair<std::string, int32_t>> specials;
+  int32_t cls_id = -1, sep_id = -1;  ///< added around a text when asked ([CLS] text [SEP])
+  std::string config_report;         ///< what a loaded file asked for that we report (padding, ...)
 };
 
 namespace tokenize {
@@ -26,7 +29,7 @@ struct Gpt2Bpe final : Tokenizer::Model {
   BpeVocab vocab;
   Status encode_ordinary(std::string_view text, std::vector<int32_t>& out) const override;
   Status decode_one(int32_t id, std::string& out) const override;
-  size_t vocab_size() const override;
+  size_t vocab_size() const override { return vocab.size() + specials.size(); }
 };
 
 }  // namespace tokenize

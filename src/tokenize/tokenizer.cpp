@@ -62,7 +62,9 @@ Tokenizer::Tokenizer(std::shared_ptr<const Model> model) : model_(std::move(mode
 
 std::string_view Tokenizer::unicode_version() { return tokenize::unicode_version(); }
 
-size_t Tokenizer::vocab_size() const { return model_->vocab_size() + model_->specials.size(); }
+size_t Tokenizer::vocab_size() const { return model_->vocab_size(); }
+
+std::string_view Tokenizer::config_report() const { return model_->config_report; }
 
 int32_t Tokenizer::special_id(std::string_view text) const {
   for (const auto& [s, id] : model_->specials)
@@ -77,6 +79,8 @@ Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const
   if (use_repaired) text = repaired;
   const size_t mark = out.size();
   out.reserve(mark + text.size() / 3 + 16);  // ~0.3 tokens per byte on mixed text: one allocation
+  const bool wrap = options.add_special_tokens && model_->cls_id >= 0;
+  if (wrap) out.push_back(model_->cls_id);
   auto fail = [&](Status st) {
     out.resize(mark);
     return st;
@@ -102,7 +106,10 @@ Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const
                                                std::to_string(which->second) + ", or encode it as ordinary text"});
     std::string_view segment = text.substr(pos, which ? found - pos : std::string_view::npos);
     if (Status st = model_->encode_ordinary(segment, out); !st.ok()) return fail(st);
-    if (!which) return {};
+    if (!which) {
+      if (wrap && model_->sep_id >= 0) out.push_back(model_->sep_id);
+      return {};
+    }
     out.push_back(which->second);
     pos = found + which->first.size();
   }
@@ -191,8 +198,6 @@ Status Gpt2Bpe::decode_one(int32_t id, std::string& out) const {
   out += b;
   return {};
 }
-
-size_t Gpt2Bpe::vocab_size() const { return vocab.size(); }
 
 }  // namespace tokenize
 }  // namespace outboard

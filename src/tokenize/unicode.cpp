@@ -1,9 +1,62 @@
 #include "tokenize/unicode.h"
 
+#include <algorithm>
+#include <string>
+
 namespace outboard::tokenize {
 namespace {
+struct MappingEntry {
+  char32_t cp;
+  uint32_t offset;
+  uint32_t length;
+};
 #include "unicode_tables.inc"
+
+template <size_t N>
+bool lookup(const MappingEntry (&table)[N], const char32_t* pool, char32_t cp, const char32_t*& out, size_t& length) {
+  auto it = std::lower_bound(std::begin(table), std::end(table), cp,
+                             [](const MappingEntry& e, char32_t c) { return e.cp < c; });
+  if (it == std::end(table) || it->cp != cp) return false;
+  out = pool + it->offset;
+  length = it->length;
+  return true;
+}
 }  // namespace
+
+bool decompose(char32_t cp, const char32_t*& out, size_t& length) {
+  if (cp < 0xC0) return false;
+  return lookup(kDecomposition, kDecompositionPool, cp, out, length);
+}
+
+bool lowercase(char32_t cp, const char32_t*& out, size_t& length) {
+  if (cp < 0x80) {
+    static const char32_t ascii[26] = {U'a', U'b', U'c', U'd', U'e', U'f', U'g', U'h', U'i', U'j', U'k', U'l', U'm',
+                                       U'n', U'o', U'p', U'q', U'r', U's', U't', U'u', U'v', U'w', U'x', U'y', U'z'};
+    if (cp < 'A' || cp > 'Z') return false;
+    out = &ascii[cp - 'A'];
+    length = 1;
+    return true;
+  }
+  return lookup(kLowercase, kLowercasePool, cp, out, length);
+}
+
+void append_utf8(char32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
 
 uint8_t char_class(char32_t cp) {
   if (cp >= 0x110000) return 0;

@@ -15,11 +15,18 @@ enum CharClass : uint8_t {
   kMarkNonspacing = 16, ///< Mn (dropped by BERT's strip-accents)
   kControl = 32,        ///< Cc Cf Co Cn Cs
   kCjk = 64,            ///< BERT's CJK ideograph ranges
-  kSpaceSeparator = 128 ///< Zs
+  kUnassigned = 128     ///< Cn (also has kControl)
 };
 
 uint8_t char_class(char32_t cp);
 std::string_view unicode_version();
+
+/// Canonical decomposition (NFD) of one code point; false if it has none.
+bool decompose(char32_t cp, const char32_t*& out, size_t& length);
+/// Full lowercase mapping of one code point (1 to 3 code points); false if unchanged.
+bool lowercase(char32_t cp, const char32_t*& out, size_t& length);
+/// Appends cp as UTF-8.
+void append_utf8(char32_t cp, std::string& out);
 
 /// Decodes the code point at p (valid UTF-8 assumed); sets len to 1..4.
 inline char32_t decode_valid(const uint8_t* p, int& len) {

@@ -44,3 +44,18 @@ def hf_gpt2(gpt2_files: tuple[Path, Path]):
 @pytest.fixture(scope="session")
 def docs() -> list[str]:
     return corpus.build()
+
+
+@pytest.fixture(scope="session")
+def bert_ours() -> outboard.Tokenizer:
+    return outboard.Tokenizer.bert_wordpiece(vocab.fetch("bert-base-uncased", quiet=True)[0], lowercase=True)
+
+
+@pytest.fixture(scope="session")
+def bert_hf():
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(vocab.fetch("bert-base-uncased-json", quiet=True)[0]))
+    tok.no_padding()  # trap 9: the shipped file pads and truncates to 128
+    tok.no_truncation()
+    return tok

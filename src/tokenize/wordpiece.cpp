@@ -1,0 +1,173 @@
+#include "tokenize/wordpiece.h"
+
+#include "tokenize/unicode.h"
+
+namespace outboard::tokenize {
+namespace {
+
+bool is_whitespace(char32_t c) { return c == '\t' || c == '\n' || c == '\r' || (char_class(c) & kSpace); }
+
+// HF: \t \n \r are whitespace, not control; other Cc Cf Co (and Cs) are.
+bool is_control(char32_t c) {
+  if (c == '\t' || c == '\n' || c == '\r') return false;
+  uint8_t k = char_class(c);
+  return (k & kControl) && !(k & kUnassigned);
+}
+
+bool is_punctuation(char32_t c) {
+  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)) return true;
+  return char_class(c) & kPunct;
+}
+
+}  // namespace
+
+Trie::Trie() { nodes_.emplace_back(); }
+
+uint32_t Trie::child(uint32_t node, uint8_t byte) const {
+  auto it = edges_.find((uint64_t{node} << 8) | byte);
+  return it == edges_.end() ? 0 : it->second;
+}
+
+void Trie::insert(std::string_view bytes, int32_t id) {
+  uint32_t node = 0;
+  for (uint8_t b : bytes) {
+    uint64_t key = (uint64_t{node} << 8) | b;
+    auto it = edges_.find(key);
+    if (it == edges_.end()) {
+      nodes_.emplace_back();
+      it = edges_.emplace(key, static_cast<uint32_t>(nodes_.size() - 1)).first;
+    }
+    node = it->second;
+  }
+  if (nodes_[node].id < 0) nodes_[node].id = id;  // first (lowest) id wins, as HF's vocab map
+}
+
+size_t Trie::longest(const uint8_t* p, const uint8_t* end, int32_t& id) const {
+  uint32_t node = 0;
+  size_t best = 0;
+  for (const uint8_t* q = p; q < end; ++q) {
+    node = child(node, *q);
+    if (node == 0) break;
+    if (nodes_[node].id >= 0) {
+      best = static_cast<size_t>(q + 1 - p);
+      id = nodes_[node].id;
+    }
+  }
+  return best;
+}
+
+Status BertWordPiece::build(std::vector<std::string> vocab, const std::string& source) {
+  tokens = std::move(vocab);
+  const std::string& prefix = options.continuing_prefix;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const std::string& t = tokens[id];
+    if (t.empty()) continue;
+    if (!prefix.empty() && t.size() > prefix.size() && t.compare(0, prefix.size(), prefix) == 0)
+      continuing.insert(std::string_view(t).substr(prefix.size()), static_cast<int32_t>(id));
+    initial.insert(t, static_cast<int32_t>(id));
+    if (t == options.unk_token && unk_id < 0) unk_id = static_cast<int32_t>(id);
+  }
+  if (unk_id < 0)
+    return {Code::kInvalidArgument, source + " has no unknown token '" + options.unk_token + "'"};
+  return {};
+}
+
+void BertWordPiece::normalize(std::string_view text, std::string& out) const {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  out.reserve(out.size() + text.size() + text.size() / 8);
+  for (size_t i = 0; i < text.size();) {
+    int len;
+    char32_t c = decode_valid(s + i, len);
+    i += static_cast<size_t>(len);
+    if (options.clean_text) {
+      if (c == 0 || c == 0xFFFD || is_control(c)) continue;
+      if (is_whitespace(c)) c = ' ';
+    }
+    bool cjk = options.handle_chinese_chars && (char_class(c) & kCjk);
+    if (cjk) out.push_back(' ');
+    // Strip accents (NFD, then drop Mn), then lowercase, per character.
+    char32_t one[1] = {c};
+    const char32_t* parts = one;
+    size_t n = 1;
+    if (options.strip_accents) decompose(c, parts, n);
+    for (size_t k = 0; k < n; ++k) {
+      char32_t d = parts[k];
+      if (options.strip_accents && (char_class(d) & kMarkNonspacing)) continue;
+      const char32_t* lower;
+      size_t m;
+      if (options.lowercase && lowercase(d, lower, m)) {
+        for (size_t j = 0; j < m; ++j) append_utf8(lower[j], out);
+      } else {
+        append_utf8(d, out);
+      }
+    }
+    if (cjk) out.push_back(' ');
+  }
+}
+
+void BertWordPiece::encode_word(const uint8_t* p, size_t n, size_t chars, std::vector<int32_t>& out) const {
+  if (chars > options.max_input_chars_per_word) {
+    out.push_back(unk_id);
+    return;
+  }
+  size_t mark = out.size();
+  const uint8_t* end = p + n;
+  for (const uint8_t* q = p; q < end;) {
+    int32_t id = -1;
+    size_t len = (q == p ? initial : continuing).longest(q, end, id);
+    if (len == 0) {  // one unmatched part turns the whole word into [UNK]
+      out.resize(mark);
+      out.push_back(unk_id);
+      return;
+    }
+    out.push_back(id);
+    q += len;
+  }
+}
+
+Status BertWordPiece::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+  std::string norm;
+  normalize(text, norm);
+  // BertPreTokenizer: split on whitespace (dropped) and punctuation (kept alone).
+  const auto* s = reinterpret_cast<const uint8_t*>(norm.data());
+  size_t word = 0, chars = 0;
+  auto flush = [&](size_t end) {
+    if (end > word) encode_word(s + word, end - word, chars, out);
+    chars = 0;
+  };
+  for (size_t i = 0; i < norm.size();) {
+    int len;
+    char32_t c = decode_valid(s + i, len);
+    if (is_whitespace(c)) {
+      flush(i);
+      word = i + static_cast<size_t>(len);
+    } else if (is_punctuation(c)) {
+      flush(i);
+      word = i;
+      chars = 1;
+      flush(i + static_cast<size_t>(len));
+      word = i + static_cast<size_t>(len);
+    } else {
+      ++chars;
+    }
+    i += static_cast<size_t>(len);
+  }
+  flush(norm.size());
+  return {};
+}
+
+Status BertWordPiece::decode_one(int32_t id, std::string& out) const {
+  if (id < 0 || static_cast<size_t>(id) >= tokens.size())
+    return {Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary"};
+  const std::string& t = tokens[id];
+  const std::string& prefix = options.continuing_prefix;
+  if (!prefix.empty() && t.size() > prefix.size() && t.compare(0, prefix.size(), prefix) == 0) {
+    out += t.substr(prefix.size());
+  } else {
+    if (!out.empty()) out.push_back(' ');
+    out += t;
+  }
+  return {};
+}
+
+}  // namespace outboard::tokenize
