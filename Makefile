@@ -6,7 +6,7 @@ BUILD := build/py
 ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
 FUZZ_BUILD := build/fuzz
-FUZZ_TARGETS := gpt2_encode tiktoken_loader vocab_merges_loader
+FUZZ_TARGETS := gpt2_encode tiktoken_loader vocab_merges_loader wordpiece_encode tokenizer_json_loader
 FUZZ_SECONDS ?= 15
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # UCX's malloc hooks confuse the sanitizers; its transports work without them.

@@ -262,7 +262,24 @@ Result<Tokenizer> Tokenizer::bert_wordpiece(const std::string& vocab_txt, const 
   return Tokenizer(std::move(model));
 }
 
+namespace {
+Result<Tokenizer> tokenizer_json(const std::string& path);
+}  // namespace
+
 Result<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& path) {
+  // nlohmann throws on a value of an unexpected type deep in the document;
+  // the error stops here, as a Status naming the file.
+  try {
+    return tokenizer_json(path);
+  } catch (const nlohmann::json::exception& e) {
+    return Status(Code::kInvalidArgument, "'" + path + "' is a malformed tokenizer.json: " + e.what());
+  }
+}
+
+namespace {
+
+Result<Tokenizer> tokenizer_json(const std::string& path) {
+  using Model = Tokenizer::Model;
   OB_ASSIGN_OR_RETURN(nlohmann::json doc, read_json(path));
   const std::string src = "'" + path + "'";
   if (!doc.is_object() || !doc.contains("model") || !doc["model"].is_object())
@@ -347,4 +364,5 @@ Result<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& path) {
   return Tokenizer(std::move(result));
 }
 
+}  // namespace
 }  // namespace outboard

@@ -78,7 +78,10 @@ Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const
   OB_RETURN_IF_ERROR(check_utf8(text, options.utf8, repaired, use_repaired));
   if (use_repaired) text = repaired;
   const size_t mark = out.size();
-  out.reserve(mark + text.size() / 3 + 16);  // ~0.3 tokens per byte on mixed text: one allocation
+  // ~0.3 tokens per byte on mixed text: usually one allocation. Grow
+  // geometrically: batches append many texts to one vector.
+  if (size_t need = mark + text.size() / 3 + 16; need > out.capacity())
+    out.reserve(std::max(need, out.capacity() * 2));
   const bool wrap = options.add_special_tokens && model_->cls_id >= 0;
   if (wrap) out.push_back(model_->cls_id);
   auto fail = [&](Status st) {

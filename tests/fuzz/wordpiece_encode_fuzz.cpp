@@ -1,0 +1,37 @@
+// libFuzzer: arbitrary bytes through BERT WordPiece under both UTF-8 policies.
+#include <cstdlib>
+
+#include "fuzz_common.h"
+#include "outboard/tokenizer.h"
+
+using namespace outboard;
+
+static const Tokenizer* tok = nullptr;
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  static auto t = Tokenizer::bert_wordpiece(fuzz::vocab_path("bert-base-uncased-vocab.txt"));
+  if (!t.ok()) {
+    fprintf(stderr, "%s\n", t.status().to_string().c_str());
+    abort();
+  }
+  tok = &t.value();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  std::vector<int32_t> ids;
+  EncodeOptions strict;
+  strict.allow_special = true;
+  Status st = tok->encode(text, ids, strict);
+  if (!st.ok() && !ids.empty()) abort();
+  EncodeOptions replace = strict;
+  replace.utf8 = Utf8Policy::kReplace;
+  replace.add_special_tokens = true;
+  ids.clear();
+  if (!tok->encode(text, ids, replace).ok()) abort();
+  for (int32_t id : ids)
+    if (id < 0 || static_cast<size_t>(id) >= tok->vocab_size()) abort();
+  if (!tok->decode(ids).ok()) abort();
+  return 0;
+}
