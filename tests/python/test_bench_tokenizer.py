@@ -1,0 +1,30 @@
+"""`outboard bench tokenizer` runs end to end and records exactness with every speed figure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+OUTBOARD = str(Path(sys.executable).parent / "outboard")
+
+
+def test_quick_benchmark_writes_rows_meta_and_report(tmp_path) -> None:
+    out = tmp_path / "run"
+    r = subprocess.run([OUTBOARD, "bench", "tokenizer", "--quick", "--rounds", "1", "--chunks", "8",
+                        "--threads", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["pinned_core"] in range(64) and "load_after" in meta and meta["models"] == ["gpt2", "bert"]
+    chunk_rows = [row for row in rows if row["case"] == "chunk-8k"]
+    impls = {(row["params"]["model"], row["impl"]) for row in chunk_rows}
+    assert {("gpt2", "outboard"), ("gpt2", "tiktoken"), ("bert", "outboard"), ("bert", "hf-tokenizers")} <= impls
+    for row in chunk_rows:
+        assert row["correctness"]["compared"] == 8
+        if row["impl"] in ("outboard", "tiktoken", "hf-tokenizers"):
+            assert row["correctness"]["mismatched_chunks"] == 0, row
+        p = row["metrics"]["us_per_chunk"]
+        assert 0 < p["min"] <= p["p50"] <= p["p90"] <= p["p99"] <= p["max"]
+    assert "## GPT-2" in (out / "report.md").read_text() and "## BERT" in (out / "report.md").read_text()
