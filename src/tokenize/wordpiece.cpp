@@ -21,25 +21,35 @@ bool is_punctuation(char32_t c) {
 
 }  // namespace
 
-Trie::Trie() { nodes_.emplace_back(); }
-
-uint32_t Trie::child(uint32_t node, uint8_t byte) const {
-  auto it = edges_.find((uint64_t{node} << 8) | byte);
-  return it == edges_.end() ? 0 : it->second;
-}
+Trie::Trie() { ids_.push_back(-1); }
 
 void Trie::insert(std::string_view bytes, int32_t id) {
   uint32_t node = 0;
   for (uint8_t b : bytes) {
     uint64_t key = (uint64_t{node} << 8) | b;
-    auto it = edges_.find(key);
-    if (it == edges_.end()) {
-      nodes_.emplace_back();
-      it = edges_.emplace(key, static_cast<uint32_t>(nodes_.size() - 1)).first;
+    auto it = building_.find(key);
+    if (it == building_.end()) {
+      ids_.push_back(-1);
+      it = building_.emplace(key, static_cast<uint32_t>(ids_.size() - 1)).first;
     }
     node = it->second;
   }
-  if (nodes_[node].id < 0) nodes_[node].id = id;  // first (lowest) id wins, as HF's vocab map
+  if (ids_[node] < 0) ids_[node] = id;  // first (lowest) id wins, as HF's vocab map
+}
+
+void Trie::finalize() {
+  size_t size = 1;
+  int bits = 0;
+  while (size < building_.size() * 2 + 2) size <<= 1, ++bits;
+  table_.assign(size, Edge{});
+  mask_ = size - 1;
+  shift_ = 64 - bits;
+  for (const auto& [key, node] : building_) {
+    size_t i = (key * 0x9e3779b97f4a7c15ull) >> shift_;
+    while (table_[i].key != UINT64_MAX) i = (i + 1) & mask_;
+    table_[i] = {key, node};
+  }
+  building_.clear();
 }
 
 size_t Trie::longest(const uint8_t* p, const uint8_t* end, int32_t& id) const {
@@ -48,9 +58,9 @@ size_t Trie::longest(const uint8_t* p, const uint8_t* end, int32_t& id) const {
   for (const uint8_t* q = p; q < end; ++q) {
     node = child(node, *q);
     if (node == 0) break;
-    if (nodes_[node].id >= 0) {
+    if (ids_[node] >= 0) {
       best = static_cast<size_t>(q + 1 - p);
-      id = nodes_[node].id;
+      id = ids_[node];
     }
   }
   return best;
@@ -69,6 +79,8 @@ Status BertWordPiece::build(std::vector<std::string> vocab, const std::string& s
   }
   if (unk_id < 0)
     return {Code::kInvalidArgument, source + " has no unknown token '" + options.unk_token + "'"};
+  initial.finalize();
+  continuing.finalize();
   return {};
 }
 
@@ -76,6 +88,17 @@ void BertWordPiece::normalize(std::string_view text, std::string& out) const {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   out.reserve(out.size() + text.size() + text.size() / 8);
   for (size_t i = 0; i < text.size();) {
+    if (s[i] < 0x80) {  // ASCII: no decomposition, no CJK, lowercase by arithmetic
+      uint8_t c = s[i++];
+      if (c == '\t' || c == '\n' || c == '\r' || c == ' ') {
+        out.push_back(options.clean_text ? ' ' : static_cast<char>(c));
+      } else if (options.clean_text && (c < 0x20 || c == 0x7F)) {
+        continue;  // control
+      } else {
+        out.push_back(static_cast<char>(options.lowercase && c >= 'A' && c <= 'Z' ? c + 32 : c));
+      }
+      continue;
+    }
     int len;
     char32_t c = decode_valid(s + i, len);
     i += static_cast<size_t>(len);
