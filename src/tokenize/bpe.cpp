@@ -123,7 +123,7 @@ Status BpeVocab::finalize() {
       return {Code::kInvalidArgument, "the vocabulary lacks the base token for byte " + std::to_string(b)};
   }
   // Every split of every token into two tokens is a pair that merges into it.
-  std::vector<Pair> entries;
+  std::vector<std::pair<uint64_t, Merge>> entries;
   for (const Slot& s : slots_) {
     if (s.id < 0 || s.length < 2 || s.priority == kNoPriority) continue;
     const auto* t = s.length <= kInlineKey ? reinterpret_cast<const uint8_t*>(s.key)
@@ -132,20 +132,10 @@ Status BpeVocab::finalize() {
       int32_t left, right;
       uint32_t unused;
       if (find(t, k, left, unused) && find(t + k, s.length - k, right, unused))
-        entries.push_back({(uint64_t(uint32_t(left)) << 32) | uint32_t(right), s.priority, s.id});
+        entries.push_back({pair_key(left, right), Merge{s.priority, s.id}});
     }
   }
-  size_t size = 1;
-  int bits = 0;
-  while (size < entries.size() * 2 + 2) size <<= 1, ++bits;
-  pairs_.assign(size, Pair{});
-  pair_mask_ = size - 1;
-  pair_shift_ = 64 - bits;
-  for (const Pair& e : entries) {
-    size_t i = (e.key * 0x9e3779b97f4a7c15ull) >> pair_shift_;
-    while (pairs_[i].key != kEmptyPair) i = (i + 1) & pair_mask_;
-    pairs_[i] = e;
-  }
+  pairs_.build(entries);
   return {};
 }
 
@@ -206,7 +196,7 @@ Status BpeVocab::small_merge(const uint8_t* p, size_t n, std::vector<int32_t>& o
   uint32_t rank[kSmallPiece];
   size_t m = n;
   for (size_t i = 0; i < n; ++i) ids[i] = byte_id_[p[i]];
-  for (size_t i = 0; i + 1 < m; ++i) __builtin_prefetch(&pairs_[pair_slot(pair_key(ids[i], ids[i + 1]))]);
+  for (size_t i = 0; i + 1 < m; ++i) pairs_.prefetch(pair_key(ids[i], ids[i + 1]));
   for (size_t i = 0; i + 1 < m; ++i) rank[i] = pair(ids[i], ids[i + 1]).priority;
   while (m > 1) {
     size_t best = 0;
@@ -218,8 +208,8 @@ Status BpeVocab::small_merge(const uint8_t* p, size_t n, std::vector<int32_t>& o
     std::memmove(rank + best + 1, rank + best + 2, (m - best - 2) * sizeof(uint32_t));
     --m;
     // Both neighbours' lookups are independent: overlap their misses.
-    if (best + 1 < m) __builtin_prefetch(&pairs_[pair_slot(pair_key(ids[best], ids[best + 1]))]);
-    if (best > 0) __builtin_prefetch(&pairs_[pair_slot(pair_key(ids[best - 1], ids[best]))]);
+    if (best + 1 < m) pairs_.prefetch(pair_key(ids[best], ids[best + 1]));
+    if (best > 0) pairs_.prefetch(pair_key(ids[best - 1], ids[best]));
     if (best + 1 < m) rank[best] = pair(ids[best], ids[best + 1]).priority;
     if (best > 0) rank[best - 1] = pair(ids[best - 1], ids[best]).priority;
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "outboard/status.h"
+#include "tokenize/int_table.h"
 
 namespace outboard::tokenize {
 
@@ -56,26 +57,21 @@ class BpeVocab {
     uint32_t priority = kNoPriority;
   };
   static_assert(sizeof(Slot) == 32);
-  struct Pair {
-    uint64_t key = kEmptyPair;  // left id << 32 | right id
-    uint32_t priority = kNoPriority;
-    int32_t merged = -1;
+  struct Merge {
+    uint32_t priority;
+    int32_t merged;
   };
-  static constexpr uint64_t kEmptyPair = UINT64_MAX;
+  static constexpr Merge kNoMerge{UINT32_MAX, -1};
 
   void grow();
   static uint64_t pair_key(int32_t left, int32_t right) {
     return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
   }
-  size_t pair_slot(uint64_t key) const { return (key * 0x9e3779b97f4a7c15ull) >> pair_shift_; }
   bool find_hashed(const uint8_t* p, size_t n, uint64_t hash, int32_t& id, uint32_t& priority) const;
-  /// The pair's merge, or a Pair with kNoPriority.
-  const Pair& pair(int32_t left, int32_t right) const {
-    uint64_t key = pair_key(left, right);
-    for (size_t i = pair_slot(key);; i = (i + 1) & pair_mask_) {
-      const Pair& e = pairs_[i];
-      if (e.key == key || e.key == kEmptyPair) return e;
-    }
+  /// The merge of two adjacent parts, or kNoMerge.
+  const Merge& pair(int32_t left, int32_t right) const {
+    const Merge* m = pairs_.find(pair_key(left, right));
+    return m ? *m : kNoMerge;
   }
   Status small_merge(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
   Status heap_merge(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
@@ -85,10 +81,8 @@ class BpeVocab {
   std::vector<uint32_t> by_id_;      // id -> slot index + 1 (0: none)
   size_t count_ = 0;
   int32_t byte_id_[256];             // single-byte tokens
-  std::vector<Pair> pairs_;
+  IntTable<Merge> pairs_;  // (left id, right id) -> merge
   uint64_t serial_;
-  size_t pair_mask_ = 0;
-  int pair_shift_ = 64;
 };
 
 }  // namespace outboard::tokenize

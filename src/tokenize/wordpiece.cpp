@@ -38,17 +38,7 @@ void Trie::insert(std::string_view bytes, int32_t id) {
 }
 
 void Trie::finalize() {
-  size_t size = 1;
-  int bits = 0;
-  while (size < building_.size() * 2 + 2) size <<= 1, ++bits;
-  table_.assign(size, Edge{});
-  mask_ = size - 1;
-  shift_ = 64 - bits;
-  for (const auto& [key, node] : building_) {
-    size_t i = (key * 0x9e3779b97f4a7c15ull) >> shift_;
-    while (table_[i].key != UINT64_MAX) i = (i + 1) & mask_;
-    table_[i] = {key, node};
-  }
+  edges_.build({building_.begin(), building_.end()});
   building_.clear();
 }
 

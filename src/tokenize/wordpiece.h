@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenize/int_table.h"
 #include "tokenize/model.h"
 
 namespace outboard::tokenize {
@@ -32,22 +33,13 @@ class Trie {
   size_t longest(const uint8_t* p, const uint8_t* end, int32_t& id) const;
 
  private:
-  struct Edge {
-    uint64_t key = UINT64_MAX;  // node << 8 | byte
-    uint32_t child = 0;
-  };
   uint32_t child(uint32_t node, uint8_t byte) const {
-    uint64_t key = (uint64_t{node} << 8) | byte;
-    for (size_t i = (key * 0x9e3779b97f4a7c15ull) >> shift_;; i = (i + 1) & mask_) {
-      if (table_[i].key == key) return table_[i].child;
-      if (table_[i].key == UINT64_MAX) return 0;
-    }
+    const uint32_t* c = edges_.find((uint64_t{node} << 8) | byte);
+    return c ? *c : 0;
   }
   std::vector<int32_t> ids_;  // per node, -1: no token ends here
   std::unordered_map<uint64_t, uint32_t> building_;
-  std::vector<Edge> table_;
-  size_t mask_ = 0;
-  int shift_ = 64;
+  IntTable<uint32_t> edges_;  // (node << 8 | byte) -> child
 };
 
 struct BertWordPiece final : Tokenizer::Model {

@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <optional>
 #include <unistd.h>
+
+#include "outboard/tokenizer.h"
 
 namespace outboard::fuzz {
 
@@ -15,6 +18,17 @@ inline std::string vocab_path(const char* name) {
   const char* home = std::getenv("HOME");
   std::filesystem::path p = dir ? std::filesystem::path(dir) : std::filesystem::path(home ? home : "/") / ".cache/outboard";
   return (p / name).string();
+}
+
+/// A tokenizer for the whole run; aborts (the fuzzer cannot start) if it does not load.
+inline const Tokenizer& load_or_abort(Result<Tokenizer> loaded) {
+  static std::optional<Tokenizer> held;
+  if (!loaded.ok()) {
+    fprintf(stderr, "%s (run `outboard vocab fetch`)\n", loaded.status().to_string().c_str());
+    abort();
+  }
+  held.emplace(std::move(loaded).value());
+  return *held;
 }
 
 /// Writes `data` to a per-process scratch file (loaders read files).

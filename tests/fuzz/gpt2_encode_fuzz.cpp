@@ -13,12 +13,7 @@ using namespace outboard;
 static const Tokenizer* tok = nullptr;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  static auto t = Tokenizer::from_tiktoken(fuzz::vocab_path("gpt2.tiktoken"));
-  if (!t.ok()) {
-    fprintf(stderr, "%s\n", t.status().to_string().c_str());
-    abort();
-  }
-  tok = &t.value();
+  tok = &fuzz::load_or_abort(Tokenizer::from_tiktoken(fuzz::vocab_path("gpt2.tiktoken")));
   return 0;
 }
 

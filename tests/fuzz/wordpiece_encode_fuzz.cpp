@@ -9,12 +9,7 @@ using namespace outboard;
 static const Tokenizer* tok = nullptr;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  static auto t = Tokenizer::bert_wordpiece(fuzz::vocab_path("bert-base-uncased-vocab.txt"));
-  if (!t.ok()) {
-    fprintf(stderr, "%s\n", t.status().to_string().c_str());
-    abort();
-  }
-  tok = &t.value();
+  tok = &fuzz::load_or_abort(Tokenizer::bert_wordpiece(fuzz::vocab_path("bert-base-uncased-vocab.txt")));
   return 0;
 }
 
