@@ -21,8 +21,6 @@ class BpeVocab {
   static constexpr uint32_t kNoPriority = UINT32_MAX;
 
   BpeVocab();
-  /// Distinguishes vocabularies in per-thread caches (addresses get reused).
-  [[nodiscard]] uint64_t serial() const { return serial_; }
 
   /// Adds a token; kInvalidArgument on a duplicate (bytes or id).
   Status add(std::string_view bytes, int32_t id, uint32_t priority);
@@ -82,7 +80,7 @@ class BpeVocab {
   size_t count_ = 0;
   int32_t byte_id_[256];             // single-byte tokens
   IntTable<Merge> pairs_;  // (left id, right id) -> merge
-  uint64_t serial_;
+  uint64_t serial_;  // names this vocabulary in per-thread caches (addresses get reused)
 };
 
 }  // namespace outboard::tokenize
