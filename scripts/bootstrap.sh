@@ -44,6 +44,14 @@ if [[ ! -f $stamp || "$(cat "$stamp")" != "$want" ]]; then
   echo "$want" > "$stamp"
 fi
 
+# Unicode 8.0 character categories for BERT (what HF tokenizers uses), read
+# at build time from this source distribution's database header.
+legacy=.venv/share/outboard/unicodedata2-8.0.0.tar.gz
+if [[ ! -f $legacy ]]; then
+  mkdir -p "$(dirname "$legacy")"
+  .venv/bin/python -m pip download -q --no-deps --no-binary :all: "unicodedata2==8.0.0" -d "$(dirname "$legacy")"
+fi
+
 # Ubuntu 22.04 ships CMake 3.22: take a newer one from PyPI into the .venv.
 cmake_version=$(cmake --version 2>/dev/null | head -1 | awk '{print $3}')
 if [[ -z $cmake_version ]] || ! printf '%s\n%s\n' "$MIN_CMAKE" "$cmake_version" | sort -V -C; then

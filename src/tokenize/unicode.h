@@ -7,15 +7,17 @@
 
 namespace outboard::tokenize {
 
+// Letter, number and space follow the pinned Unicode version. Punctuation,
+// control and nonspacing mark serve BERT only and follow HF tokenizers,
+// whose character categories are Unicode 8.0's (see gen_unicode_tables.py).
 enum CharClass : uint8_t {
   kLetter = 1,          ///< \p{L}
   kNumber = 2,          ///< \p{N}
   kSpace = 4,           ///< \s: the White_Space property
-  kPunct = 8,           ///< \p{P}
-  kMarkNonspacing = 16, ///< Mn (dropped by BERT's strip-accents)
-  kControl = 32,        ///< Cc Cf Co Cn Cs
+  kPunct = 8,           ///< P* (Unicode 8.0, as HF's BERT)
+  kMarkNonspacing = 16, ///< Mn (Unicode 8.0, as HF's BERT strip-accents)
+  kControl = 32,        ///< Cc Cf Co Cs (Unicode 8.0, as HF's BERT clean-text)
   kCjk = 64,            ///< BERT's CJK ideograph ranges
-  kUnassigned = 128     ///< Cn (also has kControl)
 };
 
 uint8_t char_class(char32_t cp);

@@ -10,8 +10,7 @@ bool is_whitespace(char32_t c) { return c == '\t' || c == '\n' || c == '\r' || (
 // HF: \t \n \r are whitespace, not control; other Cc Cf Co (and Cs) are.
 bool is_control(char32_t c) {
   if (c == '\t' || c == '\n' || c == '\r') return false;
-  uint8_t k = char_class(c);
-  return (k & kControl) && !(k & kUnassigned);
+  return char_class(c) & kControl;
 }
 
 bool is_punctuation(char32_t c) {

@@ -30,13 +30,9 @@ def test_corpus_matches_hf(bert_ours, bert_hf, docs) -> None:
     report(f"WordPiece corpus vs HF ({len(docs)} documents, {size / 1e6:.2f} MB)", len(docs), diff)
 
 
-# Known, not yet closed: HF classifies characters for BertNormalizer/BertPreTokenizer with the
-# unicode_categories crate, whose tables predate Unicode 11, so characters assigned since then
-# (U+061D, U+07FD, U+0890, U+0897, ...) are "unassigned" to it: not punctuation, not control,
-# not a nonspacing mark. Our tables are Unicode 16: 3,099 of 4,448,256 cases differ, all such
-# characters. Matching needs per-character Unicode age data at build time (not yet available
-# offline here). strict=True: this fails loudly once the gap is closed.
-@pytest.mark.xfail(strict=True, reason="HF's BERT character classes use a pre-Unicode-11 table")
+# HF classifies BERT's punctuation, control and nonspacing marks with Unicode 8.0 categories and
+# starts a CJK range at 0x2B920: both reproduced (scripts/gen_unicode_tables.py), so every code
+# point must agree.
 def test_every_code_point_in_contexts_matches_hf(bert_ours, bert_hf) -> None:
     cps = [chr(c) for c in range(0x110000) if c not in SKIP_SURROGATES]
     strings = [ctx(c) for ctx in CONTEXTS for c in cps]
