@@ -303,10 +303,15 @@ Result<Tokenizer> tokenizer_json(const std::string& path) {
     if (!model.contains("vocab") || !model["vocab"].is_object())
       return Status(Code::kInvalidArgument, src + " key 'model.vocab' must be an object of token -> id");
     std::vector<std::string> vocab(model["vocab"].size());
+    std::vector<bool> taken(vocab.size(), false);
     for (auto& [token, id] : model["vocab"].items()) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= static_cast<int64_t>(vocab.size()))
         return Status(Code::kInvalidArgument, src + " key 'model.vocab." + token + "': id must be 0.." +
                                                   std::to_string(vocab.size() - 1));
+      if (token.empty() || taken[id.get<size_t>()])
+        return Status(Code::kInvalidArgument, src + " key 'model.vocab." + token + "': empty token or id " +
+                                                  std::to_string(id.get<int64_t>()) + " used twice");
+      taken[id.get<size_t>()] = true;
       vocab[id.get<size_t>()] = token;
     }
     tokenize::BertOptions o;
@@ -332,8 +337,15 @@ Result<Tokenizer> tokenizer_json(const std::string& path) {
                                             "' (WordPiece supports BertPreTokenizer)");
     OB_ASSIGN_OR_RETURN(auto wp, make_wordpiece(std::move(vocab), o, src));
     std::vector<std::string> specials;
-    for (const auto& t : doc.value("added_tokens", nlohmann::json::array()))
-      if (t.is_object() && t.value("special", false)) specials.push_back(t.value("content", ""));
+    const nlohmann::json added = doc.value("added_tokens", nlohmann::json::array());
+    for (size_t i = 0; i < added.size(); ++i) {
+      const nlohmann::json& t = added[i];
+      if (!t.is_object() || !t.value("special", false)) continue;
+      std::string content = t.value("content", "");
+      if (content.empty())
+        return Status(Code::kInvalidArgument, src + " key 'added_tokens[" + std::to_string(i) + "].content' is missing or empty");
+      specials.push_back(std::move(content));
+    }
     bert_specials(*wp, specials);
     result = wp;
   } else if (type == "BPE") {

@@ -95,6 +95,7 @@ Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const
     const std::pair<std::string, int32_t>* which = nullptr;
     if (!options.ordinary) {
       for (const auto& sp : model_->specials) {
+        if (sp.first.empty()) continue;  // loaders refuse these; never loop on an empty match
         size_t at = text.find(sp.first, pos);
         if (at < found || (at == found && which && sp.first.size() > which->first.size())) {
           found = at;

@@ -84,5 +84,20 @@ TEST(TokenizerTest, MalformedVocabAndMergesNameTheProblem) {
   EXPECT_NE(r.status().message().find("lacks the base token for byte"), std::string::npos) << r.status().message();
 }
 
+TEST(TokenizerTest, MalformedTokenizerJsonNamesTheKey) {
+  const std::string head = R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": )";
+  auto r = Tokenizer::from_tokenizer_json(write("t1.json", head + R"({"[UNK]": 0, "a": 1, "b": 1}}})").string());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("used twice"), std::string::npos) << r.status().message();
+  // An added token without content once made the special-token search loop forever (found by fuzzing).
+  r = Tokenizer::from_tokenizer_json(
+      write("t2.json", head + R"({"[UNK]": 0, "a": 1}}, "added_tokens": [{"special": true}]})").string());
+  EXPECT_NE(r.status().message().find("added_tokens[0].content"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_tokenizer_json(write("t3.json", R"({"model": {"type": 7}})").string());
+  EXPECT_NE(r.status().message().find("malformed tokenizer.json"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_tokenizer_json(write("t4.json", R"({"model": {"type": "Unigram"}})").string());
+  EXPECT_EQ(r.status().code(), Code::kUnsupported);
+}
+
 }  // namespace
 }  // namespace outboard
