@@ -13,7 +13,7 @@ constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
 // Validates `text`; under kReplace returns a repaired copy in `repaired`.
 Status check_utf8(std::string_view text, Utf8Policy policy, std::string& repaired, bool& use_repaired) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  size_t n = text.size(), i = 0;
+  size_t n = text.size(), i = 0, valid_from = 0;  // text[valid_from, i) is valid and not yet copied
   use_repaired = false;
   while (i < n) {
     if (s[i] < 0x80) {
@@ -32,27 +32,12 @@ Status check_utf8(std::string_view text, Utf8Policy policy, std::string& repaire
       return {Code::kInvalidArgument, "invalid UTF-8 at byte offset " + std::to_string(i) + " (byte " + hex +
                                           "); use the 'replace' policy to substitute U+FFFD"};
     }
-    if (!use_repaired) {
-      use_repaired = true;
-      repaired.assign(text.substr(0, i));
-    }
-    repaired += kReplacement;
+    use_repaired = true;
+    repaired.append(text.substr(valid_from, i - valid_from)).append(kReplacement);
     i += bad;
-    // Copy the valid run up to the next ill-formed byte.
-    size_t j = i;
-    while (j < n) {
-      if (s[j] < 0x80) {
-        ++j;
-        continue;
-      }
-      int b2;
-      int l2 = tokenize::utf8_sequence(s + j, n - j, b2);
-      if (l2 == 0) break;
-      j += l2;
-    }
-    repaired.append(text.substr(i, j - i));
-    i = j;
+    valid_from = i;
   }
+  if (use_repaired) repaired.append(text.substr(valid_from));
   return {};
 }
 
