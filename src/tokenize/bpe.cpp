@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <queue>
+#include <vector>
 
 namespace outboard::tokenize {
 namespace {
 
-constexpr size_t kSmallPiece = 64;  // below: tiktoken's scan; above: a heap (n log n)
+constexpr size_t kSmallPiece = 64;  // below: tiktoken's scan; above: backtracking
 
 inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull ^ (n * 0x9e3779b97f4a7c15ull);
@@ -122,7 +122,9 @@ Status BpeVocab::finalize() {
     if (!find(&byte, 1, byte_id_[b], unused))
       return {Code::kInvalidArgument, "the vocabulary lacks the base token for byte " + std::to_string(b)};
   }
-  // Every split of every token into two tokens is a pair that merges into it.
+  // tiktoken's semantics: every split of every token into two tokens is a
+  // pair that merges into it. derive_splits reasons with that table, then
+  // shrinks it to each token's last merge (see there).
   std::vector<std::pair<uint64_t, Merge>> entries;
   for (const Slot& s : slots_) {
     if (s.id < 0 || s.length < 2 || s.priority == kNoPriority) continue;
@@ -136,6 +138,7 @@ Status BpeVocab::finalize() {
     }
   }
   pairs_.build(entries);
+  derive_splits();
   return {};
 }
 
@@ -143,22 +146,24 @@ namespace {
 
 // Recently merged pieces, per thread (words recur in text; the merge is the
 // expensive part). Direct-mapped; a slot remembers which vocabulary filled it.
+// Sized for the long pieces of non-Latin scripts (a Greek word is ~2 bytes
+// and ~1 token per letter in GPT-2) and for a working set of ~10k words.
 struct PieceCache {
-  static constexpr size_t kSlots = 4096, kMaxBytes = 24, kMaxIds = 10;
+  static constexpr int kSlotBits = 14;
+  static constexpr size_t kMaxBytes = 40, kMaxIds = 22;
   struct Entry {
     uint64_t owner = 0;
     uint8_t length = 0, count = 0;
     uint8_t bytes[kMaxBytes];
     int32_t ids[kMaxIds];
   };
-  Entry entries[kSlots];
+  std::vector<Entry> entries = std::vector<Entry>(size_t{1} << kSlotBits);
   static Entry& slot(uint64_t owner, const uint8_t* p, size_t n) {
-    thread_local PieceCache cache;
+    thread_local PieceCache cache;  // on the heap: large, and only for threads that encode
     uint64_t h = hash_bytes(p, n) ^ owner;
-    return cache.entries[(h * 0x9e3779b97f4a7c15ull) >> 52];
+    return cache.entries[(h * 0x9e3779b97f4a7c15ull) >> (64 - kSlotBits)];
   }
 };
-static_assert(PieceCache::kSlots == size_t{1} << 12);
 
 }  // namespace
 
@@ -169,7 +174,7 @@ Status BpeVocab::encode_piece(const uint8_t* p, size_t n, uint64_t h, std::vecto
     out.push_back(id);
     return {};
   }
-  if (n >= kSmallPiece) return heap_merge(p, n, out);
+  if (n >= kSmallPiece) return backtrack(p, n, out);
   if (n > PieceCache::kMaxBytes) return small_merge(p, n, out);
   PieceCache::Entry& e = PieceCache::slot(serial_, p, n);
   if (e.owner == serial_ && e.length == n && std::memcmp(e.bytes, p, n) == 0) {
@@ -217,49 +222,107 @@ Status BpeVocab::small_merge(const uint8_t* p, size_t n, std::vector<int32_t>& o
   return {};
 }
 
-// The same merge order in O(n log n): a heap of candidate pairs ordered by
-// (priority, position) over a linked list of parts; stale candidates are
-// recognised by the parts' versions.
-Status BpeVocab::heap_merge(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
-  struct Part {
-    int32_t id, prev, next;
-    uint32_t version;
-  };
-  struct Candidate {
-    uint32_t priority, left, left_version, right_version;
-    bool operator>(const Candidate& o) const {
-      return priority != o.priority ? priority > o.priority : left > o.left;
+bool BpeVocab::valid_pair(int32_t left, int32_t right, uint32_t ceiling) const {
+  uint32_t limit = ceiling;
+  while (true) {
+    // A merge across the boundary that BPE would make before `limit`.
+    if (const Merge* m = pairs_.find(pair_key(left, right)); m && rank_[m->merged] < limit) return false;
+    if (rank_[left] > rank_[right]) {
+      limit = rank_[left];  // the left token formed last: a crossing merge must lose to it
+      left = split_[left].second;
+    } else {
+      if (rank_[right] == 0) return true;  // both are bytes
+      limit = rank_[right] + 1;  // a crossing merge at the same rank is further left: it would win
+      right = split_[right].first;
     }
-  };
-  std::vector<Part> parts(n);
-  for (uint32_t i = 0; i < n; ++i)
-    parts[i] = {byte_id_[p[i]], static_cast<int32_t>(i) - 1, i + 1 < n ? static_cast<int32_t>(i + 1) : -1, 0};
-  std::vector<Candidate> storage;
-  storage.reserve(n);
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap(std::greater<>(), std::move(storage));
-  auto push = [&](int32_t left) {
-    if (left < 0 || parts[left].next < 0) return;
-    const Part& a = parts[left];
-    const Part& b = parts[a.next];
-    uint32_t pr = pair(a.id, b.id).priority;
-    if (pr != kNoPriority) heap.push({pr, static_cast<uint32_t>(left), a.version, b.version});
-  };
-  for (int32_t i = 0; i + 1 < static_cast<int32_t>(n); ++i) push(i);
-  while (!heap.empty()) {
-    Candidate c = heap.top();
-    heap.pop();
-    Part& a = parts[c.left];
-    if (a.version != c.left_version || a.next < 0 || parts[a.next].version != c.right_version) continue;
-    Part& b = parts[a.next];
-    a.id = pair(a.id, b.id).merged;
-    a.next = b.next;
-    if (b.next >= 0) parts[b.next].prev = static_cast<int32_t>(c.left);
-    b.version = UINT32_MAX;  // dead
-    ++a.version;
-    push(a.prev);
-    push(static_cast<int32_t>(c.left));
   }
-  for (int32_t i = 0; i >= 0; i = parts[i].next) out.push_back(parts[i].id);
+}
+
+// In rank order, each token's last merge is the one split into two reachable
+// tokens that BPE leaves side by side using only lower ranks; a token
+// without one is never formed. A token formed anywhere is formed by the
+// merges of its own bytes alone (merges never cross its span), so other
+// splits, and splits into unreachable tokens, never merge: the pair table
+// keeps only last merges, less than half the entries, so fewer cache misses.
+void BpeVocab::derive_splits() {
+  const size_t ids = by_id_.size();
+  rank_.assign(ids, kUnreachable);
+  split_.assign(ids, {-1, -1});
+  shorter_.assign(ids, -1);
+  length_.assign(ids, 0);
+  std::vector<int32_t> order;
+  for (size_t id = 0; id < ids; ++id) {
+    if (by_id_[id] == 0) continue;
+    const Slot& s = slots_[by_id_[id] - 1];
+    length_[id] = s.length;
+    if (s.length == 1) rank_[id] = 0;
+    else if (s.priority != kNoPriority) order.push_back(static_cast<int32_t>(id));
+  }
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return slots_[by_id_[a] - 1].priority < slots_[by_id_[b] - 1].priority;
+  });
+  for (int32_t id : order) {
+    const std::string_view t = bytes_of(id);
+    const auto* b = reinterpret_cast<const uint8_t*>(t.data());
+    const uint32_t rank = slots_[by_id_[id] - 1].priority + 1;
+    for (size_t k = t.size() - 1; k >= 1; --k) {
+      int32_t left, right;
+      uint32_t unused;
+      if (!find(b, k, left, unused) || !find(b + k, t.size() - k, right, unused)) continue;
+      if (rank_[left] >= rank || rank_[right] >= rank || !valid_pair(left, right, rank)) continue;
+      rank_[id] = rank;
+      split_[id] = {left, right};
+      break;
+    }
+  }
+  for (size_t id = 0; id < ids; ++id)
+    if (rank_[id] != kUnreachable) reachable_.insert(bytes_of(static_cast<int32_t>(id)), static_cast<int32_t>(id));
+  reachable_.finalize();
+  for (size_t id = 0; id < ids; ++id) {
+    if (rank_[id] == kUnreachable || length_[id] < 2) continue;
+    const auto* b = reinterpret_cast<const uint8_t*>(bytes_of(static_cast<int32_t>(id)).data());
+    reachable_.longest(b, b + length_[id] - 1, shorter_[id]);
+  }
+  std::vector<std::pair<uint64_t, Merge>> last_merges;
+  for (size_t id = 0; id < ids; ++id)
+    if (split_[id].first >= 0)
+      last_merges.push_back({pair_key(split_[id].first, split_[id].second), Merge{rank_[id] - 1, static_cast<int32_t>(id)}});
+  pairs_.build(last_merges);
+}
+
+// Longest reachable token first; on a pair BPE would not leave, the next
+// shorter prefix token; when none fits, the previous token is retracted and
+// its end marked a dead end, so no position is tried twice from the same end.
+Status BpeVocab::backtrack(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
+  const size_t base = out.size();
+  std::vector<uint64_t> alive((n + 64) / 64, ~uint64_t{0});
+  auto is_alive = [&](size_t pos) { return (alive[pos / 64] >> (pos % 64)) & 1; };
+  size_t pos = 0;
+  int32_t next = -1;
+  reachable_.longest(p, p + n, next);
+  while (pos < n) {
+    int32_t token = next;
+    while (true) {
+      const size_t end = pos + length_[token];
+      if (is_alive(end) && (out.size() == base || valid_pair(out.back(), token, kUnreachable))) {
+        out.push_back(token);
+        pos = end;
+        if (pos < n) reachable_.longest(p + pos, p + n, next);
+        break;
+      }
+      if (shorter_[token] >= 0) {
+        token = shorter_[token];
+        continue;
+      }
+      if (out.size() == base)  // cannot happen for a vocabulary with every byte; never loop on a bad one
+        return {Code::kInvalidArgument, "BPE found no valid tokenization of a " + std::to_string(n) + "-byte piece"};
+      alive[pos / 64] &= ~(uint64_t{1} << (pos % 64));
+      next = out.back();
+      out.pop_back();
+      pos -= length_[next];
+      break;
+    }
+  }
   return {};
 }
 

@@ -4,6 +4,13 @@
 // Every part is a token, so the merge runs on ids: a pair table maps each
 // (left id, right id) whose concatenation is a token to that token — the
 // bytes semantics of tiktoken with integer keys instead of hashing bytes.
+//
+// Long pieces use the backtracking encoder of github/rust-gems `bpe`
+// (van Antwerpen & Neubeck): BPE's output is the one tokenization whose
+// every adjacent pair is one BPE itself would leave unmerged, so a greedy
+// longest match that backs off on an invalid pair finds it; a bitfield of
+// dead-end positions keeps it linear in practice, where a merge queue is
+// n log n and misses the cache on every step.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +20,7 @@
 
 #include "outboard/status.h"
 #include "tokenize/int_table.h"
+#include "tokenize/trie.h"
 
 namespace outboard::tokenize {
 
@@ -72,7 +80,12 @@ class BpeVocab {
     return m ? *m : kNoMerge;
   }
   Status small_merge(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
-  Status heap_merge(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
+  Status backtrack(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
+  /// Would BPE leave `left` and `right` side by side, using only merges
+  /// below `ceiling` (a rank)? Undoes the later of the two tokens' merges
+  /// until both are bytes, checking the pair across the boundary each time.
+  bool valid_pair(int32_t left, int32_t right, uint32_t ceiling) const;
+  void derive_splits();
 
   std::string arena_;
   std::vector<Slot> slots_;          // open addressing, power-of-two size
@@ -80,6 +93,14 @@ class BpeVocab {
   size_t count_ = 0;
   int32_t byte_id_[256];             // single-byte tokens
   IntTable<Merge> pairs_;  // (left id, right id) -> merge
+  // Per id. rank: 0 for bytes, priority + 1 for tokens BPE can produce,
+  // kUnreachable for the rest (BPE never forms them, so they never match).
+  static constexpr uint32_t kUnreachable = UINT32_MAX;
+  std::vector<uint32_t> rank_;
+  std::vector<std::pair<int32_t, int32_t>> split_;  // the last merge that forms the token
+  std::vector<int32_t> shorter_;  // longest reachable proper prefix, -1 if none
+  std::vector<uint32_t> length_;
+  Trie reachable_;  // reachable tokens, for the longest match
   uint64_t serial_;  // names this vocabulary in per-thread caches (addresses get reused)
 };
 

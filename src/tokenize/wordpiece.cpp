@@ -1,5 +1,7 @@
 #include "tokenize/wordpiece.h"
 
+#include <array>
+
 #include "tokenize/unicode.h"
 
 namespace outboard::tokenize {
@@ -20,41 +22,6 @@ bool is_punctuation(char32_t c) {
 
 }  // namespace
 
-Trie::Trie() { ids_.push_back(-1); }
-
-void Trie::insert(std::string_view bytes, int32_t id) {
-  uint32_t node = 0;
-  for (uint8_t b : bytes) {
-    uint64_t key = (uint64_t{node} << 8) | b;
-    auto it = building_.find(key);
-    if (it == building_.end()) {
-      ids_.push_back(-1);
-      it = building_.emplace(key, static_cast<uint32_t>(ids_.size() - 1)).first;
-    }
-    node = it->second;
-  }
-  if (ids_[node] < 0) ids_[node] = id;  // first (lowest) id wins, as HF's vocab map
-}
-
-void Trie::finalize() {
-  edges_.build({building_.begin(), building_.end()});
-  building_.clear();
-}
-
-size_t Trie::longest(const uint8_t* p, const uint8_t* end, int32_t& id) const {
-  uint32_t node = 0;
-  size_t best = 0;
-  for (const uint8_t* q = p; q < end; ++q) {
-    node = child(node, *q);
-    if (node == 0) break;
-    if (ids_[node] >= 0) {
-      best = static_cast<size_t>(q + 1 - p);
-      id = ids_[node];
-    }
-  }
-  return best;
-}
-
 Status BertWordPiece::build(std::vector<std::string> vocab, const std::string& source) {
   tokens = std::move(vocab);
   const std::string& prefix = options.continuing_prefix;
@@ -70,7 +37,40 @@ Status BertWordPiece::build(std::vector<std::string> vocab, const std::string& s
     return {Code::kInvalidArgument, source + " has no unknown token '" + options.unk_token + "'"};
   initial.finalize();
   continuing.finalize();
+  bmp_.assign(0x10000, 0);
+  for (char32_t c = 0x80; c < 0x10000; ++c) {
+    if (c >= 0xD800 && c < 0xE000) continue;  // surrogates: never in valid UTF-8
+    const size_t offset = bmp_bytes_.size();
+    normalize_char(c, bmp_bytes_);
+    bmp_[c] = static_cast<uint32_t>(offset << 8 | (bmp_bytes_.size() - offset));
+  }
   return {};
+}
+
+void BertWordPiece::normalize_char(char32_t c, std::string& out) const {
+  if (options.clean_text) {
+    if (c == 0 || c == 0xFFFD || is_control(c)) return;
+    if (is_whitespace(c)) c = ' ';
+  }
+  bool cjk = options.handle_chinese_chars && (char_class(c) & kCjk);
+  if (cjk) out.push_back(' ');
+  // Strip accents (NFD, then drop Mn), then lowercase, per character.
+  char32_t one[1] = {c};
+  const char32_t* parts = one;
+  size_t n = 1;
+  if (options.strip_accents) decompose(c, parts, n);
+  for (size_t k = 0; k < n; ++k) {
+    char32_t d = parts[k];
+    if (options.strip_accents && (char_class(d) & kMarkNonspacing)) continue;
+    const char32_t* lower;
+    size_t m;
+    if (options.lowercase && lowercase(d, lower, m)) {
+      for (size_t j = 0; j < m; ++j) append_utf8(lower[j], out);
+    } else {
+      append_utf8(d, out);
+    }
+  }
+  if (cjk) out.push_back(' ');
 }
 
 void BertWordPiece::normalize(std::string_view text, std::string& out) const {
@@ -91,29 +91,11 @@ void BertWordPiece::normalize(std::string_view text, std::string& out) const {
     int len;
     char32_t c = decode_valid(s + i, len);
     i += static_cast<size_t>(len);
-    if (options.clean_text) {
-      if (c == 0 || c == 0xFFFD || is_control(c)) continue;
-      if (is_whitespace(c)) c = ' ';
+    if (c < bmp_.size()) {
+      out.append(bmp_bytes_, bmp_[c] >> 8, bmp_[c] & 0xFF);
+    } else {
+      normalize_char(c, out);
     }
-    bool cjk = options.handle_chinese_chars && (char_class(c) & kCjk);
-    if (cjk) out.push_back(' ');
-    // Strip accents (NFD, then drop Mn), then lowercase, per character.
-    char32_t one[1] = {c};
-    const char32_t* parts = one;
-    size_t n = 1;
-    if (options.strip_accents) decompose(c, parts, n);
-    for (size_t k = 0; k < n; ++k) {
-      char32_t d = parts[k];
-      if (options.strip_accents && (char_class(d) & kMarkNonspacing)) continue;
-      const char32_t* lower;
-      size_t m;
-      if (options.lowercase && lowercase(d, lower, m)) {
-        for (size_t j = 0; j < m; ++j) append_utf8(lower[j], out);
-      } else {
-        append_utf8(d, out);
-      }
-    }
-    if (cjk) out.push_back(' ');
   }
 }
 
@@ -147,13 +129,25 @@ Status BertWordPiece::encode_ordinary(std::string_view text, std::vector<int32_t
     if (end > word) encode_word(s + word, end - word, chars, out);
     chars = 0;
   };
+  enum Kind : uint8_t { kOther, kWhitespace, kPunctuation };
+  static const auto kAsciiKind = [] {
+    std::array<Kind, 128> kinds{};
+    for (char32_t c = 0; c < 128; ++c) kinds[c] = is_whitespace(c) ? kWhitespace : is_punctuation(c) ? kPunctuation : kOther;
+    return kinds;
+  }();
   for (size_t i = 0; i < norm.size();) {
-    int len;
-    char32_t c = decode_valid(s + i, len);
-    if (is_whitespace(c)) {
+    int len = 1;
+    Kind kind;
+    if (s[i] < 0x80) {
+      kind = kAsciiKind[s[i]];
+    } else {
+      char32_t c = decode_valid(s + i, len);
+      kind = is_whitespace(c) ? kWhitespace : is_punctuation(c) ? kPunctuation : kOther;
+    }
+    if (kind == kWhitespace) {
       flush(i);
       word = i + static_cast<size_t>(len);
-    } else if (is_punctuation(c)) {
+    } else if (kind == kPunctuation) {
       flush(i);
       word = i;
       chars = 1;

@@ -3,11 +3,10 @@
 #pragma once
 
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "tokenize/int_table.h"
 #include "tokenize/model.h"
+#include "tokenize/trie.h"
 
 namespace outboard::tokenize {
 
@@ -21,27 +20,6 @@ struct BertOptions {
   size_t max_input_chars_per_word = 100;  ///< longer words become [UNK]
 };
 
-/// A byte trie over the vocabulary (longest match from a position in one
-/// walk: no hashing of every candidate substring).
-class Trie {
- public:
-  Trie();
-  void insert(std::string_view bytes, int32_t id);
-  /// Freezes the edges into a flat open-addressing table; call after the last insert().
-  void finalize();
-  /// Longest token starting at p (bytes up to end); returns its length, 0 if none.
-  size_t longest(const uint8_t* p, const uint8_t* end, int32_t& id) const;
-
- private:
-  uint32_t child(uint32_t node, uint8_t byte) const {
-    const uint32_t* c = edges_.find((uint64_t{node} << 8) | byte);
-    return c ? *c : 0;
-  }
-  std::vector<int32_t> ids_;  // per node, -1: no token ends here
-  std::unordered_map<uint64_t, uint32_t> building_;
-  IntTable<uint32_t> edges_;  // (node << 8 | byte) -> child
-};
-
 struct BertWordPiece final : Tokenizer::Model {
   BertOptions options;
   std::vector<std::string> tokens;  // by id
@@ -49,6 +27,7 @@ struct BertWordPiece final : Tokenizer::Model {
   Trie continuing;                  // "##" tokens, without the prefix
   int32_t unk_id = -1;
 
+  /// Call after setting `options`: the normalization table depends on them.
   Status build(std::vector<std::string> vocab, const std::string& source);
   /// BertNormalizer on valid UTF-8.
   void normalize(std::string_view text, std::string& out) const;
@@ -57,6 +36,12 @@ struct BertWordPiece final : Tokenizer::Model {
   size_t vocab_size() const override { return tokens.size(); }
 
  private:
+  /// BertNormalizer of one non-ASCII character, appended to `out`.
+  void normalize_char(char32_t c, std::string& out) const;
+  // Every step of BertNormalizer is per character, so the BMP's results are
+  // computed once at load: entry = offset << 8 | length into bmp_bytes_.
+  std::vector<uint32_t> bmp_;
+  std::string bmp_bytes_;
   void encode_word(const uint8_t* p, size_t n, size_t chars, std::vector<int32_t>& out) const;
 };
 

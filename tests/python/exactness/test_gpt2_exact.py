@@ -93,6 +93,28 @@ def test_worst_case_megabyte_without_spaces(ours, tiktoken_gpt2) -> None:
     assert ours.encode("a" * (1 << 20)).tolist() == tiktoken_gpt2.encode_ordinary("a" * (1 << 20))
 
 
+def test_long_pieces_of_real_subwords_match_tiktoken(ours, tiktoken_gpt2, ranks) -> None:
+    # Pieces of 64 B and more take the backtracking encoder: glue real
+    # vocabulary tokens (letters, digits or punctuation alike) so its
+    # longest matches and retractions meet real merges, not just random bytes.
+    classes = {
+        "letters": [t.decode() for t in ranks if t.isalpha() and t.isascii()],
+        "digits": [t.decode() for t in ranks if t.isdigit()],
+        "punctuation": [t.decode() for t in ranks if t.isascii() and t and not any(c.isalnum() or c.isspace() for c in t.decode())],
+    }
+    rng = random.Random(11)
+    pieces = []
+    for name, tokens in classes.items():
+        for _ in range(1500):
+            piece = ""
+            target = rng.choice((64, 100, 300, 2000))
+            while len(piece) < target:
+                piece += rng.choice(tokens)
+            pieces.append(piece.capitalize() if rng.random() < 0.3 else piece)
+    diff = [p[:40] for p in pieces if ours.encode_ordinary(p).tolist() != tiktoken_gpt2.encode_ordinary(p)]
+    report("long pieces glued from real tokens vs tiktoken", len(pieces), diff)
+
+
 def test_special_token_policy(ours, tiktoken_gpt2) -> None:
     text = "Hello<|endoftext|> world"
     with pytest.raises(errors.InvalidArgument) as e:

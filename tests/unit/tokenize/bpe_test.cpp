@@ -11,12 +11,14 @@ namespace {
 
 // A fake byte-level vocabulary (unit test only): the 256 bytes plus merges
 // learned greedily over a tiny alphabet, with priorities in creation order.
+// "a b" and "cab a" are tokens BPE never forms (it stops at three parts):
+// the backtracking encoder must never pick them.
 struct FakeVocab {
   BpeVocab vocab;
   std::map<std::string, uint32_t> priority;
   FakeVocab() {
     for (int b = 0; b < 256; ++b) EXPECT_TRUE(vocab.add(std::string(1, static_cast<char>(b)), b, UINT32_MAX).ok());
-    const char* merges[] = {"ab", "ba", "aa", "abab", "bb", "aab", "abb", "bab", "aaaa", "ababab", "c ", " ab", "ca"};
+    const char* merges[] = {"ab", "ba", "aa", "abab", "bb", "aab", "abb", "bab", "aaaa", "ababab", "c ", " ab", "ca", "a b", "cab", "cab a"};
     int32_t id = 256;
     for (const char* m : merges) {
       priority[m] = static_cast<uint32_t>(id);
@@ -54,8 +56,8 @@ struct FakeVocab {
 TEST(BpeTest, ShortAndLongPiecesMatchTheSlowReference) {
   FakeVocab v;
   std::mt19937 rng(3);
-  for (int trial = 0; trial < 300; ++trial) {
-    size_t len = 1 + rng() % (trial < 200 ? 60 : 400);  // both merge paths (heap above 64 bytes)
+  for (int trial = 0; trial < 400; ++trial) {
+    size_t len = 1 + rng() % (trial < 300 ? 60 : 1000);  // both merge paths (backtracking from 64 bytes)
     std::string s;
     for (size_t i = 0; i < len; ++i) s.push_back("abc "[rng() % 4]);
     std::vector<int32_t> ids;
