@@ -8,7 +8,7 @@
 namespace outboard::tokenize {
 namespace {
 
-constexpr size_t kSmallPiece = 64;  // below: tiktoken's scan; above: backtracking
+constexpr size_t kSmallPiece = 64;  // below: tiktoken's scan (measured: backtracking wins only on CJK there); above: backtracking
 
 inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull ^ (n * 0x9e3779b97f4a7c15ull);
@@ -174,15 +174,15 @@ Status BpeVocab::encode_piece(const uint8_t* p, size_t n, uint64_t h, std::vecto
     out.push_back(id);
     return {};
   }
-  if (n >= kSmallPiece) return backtrack(p, n, out);
-  if (n > PieceCache::kMaxBytes) return small_merge(p, n, out);
+  auto merge = [&] { return n < kSmallPiece ? small_merge(p, n, out) : backtrack(p, n, out); };
+  if (n > PieceCache::kMaxBytes) return merge();
   PieceCache::Entry& e = PieceCache::slot(serial_, p, n);
   if (e.owner == serial_ && e.length == n && std::memcmp(e.bytes, p, n) == 0) {
     out.insert(out.end(), e.ids, e.ids + e.count);
     return {};
   }
   size_t before = out.size();
-  OB_RETURN_IF_ERROR(small_merge(p, n, out));
+  OB_RETURN_IF_ERROR(merge());
   size_t count = out.size() - before;
   if (count <= PieceCache::kMaxIds) {
     e.owner = serial_;
