@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "bench/native/loops.h"
 #include "outboard/channel.h"
 #include "outboard/checksum.h"
 #include "outboard/log.h"
@@ -95,31 +96,6 @@ struct PyRegion {
   Region region;
   nb::object owner;
 };
-
-// Round-trip latency of `echo` requests: one sample per request, distinct
-// payloads, every response checked against what was sent (outside the timed
-// part). Returns (samples in µs, mismatches).
-std::pair<std::vector<double>, uint64_t> measure_roundtrip(Connection& c, size_t size, size_t iterations,
-                                                           size_t warmup, double timeout) {
-  constexpr size_t kDistinctBytes = 64u << 20;  // cycle through this much distinct payload
-  size_t distinct = std::clamp<size_t>(size ? kDistinctBytes / size : iterations, 16, iterations + warmup);
-  std::vector<std::vector<uint8_t>> payloads(distinct, std::vector<uint8_t>(size));
-  for (size_t i = 0; i < distinct; ++i) fill_pattern(payloads[i], size * 1000003 + i);
-  std::vector<double> samples;
-  samples.reserve(iterations);
-  uint64_t mismatches = 0;
-  for (size_t i = 0; i < warmup + iterations; ++i) {
-    const auto& p = payloads[i % distinct];
-    uint64_t t0 = now_ns();
-    auto r = c.request("echo", p, deadline_in(timeout));
-    uint64_t t1 = now_ns();
-    if (!r.ok()) raise(r.status());
-    if (r.value().size() != size || (size && std::memcmp(r.value().data(), p.data(), size) != 0)) ++mismatches;
-    if (i >= warmup) samples.push_back(static_cast<double>(t1 - t0) / 1000.0);
-    if (i % 1024 == 1023) check_signals();
-  }
-  return {std::move(samples), mismatches};
-}
 
 }  // namespace
 }  // namespace outboard
@@ -289,18 +265,54 @@ NB_MODULE(_core, m) {
            "region"_a, "offset"_a, "data"_a, "cookie"_a, "timeout"_a, "service"_a = "")
       .def("fence", [](Connection& c) { check(c.fence()); });
 
-  m.def("measure_roundtrip",
-        [](Connection& c, size_t size, size_t iterations, size_t warmup, double timeout) {
-          std::pair<std::vector<double>, uint64_t> r;
+  // Native benchmark loops (bench/native): the GIL is released while they run.
+  const bench::Interrupt interrupt = [] {
+    check_signals();
+    return Status{};
+  };
+  m.def("bench_round_trips",
+        [interrupt](Connection& c, size_t size, size_t iterations, size_t warmup, double timeout) {
+          Result<bench::RoundTrips> r = Status{};
           {
             nb::gil_scoped_release release;
-            r = measure_roundtrip(c, size, iterations, warmup, timeout);
+            r = bench::round_trips(c, size, iterations, warmup, timeout, interrupt);
           }
-          auto* data = new std::vector<double>(std::move(r.first));
-          nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
-          return nb::make_tuple(Float64Array(data->data(), {data->size()}, owner), r.second);
+          bench::RoundTrips v = unwrap(std::move(r));
+          return nb::make_tuple(to_numpy(std::move(v.samples_us)), v.mismatches);
         },
-        "connection"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a);
+        "connection"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a,
+        "Round trips to `echo`: (samples in µs, mismatched responses).");
+  m.def("bench_stream",
+        [interrupt](Connection& c, size_t size, uint64_t count, double timeout) {
+          Result<bench::Stream> r = Status{};
+          {
+            nb::gil_scoped_release release;
+            r = bench::stream(c, size, count, timeout, interrupt);
+          }
+          bench::Stream s = unwrap(std::move(r));
+          nb::dict d;
+          d["seconds"] = s.seconds;
+          d["messages"] = s.messages;
+          d["bytes"] = s.bytes;
+          d["verified"] = s.verified;
+          return d;
+        },
+        "connection"_a, "size"_a, "count"_a, "timeout"_a, "One-way messages to `sink`, verified by its tally.");
+  m.def("bench_session",
+        [](const std::string& address, size_t size, uint64_t count, double timeout) {
+          Result<bench::Session> r = Status{};
+          {
+            nb::gil_scoped_release release;
+            r = bench::session(address, size, count, timeout);
+          }
+          bench::Session s = unwrap(std::move(r));
+          nb::dict d;
+          d["connect_us"] = s.connect_us;
+          d["stream_us"] = s.stream_us;
+          d["verified"] = s.verified;
+          return d;
+        },
+        "address"_a, "size"_a, "count"_a, "timeout"_a, "Connect, stream `count` messages to `sink`, close.");
 
   m.def("summarize",
         [](std::vector<double> samples) {

@@ -26,7 +26,7 @@ class LatencyRow:
 
 
 def measure(client: Client, size: int, iterations: int, warmup: int, timeout: float = 10.0) -> LatencyRow:
-    samples, mismatches = _core.measure_roundtrip(client.connection, size, iterations, warmup, timeout)
+    samples, mismatches = _core.bench_round_trips(client.connection, size, iterations, warmup, timeout)
     s = _core.summarize(samples.tolist())
     return LatencyRow(size, s["count"], s["p50"], s["p90"], s["p99"], s["min"], s["max"], int(mismatches))
 

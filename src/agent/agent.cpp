@@ -105,6 +105,7 @@ Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
   OB_RETURN_IF_ERROR(agent->add_service(services::make_echo()));
   OB_RETURN_IF_ERROR(agent->add_service(services::make_stats([self] { return self->stats_json(); })));
   OB_RETURN_IF_ERROR(agent->add_service(services::make_memory(config.max_region_size)));
+  OB_RETURN_IF_ERROR(agent->add_service(services::make_sink()));
   return agent;
 }
 

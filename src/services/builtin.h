@@ -21,5 +21,10 @@ std::unique_ptr<Service> make_stats(std::function<std::string()> snapshot);
 /// write-with-notify into the region is answered with a one-way message of
 /// u64 cookie, u64 checksum of the notified bytes.
 std::unique_ptr<Service> make_memory(uint64_t max_region_size);
+/// `sink`: absorbs one-way messages, tallying per connection their count,
+/// bytes and digest (checksum_chain over the messages in order, from
+/// kChecksumChainSeed). A request answers u64 count, u64 bytes, u64 digest
+/// and starts a new tally. For streaming benchmarks.
+std::unique_ptr<Service> make_sink();
 
 }  // namespace outboard::services

@@ -1,5 +1,7 @@
 #include "outboard/checksum.h"
 
+#include <xxhash.h>
+
 #include <cstring>
 
 namespace outboard {
@@ -19,13 +21,6 @@ void fill_pattern(std::span<uint8_t> out, uint64_t seed) {
   }
 }
 
-uint64_t checksum(std::span<const uint8_t> data) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (uint8_t b : data) {
-    h ^= b;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
+uint64_t checksum(std::span<const uint8_t> data) { return XXH3_64bits(data.data(), data.size()); }
 
 }  // namespace outboard

@@ -1,0 +1,105 @@
+#include <algorithm>
+#include <cstring>
+
+#include "bench/native/loops.h"
+#include "outboard/checksum.h"
+#include "outboard/clock.h"
+
+namespace outboard::bench {
+namespace {
+
+constexpr size_t kDistinctBytes = 64u << 20;  // payloads cycle through this much distinct data
+constexpr size_t kInterruptEvery = 4096;
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+Deadline deadline_in(double seconds) {
+  return Deadline::after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+}
+
+// Distinct payloads and their checksums, made before the clock starts.
+struct Payloads {
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<uint64_t> sums;
+  Payloads(size_t size, uint64_t uses) {
+    size_t n = std::clamp<uint64_t>(size ? kDistinctBytes / size : uses, 1, std::max<uint64_t>(uses, 1));
+    n = std::min<size_t>(n, 1u << 16);
+    data.assign(n, std::vector<uint8_t>(size));
+    sums.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      fill_pattern(data[i], size * 1000003 + i);
+      sums[i] = checksum(data[i]);
+    }
+  }
+  const std::vector<uint8_t>& operator[](uint64_t i) const { return data[i % data.size()]; }
+};
+
+}  // namespace
+
+Result<RoundTrips> round_trips(Connection& c, size_t size, size_t iterations, size_t warmup, double timeout_s,
+                               const Interrupt& interrupt) {
+  Payloads payloads(size, iterations + warmup);
+  RoundTrips out;
+  out.samples_us.reserve(iterations);
+  for (size_t i = 0; i < warmup + iterations; ++i) {
+    const auto& p = payloads[i];
+    uint64_t t0 = now_ns();
+    auto r = c.request("echo", p, deadline_in(timeout_s));
+    uint64_t t1 = now_ns();
+    if (!r.ok()) return r.status();
+    if (r.value().size() != size || (size && std::memcmp(r.value().data(), p.data(), size) != 0)) ++out.mismatches;
+    if (i >= warmup) out.samples_us.push_back(static_cast<double>(t1 - t0) / 1000.0);
+    if (i % kInterruptEvery == kInterruptEvery - 1 && interrupt) OB_RETURN_IF_ERROR(interrupt());
+  }
+  return out;
+}
+
+namespace {
+
+Result<Stream> timed_stream(Connection& c, const Payloads& payloads, size_t size, uint64_t count, double timeout_s,
+                            const Interrupt& interrupt) {
+  // Fold the expected digest as we go: cheap next to a send.
+  uint64_t digest = kChecksumChainSeed;
+  const auto* sums = payloads.sums.data();
+  const size_t distinct = payloads.data.size();
+  Deadline deadline = deadline_in(timeout_s);
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < count; ++i) {
+    OB_RETURN_IF_ERROR(c.send(payloads[i], deadline, "sink"));
+    digest = (digest ^ sums[i % distinct]) * 0x100000001b3ull;
+    if (i % kInterruptEvery == kInterruptEvery - 1 && interrupt) OB_RETURN_IF_ERROR(interrupt());
+  }
+  OB_ASSIGN_OR_RETURN(Buffer tally, c.request("sink", {}, deadline));
+  uint64_t t1 = now_ns();
+  Stream out;
+  out.seconds = static_cast<double>(t1 - t0) / 1e9;
+  uint64_t got[3] = {0, 0, 0};
+  if (tally.size() == sizeof(got)) std::memcpy(got, tally.data(), sizeof(got));
+  out.messages = got[0];
+  out.bytes = got[1];
+  out.verified = tally.size() == sizeof(got) && got[0] == count && got[1] == count * size && got[2] == digest;
+  return out;
+}
+
+}  // namespace
+
+Result<Stream> stream(Connection& c, size_t size, uint64_t count, double timeout_s, const Interrupt& interrupt) {
+  Payloads payloads(size, count);
+  OB_RETURN_IF_ERROR(c.request("sink", {}, deadline_in(timeout_s)).status());  // start a fresh tally
+  return timed_stream(c, payloads, size, count, timeout_s, interrupt);
+}
+
+Result<Session> session(const std::string& address, size_t size, uint64_t count, double timeout_s) {
+  Payloads payloads(size, count);
+  uint64_t t0 = now_ns();
+  OB_ASSIGN_OR_RETURN(auto conn, Connection::connect(address));
+  uint64_t t1 = now_ns();
+  OB_ASSIGN_OR_RETURN(Stream s, timed_stream(*conn, payloads, size, count, timeout_s, {}));
+  conn->close();
+  return Session{static_cast<double>(t1 - t0) / 1000.0, s.seconds * 1e6, s.verified};
+}
+
+}  // namespace outboard::bench

@@ -1,0 +1,236 @@
+"""The harness behind ``outboard bench <suite>``.
+
+A suite is declarative: cases, each a parameter sweep (a smaller one for ``--quick``), the
+implementations compared — ours and its peers — with the peer that ratios are taken against, the
+table columns and the charts. The harness runs every cell for every implementation, interleaved
+(the order rotates on each ``--repeat``), writes one row per measurement to results.jsonl, the
+machine and run context to meta.json, and renders report.md with charts (see report.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .output import Results, run_dir
+
+#: The implementation that is ours in every suite; ratios are ours / peer.
+OURS = "outboard"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one implementation measured in one cell. Metrics are numbers or order statistics
+    ({"p50": .., "p90": .., ...}); their unit is part of the name (``one_way_us``, ``mib_s``).
+    ``ok`` is the correctness check on the very data that was timed."""
+
+    metrics: dict[str, Any]
+    ok: bool
+    correctness: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Impl:
+    name: str
+    measure: Callable[[Any, dict[str, Any]], Measurement]
+    #: Why it cannot run here (peer missing, not root, ...), or None.
+    unavailable: Callable[[Any, dict[str, Any]], str | None] = lambda env, params: None
+
+
+@dataclass(frozen=True)
+class Column:
+    label: str
+    metric: str  # "name" or "name.stat"
+    digits: int = 2
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    title: str
+    sweep: Mapping[str, Sequence[Any]]
+    impls: Sequence[Impl]
+    columns: Sequence[Column]
+    quick: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    #: Ratios ours / reference of this metric, per cell, from the same run.
+    reference: str | None = None
+    ratio_metric: str | None = None
+    lower_is_better: bool = True
+    notes: str = ""
+
+    def cells(self, quick: bool) -> list[dict[str, Any]]:
+        sweep = {**self.sweep, **(self.quick if quick else {})}
+        keys = list(sweep)
+        return [dict(zip(keys, values)) for values in itertools.product(*(sweep[k] for k in keys))]
+
+
+@dataclass(frozen=True)
+class Chart:
+    case: str
+    x: str  # a swept parameter
+    metric: str
+    title: str
+    ylabel: str
+    logx: bool = True
+    logy: bool = False
+    #: Other parameters that split the lines (one line per impl and value).
+    split: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    title: str
+    cases: Sequence[Case]
+    charts: Sequence[Chart]
+    #: Opens what the measurements need (agents, peers); yields the env passed to Impl.measure.
+    setup: Callable[[Any], AbstractContextManager[Any]]
+    #: Extra meta.json entries from the env (transports in use, versions).
+    describe: Callable[[Any], dict[str, Any]] = lambda env: {}
+    notes: str = ""
+
+
+@dataclass
+class Options:
+    quick: bool = False
+    out: str | None = None
+    agent: str | None = None
+    repeat: int = 1
+    log_level: str = "warning"
+    progress: bool = True
+    cases: Sequence[str] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def get(metrics: Mapping[str, Any], path: str) -> float | None:
+    """A metric by "name" or "name.stat"; None when the implementation did not report it."""
+    name, _, stat = path.partition(".")
+    value = metrics.get(name)
+    if stat:
+        value = value.get(stat) if isinstance(value, Mapping) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def cell_key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((k, v) for k, v in params.items() if k != "repeat"))
+
+
+def median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def ratios(rows: Sequence[Mapping[str, Any]], case: Case) -> dict[tuple[tuple[str, Any], ...], float]:
+    """ours / reference of the case's ratio metric per cell: each side's median over the repeats
+    of this run. Cells where either side is missing or failed its check have no ratio."""
+    if not case.reference or not case.ratio_metric:
+        return {}
+    by: dict[tuple[str, tuple[tuple[str, Any], ...]], list[float]] = {}
+    for r in rows:
+        if r["case"] != case.name or not r["correctness"].get("ok", False):
+            continue
+        v = get(r["metrics"], case.ratio_metric)
+        if v is not None:
+            by.setdefault((r["impl"], cell_key(r["params"])), []).append(v)
+    out = {}
+    for (impl, key), values in by.items():
+        ref = by.get((case.reference, key))
+        if impl == OURS and ref and median(ref) > 0:
+            out[key] = median(values) / median(ref)
+    return out
+
+
+def summarize(samples: Sequence[float]) -> dict[str, float]:
+    """Order statistics of a sample list (nearest rank, as outboard::stats)."""
+    from .. import _core
+
+    s = _core.summarize(list(samples))
+    return {k: round(float(s[k]), 4) for k in ("p50", "p90", "p99", "min", "max")} | {"count": int(s["count"])}
+
+
+class _Progress:
+    """A one-line progress bar on stderr (a terminal only)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done = total, 0
+        self.enabled = enabled and sys.stderr.isatty()
+        self.start = time.monotonic()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        width = 30
+        filled = width * self.done // max(self.total, 1)
+        elapsed = time.monotonic() - self.start
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {elapsed:5.0f}s {label[:50]:<50}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def run(suite: Suite, options: Options, argv: Sequence[str] | None = None) -> Path:
+    """Runs the suite; returns the directory holding results.jsonl, meta.json, report.md, charts/."""
+    from . import report
+
+    directory = run_dir(suite.name, options.out)
+    cases = [c for c in suite.cases if not options.cases or c.name in options.cases]
+    command = "outboard " + shlex.join(argv) if argv is not None else f"outboard bench {suite.name}"
+    results = Results(directory, suite.name, {
+        "command": command, "quick": options.quick, "repeat": options.repeat,
+        "cases": [c.name for c in cases], "skipped": {}, "failed": {},
+    })
+    plan = [(case, params) for case in cases for params in case.cells(options.quick)]
+    bar = _Progress(sum(len(c.impls) for c, _ in plan) * options.repeat, options.progress)
+    try:
+        with suite.setup(options) as env:
+            results.meta.update(suite.describe(env))
+            for case, params in plan:
+                for rep in range(options.repeat):
+                    for impl in _rotated(case.impls, rep):
+                        bar.step(f"{case.name} {impl.name} {params}")
+                        _measure(results, case, impl, env, params, rep)
+    finally:
+        bar.close()
+        results.close()
+    report.write(directory)
+    print(report.summary(directory))
+    print(f"\nresults: {directory}/results.jsonl  report: {directory}/report.md")
+    return directory
+
+
+def _rotated(impls: Sequence[Impl], k: int) -> Iterator[Impl]:
+    n = len(impls)
+    for i in range(n):
+        yield impls[(i + k) % n]
+
+
+def _measure(results: Results, case: Case, impl: Impl, env: Any, params: dict[str, Any], rep: int) -> None:
+    where = f"{case.name}/{impl.name} {params}"
+    reason = impl.unavailable(env, params)
+    if reason:
+        results.meta["skipped"][where] = reason
+        return
+    try:
+        m = impl.measure(env, params)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # a peer or cell failing is recorded, the run goes on
+        results.meta["failed"][where] = f"{type(e).__name__}: {e}"
+        return
+    results.add(case.name, impl.name, {**params, "repeat": rep}, m.metrics, {"ok": m.ok, **m.correctness})
+
+
+def environment(extra: Mapping[str, str]) -> dict[str, str]:
+    return {**os.environ, **extra}

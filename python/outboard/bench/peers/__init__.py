@@ -1,0 +1,1 @@
+"""Peers the suites measure against, one module per peer, launched in the same run."""

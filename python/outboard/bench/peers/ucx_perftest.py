@@ -1,0 +1,96 @@
+"""ucx_perftest (ucx-utils) as a peer: a server and a client process per cell, its CSV parsed.
+
+Its latency tests report one-way time (RTT/2, libperf's factor 2) at the 50th percentile and
+the average; its bandwidth tests report MB/s (MiB/s: it divides by 1024²) and messages/s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Seconds one ucx_perftest cell may take before both processes are killed.
+CELL_TIMEOUT_S = 120.0
+#: Seconds the server gets to start listening.
+SERVER_READY_S = 10.0
+
+
+@dataclass(frozen=True)
+class Result:
+    iterations: int
+    p50_us: float  # one-way for latency tests
+    avg_us: float
+    mib_s: float
+    msg_per_s: float
+
+
+def executable() -> str | None:
+    return shutil.which("ucx_perftest")
+
+
+def unavailable() -> str | None:
+    """Why the peer cannot run here, or None."""
+    return None if executable() else "ucx_perftest not found (Debian package ucx-utils; make run installs it)"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_listening(port: int, server: subprocess.Popen[str], host: str, prefix: Sequence[str]) -> None:
+    deadline = time.monotonic() + SERVER_READY_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"ucx_perftest server exited with status {server.returncode}: {server.stderr.read()}")
+        probe = subprocess.run([*prefix, "ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True)
+        if probe.stdout.strip():
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"ucx_perftest server not listening on port {port} within {SERVER_READY_S} s")
+
+
+def parse_csv(output: str) -> Result:
+    """The last CSV row of `ucx_perftest -f -v` (iterations, 50.0_percentile_lat, avg_lat, overall_lat,
+    avg_bw, overall_bw, avg_mr, overall_mr)."""
+    rows = [line for line in output.splitlines() if line and line[0].isdigit() and line.count(",") >= 7]
+    if not rows:
+        raise ValueError(f"no result row in ucx_perftest output: {output[-500:]!r}")
+    f = rows[-1].split(",")
+    return Result(int(f[0]), float(f[1]), float(f[3]), float(f[5]), float(f[7]))
+
+
+def run(test: str, size: int, iterations: int, *, env: dict[str, str] | None = None, server_core: int | None = None,
+        client_core: int | None = None, server_prefix: Sequence[str] = (), client_prefix: Sequence[str] = (),
+        host: str = "127.0.0.1", warmup: int | None = None) -> Result:
+    """One cell: `test` (e.g. ucp_am_lat) with `size`-byte messages. `env` adds to the environment of both
+    processes (UCX_TLS picks the transport); prefixes run them elsewhere (`ip netns exec NS`)."""
+    exe = executable()
+    if exe is None:
+        raise FileNotFoundError(unavailable())
+    port = _free_port()
+    full_env = {**os.environ, **(env or {})}
+    common = ["-p", str(port)]
+    server_cmd = [*server_prefix, exe, *common] + (["-c", str(server_core)] if server_core is not None else [])
+    client_cmd = [*client_prefix, exe, host, *common, "-t", test, "-s", str(size), "-n", str(iterations), "-f", "-v"]
+    client_cmd += ["-c", str(client_core)] if client_core is not None else []
+    client_cmd += ["-w", str(warmup)] if warmup is not None else []
+    server = subprocess.Popen(server_cmd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_listening(port, server, host, server_prefix)
+        client = subprocess.run(client_cmd, env=full_env, capture_output=True, text=True, timeout=CELL_TIMEOUT_S)
+        if client.returncode != 0:
+            raise RuntimeError(f"ucx_perftest {test} -s {size} failed ({client.returncode}): {client.stderr[-500:]}")
+        return parse_csv(client.stdout)
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+        if server.stderr:
+            server.stderr.close()

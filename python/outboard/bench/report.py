@@ -1,0 +1,211 @@
+"""report.md and charts/*.png from a run directory's results.jsonl and meta.json; run comparison.
+
+Rendering reads only the directory (and the suite's declaration), so ``outboard report DIR``
+re-renders any past run. matplotlib is imported only when charts are drawn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import suite_module
+from .harness import OURS, Case, Suite, cell_key, get, median, ratios
+
+
+def load(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    directory = Path(directory)
+    results, meta = directory / "results.jsonl", directory / "meta.json"
+    if not results.exists() or not meta.exists():
+        raise FileNotFoundError(f"{directory} is not a benchmark run directory (needs results.jsonl and meta.json)")
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    return rows, json.loads(meta.read_text())
+
+
+def _suite(meta: Mapping[str, Any]) -> Any:
+    return suite_module(meta["suite"])
+
+
+def write(directory: Path) -> Path:
+    """(Re)writes DIR/report.md and DIR/charts/*.png; returns the report's path."""
+    directory = Path(directory)
+    rows, meta = load(directory)
+    module = _suite(meta)
+    if hasattr(module, "SUITE"):
+        text = render(module.SUITE, rows, meta, directory)
+    else:  # a suite with its own renderer (tokenizer)
+        text = module.render(rows, meta)
+    path = directory / "report.md"
+    path.write_text(text + "\n")
+    return path
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}" if abs(value) < 1e6 else f"{value:,.0f}"
+
+
+def _cells(rows: Sequence[Mapping[str, Any]], case: Case) -> dict[tuple, dict[str, list[Mapping[str, Any]]]]:
+    """cell key -> impl -> rows (one per repeat), in first-seen order."""
+    cells: dict[tuple, dict[str, list[Mapping[str, Any]]]] = {}
+    for r in rows:
+        if r["case"] == case.name:
+            cells.setdefault(cell_key(r["params"]), {}).setdefault(r["impl"], []).append(r)
+    return cells
+
+
+def _median_metric(rows: Sequence[Mapping[str, Any]], metric: str) -> float | None:
+    values = [v for v in (get(r["metrics"], metric) for r in rows) if v is not None]
+    return median(values) if values else None
+
+
+def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    cells = _cells(rows, case)
+    if not cells:
+        return []
+    swept = [k for k, _ in next(iter(cells))]
+    ratio = ratios(rows, case)
+    ratio_head = [f"{OURS} / {case.reference}"] if case.reference else []
+    head = [*swept, "impl", *(c.label for c in case.columns), "check", *ratio_head]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, by_impl in cells.items():
+        params = dict(key)
+        for impl, impl_rows in by_impl.items():
+            ok = all(r["correctness"].get("ok", False) for r in impl_rows)
+            values = [_fmt(_median_metric(impl_rows, c.metric), c.digits) for c in case.columns]
+            extra = []
+            if case.reference:
+                extra = [f"**{ratio[key]:.2f}×**" if impl == OURS and key in ratio else ""]
+            lines.append("| " + " | ".join([*(_param(params[k]) for k in swept), impl, *values,
+                                             "ok" if ok else "**FAILED**", *extra]) + " |")
+    return lines
+
+
+def _param(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1024 and v % 1024 == 0:
+        return f"{v // 1048576} MiB" if v % 1048576 == 0 else f"{v // 1024} KiB"
+    return str(v)
+
+
+def render(suite: Suite, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], directory: Path | None) -> str:
+    lines = [f"# {suite.title}", "", _machine_line(meta), ""]
+    if meta.get("transports"):
+        lines += [f"Transports in use: {meta['transports']}.", ""]
+    if suite.notes:
+        lines += [suite.notes, ""]
+    for case in suite.cases:
+        table = case_table(case, rows)
+        if not table:
+            continue
+        lines += [f"## {case.title}", ""]
+        if case.notes:
+            lines += [case.notes, ""]
+        lines += table
+        for chart in (c for c in suite.charts if c.case == case.name):
+            if directory is not None:
+                png = draw(chart, case, rows, directory)
+                if png:
+                    lines += ["", f"![{chart.title}](charts/{png.name})"]
+        lines.append("")
+    for title, key in (("Skipped", "skipped"), ("Failed", "failed")):
+        if meta.get(key):
+            lines += [f"## {title}", ""] + [f"- {where}: {why}" for where, why in meta[key].items()] + [""]
+    lines.append(f"Reproduce: `{meta.get('command', 'outboard bench ' + suite.name)}` (git {meta.get('git', '?')}).")
+    return "\n".join(lines)
+
+
+def _machine_line(meta: Mapping[str, Any]) -> str:
+    before = meta.get("load_before", [0])[0]
+    after = meta.get("load_after", [before])[0]
+    return (f"{meta.get('cpu', '?')}, {meta.get('cores', '?')} cores ({meta.get('virtualization', '?')}), "
+            f"kernel {meta.get('kernel', '?')}, {meta.get('transport', '')}; load {before:.2f} before, "
+            f"{after:.2f} after; started {meta.get('started', '?')}. A small VM is noisy: compare ratios "
+            "within this run, not absolute figures across machines. Values are medians over repeats.")
+
+
+def draw(chart: Any, case: Case, rows: Sequence[Mapping[str, Any]], directory: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines: dict[str, list[tuple[float, float]]] = {}
+    for key, by_impl in _cells(rows, case).items():
+        params = dict(key)
+        if chart.x not in params:
+            continue
+        for impl, impl_rows in by_impl.items():
+            y = _median_metric(impl_rows, chart.metric)
+            if y is None:
+                continue
+            label = " ".join([impl, *(f"{params[s]}" for s in chart.split if s in params)])
+            lines.setdefault(label, []).append((float(params[chart.x]), y))
+    if not lines:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, points in sorted(lines.items()):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    if chart.logx and all(p[0] > 0 for pts in lines.values() for p in pts):
+        ax.set_xscale("log", base=2)
+    if chart.logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(chart.x)
+    ax.set_ylabel(chart.ylabel)
+    ax.set_title(chart.title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    out = directory / "charts"
+    out.mkdir(exist_ok=True)
+    path = out / f"{case.name}-{chart.metric.replace('.', '-')}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def summary(directory: Path) -> str:
+    """The report's tables without charts, for the terminal."""
+    rows, meta = load(directory)
+    module = _suite(meta)
+    if not hasattr(module, "SUITE"):
+        return module.render(rows, meta)
+    return render(module.SUITE, rows, meta, None)
+
+
+def compare(before: Path, after: Path) -> str:
+    """Every metric in the suite's columns for cells both runs measured: before, after, after/before."""
+    rows_a, meta_a = load(before)
+    rows_b, meta_b = load(after)
+    if meta_a["suite"] != meta_b["suite"]:
+        raise ValueError(f"cannot compare a '{meta_a['suite']}' run with a '{meta_b['suite']}' run")
+    module = _suite(meta_a)
+    if not hasattr(module, "SUITE"):
+        raise ValueError(f"suite '{meta_a['suite']}' has no declared columns to compare")
+    suite: Suite = module.SUITE
+    lines = [f"# {suite.title}: {Path(after).name} vs {Path(before).name}", "",
+             f"Before: {_machine_line(meta_a)}", "", f"After: {_machine_line(meta_b)}", ""]
+    for case in suite.cases:
+        a, b = _cells(rows_a, case), _cells(rows_b, case)
+        common = [k for k in b if k in a]
+        if not common:
+            continue
+        lines += [f"## {case.title}", "", "| cell | impl | metric | before | after | after / before |",
+                  "|---|---|---|---|---|---|"]
+        for key in common:
+            for impl in b[key]:
+                if impl not in a[key]:
+                    continue
+                for col in case.columns:
+                    va, vb = _median_metric(a[key][impl], col.metric), _median_metric(b[key][impl], col.metric)
+                    if va is None or vb is None:
+                        continue
+                    change = f"{vb / va:.2f}×" if va else "—"
+                    cell = ", ".join(f"{k}={_param(v)}" for k, v in key)
+                    lines.append(f"| {cell} | {impl} | {col.label} | {_fmt(va, col.digits)} | "
+                                 f"{_fmt(vb, col.digits)} | {change} |")
+        lines.append("")
+    return "\n".join(lines)
