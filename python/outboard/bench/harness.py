@@ -10,7 +10,6 @@ machine and run context to meta.json, and renders report.md with charts (see rep
 from __future__ import annotations
 
 import itertools
-import os
 import shlex
 import sys
 import time
@@ -93,7 +92,7 @@ class Suite:
     charts: Sequence[Chart]
     #: Opens what the measurements need (agents, peers); yields the env passed to Impl.measure.
     setup: Callable[[Any], AbstractContextManager[Any]]
-    #: Extra meta.json entries from the env (transports in use, versions).
+    #: Extra meta.json entries from the env after the run (transports in use, versions).
     describe: Callable[[Any], dict[str, Any]] = lambda env: {}
     notes: str = ""
 
@@ -180,32 +179,43 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def run(suite: Suite, options: Options, argv: Sequence[str] | None = None) -> Path:
+def command_line(suite: Suite, options: Options) -> str:
+    """The command that reproduces a run (its output directory aside)."""
+    parts = ["outboard", "bench", suite.name]
+    parts += ["--quick"] if options.quick else []
+    parts += ["--repeat", str(options.repeat)] if options.repeat != 1 else []
+    parts += ["--cases", ",".join(options.cases)] if options.cases else []
+    parts += ["--agent", options.agent] if options.agent else []
+    return shlex.join(parts)
+
+
+def run(suite: Suite, options: Options) -> Path:
     """Runs the suite; returns the directory holding results.jsonl, meta.json, report.md, charts/."""
     from . import report
 
     directory = run_dir(suite.name, options.out)
     cases = [c for c in suite.cases if not options.cases or c.name in options.cases]
-    command = "outboard " + shlex.join(argv) if argv is not None else f"outboard bench {suite.name}"
     results = Results(directory, suite.name, {
-        "command": command, "quick": options.quick, "repeat": options.repeat,
+        "command": command_line(suite, options), "quick": options.quick, "repeat": options.repeat,
         "cases": [c.name for c in cases], "skipped": {}, "failed": {},
     })
     plan = [(case, params) for case in cases for params in case.cells(options.quick)]
     bar = _Progress(sum(len(c.impls) for c, _ in plan) * options.repeat, options.progress)
     try:
         with suite.setup(options) as env:
-            results.meta.update(suite.describe(env))
-            for case, params in plan:
-                for rep in range(options.repeat):
-                    for impl in _rotated(case.impls, rep):
-                        bar.step(f"{case.name} {impl.name} {params}")
-                        _measure(results, case, impl, env, params, rep)
+            try:
+                for case, params in plan:
+                    for rep in range(options.repeat):
+                        for impl in _rotated(case.impls, rep):
+                            bar.step(f"{case.name} {impl.name} {params}")
+                            _measure(results, case, impl, env, params, rep)
+            finally:  # what the measurements saw (transports in use), even after Ctrl-C
+                results.meta.update(suite.describe(env))
     finally:
         bar.close()
         results.close()
-    report.write(directory)
-    print(report.summary(directory))
+    report.write(directory, suite)
+    print(report.summary(directory, suite))
     print(f"\nresults: {directory}/results.jsonl  report: {directory}/report.md")
     return directory
 
@@ -230,7 +240,3 @@ def _measure(results: Results, case: Case, impl: Impl, env: Any, params: dict[st
         results.meta["failed"][where] = f"{type(e).__name__}: {e}"
         return
     results.add(case.name, impl.name, {**params, "repeat": rep}, m.metrics, {"ok": m.ok, **m.correctness})
-
-
-def environment(extra: Mapping[str, str]) -> dict[str, str]:
-    return {**os.environ, **extra}

@@ -28,13 +28,14 @@ def _suite(meta: Mapping[str, Any]) -> Any:
     return suite_module(meta["suite"])
 
 
-def write(directory: Path) -> Path:
-    """(Re)writes DIR/report.md and DIR/charts/*.png; returns the report's path."""
+def write(directory: Path, suite: Suite | None = None) -> Path:
+    """(Re)writes DIR/report.md and DIR/charts/*.png; returns the report's path. The suite
+    declaration defaults to the registered one named in meta.json."""
     directory = Path(directory)
     rows, meta = load(directory)
-    module = _suite(meta)
-    if hasattr(module, "SUITE"):
-        text = render(module.SUITE, rows, meta, directory)
+    module = None if suite else _suite(meta)
+    if suite or hasattr(module, "SUITE"):
+        text = render(suite or module.SUITE, rows, meta, directory)
     else:  # a suite with its own renderer (tokenizer)
         text = module.render(rows, meta)
     path = directory / "report.md"
@@ -68,7 +69,8 @@ def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
         return []
     swept = [k for k, _ in next(iter(cells))]
     ratio = ratios(rows, case)
-    ratio_head = [f"{OURS} / {case.reference}"] if case.reference else []
+    better = "lower" if case.lower_is_better else "higher"
+    ratio_head = [f"{OURS} / {case.reference} ({better} is better)"] if case.reference else []
     head = [*swept, "impl", *(c.label for c in case.columns), "check", *ratio_head]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, by_impl in cells.items():
@@ -139,8 +141,8 @@ def draw(chart: Any, case: Case, rows: Sequence[Mapping[str, Any]], directory: P
             continue
         for impl, impl_rows in by_impl.items():
             y = _median_metric(impl_rows, chart.metric)
-            if y is None:
-                continue
+            if y is None or (chart.logx and params[chart.x] <= 0) or (chart.logy and y <= 0):
+                continue  # no place on a log axis
             label = " ".join([impl, *(f"{params[s]}" for s in chart.split if s in params)])
             lines.setdefault(label, []).append((float(params[chart.x]), y))
     if not lines:
@@ -149,7 +151,7 @@ def draw(chart: Any, case: Case, rows: Sequence[Mapping[str, Any]], directory: P
     for label, points in sorted(lines.items()):
         points.sort()
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-    if chart.logx and all(p[0] > 0 for pts in lines.values() for p in pts):
+    if chart.logx:
         ax.set_xscale("log", base=2)
     if chart.logy:
         ax.set_yscale("log")
@@ -167,13 +169,15 @@ def draw(chart: Any, case: Case, rows: Sequence[Mapping[str, Any]], directory: P
     return path
 
 
-def summary(directory: Path) -> str:
+def summary(directory: Path, suite: Suite | None = None) -> str:
     """The report's tables without charts, for the terminal."""
     rows, meta = load(directory)
-    module = _suite(meta)
-    if not hasattr(module, "SUITE"):
-        return module.render(rows, meta)
-    return render(module.SUITE, rows, meta, None)
+    if suite is None:
+        module = _suite(meta)
+        if not hasattr(module, "SUITE"):
+            return module.render(rows, meta)
+        suite = module.SUITE
+    return render(suite, rows, meta, None)
 
 
 def compare(before: Path, after: Path) -> str:

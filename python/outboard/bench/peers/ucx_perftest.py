@@ -59,7 +59,7 @@ def _wait_listening(port: int, server: subprocess.Popen[str], host: str, prefix:
 def parse_csv(output: str) -> Result:
     """The last CSV row of `ucx_perftest -f -v` (iterations, 50.0_percentile_lat, avg_lat, overall_lat,
     avg_bw, overall_bw, avg_mr, overall_mr)."""
-    rows = [line for line in output.splitlines() if line and line[0].isdigit() and line.count(",") >= 7]
+    rows = [s for s in (line.strip() for line in output.splitlines()) if s[:1].isdigit() and s.count(",") >= 7]
     if not rows:
         raise ValueError(f"no result row in ucx_perftest output: {output[-500:]!r}")
     f = rows[-1].split(",")

@@ -1,0 +1,271 @@
+"""Suite ``channel``: the DOCA secure_channel experiments, done right.
+
+Ping-pong one-way latency (RTT/2, as perftest and ucx_perftest report it) and verified streaming
+throughput over sizes 0 B–1 MiB, against ucx_perftest (ucp_am_lat / ucp_am_bw) on the same
+transport in the same run; connection set-up reported apart from per-message cost over a
+message-count sweep (DOCA's sample timed both together); several concurrent clients. Transports:
+same-host shared memory, TCP loopback, and two network namespaces joined by a veth pair.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import LocalAgent
+from . import netns
+from .harness import OURS, Case, Chart, Column, Impl, Measurement, Options, Suite, median
+from .peers import ucx_perftest
+
+SIZES = [0, 64, 128, 256, 512, 1024, 4080, 4096, 65535, 65536, 1 << 20]
+#: UCX settings of the client (and peer) per transport; the agent keeps its own.
+TRANSPORTS = {"shm": {}, "tcp": {"UCX_TLS": "tcp,self"}, "netns": {"UCX_TLS": "tcp,self"}}
+#: Seconds a worker process may run.
+WORKER_TIMEOUT_S = 300.0
+
+
+@dataclass
+class Env:
+    options: Options
+    stack: ExitStack
+    address: str  # same-host agent
+    embedded: bool  # we started it (peers are comparable only then)
+    cores: tuple[int, int] | None  # (agent and peer server, client)
+    lanes: dict[str, list[str]] = field(default_factory=dict)
+    veth: netns.VethPair | None = None
+    netns_address: str = ""
+
+    def agent_for(self, transport: str) -> str:
+        if transport != "netns":
+            return self.address
+        if not self.netns_address:
+            self.veth = self.stack.enter_context(netns.VethPair())
+            agent = LocalAgent(*self._agent_args(), listen=f"{netns.SERVER_IP}:0", prefix=self.veth.server,
+                               env=TRANSPORTS["netns"], log_level=self.options.log_level)
+            self.netns_address = self.stack.enter_context(agent).address
+        return self.netns_address
+
+    def _agent_args(self) -> list[str]:
+        return ["--cores", str(self.cores[0])] if self.cores else []
+
+
+def _cores() -> tuple[int, int] | None:
+    cores = sorted(os.sched_getaffinity(0))
+    return (cores[0], cores[1]) if len(cores) >= 2 else None
+
+
+@contextmanager
+def setup(options: Options) -> Iterator[Env]:
+    with ExitStack() as stack:
+        cores = _cores()
+        if options.agent:
+            yield Env(options, stack, options.agent, False, cores)
+            return
+        args = ["--cores", str(cores[0])] if cores else []
+        agent = stack.enter_context(LocalAgent(*args, log_level=options.log_level))
+        yield Env(options, stack, agent.address, True, cores)
+
+
+def describe(env: Env) -> dict[str, Any]:
+    return {"agent": "embedded local agent" if env.embedded else env.address, "pinned_cores": env.cores,
+            "transports": {t: "+".join(dict.fromkeys(lanes)) for t, lanes in env.lanes.items()},
+            "ucx_perftest": ucx_perftest.executable() or "missing"}
+
+
+def worker(env: Env, transport: str, spec: dict[str, Any], timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
+    """Runs one benchmark client process (outboard.bench.worker) on the transport."""
+    spec = {**spec, "agent": env.agent_for(transport)}
+    prefix = env.veth.client if transport == "netns" and env.veth else []
+    cmd = [*prefix, sys.executable, "-m", "outboard.bench.worker", json.dumps(spec)]
+    r = subprocess.run(cmd, env={**os.environ, **TRANSPORTS[transport]}, capture_output=True, text=True,
+                       timeout=timeout)
+    lines = r.stdout.strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"benchmark worker exited with status {r.returncode}: {r.stderr.strip()[-500:]}")
+    result = json.loads(lines[-1])
+    if "error" in result:
+        raise RuntimeError(result["error"])
+    if result.get("lanes"):
+        env.lanes[transport] = result["lanes"]
+    return result
+
+
+def _client_core(env: Env) -> int | None:
+    return env.cores[1] if env.cores else None
+
+
+def _peer_unavailable(env: Env, params: dict[str, Any]) -> str | None:
+    if not env.embedded:
+        return "ucx_perftest runs only beside the embedded agent (its server must run on the agent's host)"
+    return ucx_perftest.unavailable() or _transport_unavailable(env, params)
+
+
+def _transport_unavailable(env: Env, params: dict[str, Any]) -> str | None:
+    if params.get("transport") != "netns":
+        return None
+    if not env.embedded:
+        return "the netns run starts its own agent: not with --agent"
+    return netns.unavailable()
+
+
+def _peer_run(env: Env, transport: str, test: str, size: int, iterations: int, warmup: int) -> ucx_perftest.Result:
+    if transport == "netns":
+        env.agent_for("netns")  # creates the namespaces
+        assert env.veth is not None
+        return ucx_perftest.run(test, size, iterations, env=TRANSPORTS[transport], warmup=warmup,
+                                server_prefix=env.veth.server, client_prefix=env.veth.client, host=netns.SERVER_IP)
+    cores = env.cores or (None, None)
+    return ucx_perftest.run(test, size, iterations, env=TRANSPORTS[transport], warmup=warmup,
+                            server_core=cores[0], client_core=cores[1])
+
+
+# ---- latency
+
+
+def _latency_iterations(env: Env, size: int) -> tuple[int, int]:
+    n = 2000 if env.options.quick else 20000
+    if size > 4096:
+        n = max(100 if env.options.quick else 400, n * 4096 // size)
+    return n, max(n // 10, 10)
+
+
+def _ours_latency(env: Env, p: dict[str, Any]) -> Measurement:
+    n, warmup = _latency_iterations(env, p["size"])
+    r = worker(env, p["transport"], {"op": "round_trips", "size": p["size"], "iterations": n, "warmup": warmup,
+                                     "core": _client_core(env)})
+    return Measurement({"one_way_us": r["one_way_us"], "rtt_us": r["rtt_us"], "iterations": n},
+                       r["mismatches"] == 0, {"mismatches": r["mismatches"], "lanes": r["lanes"]})
+
+
+def _peer_latency(env: Env, p: dict[str, Any]) -> Measurement:
+    n, warmup = _latency_iterations(env, p["size"])
+    r = _peer_run(env, p["transport"], "ucp_am_lat", p["size"], n, warmup)
+    return Measurement({"one_way_us": {"p50": r.p50_us, "avg": r.avg_us}, "iterations": r.iterations}, True,
+                       {"note": "ucx_perftest does not check payloads"})
+
+
+# ---- streaming
+
+
+def _stream_count(env: Env, size: int) -> int:
+    budget = (64 if env.options.quick else 512) << 20
+    return max(200, min(budget // max(size, 1), 20000 if env.options.quick else 200000))
+
+
+def _ours_stream(env: Env, p: dict[str, Any]) -> Measurement:
+    count = _stream_count(env, p["size"])
+    r = worker(env, p["transport"], {"op": "stream", "size": p["size"], "count": count,
+                                     "trials": 2 if env.options.quick else 5, "core": _client_core(env)})
+    return Measurement({"mib_s": r["mib_s"], "msg_per_s": r["msg_per_s"], "messages": count}, r["verified"],
+                       {"verified": "count, bytes and order-sensitive digest tallied by the sink", "lanes": r["lanes"]})
+
+
+def _peer_stream(env: Env, p: dict[str, Any]) -> Measurement:
+    count = _stream_count(env, p["size"])
+    r = _peer_run(env, p["transport"], "ucp_am_bw", p["size"], count, max(count // 10, 10))
+    return Measurement({"mib_s": {"p50": r.mib_s}, "msg_per_s": {"p50": r.msg_per_s}, "messages": count}, True,
+                       {"note": "ucx_perftest does not check payloads"})
+
+
+# ---- message-count sweep (set-up apart from messages)
+
+
+def _ours_sessions(env: Env, p: dict[str, Any]) -> Measurement:
+    trials = 3 if p["count"] >= 10000 else (3 if env.options.quick else 10)
+    r = worker(env, p["transport"], {"op": "session", "size": p["size"], "count": p["count"], "trials": trials,
+                                     "core": _client_core(env)})
+    return Measurement({k: r[k] for k in ("connect_cold_us", "connect_us", "stream_us", "per_message_us")},
+                       r["verified"], {"verified": "sink tally of every session"})
+
+
+# ---- concurrent clients
+
+
+def _ours_concurrent(env: Env, p: dict[str, Any]) -> Measurement:
+    n, warmup = _latency_iterations(env, p["size"])
+    spec = {"op": "round_trips", "size": p["size"], "iterations": n, "warmup": warmup}
+    agent = env.agent_for(p["transport"])
+    spec = {**spec, "agent": agent, "start_at": time.time() + 1.5}  # all connected before the clock starts
+    prefix = env.veth.client if p["transport"] == "netns" and env.veth else []
+    cmd = [*prefix, sys.executable, "-m", "outboard.bench.worker"]
+    procs = [subprocess.Popen([*cmd, json.dumps(spec)], env={**os.environ, **TRANSPORTS[p["transport"]]},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(p["clients"])]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=WORKER_TIMEOUT_S)
+        lines = out.strip().splitlines()
+        result = json.loads(lines[-1]) if lines else {"error": err.strip()[-300:]}
+        if "error" in result:
+            raise RuntimeError(result["error"])
+        results.append(result)
+    p50s = [r["one_way_us"]["p50"] for r in results]
+    return Measurement({
+        "one_way_us": {"p50": median(p50s), "p99": max(r["one_way_us"]["p99"] for r in results),
+                       "worst_client_p50": max(p50s)},
+        "requests_per_s": sum(r["requests"] for r in results) / max(r["seconds"] for r in results),
+    }, all(r["mismatches"] == 0 for r in results), {"clients": len(results)})
+
+
+LATENCY = Case(
+    "latency", "Ping-pong latency (one-way = RTT/2), outboard request→echo→response vs ucx_perftest ucp_am_lat",
+    sweep={"transport": ["shm", "tcp", "netns"], "size": SIZES},
+    quick={"transport": ["shm"], "size": [64, 4096, 65536]},
+    impls=[Impl(OURS, _ours_latency, _transport_unavailable), Impl("ucx_perftest", _peer_latency, _peer_unavailable)],
+    columns=[Column("p50 µs", "one_way_us.p50", 3), Column("p90 µs", "one_way_us.p90", 3),
+             Column("p99 µs", "one_way_us.p99", 3), Column("max µs", "one_way_us.max", 1),
+             Column("mean µs", "one_way_us.avg", 3)],
+    reference="ucx_perftest", ratio_metric="one_way_us.p50",
+    notes="Ours: every response compared with its request (distinct payloads). The peer's mean is its "
+          "overall average; it reports no other percentile. Goal: ≤ 1.3× at 64 B.")
+
+STREAMING = Case(
+    "streaming", "Streaming throughput: one-way messages to the sink, verified, vs ucx_perftest ucp_am_bw",
+    sweep={"transport": ["shm", "tcp", "netns"], "size": SIZES[1:]},
+    quick={"transport": ["shm"], "size": [64, 65536]},
+    impls=[Impl(OURS, _ours_stream, _transport_unavailable), Impl("ucx_perftest", _peer_stream, _peer_unavailable)],
+    columns=[Column("MiB/s p50", "mib_s.p50", 0), Column("MiB/s min", "mib_s.min", 0),
+             Column("msg/s p50", "msg_per_s.p50", 0)],
+    reference="ucx_perftest", ratio_metric="mib_s.p50", lower_is_better=False,
+    notes="Ours: timed from the first send until the sink's tally (count, bytes, order-sensitive digest) is "
+          "back, so every byte is delivered and checked inside the clock; p50 over trials. The peer times "
+          "its sender. Goal: ≥ 0.8× at 64 KiB.")
+
+SESSIONS = Case(
+    "sessions", "Set-up apart from messages: a client connects, streams N messages of 256 B, closes",
+    sweep={"transport": ["shm"], "size": [256], "count": [1, 2, 5, 10, 50, 100, 1000, 100000]},
+    quick={"count": [1, 10, 1000]},
+    impls=[Impl(OURS, _ours_sessions)],
+    columns=[Column("connect µs (first in process)", "connect_cold_us", 0), Column("connect µs p50", "connect_us.p50", 0),
+             Column("messages µs p50", "stream_us.p50", 1), Column("µs / message p50", "per_message_us.p50", 3)],
+    notes="DOCA's secure_channel sample times allocation, credit waits and progress together, so its 1-message "
+          "figure is set-up. Here set-up (bootstrap, worker-address exchange, endpoints) is its own column; "
+          "'messages' runs from the first send to the sink's tally.")
+
+CONCURRENT = Case(
+    "concurrent", "Concurrent clients: separate processes, 64 B round trips to one agent",
+    sweep={"transport": ["shm"], "size": [64], "clients": [1, 2, 4, 8]},
+    quick={"clients": [1, 2]},
+    impls=[Impl(OURS, _ours_concurrent)],
+    columns=[Column("one-way p50 µs (median client)", "one_way_us.p50", 3),
+             Column("worst client p50 µs", "one_way_us.worst_client_p50", 3),
+             Column("p99 µs (worst)", "one_way_us.p99", 3), Column("requests/s", "requests_per_s", 0)],
+    notes="More clients than cores time-share the CPU: on a 2-core VM latency grows with clients.")
+
+SUITE = Suite(
+    name="channel", title="Channel benchmark: latency, streaming, set-up, concurrency",
+    cases=[LATENCY, STREAMING, SESSIONS, CONCURRENT],
+    charts=[Chart("latency", "size", "one_way_us.p50", "One-way latency p50", "µs", logy=True, split=["transport"]),
+            Chart("streaming", "size", "mib_s.p50", "Streaming throughput", "MiB/s", logy=True, split=["transport"]),
+            Chart("sessions", "count", "per_message_us.p50", "Per-message cost vs messages per session",
+                  "µs / message", logy=True),
+            Chart("concurrent", "clients", "requests_per_s", "Aggregate request rate", "requests/s")],
+    setup=setup, describe=describe,
+    notes="Agent and peer server pinned to one core, clients to another (when there are two). ucx_perftest "
+          "runs on the same transport (UCX_TLS) in the same run; ratios are ours / ucx_perftest per cell.")

@@ -1,0 +1,74 @@
+"""A benchmark client in its own process: ``python -m outboard.bench.worker SPEC_JSON``.
+
+Suites run clients here rather than in their own process because UCX reads its transport
+selection (UCX_TLS) once per process, because a client in another network namespace must be
+another process, and because concurrent clients are separate processes in real use. The worker
+prints one JSON object: the measurement, or {"error": ...}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+#: Seconds any single operation of a worker may take.
+OP_TIMEOUT_S = 60.0
+
+
+def _stats(samples: Any) -> dict[str, float]:
+    from .. import _core
+
+    s = _core.summarize(list(samples))
+    return {k: round(float(s[k]), 4) for k in ("p50", "p90", "p99", "min", "max")} | {"count": int(s["count"])}
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    from .. import _core, connect
+    from ..latency import transports
+
+    if spec.get("core") is not None:
+        os.sched_setaffinity(0, {int(spec["core"])})
+    op, address, size = spec["op"], spec["agent"], int(spec["size"])
+    if op == "session":
+        cold = _core.bench_session(address, size, 1, OP_TIMEOUT_S)  # the process's first: starts UCX too
+        runs = [_core.bench_session(address, size, int(spec["count"]), OP_TIMEOUT_S) for _ in range(spec["trials"])]
+        return {"connect_cold_us": cold["connect_us"], "connect_us": _stats([r["connect_us"] for r in runs]),
+                "stream_us": _stats([r["stream_us"] for r in runs]),
+                "per_message_us": _stats([r["stream_us"] / int(spec["count"]) for r in runs]),
+                "verified": all(r["verified"] for r in runs) and cold["verified"]}
+    with connect(address) as client:
+        out: dict[str, Any] = {"lanes": transports(client.connection.lanes)}
+        if start_at := spec.get("start_at"):  # concurrent clients start together
+            time.sleep(max(0.0, start_at - time.time()))
+        if op == "round_trips":
+            t0 = time.perf_counter()
+            samples, mismatches = _core.bench_round_trips(client.connection, size, int(spec["iterations"]),
+                                                          int(spec["warmup"]), OP_TIMEOUT_S)
+            out |= {"one_way_us": _stats(samples / 2), "rtt_us": _stats(samples), "mismatches": int(mismatches),
+                    "seconds": time.perf_counter() - t0, "requests": len(samples)}
+        elif op == "stream":
+            _core.bench_stream(client.connection, size, max(1, int(spec["count"]) // 10), OP_TIMEOUT_S)  # warm-up
+            trials = [_core.bench_stream(client.connection, size, int(spec["count"]), OP_TIMEOUT_S)
+                      for _ in range(int(spec["trials"]))]
+            out |= {"mib_s": _stats([t["bytes"] / t["seconds"] / 2**20 for t in trials]),
+                    "msg_per_s": _stats([t["messages"] / t["seconds"] for t in trials]),
+                    "verified": all(t["verified"] for t in trials)}
+        else:
+            raise ValueError(f"unknown worker op '{op}'")
+        return out
+
+
+def main() -> int:
+    try:
+        result = run(json.loads(sys.argv[1]))
+    except Exception as e:  # reported to the suite, which records the cell as failed
+        result = {"error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(result), flush=True)
+    return 0 if "error" not in result else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

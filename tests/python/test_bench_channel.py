@@ -1,0 +1,107 @@
+"""Suite ``channel`` against a real agent and a real ucx_perftest: quick runs, every transport,
+re-rendering and comparing runs through the CLI. Nothing here asserts speed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from outboard import cli
+from outboard.bench import channel, harness, netns
+from outboard.bench.harness import Options
+from outboard.bench.peers import ucx_perftest
+
+
+def _rows(directory: Path) -> list[dict]:
+    return [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("channel") / "quick"
+    t0 = time.monotonic()
+    assert cli.main(["bench", "channel", "--quick", "--out", str(out), "--no-progress"]) == 0
+    print(f"outboard bench channel --quick took {time.monotonic() - t0:.1f} s")
+    return out
+
+
+def test_quick_run_covers_every_case_and_checks_every_cell(quick_run: Path) -> None:
+    rows = _rows(quick_run)
+    meta = json.loads((quick_run / "meta.json").read_text())
+    assert {r["case"] for r in rows} == {"latency", "streaming", "sessions", "concurrent"}
+    assert all(r["correctness"]["ok"] for r in rows), [r for r in rows if not r["correctness"]["ok"]]
+    assert meta["failed"] == {}
+    # Same-host runs go over shared memory, and the report says so.
+    assert {"sysv", "posix", "cma"} & set(meta["transports"]["shm"].split("+"))
+    ours = [r for r in rows if r["impl"] == "outboard" and r["case"] == "latency"]
+    assert {r["params"]["size"] for r in ours} == {64, 4096, 65536}
+    assert all(r["metrics"]["one_way_us"]["p50"] > 0 and r["correctness"]["mismatches"] == 0 for r in ours)
+    stream = [r for r in rows if r["impl"] == "outboard" and r["case"] == "streaming"]
+    assert stream and all(r["metrics"]["mib_s"]["p50"] > 0 for r in stream)
+    sessions = {r["params"]["count"]: r["metrics"] for r in rows if r["case"] == "sessions"}
+    assert set(sessions) == {1, 10, 1000} and all(m["connect_us"]["p50"] > 0 for m in sessions.values())
+
+
+@pytest.mark.skipif(ucx_perftest.unavailable() is not None, reason="ucx_perftest missing")
+def test_peer_runs_in_the_same_run_and_ratios_are_reported(quick_run: Path) -> None:
+    rows = _rows(quick_run)
+    peer = {r["params"]["size"]: r["metrics"] for r in rows if r["impl"] == "ucx_perftest" and r["case"] == "latency"}
+    assert set(peer) == {64, 4096, 65536} and all(m["one_way_us"]["p50"] > 0 for m in peer.values())
+    ratios = harness.ratios(rows, channel.LATENCY)
+    assert len(ratios) == 3 and all(v > 0 for v in ratios.values())
+    report = (quick_run / "report.md").read_text()
+    assert "outboard / ucx_perftest (lower is better)" in report and "outboard / ucx_perftest (higher is better)" in report
+    for chart in ("latency-one_way_us-p50.png", "streaming-mib_s-p50.png"):
+        assert (quick_run / "charts" / chart).stat().st_size > 1000
+
+
+def test_report_command_re_renders_and_compares(quick_run: Path, capsys) -> None:
+    before = (quick_run / "report.md").read_text()
+    (quick_run / "report.md").unlink()
+    assert cli.main(["report", str(quick_run)]) == 0
+    assert (quick_run / "report.md").read_text() == before
+    assert cli.main(["report", str(quick_run), str(quick_run)]) == 0
+    compared = (quick_run / f"compare-{quick_run.name}.md").read_text()
+    assert "| after / before |" in compared and "1.00×" in compared
+
+
+def test_report_of_a_missing_directory_names_it(tmp_path: Path, capsys) -> None:
+    assert cli.main(["report", str(tmp_path / "nope")]) != 0
+    assert "not a benchmark run directory" in capsys.readouterr().err
+
+
+def test_unknown_case_is_refused_with_the_known_ones(capsys) -> None:
+    assert cli.main(["bench", "channel", "--quick", "--cases", "latncy"]) != 0
+    err = capsys.readouterr().err
+    assert "latncy" in err and "latency" in err and "streaming" in err
+
+
+def _small(case: harness.Case, transports: list[str]) -> harness.Case:
+    return dataclasses.replace(case, quick={"transport": transports, "size": [64]})
+
+
+@pytest.mark.parametrize("transport", ["tcp", "netns"])
+def test_tcp_and_two_namespace_runs(transport: str, tmp_path: Path) -> None:
+    if transport == "netns" and netns.unavailable():
+        pytest.skip(netns.unavailable())
+    suite = dataclasses.replace(channel.SUITE, cases=[_small(channel.LATENCY, [transport]),
+                                                     _small(channel.STREAMING, [transport])])
+    d = harness.run(suite, Options(quick=True, out=str(tmp_path / transport), progress=False))
+    rows = _rows(d)
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["failed"] == {}
+    ours = [r for r in rows if r["impl"] == "outboard"]
+    assert len(ours) == 2 and all(r["correctness"]["ok"] for r in ours)
+    assert meta["transports"][transport] == "tcp"  # really over TCP, not shared memory
+    if ucx_perftest.unavailable() is None:
+        assert {r["case"] for r in rows if r["impl"] == "ucx_perftest"} == {"latency", "streaming"}
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="runs as root here: the not-root path is not reachable")
+def test_netns_without_root_is_skipped_with_the_reason() -> None:
+    assert "root" in (netns.unavailable() or "")

@@ -1,0 +1,129 @@
+"""The benchmark harness: results schema, meta, ratios, re-rendering and comparison.
+
+The suite here is a fake (unit test only): its implementations return fixed measurements, so
+the harness's bookkeeping can be checked exactly. Real suites are tested in test_bench_channel.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+import pytest
+
+from outboard.bench import harness, report
+from outboard.bench.harness import Case, Chart, Column, Impl, Measurement, Options, Suite
+
+
+def _fake_impl(name: str, base: float, ok: bool = True) -> Impl:
+    calls = iter(range(1000))
+
+    def measure(env, params):
+        k = next(calls)
+        return Measurement({"lat_us": {"p50": base * params["size"] + k % 2, "p99": 2 * base * params["size"]},
+                            "rate": 1000.0 / base}, ok, {"seen": params["size"]})
+
+    return Impl(name, measure)
+
+
+FAKE_CASE = Case(
+    "fake", "Fake case", sweep={"size": [1, 2, 4]}, quick={"size": [1, 2]},
+    impls=[_fake_impl(harness.OURS, 3.0), _fake_impl("peer", 2.0),
+           Impl("absent", lambda env, p: Measurement({}, True), lambda env, p: "not installed here")],
+    columns=[Column("p50", "lat_us.p50"), Column("p99", "lat_us.p99"), Column("rate", "rate")],
+    reference="peer", ratio_metric="lat_us.p50")
+FAKE_SUITE = Suite("fake", "Fake suite", [FAKE_CASE], [Chart("fake", "size", "lat_us.p50", "Fake latency", "µs")],
+                   setup=lambda options: nullcontext(None))
+
+
+@pytest.fixture
+def fake_run(tmp_path: Path) -> Path:
+    return harness.run(FAKE_SUITE, Options(out=str(tmp_path / "run"), repeat=2, progress=False))
+
+
+def test_results_rows_follow_the_schema(fake_run: Path) -> None:
+    rows = [json.loads(line) for line in (fake_run / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 * 2 * 2  # sizes x repeats x available impls
+    for row in rows:
+        assert set(row) == {"suite", "case", "impl", "params", "metrics", "correctness"}
+        assert row["suite"] == "fake" and row["case"] == "fake"
+        assert row["params"]["repeat"] in (0, 1) and row["correctness"]["ok"] is True
+        assert row["correctness"]["seen"] == row["params"]["size"]
+    # Implementations interleave, the order rotating each repeat.
+    assert [r["impl"] for r in rows[:4]] == [harness.OURS, "peer", "peer", harness.OURS]
+
+
+def test_meta_records_machine_run_and_skips(fake_run: Path) -> None:
+    meta = json.loads((fake_run / "meta.json").read_text())
+    for key in ("host", "cpu", "cores", "kernel", "transport", "git", "started", "load_before", "load_after",
+                "command", "repeat"):
+        assert key in meta, key
+    assert meta["command"] == "outboard bench fake --repeat 2"
+    assert any("absent" in where and why == "not installed here" for where, why in meta["skipped"].items())
+
+
+def test_ratio_is_ours_over_reference_of_medians_per_cell() -> None:
+    def row(impl, size, rep, p50, ok=True):
+        return {"case": "fake", "impl": impl, "params": {"size": size, "repeat": rep},
+                "metrics": {"lat_us": {"p50": p50}}, "correctness": {"ok": ok}}
+
+    rows = [row("outboard", 1, 0, 3.0), row("outboard", 1, 1, 5.0), row("outboard", 1, 2, 100.0),
+            row("peer", 1, 0, 2.0), row("peer", 1, 1, 2.0),
+            row("outboard", 2, 0, 6.0), row("peer", 2, 0, 1.0, ok=False),  # a failed check gives no ratio
+            row("outboard", 4, 0, 8.0)]  # no peer measurement, no ratio
+    r = harness.ratios(rows, FAKE_CASE)
+    assert r == {(("size", 1),): pytest.approx(5.0 / 2.0)}
+
+
+def test_report_has_tables_ratios_and_charts(fake_run: Path) -> None:
+    text = (fake_run / "report.md").read_text()
+    assert "| size | impl | p50 | p99 | rate | check | outboard / peer (lower is better) |" in text
+    assert "**1.40×**" in text  # size 1: median(3, 4) / median(2, 3)
+    assert "absent" in text and "not installed here" in text  # skipped, with the reason
+    assert "![Fake latency](charts/fake-lat_us-p50.png)" in text
+    assert (fake_run / "charts" / "fake-lat_us-p50.png").stat().st_size > 1000
+    assert "Reproduce: `outboard bench fake --repeat 2`" in text
+
+
+def test_re_render_reproduces_the_report(fake_run: Path) -> None:
+    before = (fake_run / "report.md").read_text()
+    (fake_run / "report.md").unlink()
+    for png in (fake_run / "charts").iterdir():
+        png.unlink()
+    report.write(fake_run, FAKE_SUITE)
+    assert (fake_run / "report.md").read_text() == before
+    assert (fake_run / "charts" / "fake-lat_us-p50.png").exists()
+
+
+def test_report_of_a_directory_without_results_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="not a benchmark run directory"):
+        report.load(tmp_path)
+
+
+def test_quick_sweep_and_case_filter(tmp_path: Path) -> None:
+    d = harness.run(FAKE_SUITE, Options(quick=True, out=str(tmp_path / "q"), progress=False, cases=["fake"]))
+    sizes = {json.loads(line)["params"]["size"] for line in (d / "results.jsonl").read_text().splitlines()}
+    assert sizes == {1, 2}
+
+
+def test_a_failing_implementation_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
+    def broken(env, params):
+        raise RuntimeError("peer crashed")
+
+    case = Case("fake", "Fake", {"size": [1]}, [_fake_impl(harness.OURS, 1.0), Impl("peer", broken)],
+                [Column("p50", "lat_us.p50")], reference="peer", ratio_metric="lat_us.p50")
+    suite = Suite("fake", "Fake", [case], [], setup=lambda options: nullcontext(None))
+    d = harness.run(suite, Options(out=str(tmp_path / "f"), progress=False))
+    meta = json.loads((d / "meta.json").read_text())
+    assert list(meta["failed"].values()) == ["RuntimeError: peer crashed"]
+    assert len((d / "results.jsonl").read_text().splitlines()) == 1
+
+
+def test_matplotlib_loads_only_when_charts_are_drawn() -> None:
+    code = ("import sys, outboard, outboard.bench.harness, outboard.bench.report, outboard.bench.channel; "
+            "print('matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
