@@ -45,3 +45,39 @@ struct Session {
 Result<Session> session(const std::string& address, size_t size, uint64_t count, double timeout_s);
 
 }  // namespace outboard::bench
+
+namespace outboard::bench {
+
+/// A region of `size` bytes allocated by the agent's `memory` service for
+/// this connection, imported for one-sided access.
+Result<RemoteRegion> agent_region(Connection& c, uint64_t size, double timeout_s);
+
+struct OneSidedBandwidth {
+  std::vector<double> iteration_us;  ///< per iteration: `ops` operations then completion
+  uint64_t ops = 0;                  ///< timed operations in all
+  uint64_t bytes = 0;
+  bool verified = false;  ///< the peer's bytes equal ours after the cell
+};
+/// perftest's bandwidth shape: each iteration issues `ops` puts (or gets) of
+/// `size` bytes, spread over the connections round-robin into each one's
+/// agent region, then waits for all of them (flush; gets complete in place).
+/// Puts are verified by the agent's checksum of its region, gets against the
+/// pattern the agent wrote. `reuse_buffer`: every operation uses the same
+/// bytes at both ends, as perftest and ucx_perftest do (cache-hot); else
+/// each of an iteration's operations has its own slot.
+Result<OneSidedBandwidth> one_sided_bandwidth(std::span<Connection* const> connections, bool put, size_t size,
+                                              size_t ops, size_t iterations, size_t warmup, bool reuse_buffer,
+                                              double timeout_s, const Interrupt& interrupt);
+
+struct OneSidedLatency {
+  std::vector<double> samples_us;  ///< full round trips
+  uint64_t mismatches = 0;
+};
+/// Per operation: a get of `size` bytes (a round trip, as perftest's
+/// read_lat), or a write-with-notify answered by the agent with the checksum
+/// of what landed (write, peer sees it, peer answers: perftest's write_lat
+/// ping-pong shape; halve for one-way).
+Result<OneSidedLatency> one_sided_latency(Connection& c, bool notify, size_t size, size_t iterations, size_t warmup,
+                                          double timeout_s, const Interrupt& interrupt);
+
+}  // namespace outboard::bench

@@ -313,6 +313,37 @@ NB_MODULE(_core, m) {
           return d;
         },
         "address"_a, "size"_a, "count"_a, "timeout"_a, "Connect, stream `count` messages to `sink`, close.");
+  m.def("bench_one_sided_bandwidth",
+        [interrupt](std::vector<Connection*> conns, bool put, size_t size, size_t ops, size_t iterations,
+                    size_t warmup, bool reuse_buffer, double timeout) {
+          Result<bench::OneSidedBandwidth> r = Status{};
+          {
+            nb::gil_scoped_release release;
+            r = bench::one_sided_bandwidth(conns, put, size, ops, iterations, warmup, reuse_buffer, timeout,
+                                           interrupt);
+          }
+          bench::OneSidedBandwidth b = unwrap(std::move(r));
+          nb::dict d;
+          d["iteration_us"] = to_numpy(std::move(b.iteration_us));
+          d["ops"] = b.ops;
+          d["bytes"] = b.bytes;
+          d["verified"] = b.verified;
+          return d;
+        },
+        "connections"_a, "put"_a, "size"_a, "ops"_a, "iterations"_a, "warmup"_a, "reuse_buffer"_a, "timeout"_a,
+        "perftest-shaped put/get bandwidth into the agent's memory service regions, verified.");
+  m.def("bench_one_sided_latency",
+        [interrupt](Connection& c, bool notify, size_t size, size_t iterations, size_t warmup, double timeout) {
+          Result<bench::OneSidedLatency> r = Status{};
+          {
+            nb::gil_scoped_release release;
+            r = bench::one_sided_latency(c, notify, size, iterations, warmup, timeout, interrupt);
+          }
+          bench::OneSidedLatency v = unwrap(std::move(r));
+          return nb::make_tuple(to_numpy(std::move(v.samples_us)), v.mismatches);
+        },
+        "connection"_a, "notify"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a,
+        "Get round trips, or write-with-notify answered by the agent: (samples in µs, mismatches).");
 
   m.def("summarize",
         [](std::vector<double> samples) {

@@ -178,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_ints, default=[1, 2], help="thread counts for encode_batch scaling")
     p.add_argument("--models", default="all", help="gpt2, bert or all")
 
-    for name, help in (("channel", "channel latency, streaming, set-up and concurrency vs ucx_perftest"),):
+    for name, help in (("channel", "channel latency, streaming, set-up and concurrency vs ucx_perftest"),
+                       ("rdma", "one-sided write/read bandwidth and latency (perftest shape) vs ucx_perftest")):
         p = suites.add_parser(name, help=help, description=help)
         _options.add_common(p)
         p.set_defaults(_parser=p, func=cmd_bench_suite)

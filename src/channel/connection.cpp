@@ -337,6 +337,17 @@ Status Connection::Impl::wait_done(Lock& lock, Deadline deadline, const Completi
   return op->result;
 }
 
+Status Connection::Impl::wait_polled(Lock& lock, Deadline deadline, const transport::PolledOp& op, const char* what) {
+  if (!op.done() && !hub->wait_until(lock, deadline, config.spin_us, [&] { return op.done(); })) {
+    // As wait_done: closing the endpoint is what makes returning safe.
+    Status st(Code::kTimedOut, std::string(what) + " to " + peer_address +
+                                   " did not complete before the deadline; connection closed");
+    fail(st);
+    return st;
+  }
+  return op.status(what);
+}
+
 void Connection::Impl::respond(uint64_t id, Result<Buffer> result) {
   auto open = open_requests.find(id);
   if (open == open_requests.end()) return;

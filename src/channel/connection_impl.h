@@ -48,6 +48,7 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   Status acquire(uint64_t bytes, Deadline deadline, bool wait, channel::Lock* lock);
   void post(channel::FrameHeader h, std::span<const uint8_t> data, transport::DoneFn done);
   Status wait_done(channel::Lock& lock, Deadline deadline, const CompletionPtr& op, const char* what);
+  Status wait_polled(channel::Lock& lock, Deadline deadline, const transport::PolledOp& op, const char* what);
   /// Index of `service` in the peer's list; kNoService for "" (kNotFound if unknown).
   Result<uint32_t> service_index(std::string_view service) const;
   Status start_request(std::string_view service, Buffer payload, Deadline deadline, ResponseFn fn,

@@ -84,18 +84,16 @@ Status Connection::put(const RemoteRegion& region, uint64_t offset, std::span<co
                        Deadline deadline) {
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
-  auto op = std::make_shared<Completion>();
-  OB_RETURN_IF_ERROR(impl_->data_ep.put(region.impl().key, offset, src, completer(op)));
-  return impl_->wait_done(lock, deadline, op, "put");
+  OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.put(region.impl().key, offset, src));
+  return impl_->wait_polled(lock, deadline, op, "put");
 }
 
 Status Connection::get(const RemoteRegion& region, uint64_t offset, std::span<uint8_t> dst,
                        Deadline deadline) {
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
-  auto op = std::make_shared<Completion>();
-  OB_RETURN_IF_ERROR(impl_->data_ep.get(region.impl().key, offset, dst, completer(op)));
-  return impl_->wait_done(lock, deadline, op, "get");
+  OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.get(region.impl().key, offset, dst));
+  return impl_->wait_polled(lock, deadline, op, "get");
 }
 
 Status Connection::flush(Deadline deadline) {
@@ -120,10 +118,11 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
   // The notification is credited: take the credit before touching the peer.
   OB_RETURN_IF_ERROR(impl_->acquire(0, deadline, true, &lock));
   auto op = std::make_shared<Completion>();
-  Status st = impl_->data_ep.put(region.impl().key, offset, src, [](Status) {});
-  if (!st.ok()) {
+  // Completion is the flush's business; the put itself is released to UCX.
+  Result<transport::PolledOp> put = impl_->data_ep.put(region.impl().key, offset, src);
+  if (!put.ok()) {
     ++impl_->send_msgs;  // nothing was sent: give the credit back
-    return st;
+    return put.status();
   }
   // The flush completes only once the data is in the peer's memory, so the
   // notification sent after it never overtakes the data.

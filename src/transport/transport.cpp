@@ -189,22 +189,43 @@ static Status check_bounds(const RemoteKey& key, uint64_t offset, size_t len, co
   return {};
 }
 
-Status Endpoint::put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src, DoneFn done) {
+Result<PolledOp> Endpoint::put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src) {
   OB_RETURN_IF_ERROR(check_bounds(key, offset, src.size(), "put"));
-  if (!ep_ || state_->failed) return {Code::kConnectionReset, "put on a failed or closed endpoint"};
-  auto* op = new Op{std::move(done)};
-  ucp_request_param_t p = op_param(op);
-  track(ucp_put_nbx(ep_, src.data(), src.size(), key.base() + offset, key.handle(), &p), op, "put");
-  return {};
+  if (!ep_ || state_->failed) return Status(Code::kConnectionReset, "put on a failed or closed endpoint");
+  ucp_request_param_t p{};
+  return polled(ucp_put_nbx(ep_, src.data(), src.size(), key.base() + offset, key.handle(), &p), "put");
 }
 
-Status Endpoint::get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst, DoneFn done) {
+Result<PolledOp> Endpoint::get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst) {
   OB_RETURN_IF_ERROR(check_bounds(key, offset, dst.size(), "get"));
-  if (!ep_ || state_->failed) return {Code::kConnectionReset, "get on a failed or closed endpoint"};
-  auto* op = new Op{std::move(done)};
-  ucp_request_param_t p = op_param(op);
-  track(ucp_get_nbx(ep_, dst.data(), dst.size(), key.base() + offset, key.handle(), &p), op, "get");
-  return {};
+  if (!ep_ || state_->failed) return Status(Code::kConnectionReset, "get on a failed or closed endpoint");
+  ucp_request_param_t p{};
+  return polled(ucp_get_nbx(ep_, dst.data(), dst.size(), key.base() + offset, key.handle(), &p), "get");
+}
+
+Result<PolledOp> Endpoint::polled(void* r, const char* what) {
+  auto s = static_cast<ucs_status_ptr_t>(r);
+  if (UCS_PTR_IS_ERR(s)) return from_ucs(UCS_PTR_STATUS(s), what);
+  return PolledOp(s);  // null when done in place
+}
+
+PolledOp& PolledOp::operator=(PolledOp&& o) noexcept {
+  if (this != &o) {
+    if (request_) ucp_request_free(request_);
+    request_ = std::exchange(o.request_, nullptr);
+    status_ = o.status_;
+  }
+  return *this;
+}
+
+PolledOp::~PolledOp() {
+  if (request_) ucp_request_free(request_);
+}
+
+bool PolledOp::done() const { return !request_ || ucp_request_check_status(request_) != UCS_INPROGRESS; }
+
+Status PolledOp::status(const char* what) const {
+  return from_ucs(request_ ? ucp_request_check_status(request_) : static_cast<ucs_status_t>(status_), what);
 }
 
 void Endpoint::flush(DoneFn done) {

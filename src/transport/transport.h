@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "outboard/status.h"
@@ -87,6 +88,28 @@ class MemoryRegion {
   Bytes descriptor_;
 };
 
+/// A UCX operation started without a callback. done() is true once it has
+/// completed (UCX completes it inside worker progress); status() is then its
+/// result. Destroying an unfinished one hands it to UCX to release when it
+/// completes: the buffer must stay valid until then or the endpoint closes.
+class PolledOp {
+ public:
+  PolledOp() = default;
+  PolledOp(PolledOp&& o) noexcept : request_(std::exchange(o.request_, nullptr)), status_(o.status_) {}
+  PolledOp& operator=(PolledOp&& o) noexcept;
+  PolledOp(const PolledOp&) = delete;
+  PolledOp& operator=(const PolledOp&) = delete;
+  ~PolledOp();
+  [[nodiscard]] bool done() const;
+  [[nodiscard]] Status status(const char* what) const;
+
+ private:
+  friend class Endpoint;
+  explicit PolledOp(void* request) : request_(request) {}
+  void* request_ = nullptr;  // null: completed in place with status_
+  int status_ = 0;           // ucs_status_t
+};
+
 /// Owns one ucp endpoint. Move-only; closing is non-blocking.
 class Endpoint {
  public:
@@ -105,9 +128,11 @@ class Endpoint {
   void send(std::span<const uint8_t> header, std::span<const uint8_t> data, DoneFn done,
             bool want_reply_ep = false);
   /// One-sided write/read at `offset` of the remote region; errors with
-  /// kOutOfRange (nothing transferred) when outside it.
-  Status put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src, DoneFn done);
-  Status get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst, DoneFn done);
+  /// kOutOfRange (nothing transferred) when outside it. No callback and no
+  /// allocation: shared-memory operations usually complete in place, and
+  /// the caller polls the rest.
+  Result<PolledOp> put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src);
+  Result<PolledOp> get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst);
   /// Completes all earlier operations at the target before `done` runs.
   void flush(DoneFn done);
   Result<RemoteKey> import_region(std::span<const uint8_t> descriptor);
@@ -120,6 +145,7 @@ class Endpoint {
 
  private:
   friend struct WorkerAccess;
+  static Result<PolledOp> polled(void* status_ptr, const char* what);
   ucp_ep* ep_ = nullptr;
   State* state_ = nullptr;  // owned; outlives the ep until the close completes
 };

@@ -14,116 +14,13 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
-from .. import LocalAgent
-from . import netns
-from .harness import OURS, Case, Chart, Column, Impl, Measurement, Options, Suite, median
-from .peers import ucx_perftest
+from .env import TRANSPORTS, WORKER_ENV, WORKER_TIMEOUT_S, Env, client_core, describe, peer_run, peer_unavailable, setup, \
+    transport_unavailable, worker
+from .harness import OURS, Case, Chart, Column, Impl, Measurement, Suite, median
 
 SIZES = [0, 64, 128, 256, 512, 1024, 4080, 4096, 65535, 65536, 1 << 20]
-#: UCX settings of the client (and peer) per transport; the agent keeps its own.
-TRANSPORTS = {"shm": {}, "tcp": {"UCX_TLS": "tcp,self"}, "netns": {"UCX_TLS": "tcp,self"}}
-#: Seconds a worker process may run.
-WORKER_TIMEOUT_S = 300.0
-
-
-@dataclass
-class Env:
-    options: Options
-    stack: ExitStack
-    address: str  # same-host agent
-    embedded: bool  # we started it (peers are comparable only then)
-    cores: tuple[int, int] | None  # (agent and peer server, client)
-    lanes: dict[str, list[str]] = field(default_factory=dict)
-    veth: netns.VethPair | None = None
-    netns_address: str = ""
-
-    def agent_for(self, transport: str) -> str:
-        if transport != "netns":
-            return self.address
-        if not self.netns_address:
-            self.veth = self.stack.enter_context(netns.VethPair())
-            agent = LocalAgent(*self._agent_args(), listen=f"{netns.SERVER_IP}:0", prefix=self.veth.server,
-                               env=TRANSPORTS["netns"], log_level=self.options.log_level)
-            self.netns_address = self.stack.enter_context(agent).address
-        return self.netns_address
-
-    def _agent_args(self) -> list[str]:
-        return ["--cores", str(self.cores[0])] if self.cores else []
-
-
-def _cores() -> tuple[int, int] | None:
-    cores = sorted(os.sched_getaffinity(0))
-    return (cores[0], cores[1]) if len(cores) >= 2 else None
-
-
-@contextmanager
-def setup(options: Options) -> Iterator[Env]:
-    with ExitStack() as stack:
-        cores = _cores()
-        if options.agent:
-            yield Env(options, stack, options.agent, False, cores)
-            return
-        args = ["--cores", str(cores[0])] if cores else []
-        agent = stack.enter_context(LocalAgent(*args, log_level=options.log_level))
-        yield Env(options, stack, agent.address, True, cores)
-
-
-def describe(env: Env) -> dict[str, Any]:
-    return {"agent": "embedded local agent" if env.embedded else env.address, "pinned_cores": env.cores,
-            "transports": {t: "+".join(dict.fromkeys(lanes)) for t, lanes in env.lanes.items()},
-            "ucx_perftest": ucx_perftest.executable() or "missing"}
-
-
-def worker(env: Env, transport: str, spec: dict[str, Any], timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
-    """Runs one benchmark client process (outboard.bench.worker) on the transport."""
-    spec = {**spec, "agent": env.agent_for(transport)}
-    prefix = env.veth.client if transport == "netns" and env.veth else []
-    cmd = [*prefix, sys.executable, "-m", "outboard.bench.worker", json.dumps(spec)]
-    r = subprocess.run(cmd, env={**os.environ, **TRANSPORTS[transport]}, capture_output=True, text=True,
-                       timeout=timeout)
-    lines = r.stdout.strip().splitlines()
-    if not lines:
-        raise RuntimeError(f"benchmark worker exited with status {r.returncode}: {r.stderr.strip()[-500:]}")
-    result = json.loads(lines[-1])
-    if "error" in result:
-        raise RuntimeError(result["error"])
-    if result.get("lanes"):
-        env.lanes[transport] = result["lanes"]
-    return result
-
-
-def _client_core(env: Env) -> int | None:
-    return env.cores[1] if env.cores else None
-
-
-def _peer_unavailable(env: Env, params: dict[str, Any]) -> str | None:
-    if not env.embedded:
-        return "ucx_perftest runs only beside the embedded agent (its server must run on the agent's host)"
-    return ucx_perftest.unavailable() or _transport_unavailable(env, params)
-
-
-def _transport_unavailable(env: Env, params: dict[str, Any]) -> str | None:
-    if params.get("transport") != "netns":
-        return None
-    if not env.embedded:
-        return "the netns run starts its own agent: not with --agent"
-    return netns.unavailable()
-
-
-def _peer_run(env: Env, transport: str, test: str, size: int, iterations: int, warmup: int) -> ucx_perftest.Result:
-    if transport == "netns":
-        env.agent_for("netns")  # creates the namespaces
-        assert env.veth is not None
-        return ucx_perftest.run(test, size, iterations, env=TRANSPORTS[transport], warmup=warmup,
-                                server_prefix=env.veth.server, client_prefix=env.veth.client, host=netns.SERVER_IP)
-    cores = env.cores or (None, None)
-    return ucx_perftest.run(test, size, iterations, env=TRANSPORTS[transport], warmup=warmup,
-                            server_core=cores[0], client_core=cores[1])
 
 
 # ---- latency
@@ -139,14 +36,14 @@ def _latency_iterations(env: Env, size: int) -> tuple[int, int]:
 def _ours_latency(env: Env, p: dict[str, Any]) -> Measurement:
     n, warmup = _latency_iterations(env, p["size"])
     r = worker(env, p["transport"], {"op": "round_trips", "size": p["size"], "iterations": n, "warmup": warmup,
-                                     "core": _client_core(env)})
+                                     "core": client_core(env)})
     return Measurement({"one_way_us": r["one_way_us"], "rtt_us": r["rtt_us"], "iterations": n},
                        r["mismatches"] == 0, {"mismatches": r["mismatches"], "lanes": r["lanes"]})
 
 
 def _peer_latency(env: Env, p: dict[str, Any]) -> Measurement:
     n, warmup = _latency_iterations(env, p["size"])
-    r = _peer_run(env, p["transport"], "ucp_am_lat", p["size"], n, warmup)
+    r = peer_run(env, p["transport"], "ucp_am_lat", p["size"], n, warmup)
     return Measurement({"one_way_us": {"p50": r.p50_us, "avg": r.avg_us}, "iterations": r.iterations}, True,
                        {"note": "ucx_perftest does not check payloads"})
 
@@ -162,14 +59,14 @@ def _stream_count(env: Env, size: int) -> int:
 def _ours_stream(env: Env, p: dict[str, Any]) -> Measurement:
     count = _stream_count(env, p["size"])
     r = worker(env, p["transport"], {"op": "stream", "size": p["size"], "count": count,
-                                     "trials": 2 if env.options.quick else 5, "core": _client_core(env)})
+                                     "trials": 2 if env.options.quick else 5, "core": client_core(env)})
     return Measurement({"mib_s": r["mib_s"], "msg_per_s": r["msg_per_s"], "messages": count}, r["verified"],
                        {"verified": "count, bytes and order-sensitive digest tallied by the sink", "lanes": r["lanes"]})
 
 
 def _peer_stream(env: Env, p: dict[str, Any]) -> Measurement:
     count = _stream_count(env, p["size"])
-    r = _peer_run(env, p["transport"], "ucp_am_bw", p["size"], count, max(count // 10, 10))
+    r = peer_run(env, p["transport"], "ucp_am_bw", p["size"], count, max(count // 10, 10))
     return Measurement({"mib_s": {"p50": r.mib_s}, "msg_per_s": {"p50": r.msg_per_s}, "messages": count}, True,
                        {"note": "ucx_perftest does not check payloads"})
 
@@ -180,7 +77,7 @@ def _peer_stream(env: Env, p: dict[str, Any]) -> Measurement:
 def _ours_sessions(env: Env, p: dict[str, Any]) -> Measurement:
     trials = 3 if p["count"] >= 10000 else (3 if env.options.quick else 10)
     r = worker(env, p["transport"], {"op": "session", "size": p["size"], "count": p["count"], "trials": trials,
-                                     "core": _client_core(env)})
+                                     "core": client_core(env)})
     return Measurement({k: r[k] for k in ("connect_cold_us", "connect_us", "stream_us", "per_message_us")},
                        r["verified"], {"verified": "sink tally of every session"})
 
@@ -195,7 +92,7 @@ def _ours_concurrent(env: Env, p: dict[str, Any]) -> Measurement:
     spec = {**spec, "agent": agent, "start_at": time.time() + 1.5}  # all connected before the clock starts
     prefix = env.veth.client if p["transport"] == "netns" and env.veth else []
     cmd = [*prefix, sys.executable, "-m", "outboard.bench.worker"]
-    procs = [subprocess.Popen([*cmd, json.dumps(spec)], env={**os.environ, **TRANSPORTS[p["transport"]]},
+    procs = [subprocess.Popen([*cmd, json.dumps(spec)], env={**os.environ, **WORKER_ENV, **TRANSPORTS[p["transport"]]},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(p["clients"])]
     results = []
     for proc in procs:
@@ -217,7 +114,7 @@ LATENCY = Case(
     "latency", "Ping-pong latency (one-way = RTT/2), outboard request→echo→response vs ucx_perftest ucp_am_lat",
     sweep={"transport": ["shm", "tcp", "netns"], "size": SIZES},
     quick={"transport": ["shm"], "size": [64, 4096, 65536]},
-    impls=[Impl(OURS, _ours_latency, _transport_unavailable), Impl("ucx_perftest", _peer_latency, _peer_unavailable)],
+    impls=[Impl(OURS, _ours_latency, transport_unavailable), Impl("ucx_perftest", _peer_latency, peer_unavailable)],
     columns=[Column("p50 µs", "one_way_us.p50", 3), Column("p90 µs", "one_way_us.p90", 3),
              Column("p99 µs", "one_way_us.p99", 3), Column("max µs", "one_way_us.max", 1),
              Column("mean µs", "one_way_us.avg", 3)],
@@ -229,7 +126,7 @@ STREAMING = Case(
     "streaming", "Streaming throughput: one-way messages to the sink, verified, vs ucx_perftest ucp_am_bw",
     sweep={"transport": ["shm", "tcp", "netns"], "size": SIZES[1:]},
     quick={"transport": ["shm"], "size": [64, 65536]},
-    impls=[Impl(OURS, _ours_stream, _transport_unavailable), Impl("ucx_perftest", _peer_stream, _peer_unavailable)],
+    impls=[Impl(OURS, _ours_stream, transport_unavailable), Impl("ucx_perftest", _peer_stream, peer_unavailable)],
     columns=[Column("MiB/s p50", "mib_s.p50", 0), Column("MiB/s min", "mib_s.min", 0),
              Column("msg/s p50", "msg_per_s.p50", 0)],
     reference="ucx_perftest", ratio_metric="mib_s.p50", lower_is_better=False,

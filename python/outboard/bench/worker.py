@@ -21,8 +21,10 @@ OP_TIMEOUT_S = 60.0
 def _stats(samples: Any) -> dict[str, float]:
     from .. import _core
 
-    s = _core.summarize(list(samples))
-    return {k: round(float(s[k]), 4) for k in ("p50", "p90", "p99", "min", "max")} | {"count": int(s["count"])}
+    values = [float(v) for v in samples]
+    s = _core.summarize(values)
+    return ({k: round(float(s[k]), 4) for k in ("p50", "p90", "p99", "p999", "min", "max")}
+            | {"count": int(s["count"]), "avg": round(sum(values) / max(len(values), 1), 4)})
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -39,6 +41,22 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 "stream_us": _stats([r["stream_us"] for r in runs]),
                 "per_message_us": _stats([r["stream_us"] / int(spec["count"]) for r in runs]),
                 "verified": all(r["verified"] for r in runs) and cold["verified"]}
+    if op == "one_sided_bw":
+        clients = [connect(address) for _ in range(int(spec.get("endpoints", 1)))]
+        try:
+            r = _core.bench_one_sided_bandwidth([c.connection for c in clients], spec["put"], size, int(spec["ops"]),
+                                                int(spec["iterations"]), int(spec["warmup"]),
+                                                bool(spec.get("reuse_buffer")), OP_TIMEOUT_S)
+            per_iteration = r["iteration_us"]
+            bytes_per_iteration = r["bytes"] / len(per_iteration)
+            seconds = float(per_iteration.sum()) / 1e6
+            return {"lanes": transports(clients[0].connection.lanes), "verified": r["verified"],
+                    "bw_peak_mib_s": bytes_per_iteration / (float(per_iteration.min()) / 1e6) / 2**20,
+                    "bw_avg_mib_s": r["bytes"] / seconds / 2**20, "mpps": r["ops"] / seconds / 1e6,
+                    "iteration_us": _stats(per_iteration)}
+        finally:
+            for c in clients:
+                c.close()
     with connect(address) as client:
         out: dict[str, Any] = {"lanes": transports(client.connection.lanes)}
         if start_at := spec.get("start_at"):  # concurrent clients start together
@@ -56,6 +74,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             out |= {"mib_s": _stats([t["bytes"] / t["seconds"] / 2**20 for t in trials]),
                     "msg_per_s": _stats([t["messages"] / t["seconds"] for t in trials]),
                     "verified": all(t["verified"] for t in trials)}
+        elif op == "one_sided_lat":
+            samples, mismatches = _core.bench_one_sided_latency(client.connection, spec["notify"], size,
+                                                                int(spec["iterations"]), int(spec["warmup"]),
+                                                                OP_TIMEOUT_S)
+            out |= {"rtt_us": _stats(samples), "one_way_us": _stats(samples / 2), "mismatches": int(mismatches)}
         else:
             raise ValueError(f"unknown worker op '{op}'")
         return out

@@ -127,22 +127,22 @@ TEST_F(ConnectionTest, AsyncRequestsCompleteThroughProgress) {
 }
 
 // A service that answers only when told to (a stand-in for slow work).
-class Sink final : public Service {
+class Holder final : public Service {
  public:
-  std::string name() const override { return "sink"; }
+  std::string name() const override { return "holder"; }
   void handle(ServiceRequest r) override { held.push_back(std::move(r.responder)); }
   std::vector<Responder> held;
 };
 
 TEST_F(ConnectionTest, RequestDeadlineExpiresAndLateAnswerIsDropped) {
   stop_agent();
-  auto sink = std::make_unique<Sink>();
-  Sink* s = sink.get();
+  auto sink = std::make_unique<Holder>();
+  Holder* s = sink.get();
   start_agent({}, std::move(sink));
   auto c = connect();
   ASSERT_TRUE(c);
   auto t0 = Clock::now();
-  auto r = c->request("sink", bytes("wait"), Deadline::after_ms(200));
+  auto r = c->request("holder", bytes("wait"), Deadline::after_ms(200));
   auto waited = Clock::now() - t0;
   EXPECT_EQ(r.status().code(), Code::kTimedOut) << r.status().to_string();
   EXPECT_GE(waited, std::chrono::milliseconds(200));
@@ -155,12 +155,12 @@ TEST_F(ConnectionTest, RequestDeadlineExpiresAndLateAnswerIsDropped) {
 
 TEST_F(ConnectionTest, ShutdownFailsInFlightRequestsWithShutDown) {
   stop_agent();
-  start_agent({}, std::make_unique<Sink>());
+  start_agent({}, std::make_unique<Holder>());
   auto c = connect();
   ASSERT_TRUE(c);
   Status answer;
   bool done = false;
-  ASSERT_TRUE(c->submit("sink", Buffer(), soon(), [&](Result<Buffer> r) {
+  ASSERT_TRUE(c->submit("holder", Buffer(), soon(), [&](Result<Buffer> r) {
                  answer = r.status();
                  done = true;
                }).ok());

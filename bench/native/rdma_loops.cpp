@@ -1,0 +1,147 @@
+#include <algorithm>
+#include <cstring>
+
+#include "bench/native/loops.h"
+#include "outboard/checksum.h"
+#include "outboard/clock.h"
+
+namespace outboard::bench {
+namespace {
+
+constexpr size_t kInterruptEvery = 4096;
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+Deadline deadline_in(double seconds) {
+  return Deadline::after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+}
+
+std::vector<uint8_t> request_bytes(char op, std::initializer_list<uint64_t> args) {
+  std::vector<uint8_t> out(1 + 8 * args.size());
+  out[0] = static_cast<uint8_t>(op);
+  size_t at = 1;
+  for (uint64_t a : args) std::memcpy(out.data() + (at += 8) - 8, &a, 8);
+  return out;
+}
+
+Result<uint64_t> agent_checksum(Connection& c, uint64_t offset, uint64_t length, double timeout_s) {
+  OB_ASSIGN_OR_RETURN(Buffer r, c.request("memory", request_bytes('S', {offset, length}), deadline_in(timeout_s)));
+  if (r.size() != 8) return Status(Code::kIoError, "memory 'S' answered " + std::to_string(r.size()) + " bytes, not 8");
+  uint64_t v;
+  std::memcpy(&v, r.data(), 8);
+  return v;
+}
+
+}  // namespace
+
+Result<RemoteRegion> agent_region(Connection& c, uint64_t size, double timeout_s) {
+  OB_ASSIGN_OR_RETURN(Buffer desc, c.request("memory", request_bytes('A', {size}), deadline_in(timeout_s)));
+  return c.import_region(desc.span());
+}
+
+Result<OneSidedBandwidth> one_sided_bandwidth(std::span<Connection* const> connections, bool put, size_t size,
+                                              size_t ops, size_t iterations, size_t warmup, bool reuse_buffer,
+                                              double timeout_s, const Interrupt& interrupt) {
+  if (connections.empty()) return Status(Code::kInvalidArgument, "one_sided_bandwidth needs a connection");
+  const size_t n = connections.size();
+  const size_t per = (ops + n - 1) / n;  // slots per connection's region
+  std::vector<RemoteRegion> regions;
+  for (Connection* c : connections) {
+    OB_ASSIGN_OR_RETURN(RemoteRegion r, agent_region(*c, std::max<uint64_t>(per * size, 1), timeout_s));
+    regions.push_back(std::move(r));
+  }
+  // Puts: distinct source bytes per slot. Gets: the agent fills its region
+  // with a pattern (seed = connection index) that we check afterwards.
+  std::vector<std::vector<uint8_t>> local(n, std::vector<uint8_t>(per * size));
+  for (size_t e = 0; e < n; ++e) {
+    if (put) {
+      fill_pattern(local[e], 7000 + e);
+    } else {
+      OB_RETURN_IF_ERROR(connections[e]->request("memory", request_bytes('P', {e}), deadline_in(timeout_s)).status());
+    }
+  }
+  OneSidedBandwidth out;
+  out.iteration_us.reserve(iterations);
+  for (size_t it = 0; it < warmup + iterations; ++it) {
+    if (!put && it + 1 == warmup + iterations)  // the verified iteration must bring every byte itself
+      for (auto& l : local) std::fill(l.begin(), l.end(), 0);
+    Deadline deadline = deadline_in(timeout_s);
+    uint64_t t0 = now_ns();
+    for (size_t k = 0; k < ops; ++k) {
+      const size_t e = k % n, slot = reuse_buffer ? 0 : k / n;
+      uint8_t* p = local[e].data() + slot * size;
+      OB_RETURN_IF_ERROR(put ? connections[e]->put(regions[e], slot * size, {p, size}, deadline)
+                             : connections[e]->get(regions[e], slot * size, {p, size}, deadline));
+    }
+    if (put)
+      for (Connection* c : connections) OB_RETURN_IF_ERROR(c->flush(deadline));
+    uint64_t t1 = now_ns();
+    if (it >= warmup) out.iteration_us.push_back(static_cast<double>(t1 - t0) / 1000.0);
+    if (it % 64 == 63 && interrupt) OB_RETURN_IF_ERROR(interrupt());
+  }
+  out.ops = static_cast<uint64_t>(ops) * iterations;
+  out.bytes = out.ops * size;
+  out.verified = true;
+  for (size_t e = 0; e < n; ++e) {
+    // Bytes this connection's operations covered.
+    const size_t used = reuse_buffer ? size : std::min(per, (ops - e + n - 1) / n) * size;
+    if (put) {
+      OB_ASSIGN_OR_RETURN(uint64_t remote, agent_checksum(*connections[e], 0, used, timeout_s));
+      out.verified = out.verified && remote == checksum({local[e].data(), used});
+    } else {
+      std::vector<uint8_t> expected(per * size);
+      fill_pattern(expected, e);
+      out.verified = out.verified && std::memcmp(expected.data(), local[e].data(), used) == 0;
+    }
+  }
+  return out;
+}
+
+Result<OneSidedLatency> one_sided_latency(Connection& c, bool notify, size_t size, size_t iterations, size_t warmup,
+                                          double timeout_s, const Interrupt& interrupt) {
+  constexpr size_t kSlots = 64;  // rotate offsets so consecutive operations touch distinct bytes
+  OB_ASSIGN_OR_RETURN(RemoteRegion region, agent_region(c, std::max<uint64_t>(kSlots * size, 1), timeout_s));
+  std::vector<uint8_t> local(kSlots * size), expected(kSlots * size);
+  std::vector<uint64_t> sums(kSlots);
+  if (notify) {
+    for (size_t s = 0; s < kSlots; ++s) {
+      fill_pattern({local.data() + s * size, size}, 9000 + s);
+      sums[s] = checksum({local.data() + s * size, size});
+    }
+  } else {
+    OB_RETURN_IF_ERROR(c.request("memory", request_bytes('P', {42}), deadline_in(timeout_s)).status());
+    fill_pattern(expected, 42);
+  }
+  OneSidedLatency out;
+  out.samples_us.reserve(iterations);
+  for (size_t i = 0; i < warmup + iterations; ++i) {
+    const size_t s = i % kSlots;
+    uint8_t* p = local.data() + s * size;
+    Deadline deadline = deadline_in(timeout_s);
+    uint64_t t0 = now_ns();
+    bool ok;
+    if (notify) {
+      OB_RETURN_IF_ERROR(c.put_notify(region, s * size, {p, size}, i, deadline, "memory"));
+      OB_ASSIGN_OR_RETURN(Incoming reply, c.receive(deadline));
+      uint64_t t1 = now_ns();
+      uint64_t got[2] = {0, 0};
+      if (reply.data.size() == sizeof got) std::memcpy(got, reply.data.data(), sizeof got);
+      ok = got[0] == i && got[1] == sums[s];
+      if (i >= warmup) out.samples_us.push_back(static_cast<double>(t1 - t0) / 1000.0);
+    } else {
+      OB_RETURN_IF_ERROR(c.get(region, s * size, {p, size}, deadline));
+      uint64_t t1 = now_ns();
+      ok = std::memcmp(p, expected.data() + s * size, size) == 0;
+      std::memset(p, 0, size);  // the next read of this slot must bring the bytes again
+      if (i >= warmup) out.samples_us.push_back(static_cast<double>(t1 - t0) / 1000.0);
+    }
+    if (!ok) ++out.mismatches;
+    if (i % kInterruptEvery == kInterruptEvery - 1 && interrupt) OB_RETURN_IF_ERROR(interrupt());
+  }
+  return out;
+}
+
+}  // namespace outboard::bench

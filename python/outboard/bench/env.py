@@ -1,0 +1,120 @@
+"""What the agent-based suites (channel, rdma) share: the agents they measure, benchmark client
+processes (outboard.bench.worker) on a chosen transport, and ucx_perftest beside them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import LocalAgent
+from . import netns
+from .harness import Options
+from .peers import ucx_perftest
+
+#: UCX settings of the client (and peer) per transport; the agent keeps its own.
+TRANSPORTS = {"shm": {}, "tcp": {"UCX_TLS": "tcp,self"}, "netns": {"UCX_TLS": "tcp,self"}}
+#: Benchmark clients: numpy's OpenBLAS must not keep idle threads spinning beside the measurement.
+WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+#: Seconds a worker process may run.
+WORKER_TIMEOUT_S = 300.0
+
+
+@dataclass
+class Env:
+    options: Options
+    stack: ExitStack
+    address: str  # same-host agent
+    embedded: bool  # we started it (peers are comparable only then)
+    cores: tuple[int, int] | None  # (agent and peer server, client)
+    lanes: dict[str, list[str]] = field(default_factory=dict)
+    veth: netns.VethPair | None = None
+    netns_address: str = ""
+
+    def agent_for(self, transport: str) -> str:
+        if transport != "netns":
+            return self.address
+        if not self.netns_address:
+            self.veth = self.stack.enter_context(netns.VethPair())
+            agent = LocalAgent(*self._agent_args(), listen=f"{netns.SERVER_IP}:0", prefix=self.veth.server,
+                               env=TRANSPORTS["netns"], log_level=self.options.log_level)
+            self.netns_address = self.stack.enter_context(agent).address
+        return self.netns_address
+
+    def _agent_args(self) -> list[str]:
+        return ["--cores", str(self.cores[0])] if self.cores else []
+
+
+def _cores() -> tuple[int, int] | None:
+    cores = sorted(os.sched_getaffinity(0))
+    return (cores[0], cores[1]) if len(cores) >= 2 else None
+
+
+@contextmanager
+def setup(options: Options) -> Iterator[Env]:
+    with ExitStack() as stack:
+        cores = _cores()
+        if options.agent:
+            yield Env(options, stack, options.agent, False, cores)
+            return
+        args = ["--cores", str(cores[0])] if cores else []
+        agent = stack.enter_context(LocalAgent(*args, log_level=options.log_level))
+        yield Env(options, stack, agent.address, True, cores)
+
+
+def describe(env: Env) -> dict[str, Any]:
+    return {"agent": "embedded local agent" if env.embedded else env.address, "pinned_cores": env.cores,
+            "transports": {t: "+".join(dict.fromkeys(lanes)) for t, lanes in env.lanes.items()},
+            "ucx_perftest": ucx_perftest.executable() or "missing"}
+
+
+def worker(env: Env, transport: str, spec: dict[str, Any], timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
+    """Runs one benchmark client process (outboard.bench.worker) on the transport."""
+    spec = {**spec, "agent": env.agent_for(transport)}
+    prefix = env.veth.client if transport == "netns" and env.veth else []
+    cmd = [*prefix, sys.executable, "-m", "outboard.bench.worker", json.dumps(spec)]
+    r = subprocess.run(cmd, env={**os.environ, **WORKER_ENV, **TRANSPORTS[transport]}, capture_output=True,
+                       text=True, timeout=timeout)
+    lines = r.stdout.strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"benchmark worker exited with status {r.returncode}: {r.stderr.strip()[-500:]}")
+    result = json.loads(lines[-1])
+    if "error" in result:
+        raise RuntimeError(result["error"])
+    if result.get("lanes"):
+        env.lanes[transport] = result["lanes"]
+    return result
+
+
+def client_core(env: Env) -> int | None:
+    return env.cores[1] if env.cores else None
+
+
+def peer_unavailable(env: Env, params: dict[str, Any]) -> str | None:
+    if not env.embedded:
+        return "ucx_perftest runs only beside the embedded agent (its server must run on the agent's host)"
+    return ucx_perftest.unavailable() or transport_unavailable(env, params)
+
+
+def transport_unavailable(env: Env, params: dict[str, Any]) -> str | None:
+    if params.get("transport") != "netns":
+        return None
+    if not env.embedded:
+        return "the netns run starts its own agent: not with --agent"
+    return netns.unavailable()
+
+
+def peer_run(env: Env, transport: str, test: str, size: int, iterations: int, warmup: int) -> ucx_perftest.Result:
+    if transport == "netns":
+        env.agent_for("netns")  # creates the namespaces
+        assert env.veth is not None
+        return ucx_perftest.run(test, size, iterations, env=TRANSPORTS[transport], warmup=warmup,
+                                server_prefix=env.veth.server, client_prefix=env.veth.client, host=netns.SERVER_IP)
+    cores = env.cores or (None, None)
+    return ucx_perftest.run(test, size, iterations, env=TRANSPORTS[transport], warmup=warmup,
+                            server_core=cores[0], client_core=cores[1])

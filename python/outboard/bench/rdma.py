@@ -1,0 +1,170 @@
+"""Suite ``rdma``: the DOCA RDMA / GPUNetIO perftest experiment on our one-sided API.
+
+Writes and reads into a region the agent registered (its ``memory`` service), perftest's shape:
+each iteration posts 512 operations, then waits for their completion; 2048 iterations (the
+GPUNetIO vs ib_write_bw comparison's parameters); 1..N endpoints. Latency: a read is a round
+trip (perftest's read_lat convention); a write is a write-with-notify the agent answers with the
+checksum of what landed, halved like perftest's write_lat ping-pong. Every cell verifies the
+bytes on the other side. Peer: ucx_perftest ucp_put_bw / ucp_get / ucp_put_lat in the same run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .env import client_core, describe, peer_run, peer_unavailable, setup, transport_unavailable, worker
+from .harness import OURS, Case, Chart, Column, Impl, Measurement, Suite
+
+SIZES = [64, 128, 256, 512, 1024, 2048, 4096, 65536, 1 << 20]
+#: perftest's GPUNetIO comparison: 512 writes per iteration, 2048 iterations.
+OPS_PER_ITERATION, ITERATIONS = 512, 2048
+#: Bytes one iteration may cover (the agent's region for the cell): large sizes post fewer operations.
+MAX_BYTES_PER_ITERATION = 64 << 20
+#: Ours with perftest's buffer use: every operation the same bytes at both ends (cache-hot).
+OURS_ONE_BUFFER = f"{OURS} (one buffer)"
+
+
+def _shape(env: Any, size: int) -> tuple[int, int, int]:
+    """(operations per iteration, iterations, warm-up iterations) for a size."""
+    ops = max(1, min(OPS_PER_ITERATION, MAX_BYTES_PER_ITERATION // size))
+    iterations = 100 if env.options.quick else ITERATIONS
+    if size > 4096:  # keep each cell to about a second on shared memory
+        iterations = max(20, iterations * 4096 // size)
+    return ops, iterations, max(iterations // 20, 2)
+
+
+def _ours_bw(put: bool, reuse_buffer: bool = False):
+    def measure(env: Any, p: dict[str, Any]) -> Measurement:
+        ops, iterations, warmup = _shape(env, p["size"])
+        r = worker(env, p["transport"], {"op": "one_sided_bw", "put": put, "size": p["size"], "ops": ops,
+                                         "iterations": iterations, "warmup": warmup, "reuse_buffer": reuse_buffer,
+                                         "endpoints": p.get("endpoints", 1), "core": client_core(env)})
+        metrics = {k: r[k] for k in ("bw_peak_mib_s", "bw_avg_mib_s", "mpps", "iteration_us")}
+        return Measurement(metrics | {"iterations": iterations, "ops_per_iteration": ops}, r["verified"],
+                           {"verified": "agent checksum of its region" if put else "pattern the agent wrote",
+                            "lanes": r["lanes"]})
+    return measure
+
+
+def _peer_bw(test: str):
+    def measure(env: Any, p: dict[str, Any]) -> Measurement:
+        ops, iterations, warmup = _shape(env, p["size"])
+        r = peer_run(env, p["transport"], test, p["size"], ops * iterations, ops * warmup)
+        return Measurement({"bw_avg_mib_s": r.mib_s, "mpps": r.msg_per_s / 1e6, "iterations": iterations,
+                            "ops_per_iteration": ops}, True, {"note": "ucx_perftest does not check the bytes"})
+    return measure
+
+
+def _ours_lat(notify: bool):
+    def measure(env: Any, p: dict[str, Any]) -> Measurement:
+        n = 2000 if env.options.quick else 20000
+        if p["size"] > 4096:
+            n = max(200, n * 4096 // p["size"])
+        r = worker(env, p["transport"], {"op": "one_sided_lat", "notify": notify, "size": p["size"], "iterations": n,
+                                         "warmup": max(n // 10, 10), "core": client_core(env)})
+        key = "one_way_us" if notify else "rtt_us"  # perftest: write latency is RTT/2, read latency a full RTT
+        return Measurement({"t_us": r[key], "iterations": n}, r["mismatches"] == 0,
+                           {"mismatches": r["mismatches"], "lanes": r["lanes"]})
+    return measure
+
+
+def _peer_put_lat(env: Any, p: dict[str, Any]) -> Measurement:
+    n = 2000 if env.options.quick else 20000
+    r = peer_run(env, p["transport"], "ucp_put_lat", p["size"], n, max(n // 10, 10))
+    return Measurement({"t_us": {"p50": r.p50_us, "avg": r.avg_us}, "iterations": n}, True,
+                       {"note": "ucx_perftest does not check the bytes"})
+
+
+def gpu_unavailable(env: Any, params: dict[str, Any]) -> str | None:
+    """Why GPU memory cannot be the target region here, or None."""
+    if not (Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi")):
+        return "no CUDA device on this machine"
+    info = subprocess.run(["ucx_info", "-d"], capture_output=True, text=True, timeout=30) if shutil.which("ucx_info") \
+        else None
+    if info is None or "cuda" not in info.stdout:
+        return "this UCX has no CUDA transports (ucx_info -d lists no cuda_copy/cuda_ipc): build UCX --with-cuda"
+    return "a CUDA device and a CUDA-enabled UCX are present, but GPU-memory regions are not implemented yet"
+
+
+def _gpu(env: Any, p: dict[str, Any]) -> Measurement:
+    raise NotImplementedError("GPU-memory regions")
+
+
+BW_COLUMNS = [Column("#iterations", "iterations", 0), Column("ops / iteration", "ops_per_iteration", 0),
+              Column("BW peak MiB/s", "bw_peak_mib_s", 0), Column("BW average MiB/s", "bw_avg_mib_s", 0),
+              Column("MsgRate Mpps", "mpps", 3)]
+LAT_COLUMNS = [Column("#iterations", "iterations", 0), Column("t_min µs", "t_us.min", 3),
+               Column("t_max µs", "t_us.max", 2), Column("t_typical µs", "t_us.p50", 3),
+               Column("t_avg µs", "t_us.avg", 3), Column("99% µs", "t_us.p99", 3), Column("99.9% µs", "t_us.p999", 3)]
+TRANSPORT_SWEEP = {"transport": ["shm", "tcp"]}
+
+WRITE_BW = Case(
+    "write_bw", "write_bw: puts into the agent's registered region, vs ucx_perftest ucp_put_bw",
+    sweep={**TRANSPORT_SWEEP, "size": SIZES}, quick={"transport": ["shm"], "size": [64, 4096]},
+    impls=[Impl(OURS, _ours_bw(True), transport_unavailable),
+           Impl(OURS_ONE_BUFFER, _ours_bw(True, reuse_buffer=True), transport_unavailable),
+           Impl("ucx_perftest", _peer_bw("ucp_put_bw"), peer_unavailable)],
+    columns=BW_COLUMNS, reference="ucx_perftest", ratio_metric="bw_avg_mib_s", lower_is_better=False,
+    notes="An iteration is 512 puts (fewer above 128 KiB: 64 MiB per iteration at most) then a flush; peak is the "
+          "best iteration, average all bytes over all iterations. After the cell the agent checksums its region "
+          "against ours. `outboard` gives each put of an iteration its own bytes at both ends (2 MiB at 4 KiB: "
+          "out of cache); `outboard (one buffer)` reuses one buffer as perftest and ucx_perftest do, which keeps "
+          "everything in cache. The ratio is the distinct-buffer one. Goal: ≥ 0.9× ucx_perftest at 4 KiB.")
+
+READ_BW = Case(
+    "read_bw", "read_bw: gets from the agent's registered region, vs ucx_perftest ucp_get",
+    sweep={**TRANSPORT_SWEEP, "size": SIZES}, quick={"transport": ["shm"], "size": [4096]},
+    impls=[Impl(OURS, _ours_bw(False), transport_unavailable),
+           Impl(OURS_ONE_BUFFER, _ours_bw(False, reuse_buffer=True), transport_unavailable),
+           Impl("ucx_perftest", _peer_bw("ucp_get"), peer_unavailable)],
+    columns=BW_COLUMNS, reference="ucx_perftest", ratio_metric="bw_avg_mib_s", lower_is_better=False,
+    notes="Gets complete in place (no flush); the last iteration reads into zeroed memory and is compared with "
+          "the pattern the agent wrote.")
+
+ENDPOINTS = Case(
+    "endpoints", "write_bw over 1..N endpoints (connections), 4 KiB",
+    sweep={"transport": ["shm"], "size": [4096], "endpoints": [1, 2, 4, 8]}, quick={"endpoints": [1, 2]},
+    impls=[Impl(OURS, _ours_bw(True))], columns=BW_COLUMNS,
+    notes="Operations go round-robin over the connections, each into its own agent region; one flush per "
+          "connection ends an iteration.")
+
+WRITE_LAT = Case(
+    "write_lat", "write_lat: write-with-notify answered by the agent (RTT/2), vs ucx_perftest ucp_put_lat",
+    sweep={**TRANSPORT_SWEEP, "size": SIZES}, quick={"transport": ["shm"], "size": [64, 4096]},
+    impls=[Impl(OURS, _ours_lat(True), transport_unavailable), Impl("ucx_perftest", _peer_put_lat, peer_unavailable)],
+    columns=LAT_COLUMNS, reference="ucx_perftest", ratio_metric="t_us.p50",
+    notes="Ours: the write lands, the agent's memory service is notified and answers with the checksum of the "
+          "bytes it sees, which we check; half that round trip, like perftest's write_lat ping-pong (where the "
+          "peer polls memory instead). Goal: ≤ 1.2× ucx_perftest.")
+
+READ_LAT = Case(
+    "read_lat", "read_lat: a get per round trip",
+    sweep={**TRANSPORT_SWEEP, "size": SIZES}, quick={"transport": ["shm"], "size": [64]},
+    impls=[Impl(OURS, _ours_lat(False), transport_unavailable)], columns=LAT_COLUMNS,
+    notes="Full round trip, as perftest reports read latency. ucx_perftest's ucp_get is a bandwidth test, so "
+          "there is no peer column here.")
+
+GPU = Case(
+    "gpu", "GPU memory as the target region",
+    sweep={"transport": ["shm"], "size": [4096]}, impls=[Impl(OURS, _gpu, gpu_unavailable)], columns=BW_COLUMNS,
+    notes="Skipped cells list the reason below.")
+
+SUITE = Suite(
+    name="rdma", title="One-sided data path: write/read bandwidth and latency (perftest shape)",
+    cases=[WRITE_BW, READ_BW, ENDPOINTS, WRITE_LAT, READ_LAT, GPU],
+    charts=[Chart("write_bw", "size", "bw_avg_mib_s", "write_bw average", "MiB/s", logy=True, split=["transport"]),
+            Chart("read_bw", "size", "bw_avg_mib_s", "read_bw average", "MiB/s", logy=True, split=["transport"]),
+            Chart("write_lat", "size", "t_us.p50", "write_lat typical (one-way)", "µs", logy=True, split=["transport"]),
+            Chart("endpoints", "endpoints", "bw_avg_mib_s", "write_bw vs endpoints (4 KiB)", "MiB/s")],
+    setup=setup, describe=describe,
+    notes="**GPU-initiated path.** DOCA GPUNetIO lets a CUDA kernel post RDMA writes itself "
+          "(`doca_gpu_dev_rdma_write_*` on a queue the CPU set up). Here the same experiment maps onto: a region "
+          "allocated in GPU memory and registered with UCX (`ucp_mem_map` of CUDA memory, needs UCX built with "
+          "CUDA and, across hosts, GPUDirect RDMA); its descriptor exported to the peer as for host memory; the "
+          "writes issued by the CPU (this suite) or, for a GPU-initiated path, by a kernel through UCX's device "
+          "API (UCX ≥ 1.19 `ucp_device_*`), which Debian's UCX 1.13 lacks. Host-initiated writes into GPU memory "
+          "need only the CUDA-enabled UCX; device-initiated ones need the newer UCX and a NIC (no shared-memory "
+          "path).")

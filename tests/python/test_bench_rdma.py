@@ -1,0 +1,76 @@
+"""Suite ``rdma`` against a real agent and a real ucx_perftest: quick run, TCP, verification."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from outboard import cli
+from outboard.bench import harness, rdma
+from outboard.bench.harness import Options
+from outboard.bench.peers import ucx_perftest
+
+
+def _rows(directory: Path) -> list[dict]:
+    return [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("rdma") / "quick"
+    assert cli.main(["bench", "rdma", "--quick", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_quick_run_measures_and_verifies_every_operation(quick_run: Path) -> None:
+    rows = _rows(quick_run)
+    meta = json.loads((quick_run / "meta.json").read_text())
+    assert meta["failed"] == {}
+    ours = [r for r in rows if r["impl"].startswith("outboard")]
+    assert {r["case"] for r in ours} == {"write_bw", "read_bw", "endpoints", "write_lat", "read_lat"}
+    assert all(r["correctness"]["ok"] for r in rows)
+    for r in ours:
+        if r["case"].endswith("_bw") or r["case"] == "endpoints":
+            m = r["metrics"]
+            assert m["bw_peak_mib_s"] >= m["bw_avg_mib_s"] > 0 and m["mpps"] > 0
+            assert m["ops_per_iteration"] == 512 and m["iterations"] == 100
+        else:
+            assert r["correctness"]["mismatches"] == 0
+            t = r["metrics"]["t_us"]
+            assert 0 < t["min"] <= t["p50"] <= t["p99"] <= t["p999"] <= t["max"]
+    assert {r["params"]["endpoints"] for r in rows if r["case"] == "endpoints"} == {1, 2}
+
+
+def test_gpu_memory_is_skipped_with_the_reason(quick_run: Path) -> None:
+    meta = json.loads((quick_run / "meta.json").read_text())
+    reasons = [why for where, why in meta["skipped"].items() if where.startswith("gpu/")]
+    assert reasons and reasons[0] == rdma.gpu_unavailable(None, {})
+    report = (quick_run / "report.md").read_text()
+    assert "GPU-initiated path" in report and reasons[0] in report
+
+
+@pytest.mark.skipif(ucx_perftest.unavailable() is not None, reason="ucx_perftest missing")
+def test_peer_columns_and_ratios(quick_run: Path) -> None:
+    rows = _rows(quick_run)
+    for case, metric in (("write_bw", "bw_avg_mib_s"), ("read_bw", "bw_avg_mib_s"), ("write_lat", "t_us.p50")):
+        peer = [r for r in rows if r["case"] == case and r["impl"] == "ucx_perftest"]
+        assert peer and all(harness.get(r["metrics"], metric) > 0 for r in peer), case
+    assert harness.ratios(rows, rdma.WRITE_BW) and harness.ratios(rows, rdma.WRITE_LAT)
+    report = (quick_run / "report.md").read_text()
+    assert "| size | transport | impl | #iterations | t_min µs | t_max µs | t_typical µs | t_avg µs | 99% µs | 99.9% µs |" \
+        in report
+    assert "BW peak MiB/s | BW average MiB/s | MsgRate Mpps" in report
+
+
+def test_tcp_transport(tmp_path: Path) -> None:
+    small = {"transport": ["tcp"], "size": [64]}
+    suite = dataclasses.replace(rdma.SUITE, cases=[dataclasses.replace(rdma.WRITE_BW, quick=small),
+                                                   dataclasses.replace(rdma.WRITE_LAT, quick=small),
+                                                   dataclasses.replace(rdma.READ_LAT, quick=small)])
+    d = harness.run(suite, Options(quick=True, out=str(tmp_path / "tcp"), progress=False))
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["failed"] == {} and meta["transports"]["tcp"] == "tcp"
+    assert all(r["correctness"]["ok"] for r in _rows(d))
