@@ -412,7 +412,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   Lock lock(hub->mutex());
   auto impl = std::make_shared<Impl>(hub, config);
   impl->peer_address = address;
-  OB_ASSIGN_OR_RETURN(impl->boot_ep, hub->worker().connect(host_port.first, host_port.second));
+  OB_ASSIGN_OR_RETURN(impl->boot_ep, hub->control().connect(host_port.first, host_port.second));
   std::weak_ptr<Impl> weak = impl;
   impl->boot_ep.on_failure([weak, address](Status st) {
     auto self = weak.lock();
@@ -546,12 +546,12 @@ unsigned Connection::progress() {
   return impl_->hub->progress();
 }
 
-int Connection::event_fd() const { return impl_->hub->worker().event_fd(); }
+int Connection::event_fd() const { return impl_->hub->event_fd(); }
 
 Status Connection::arm() {
   Lock lock(impl_->hub->mutex());
   if (impl_->hub->progress() != 0) return {Code::kAgain, "events pending: progress first"};
-  return impl_->hub->worker().arm();
+  return impl_->hub->arm();
 }
 
 void Connection::wait(Deadline deadline) {

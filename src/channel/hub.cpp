@@ -1,5 +1,10 @@
 #include "channel/hub.h"
 
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "channel/connection_impl.h"
 #include "outboard/log.h"
@@ -9,6 +14,7 @@ OB_LOG_MODULE("channel");
 namespace outboard::channel {
 
 constexpr uint64_t kTickIntervalNs = 1'000'000;  // request-deadline resolution
+constexpr uint64_t kControlIntervalNs = 50'000;  // bootstrap/liveness polling while busy
 constexpr int kMaxSleepMs = 10;                  // bounds a missed wake-up
 
 namespace {
@@ -27,13 +33,48 @@ Result<std::shared_ptr<Hub>> Hub::get(const ChannelConfig& config) {
   std::lock_guard lock(mu);
   if (auto hub = current.lock()) return hub;
   OB_ASSIGN_OR_RETURN(auto worker, transport::Worker::process_worker({config.keepalive_ms}));
-  std::shared_ptr<Hub> hub(new Hub(std::move(worker)));
+  std::lock_guard worker_lock(worker->mutex());
+  OB_ASSIGN_OR_RETURN(auto control, worker->sibling());
+  int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd < 0) return Status(Code::kIoError, std::string("epoll_create1: ") + std::strerror(errno));
+  for (int fd : {worker->event_fd(), control->event_fd()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      Status st(Code::kIoError, std::string("epoll_ctl: ") + std::strerror(errno));
+      ::close(epoll_fd);
+      return st;
+    }
+  }
+  std::shared_ptr<Hub> hub(new Hub(std::move(worker), std::move(control), epoll_fd));
   current = hub;
   return hub;
 }
 
-Hub::Hub(std::shared_ptr<transport::Worker> worker) : worker_(std::move(worker)) {
+Hub::Hub(std::shared_ptr<transport::Worker> worker, std::shared_ptr<transport::Worker> control, int epoll_fd)
+    : worker_(std::move(worker)), control_(std::move(control)), epoll_fd_(epoll_fd) {
   worker_->set_am_handler([this](transport::IncomingAm& am) { on_am(am); });
+  control_->set_am_handler([this](transport::IncomingAm& am) { on_am(am); });
+}
+
+Hub::~Hub() {
+  ::close(epoll_fd_);
+  std::lock_guard lock(worker_->mutex());
+  control_.reset();  // its endpoints are closed by now; the data worker keeps the context alive
+}
+
+Status Hub::arm() {
+  OB_RETURN_IF_ERROR(worker_->arm());
+  return control_->arm();
+}
+
+void Hub::sleep(Lock& lock, int timeout_ms) {
+  if (progress() != 0 || !arm().ok()) return;
+  lock.unlock();
+  epoll_event events[2];
+  ::epoll_wait(epoll_fd_, events, 2, timeout_ms);
+  lock.lock();
 }
 
 uint32_t Hub::add(Connection::Impl* conn) {
@@ -70,13 +111,17 @@ void Hub::on_am(transport::IncomingAm& am) {
 
 unsigned Hub::progress() {
   unsigned n = worker_->progress();
+  const uint64_t now = now_ns();
+  if (now >= next_control_ns_) {  // by time only: an idle spin must not poll TCP each round
+    next_control_ns_ = now + kControlIntervalNs;
+    n += control_->progress();
+  }
   while (!deferred_.empty()) {
     auto batch = std::move(deferred_);
     deferred_.clear();
     n += static_cast<unsigned>(batch.size());
     for (auto& fn : batch) fn();
   }
-  uint64_t now = now_ns();
   if (now >= next_tick_ns_) {
     next_tick_ns_ = now + kTickIntervalNs;
     auto t = Clock::now();
@@ -106,9 +151,7 @@ bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std:
       lock.lock();
       continue;
     }
-    lock.unlock();
-    worker_->wait_event(std::min(deadline.remaining_ms(), kMaxSleepMs));
-    lock.lock();
+    sleep(lock, std::min(deadline.remaining_ms(), kMaxSleepMs));
   }
 }
 

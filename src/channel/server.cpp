@@ -21,7 +21,7 @@ Result<std::unique_ptr<Server>> Server::listen(const std::string& address, const
   Lock lock(s->hub_->mutex());
   Server* self = s.get();
   OB_ASSIGN_OR_RETURN(s->listener_,
-                      s->hub_->worker().listen(host_port.first, host_port.second, [self](transport::Endpoint ep) {
+                      s->hub_->control().listen(host_port.first, host_port.second, [self](transport::Endpoint ep) {
                         ucp_ep* raw = ep.raw();
                         ep.on_failure([self, raw](Status) {
                           self->hub_->defer([self, raw] { self->pending_boot_.erase(raw); });

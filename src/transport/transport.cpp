@@ -1,7 +1,6 @@
 #include "transport/transport.h"
 
 #include <netdb.h>
-#include <poll.h>
 #include <sys/socket.h>
 
 #include <cstdio>
@@ -354,13 +353,21 @@ void conn_request_cb(ucp_conn_request_h request, void* arg) {
 
 // ------------------------------------------------------------------ Worker
 
+struct Worker::Shared {
+  ucp_context* context = nullptr;
+  std::recursive_mutex mu;
+  ~Shared() {
+    if (context) ucp_cleanup(context);
+  }
+};
+
 Result<std::shared_ptr<Worker>> Worker::process_worker(const TransportConfig& config) {
   static std::mutex mu;
   static std::weak_ptr<Worker> current;
   std::lock_guard lock(mu);
   if (auto w = current.lock()) return w;
 
-  std::shared_ptr<Worker> w(new Worker());
+  auto shared = std::make_shared<Shared>();
   ucp_config_t* cfg = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
   if (s != UCS_OK) return from_ucs(s, "read UCX config");
@@ -371,14 +378,24 @@ Result<std::shared_ptr<Worker>> Worker::process_worker(const TransportConfig& co
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-  s = ucp_init(&params, cfg, &w->context_);
+  s = ucp_init(&params, cfg, &shared->context);
   ucp_config_release(cfg);
   if (s != UCS_OK) return from_ucs(s, "ucp_init");
+  OB_ASSIGN_OR_RETURN(auto w, create(std::move(shared)));
+  current = w;
+  return w;
+}
 
+Result<std::shared_ptr<Worker>> Worker::sibling() { return create(shared_); }
+
+Result<std::shared_ptr<Worker>> Worker::create(std::shared_ptr<Shared> shared) {
+  std::shared_ptr<Worker> w(new Worker());
+  w->shared_ = std::move(shared);
+  w->context_ = w->shared_->context;
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-  s = ucp_worker_create(w->context_, &wp, &w->worker_);
+  ucs_status_t s = ucp_worker_create(w->context_, &wp, &w->worker_);
   if (s != UCS_OK) return from_ucs(s, "ucp_worker_create");
   s = ucp_worker_get_efd(w->worker_, &w->efd_);
   if (s != UCS_OK) return from_ucs(s, "ucp_worker_get_efd");
@@ -410,9 +427,10 @@ Result<std::shared_ptr<Worker>> Worker::process_worker(const TransportConfig& co
   s = ucp_worker_set_am_recv_handler(w->worker_, &hp);
   if (s != UCS_OK) return from_ucs(s, "set am handler");
   OB_LOG_DBG("ucx worker ready, address %zu B", w->address_.size());
-  current = w;
   return w;
 }
+
+std::recursive_mutex& Worker::mutex() { return shared_->mu; }
 
 Worker::~Worker() {
   constexpr int64_t kCloseDrainMs = 1000;
@@ -420,7 +438,6 @@ Worker::~Worker() {
   while (!closing_.empty() && std::chrono::steady_clock::now() < until) ucp_worker_progress(worker_);
   for (void* r : closing_) ucp_request_free(r);
   if (worker_) ucp_worker_destroy(worker_);
-  if (context_) ucp_cleanup(context_);
 }
 
 unsigned Worker::progress() { return ucp_worker_progress(worker_); }
@@ -431,15 +448,6 @@ Status Worker::arm() {
   ucs_status_t s = ucp_worker_arm(worker_);
   if (s == UCS_ERR_BUSY) return {Code::kAgain, "events pending"};
   return from_ucs(s, "ucp_worker_arm");
-}
-
-void Worker::wait_event(int timeout_ms) {
-  {
-    std::lock_guard lock(mu_);
-    if (progress() != 0 || !arm().ok()) return;
-  }
-  pollfd pfd{efd_, POLLIN, 0};
-  ::poll(&pfd, 1, timeout_ms);
 }
 
 Result<Listener> Worker::listen(const std::string& host, uint16_t port, AcceptFn accept) {

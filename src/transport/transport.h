@@ -1,9 +1,10 @@
 // UCX transport: the only layer that includes UCX headers.
 //
-// Threading model: one UCX context and one worker per process (UCX thread
-// mode SERIALIZED). Every call into a Worker, its endpoints and regions must
-// hold Worker::mutex(); callbacks run inside progress() on the calling thread
-// with the mutex already held, so the mutex is recursive.
+// Threading model: one UCX context per process and its workers (UCX thread
+// mode SERIALIZED), all under one mutex. Every call into a Worker, its
+// endpoints and regions must hold Worker::mutex(); callbacks run inside
+// progress() on the calling thread with the mutex already held, so the mutex
+// is recursive.
 #pragma once
 
 #include <cstddef>
@@ -175,9 +176,12 @@ class Worker {
  public:
   /// The process-wide worker, created on first use with `config`.
   static Result<std::shared_ptr<Worker>> process_worker(const TransportConfig& config);
+  /// Another worker of the same UCX context, sharing this one's mutex: its
+  /// interfaces are progressed apart from this one's (see channel::Hub).
+  Result<std::shared_ptr<Worker>> sibling();
   ~Worker();
 
-  [[nodiscard]] std::recursive_mutex& mutex() { return mu_; }
+  [[nodiscard]] std::recursive_mutex& mutex();
   /// Drives UCX; returns the number of events handled (0 when idle).
   unsigned progress();
   /// A file descriptor that becomes readable when progress() has work.
@@ -186,8 +190,6 @@ class Worker {
   Status fence();
   /// Arms event_fd(); kAgain means events are pending: progress first.
   Status arm();
-  /// Blocks up to `timeout_ms` for an event (arming first). Lock not held inside the wait.
-  void wait_event(int timeout_ms);
 
   [[nodiscard]] const Bytes& address() const { return address_; }
   void set_am_handler(AmHandler handler) { am_handler_ = std::move(handler); }
@@ -210,11 +212,13 @@ class Worker {
   Result<MemoryRegion> allocate_memory(size_t size);
 
  private:
+  struct Shared;  // the UCX context and the mutex, owned by all siblings
   Worker() = default;
   friend struct WorkerAccess;
+  static Result<std::shared_ptr<Worker>> create(std::shared_ptr<Shared> shared);
   Result<MemoryRegion> map(void* data, size_t size, bool allocate);
 
-  std::recursive_mutex mu_;
+  std::shared_ptr<Shared> shared_;
   std::unordered_set<void*> closing_;  // endpoint-close requests still in flight
   ucp_context* context_ = nullptr;
   ucp_worker* worker_ = nullptr;
