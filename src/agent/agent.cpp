@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -77,20 +78,26 @@ struct Agent::Impl {
   std::string address;
   Clock::time_point started = Clock::now();
 
+  // Per message: by index, no name lookup; one non-owning Connection per
+  // client, made on its first message and dropped when it leaves.
+  std::vector<Service*> by_index;  // the order advertised in kWelcome
+  std::unordered_map<uint32_t, std::shared_ptr<Connection>> peers;
+
   void dispatch(Connection::Impl& conn, const channel::FrameHeader& h, Buffer payload) {
     bool one_way = h.type != channel::FrameType::kRequest;
     Responder responder(conn.weak_from_this(), one_way ? h.seq : h.id, one_way);
-    if (h.service >= conn.local_services.size())
+    if (h.service >= by_index.size())
       return responder.fail({Code::kNotFound, "service index " + std::to_string(h.service) + " is not offered"});
-    auto& service = services.at(conn.local_services[h.service]);
-    auto peer = std::make_shared<Connection>(conn.shared_from_this(), /*owner=*/false);
+    Service* service = by_index[h.service];
+    auto& peer = peers[conn.local_id];
+    if (!peer) peer = std::make_shared<Connection>(conn.shared_from_this(), /*owner=*/false);
     std::optional<Notification> notification;
     if (h.type == channel::FrameType::kNotify) {
       notification = Notification{h.id, h.arg, 0};
       if (payload.size() == sizeof(uint64_t)) std::memcpy(&notification->length, payload.data(), sizeof(uint64_t));
       payload = Buffer();
     }
-    service->handle(ServiceRequest{std::move(payload), notification, std::move(responder), std::move(peer)});
+    service->handle(ServiceRequest{std::move(payload), notification, std::move(responder), peer});
   }
 };
 
@@ -123,7 +130,10 @@ Status Agent::start() {
     OB_RETURN_IF_ERROR(pin_to_cores(cores));
   }
   std::vector<std::string> names;
-  for (auto& [name, s] : impl_->services) names.push_back(name);
+  for (auto& [name, s] : impl_->services) {
+    names.push_back(name);
+    impl_->by_index.push_back(s.get());
+  }
   Impl* impl = impl_.get();
   OB_ASSIGN_OR_RETURN(
       impl_->server,
@@ -132,6 +142,7 @@ Status Agent::start() {
           [impl](Connection::Impl& c, const channel::FrameHeader& h, Buffer p) { impl->dispatch(c, h, std::move(p)); },
           [impl](uint32_t id) {
             for (auto& [name, s] : impl->services) s->on_disconnect(id);
+            impl->peers.erase(id);
           }));
   impl_->address = impl_->server->address();
   if (!impl_->config.address_file.empty()) {
@@ -175,7 +186,10 @@ std::string Agent::stats_json() {
     j["clients"] = impl_->server->connections();
   }
   std::vector<std::string> names;
-  for (auto& [name, s] : impl_->services) names.push_back(name);
+  for (auto& [name, s] : impl_->services) {
+    names.push_back(name);
+    impl_->by_index.push_back(s.get());
+  }
   j["services"] = names;
   j["address"] = impl_->address;
   j["pid"] = getpid();

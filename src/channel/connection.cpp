@@ -151,10 +151,11 @@ void Connection::Impl::drain() {
 }
 
 void Connection::Impl::defer_deliver(const FrameHeader& h, Buffer data, Status error) {
-  auto holder = std::make_shared<Buffer>(std::move(data));
-  hub->defer([self = shared_from_this(), h, holder, error] {
-    if (self->state != State::kClosed) self->deliver(h, std::move(*holder), error);
-  });
+  hub->defer_delivery(shared_from_this(), h, std::move(data), std::move(error));
+}
+
+void Connection::Impl::deliver_deferred(const FrameHeader& h, Buffer data, const Status& error) {
+  if (state != State::kClosed) deliver(h, std::move(data), error);
 }
 
 void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& error) {

@@ -114,6 +114,9 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   std::unordered_map<uint64_t, uint64_t> open_messages;  // one-way by seq, not yet acknowledged
   std::vector<std::function<void()>> credit_waiters;
 
+  /// The hub runs a deferred delivery (dropped if the connection closed meanwhile).
+  void deliver_deferred(const channel::FrameHeader& h, Buffer data, const Status& error);
+
  private:
   void defer_deliver(const channel::FrameHeader& h, Buffer data, Status error);
   void deliver(const channel::FrameHeader& h, Buffer data, const Status& error);

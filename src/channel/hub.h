@@ -49,7 +49,12 @@ class Hub {
   /// Runs `fn` after the current ucp_worker_progress returns: UCX forbids
   /// progress (so any blocking call) inside its callbacks, and user code
   /// (services, response callbacks) may block.
-  void defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
+  void defer(std::function<void()> fn) { deferred_.push_back(Deferred{std::move(fn), {}, {}, {}, {}}); }
+  /// Deferred delivery of a received frame to `conn` (the hot path: no
+  /// closure to allocate), in order with the other deferred work.
+  void defer_delivery(std::shared_ptr<Connection::Impl> conn, const FrameHeader& h, Buffer data, Status error) {
+    deferred_.push_back(Deferred{{}, std::move(conn), h, std::move(data), std::move(error)});
+  }
 
   /// Worker progress, deferred work, request-deadline checks. Lock held.
   unsigned progress();
@@ -70,7 +75,16 @@ class Hub {
   std::unordered_map<uint32_t, Connection::Impl*> conns_;
   uint32_t next_id_ = 1;
   HelloFn hello_;
-  std::deque<std::function<void()>> deferred_;
+  struct Deferred {
+    std::function<void()> fn;  // empty: a delivery
+    std::shared_ptr<Connection::Impl> conn;
+    FrameHeader h;
+    Buffer data;
+    Status error;
+  };
+  void run(Deferred& d);
+  std::deque<Deferred> deferred_;
+  unsigned polls_ = 0;
   uint64_t next_tick_ns_ = 0;
 };
 
