@@ -66,14 +66,23 @@ Result<Stream> timed_stream(Connection& c, const Payloads& payloads, size_t size
   const auto* sums = payloads.sums.data();
   const size_t distinct = payloads.data.size();
   Deadline deadline = deadline_in(timeout_s);
+  uint64_t completed = 0;
+  Status failed;
+  auto done = [&](Status st) {
+    ++completed;
+    if (!st.ok() && failed.ok()) failed = std::move(st);
+  };
   uint64_t t0 = now_ns();
   for (uint64_t i = 0; i < count; ++i) {
-    OB_RETURN_IF_ERROR(c.send(payloads[i], deadline, "sink"));
+    OB_RETURN_IF_ERROR(c.post(payloads[i], deadline, "sink", done));  // pool payloads outlive the loop
     digest = (digest ^ sums[i % distinct]) * 0x100000001b3ull;
     if (i % kInterruptEvery == kInterruptEvery - 1 && interrupt) OB_RETURN_IF_ERROR(interrupt());
   }
-  OB_ASSIGN_OR_RETURN(Buffer tally, c.request("sink", {}, deadline));
+  OB_ASSIGN_OR_RETURN(Buffer tally, c.request("sink", {}, deadline));  // ordered after every message
   uint64_t t1 = now_ns();
+  while (completed < count && !deadline.expired()) c.progress();  // local completions, already past
+  OB_RETURN_IF_ERROR(failed);
+  if (completed < count) return Status(Code::kTimedOut, "stream: sends not completed before the deadline");
   Stream out;
   out.seconds = static_cast<double>(t1 - t0) / 1e9;
   uint64_t got[3] = {0, 0, 0};
@@ -86,8 +95,9 @@ Result<Stream> timed_stream(Connection& c, const Payloads& payloads, size_t size
 
 }  // namespace
 
-Result<Stream> stream(Connection& c, size_t size, uint64_t count, double timeout_s, const Interrupt& interrupt) {
-  Payloads payloads(size, count);
+Result<Stream> stream(Connection& c, size_t size, uint64_t count, bool reuse_payload, double timeout_s,
+                      const Interrupt& interrupt) {
+  Payloads payloads(size, reuse_payload ? 1 : count);
   OB_RETURN_IF_ERROR(c.request("sink", {}, deadline_in(timeout_s)).status());  // start a fresh tally
   return timed_stream(c, payloads, size, count, timeout_s, interrupt);
 }

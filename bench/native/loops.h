@@ -32,8 +32,12 @@ struct Stream {
   uint64_t bytes = 0;
   bool verified = false;  ///< count, bytes and order-sensitive digest all match what was sent
 };
-/// `count` one-way messages of `size` bytes to `sink`, then its tally.
-Result<Stream> stream(Connection& c, size_t size, uint64_t count, double timeout_s, const Interrupt& interrupt);
+/// `count` one-way messages of `size` bytes to `sink`, posted (many in
+/// flight), then its tally. `reuse_payload`: one payload for every message,
+/// as ucx_perftest sends (cache- and TLB-hot); else distinct payloads cycling
+/// through 64 MiB.
+Result<Stream> stream(Connection& c, size_t size, uint64_t count, bool reuse_payload, double timeout_s,
+                      const Interrupt& interrupt);
 
 struct Session {
   double connect_us = 0;  ///< connection set-up: bootstrap, worker addresses, endpoints

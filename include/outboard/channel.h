@@ -118,6 +118,13 @@ class Connection {
   [[nodiscard]] Status send(std::span<const uint8_t> payload, Deadline deadline, std::string_view service = {});
   /// As send(), but never waits for a credit: kAgain when none is free.
   [[nodiscard]] Status try_send(std::span<const uint8_t> payload, std::string_view service = {});
+  /// As send(), but returns once the message is posted (waiting only for a
+  /// credit, to the deadline), so many can be in flight: what streaming
+  /// needs, since a large message leaves only when the peer fetches it.
+  /// `payload` must stay valid until `done` runs (from progress(), wait()
+  /// or any blocking call of this connection) with the local completion.
+  [[nodiscard]] Status post(std::span<const uint8_t> payload, Deadline deadline, std::string_view service,
+                            std::function<void(Status)> done);
   /// Next one-way message or notification; kTimedOut at the deadline.
   [[nodiscard]] Result<Incoming> receive(Deadline deadline);
   /// Request to a named service on the peer; waits for its response.

@@ -283,11 +283,11 @@ NB_MODULE(_core, m) {
         "connection"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a,
         "Round trips to `echo`: (samples in µs, mismatched responses).");
   m.def("bench_stream",
-        [interrupt](Connection& c, size_t size, uint64_t count, double timeout) {
+        [interrupt](Connection& c, size_t size, uint64_t count, bool reuse_payload, double timeout) {
           Result<bench::Stream> r = Status{};
           {
             nb::gil_scoped_release release;
-            r = bench::stream(c, size, count, timeout, interrupt);
+            r = bench::stream(c, size, count, reuse_payload, timeout, interrupt);
           }
           bench::Stream s = unwrap(std::move(r));
           nb::dict d;
@@ -297,7 +297,8 @@ NB_MODULE(_core, m) {
           d["verified"] = s.verified;
           return d;
         },
-        "connection"_a, "size"_a, "count"_a, "timeout"_a, "One-way messages to `sink`, verified by its tally.");
+        "connection"_a, "size"_a, "count"_a, "reuse_payload"_a, "timeout"_a,
+        "One-way messages to `sink`, verified by its tally.");
   m.def("bench_session",
         [](const std::string& address, size_t size, uint64_t count, double timeout) {
           Result<bench::Session> r = Status{};

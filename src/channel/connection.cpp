@@ -457,6 +457,23 @@ Status Connection::send(std::span<const uint8_t> payload, Deadline deadline, std
   return impl_->wait_done(lock, deadline, op, "send");
 }
 
+Status Connection::post(std::span<const uint8_t> payload, Deadline deadline, std::string_view service,
+                        std::function<void(Status)> done) {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(impl_->check_open());
+  OB_ASSIGN_OR_RETURN(uint32_t index, impl_->service_index(service));
+  OB_RETURN_IF_ERROR(impl_->acquire(payload.size(), deadline, true, &lock));
+  FrameHeader h;
+  h.type = FrameType::kMessage;
+  h.service = index;
+  // UCX completes inside its progress: the caller's code runs after it returns.
+  channel::Hub* hub = impl_->hub.get();
+  impl_->post(h, payload, [hub, done = std::move(done)](Status st) mutable {
+    if (done) hub->defer([done = std::move(done), st = std::move(st)] { done(st); });
+  });
+  return {};
+}
+
 Status Connection::try_send(std::span<const uint8_t> payload, std::string_view service) {
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(impl_->check_open());

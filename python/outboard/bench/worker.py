@@ -68,8 +68,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             out |= {"one_way_us": _stats(samples / 2), "rtt_us": _stats(samples), "mismatches": int(mismatches),
                     "seconds": time.perf_counter() - t0, "requests": len(samples)}
         elif op == "stream":
-            _core.bench_stream(client.connection, size, max(1, int(spec["count"]) // 10), OP_TIMEOUT_S)  # warm-up
-            trials = [_core.bench_stream(client.connection, size, int(spec["count"]), OP_TIMEOUT_S)
+            reuse = bool(spec.get("reuse_payload"))
+            _core.bench_stream(client.connection, size, max(1, int(spec["count"]) // 10), reuse, OP_TIMEOUT_S)  # warm-up
+            trials = [_core.bench_stream(client.connection, size, int(spec["count"]), reuse, OP_TIMEOUT_S)
                       for _ in range(int(spec["trials"]))]
             out |= {"mib_s": _stats([t["bytes"] / t["seconds"] / 2**20 for t in trials]),
                     "msg_per_s": _stats([t["messages"] / t["seconds"] for t in trials]),

@@ -67,6 +67,39 @@ TEST_F(ConnectionTest, OneWayMessagesArriveInOrderWithoutLoss) {
   while (received < kCount) check_one(c->receive(soon()));
 }
 
+TEST_F(ConnectionTest, PostedMessagesStayInOrderAndEachCompletesOnce) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  std::mt19937_64 rng(7);
+  constexpr int kCount = 600;
+  std::vector<std::vector<uint8_t>> msgs(kCount);  // must outlive their completions
+  std::vector<int> completions(kCount, 0);
+  int received = 0;
+  for (int i = 0; i < kCount; ++i) {
+    msgs[i].resize((rng() % 6 == 0) ? 30000 + rng() % 100000 : rng() % 1500);  // eager and rendezvous
+    fill_pattern(msgs[i], 500 + i);
+    ASSERT_TRUE(c->post(msgs[i], soon(), "echo", [&, i](Status st) {
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      ++completions[i];
+    }).ok());
+    while (received + 64 < i) {  // the echo's replies return our credits
+      auto in = c->receive(soon());
+      ASSERT_TRUE(in.ok()) << in.status().to_string();
+      ASSERT_EQ(checksum(in.value().data.span()), checksum(msgs[received])) << received;
+      ++received;
+    }
+  }
+  while (received < kCount) {
+    auto in = c->receive(soon());
+    ASSERT_TRUE(in.ok()) << in.status().to_string();
+    ASSERT_EQ(checksum(in.value().data.span()), checksum(msgs[received])) << received;
+    ++received;
+  }
+  Deadline d = soon();
+  while (std::count(completions.begin(), completions.end(), 1) < kCount && !d.expired()) c->progress();
+  EXPECT_EQ(std::count(completions.begin(), completions.end(), 1), kCount);
+}
+
 TEST_F(ConnectionTest, NonBlockingSendSaysAgainWhenCreditsRunOut) {
   stop_agent();
   AgentConfig cfg;
