@@ -2,22 +2,11 @@
 #include <cstring>
 
 #include "bench/native/loops.h"
+#include "bench/native/timing.h"
 #include "outboard/checksum.h"
-#include "outboard/clock.h"
 
 namespace outboard::bench {
 namespace {
-
-constexpr size_t kInterruptEvery = 4096;
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
-Deadline deadline_in(double seconds) {
-  return Deadline::after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
-}
 
 std::vector<uint8_t> request_bytes(char op, std::initializer_list<uint64_t> args) {
   std::vector<uint8_t> out(1 + 8 * args.size());

@@ -27,10 +27,14 @@ MAX_BYTES_PER_ITERATION = 64 << 20
 OURS_ONE_BUFFER = f"{OURS} (one buffer)"
 
 
-def _shape(env: Any, size: int) -> tuple[int, int, int]:
+#: Over TCP every blocking get is a round trip of ~10 µs: perftest's 2048 iterations would take minutes a cell.
+TCP_ITERATIONS = 200
+
+
+def _shape(env: Any, size: int, transport: str) -> tuple[int, int, int]:
     """(operations per iteration, iterations, warm-up iterations) for a size."""
     ops = max(1, min(OPS_PER_ITERATION, MAX_BYTES_PER_ITERATION // size))
-    iterations = 100 if env.options.quick else ITERATIONS
+    iterations = 100 if env.options.quick else ITERATIONS if transport == "shm" else TCP_ITERATIONS
     if size > 4096:  # keep each cell to about a second on shared memory
         iterations = max(20, iterations * 4096 // size)
     return ops, iterations, max(iterations // 20, 2)
@@ -38,7 +42,7 @@ def _shape(env: Any, size: int) -> tuple[int, int, int]:
 
 def _ours_bw(put: bool, reuse_buffer: bool = False):
     def measure(env: Any, p: dict[str, Any]) -> Measurement:
-        ops, iterations, warmup = _shape(env, p["size"])
+        ops, iterations, warmup = _shape(env, p["size"], p["transport"])
         r = worker(env, p["transport"], {"op": "one_sided_bw", "put": put, "size": p["size"], "ops": ops,
                                          "iterations": iterations, "warmup": warmup, "reuse_buffer": reuse_buffer,
                                          "endpoints": p.get("endpoints", 1), "core": client_core(env)})
@@ -51,7 +55,7 @@ def _ours_bw(put: bool, reuse_buffer: bool = False):
 
 def _peer_bw(test: str):
     def measure(env: Any, p: dict[str, Any]) -> Measurement:
-        ops, iterations, warmup = _shape(env, p["size"])
+        ops, iterations, warmup = _shape(env, p["size"], p["transport"])
         r = peer_run(env, p["transport"], test, p["size"], ops * iterations, ops * warmup)
         return Measurement({"bw_avg_mib_s": r.mib_s, "mpps": r.msg_per_s / 1e6, "iterations": iterations,
                             "ops_per_iteration": ops}, True, {"note": "ucx_perftest does not check the bytes"})
@@ -108,7 +112,8 @@ WRITE_BW = Case(
            Impl(OURS_ONE_BUFFER, _ours_bw(True, reuse_buffer=True), transport_unavailable),
            Impl("ucx_perftest", _peer_bw("ucp_put_bw"), peer_unavailable)],
     columns=BW_COLUMNS, reference="ucx_perftest", ratio_metric="bw_avg_mib_s", lower_is_better=False,
-    notes="An iteration is 512 puts (fewer above 128 KiB: 64 MiB per iteration at most) then a flush; peak is the "
+    notes="An iteration is 512 puts (fewer above 128 KiB: 64 MiB per iteration at most) then a flush; 2048 "
+          "iterations on shared memory, 200 over TCP (fewer above 4 KiB); peak is the "
           "best iteration, average all bytes over all iterations. After the cell the agent checksums its region "
           "against ours. `outboard` gives each put of an iteration its own bytes at both ends (2 MiB at 4 KiB: "
           "out of cache); `outboard (one buffer)` reuses one buffer as perftest and ucx_perftest do, which keeps "
