@@ -106,7 +106,6 @@ class Options:
     log_level: str = "warning"
     progress: bool = True
     cases: Sequence[str] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def get(metrics: Mapping[str, Any], path: str) -> float | None:
