@@ -151,7 +151,8 @@ SESSIONS = Case(
              Column("messages µs p50", "stream_us.p50", 1), Column("µs / message p50", "per_message_us.p50", 3)],
     notes="DOCA's secure_channel sample times allocation, credit waits and progress together, so its 1-message "
           "figure is set-up. Here set-up (bootstrap, worker-address exchange, endpoints) is its own column; "
-          "'messages' runs from the first send to the sink's tally.")
+          "'messages' runs from the first send to the sink's tally. The first connection of a process also starts "
+          "UCX (context and workers); the others are made while another connection keeps it alive.")
 
 CONCURRENT = Case(
     "concurrent", "Concurrent clients: separate processes, 64 B round trips to one agent",
