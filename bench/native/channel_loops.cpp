@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "bench/native/loops.h"
 #include "bench/native/timing.h"
@@ -56,23 +57,35 @@ Result<Stream> timed_stream(Connection& c, const Payloads& payloads, size_t size
   const auto* sums = payloads.sums.data();
   const size_t distinct = payloads.data.size();
   Deadline deadline = deadline_in(timeout_s);
-  uint64_t completed = 0;
-  Status failed;
-  auto done = [&](Status st) {
-    ++completed;
-    if (!st.ok() && failed.ok()) failed = std::move(st);
+  // Posted messages still point into `payloads`: whatever ends this function
+  // (an error, an interrupt's exception) first waits for their completions,
+  // and closes the connection (cancelling them) if they do not come.
+  struct InFlight {
+    Connection& c;
+    Deadline deadline;
+    std::shared_ptr<std::pair<uint64_t, Status>> done = std::make_shared<std::pair<uint64_t, Status>>();
+    uint64_t posted = 0;
+    ~InFlight() {
+      while (done->first < posted && !deadline.expired()) c.progress();
+      if (done->first < posted) c.close();
+    }
+  } flight{c, deadline};
+  auto on_done = [state = flight.done](Status st) {
+    ++state->first;
+    if (!st.ok() && state->second.ok()) state->second = std::move(st);
   };
   uint64_t t0 = now_ns();
   for (uint64_t i = 0; i < count; ++i) {
-    OB_RETURN_IF_ERROR(c.post(payloads[i], deadline, "sink", done));  // pool payloads outlive the loop
+    OB_RETURN_IF_ERROR(c.post(payloads[i], deadline, "sink", on_done));
+    ++flight.posted;
     digest = (digest ^ sums[i % distinct]) * 0x100000001b3ull;
     if (i % kInterruptEvery == kInterruptEvery - 1 && interrupt) OB_RETURN_IF_ERROR(interrupt());
   }
   OB_ASSIGN_OR_RETURN(Buffer tally, c.request("sink", {}, deadline));  // ordered after every message
   uint64_t t1 = now_ns();
-  while (completed < count && !deadline.expired()) c.progress();  // local completions, already past
-  OB_RETURN_IF_ERROR(failed);
-  if (completed < count) return Status(Code::kTimedOut, "stream: sends not completed before the deadline");
+  while (flight.done->first < count && !deadline.expired()) c.progress();  // local completions, already past
+  OB_RETURN_IF_ERROR(flight.done->second);
+  if (flight.done->first < count) return Status(Code::kTimedOut, "stream: sends not completed before the deadline");
   Stream out;
   out.seconds = static_cast<double>(t1 - t0) / 1e9;
   uint64_t got[3] = {0, 0, 0};

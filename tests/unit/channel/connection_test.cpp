@@ -68,12 +68,12 @@ TEST_F(ConnectionTest, OneWayMessagesArriveInOrderWithoutLoss) {
 }
 
 TEST_F(ConnectionTest, PostedMessagesStayInOrderAndEachCompletesOnce) {
+  constexpr int kCount = 600;
+  std::vector<std::vector<uint8_t>> msgs(kCount);  // declared before the connection: they outlive it
+  std::vector<int> completions(kCount, 0);
   auto c = connect();
   ASSERT_TRUE(c);
   std::mt19937_64 rng(7);
-  constexpr int kCount = 600;
-  std::vector<std::vector<uint8_t>> msgs(kCount);  // must outlive their completions
-  std::vector<int> completions(kCount, 0);
   int received = 0;
   for (int i = 0; i < kCount; ++i) {
     msgs[i].resize((rng() % 6 == 0) ? 30000 + rng() % 100000 : rng() % 1500);  // eager and rendezvous
