@@ -78,7 +78,7 @@ Result<Stream> timed_stream(Connection& c, const Payloads& payloads, size_t size
   for (uint64_t i = 0; i < count; ++i) {
     OB_RETURN_IF_ERROR(c.post(payloads[i], deadline, "sink", on_done));
     ++flight.posted;
-    digest = (digest ^ sums[i % distinct]) * 0x100000001b3ull;
+    digest = checksum_fold(digest, sums[i % distinct]);
     if (i % kInterruptEvery == kInterruptEvery - 1 && interrupt) OB_RETURN_IF_ERROR(interrupt());
   }
   OB_ASSIGN_OR_RETURN(Buffer tally, c.request("sink", {}, deadline));  // ordered after every message

@@ -433,11 +433,8 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   h.type = FrameType::kHello;
   impl->boot_ep.send(as_bytes(h), *hello, [hello](Status) {}, /*want_reply_ep=*/true);
   Deadline deadline = Deadline::after_ms(config.connect_timeout_ms);
-  // Spin through the handshake: UCX's connection manager completes some of
-  // its steps on its own thread without waking the worker's event fd, so a
-  // sleeping wait would add up to its full sleep bound per step.
-  const auto spin_us = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{config.connect_timeout_ms} * 1000, UINT32_MAX));
-  if (!hub->wait_until(lock, deadline, spin_us, [&] { return impl->state != Impl::State::kConnecting; })) {
+  if (!hub->wait_until(lock, deadline, config.spin_us,
+                       [&] { return impl->state != Impl::State::kConnecting; })) {
     impl->fail(Status(Code::kTimedOut, "no answer from agent at " + address + " within " +
                                            std::to_string(config.connect_timeout_ms) + " ms"));
   }

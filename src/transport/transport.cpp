@@ -212,7 +212,6 @@ PolledOp& PolledOp::operator=(PolledOp&& o) noexcept {
   if (this != &o) {
     if (request_) ucp_request_free(request_);
     request_ = std::exchange(o.request_, nullptr);
-    status_ = o.status_;
   }
   return *this;
 }
@@ -224,7 +223,7 @@ PolledOp::~PolledOp() {
 bool PolledOp::done() const { return !request_ || ucp_request_check_status(request_) != UCS_INPROGRESS; }
 
 Status PolledOp::status(const char* what) const {
-  return from_ucs(request_ ? ucp_request_check_status(request_) : static_cast<ucs_status_t>(status_), what);
+  return from_ucs(request_ ? ucp_request_check_status(request_) : UCS_OK, what);
 }
 
 void Endpoint::flush(DoneFn done) {

@@ -96,7 +96,7 @@ class MemoryRegion {
 class PolledOp {
  public:
   PolledOp() = default;
-  PolledOp(PolledOp&& o) noexcept : request_(std::exchange(o.request_, nullptr)), status_(o.status_) {}
+  PolledOp(PolledOp&& o) noexcept : request_(std::exchange(o.request_, nullptr)) {}
   PolledOp& operator=(PolledOp&& o) noexcept;
   PolledOp(const PolledOp&) = delete;
   PolledOp& operator=(const PolledOp&) = delete;
@@ -107,8 +107,7 @@ class PolledOp {
  private:
   friend class Endpoint;
   explicit PolledOp(void* request) : request_(request) {}
-  void* request_ = nullptr;  // null: completed in place with status_
-  int status_ = 0;           // ucs_status_t
+  void* request_ = nullptr;  // null: completed in place (failures never make a PolledOp)
 };
 
 /// Owns one ucp endpoint. Move-only; closing is non-blocking.

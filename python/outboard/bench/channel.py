@@ -9,15 +9,10 @@ same-host shared memory, TCP loopback, and two network namespaces joined by a ve
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
 from typing import Any
 
-from .env import TRANSPORTS, WORKER_ENV, WORKER_TIMEOUT_S, Env, client_core, describe, peer_run, peer_unavailable, setup, \
-    transport_unavailable, worker
+from .env import Env, client_core, describe, peer_run, peer_unavailable, setup, transport_unavailable, worker, workers
 from .harness import OURS, Case, Chart, Column, Impl, Measurement, Suite, median
 
 SIZES = [0, 64, 128, 256, 512, 1024, 4080, 4096, 65535, 65536, 1 << 20]
@@ -91,21 +86,9 @@ def _ours_sessions(env: Env, p: dict[str, Any]) -> Measurement:
 
 def _ours_concurrent(env: Env, p: dict[str, Any]) -> Measurement:
     n, warmup = _latency_iterations(env, p["size"])
-    spec = {"op": "round_trips", "size": p["size"], "iterations": n, "warmup": warmup}
-    agent = env.agent_for(p["transport"])
-    spec = {**spec, "agent": agent, "start_at": time.time() + 1.5}  # all connected before the clock starts
-    prefix = env.veth.client if p["transport"] == "netns" and env.veth else []
-    cmd = [*prefix, sys.executable, "-m", "outboard.bench.worker"]
-    procs = [subprocess.Popen([*cmd, json.dumps(spec)], env={**os.environ, **WORKER_ENV, **TRANSPORTS[p["transport"]]},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(p["clients"])]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=WORKER_TIMEOUT_S)
-        lines = out.strip().splitlines()
-        result = json.loads(lines[-1]) if lines else {"error": err.strip()[-300:]}
-        if "error" in result:
-            raise RuntimeError(result["error"])
-        results.append(result)
+    spec = {"op": "round_trips", "size": p["size"], "iterations": n, "warmup": warmup,
+            "start_at": time.time() + 1.5}  # all connected before the clock starts
+    results = workers(env, p["transport"], [spec] * p["clients"])
     p50s = [r["one_way_us"]["p50"] for r in results]
     return Measurement({
         "one_way_us": {"p50": median(p50s), "p99": max(r["one_way_us"]["p99"] for r in results),

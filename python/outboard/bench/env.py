@@ -41,13 +41,14 @@ class Env:
             return self.address
         if not self.netns_address:
             self.veth = self.stack.enter_context(netns.VethPair())
-            agent = LocalAgent(*self._agent_args(), listen=f"{netns.SERVER_IP}:0", prefix=self.veth.server,
+            agent = LocalAgent(*_agent_args(self.cores), listen=f"{netns.SERVER_IP}:0", prefix=self.veth.server,
                                env=TRANSPORTS["netns"], log_level=self.options.log_level)
             self.netns_address = self.stack.enter_context(agent).address
         return self.netns_address
 
-    def _agent_args(self) -> list[str]:
-        return ["--cores", str(self.cores[0])] if self.cores else []
+
+def _agent_args(cores: tuple[int, int] | None) -> list[str]:
+    return ["--cores", str(cores[0])] if cores else []
 
 
 def _cores() -> tuple[int, int] | None:
@@ -62,8 +63,7 @@ def setup(options: Options) -> Iterator[Env]:
         if options.agent:
             yield Env(options, stack, options.agent, False, cores)
             return
-        args = ["--cores", str(cores[0])] if cores else []
-        agent = stack.enter_context(LocalAgent(*args, log_level=options.log_level))
+        agent = stack.enter_context(LocalAgent(*_agent_args(cores), log_level=options.log_level))
         yield Env(options, stack, agent.address, True, cores)
 
 
@@ -73,22 +73,39 @@ def describe(env: Env) -> dict[str, Any]:
             "ucx_perftest": ucx_perftest.executable() or "missing"}
 
 
-def worker(env: Env, transport: str, spec: dict[str, Any], timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
-    """Runs one benchmark client process (outboard.bench.worker) on the transport."""
-    spec = {**spec, "agent": env.agent_for(transport)}
+def workers(env: Env, transport: str, specs: list[dict[str, Any]],
+            timeout: float = WORKER_TIMEOUT_S) -> list[dict[str, Any]]:
+    """Runs benchmark client processes (outboard.bench.worker) side by side on the transport; their
+    results in order. Any failure raises, once every process has ended."""
+    address = env.agent_for(transport)
     prefix = env.veth.client if transport == "netns" and env.veth else []
-    cmd = [*prefix, sys.executable, "-m", "outboard.bench.worker", json.dumps(spec)]
-    r = subprocess.run(cmd, env={**os.environ, **WORKER_ENV, **TRANSPORTS[transport]}, capture_output=True,
-                       text=True, timeout=timeout)
-    lines = r.stdout.strip().splitlines()
-    if not lines:
-        raise RuntimeError(f"benchmark worker exited with status {r.returncode}: {r.stderr.strip()[-500:]}")
-    result = json.loads(lines[-1])
-    if "error" in result:
-        raise RuntimeError(result["error"])
-    if result.get("lanes"):
-        env.lanes[transport] = result["lanes"]
-    return result
+    procs = [subprocess.Popen([*prefix, sys.executable, "-m", "outboard.bench.worker",
+                               json.dumps({**spec, "agent": address})],
+                              env={**os.environ, **WORKER_ENV, **TRANSPORTS[transport]},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for spec in specs]
+    results = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            lines = out.strip().splitlines()
+            results.append(json.loads(lines[-1]) if lines else
+                           {"error": f"benchmark worker exited with status {proc.returncode}: {err.strip()[-500:]}"})
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for result in results:
+        if "error" in result:
+            raise RuntimeError(result["error"])
+        if result.get("lanes"):
+            env.lanes[transport] = result["lanes"]
+    return results
+
+
+def worker(env: Env, transport: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """One benchmark client process on the transport."""
+    return workers(env, transport, [spec])[0]
 
 
 def client_core(env: Env) -> int | None:

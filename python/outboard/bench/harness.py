@@ -147,12 +147,14 @@ def ratios(rows: Sequence[Mapping[str, Any]], case: Case) -> dict[tuple[tuple[st
     return out
 
 
-def summarize(samples: Sequence[float]) -> dict[str, float]:
-    """Order statistics of a sample list (nearest rank, as outboard::stats)."""
+def summarize(samples: Sequence[float], digits: int = 4) -> dict[str, float]:
+    """Order statistics of a sample list (nearest rank, as outboard::stats), the count and the mean."""
     from .. import _core
 
-    s = _core.summarize(list(samples))
-    return {k: round(float(s[k]), 4) for k in ("p50", "p90", "p99", "min", "max")} | {"count": int(s["count"])}
+    values = [float(v) for v in samples]
+    s = _core.summarize(values)
+    return ({k: round(float(s[k]), digits) for k in ("p50", "p90", "p99", "p999", "min", "max")}
+            | {"count": int(s["count"]), "avg": round(sum(values) / max(len(values), 1), digits)})
 
 
 class _Progress:

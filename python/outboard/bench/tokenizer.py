@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .harness import summarize
+
 CHUNK_BYTES = 8192
 
 
@@ -31,13 +33,6 @@ def _chunks(docs: list[str], size: int) -> list[str]:
         out.append(data[i:j].decode().replace("\x00", "\n"))
         i = j
     return list(dict.fromkeys(out))
-
-
-def _percentiles(samples_us: list[float]) -> dict[str, float]:
-    from .. import _core
-
-    s = _core.summarize(samples_us)
-    return {k: round(s[k], 2) for k in ("p50", "p90", "p99", "min", "max")}
 
 
 Peers = tuple[dict[str, Callable[[str], Any]], dict[str, str], str]
@@ -186,7 +181,7 @@ def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]
     for name in impls:
         results.add("chunk-8k", name, {"model": model, "chunks": len(chunks), "chunk_bytes": CHUNK_BYTES,
                                        "core": pin},
-                    {"us_per_chunk": _percentiles(samples[name]), "mb_per_s": round(nbytes / sum(wall[name]) / 1e6, 2)},
+                    {"us_per_chunk": summarize(samples[name], digits=2), "mb_per_s": round(nbytes / sum(wall[name]) / 1e6, 2)},
                     {"reference": reference, "mismatched_chunks": mismatches[name], "compared": len(chunks)})
 
     # 2. Whole documents, each seen once per implementation.

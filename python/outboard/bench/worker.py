@@ -18,18 +18,10 @@ from typing import Any
 OP_TIMEOUT_S = 60.0
 
 
-def _stats(samples: Any) -> dict[str, float]:
-    from .. import _core
-
-    values = [float(v) for v in samples]
-    s = _core.summarize(values)
-    return ({k: round(float(s[k]), 4) for k in ("p50", "p90", "p99", "p999", "min", "max")}
-            | {"count": int(s["count"]), "avg": round(sum(values) / max(len(values), 1), 4)})
-
-
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     from .. import _core, connect
     from ..latency import transports
+    from .harness import summarize
 
     if spec.get("core") is not None:
         os.sched_setaffinity(0, {int(spec["core"])})
@@ -40,9 +32,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         with connect(address):
             runs = [_core.bench_session(address, size, int(spec["count"]), OP_TIMEOUT_S)
                     for _ in range(spec["trials"])]
-        return {"connect_cold_us": cold["connect_us"], "connect_us": _stats([r["connect_us"] for r in runs]),
-                "stream_us": _stats([r["stream_us"] for r in runs]),
-                "per_message_us": _stats([r["stream_us"] / int(spec["count"]) for r in runs]),
+        return {"connect_cold_us": cold["connect_us"], "connect_us": summarize([r["connect_us"] for r in runs]),
+                "stream_us": summarize([r["stream_us"] for r in runs]),
+                "per_message_us": summarize([r["stream_us"] / int(spec["count"]) for r in runs]),
                 "verified": all(r["verified"] for r in runs) and cold["verified"]}
     if op == "one_sided_bw":
         clients = [connect(address) for _ in range(int(spec.get("endpoints", 1)))]
@@ -56,7 +48,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             return {"lanes": transports(clients[0].connection.lanes), "verified": r["verified"],
                     "bw_peak_mib_s": bytes_per_iteration / (float(per_iteration.min()) / 1e6) / 2**20,
                     "bw_avg_mib_s": r["bytes"] / seconds / 2**20, "mpps": r["ops"] / seconds / 1e6,
-                    "iteration_us": _stats(per_iteration)}
+                    "iteration_us": summarize(per_iteration)}
         finally:
             for c in clients:
                 c.close()
@@ -68,21 +60,21 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             t0 = time.perf_counter()
             samples, mismatches = _core.bench_round_trips(client.connection, size, int(spec["iterations"]),
                                                           int(spec["warmup"]), OP_TIMEOUT_S)
-            out |= {"one_way_us": _stats(samples / 2), "rtt_us": _stats(samples), "mismatches": int(mismatches),
+            out |= {"one_way_us": summarize(samples / 2), "rtt_us": summarize(samples), "mismatches": int(mismatches),
                     "seconds": time.perf_counter() - t0, "requests": len(samples)}
         elif op == "stream":
             reuse = bool(spec.get("reuse_payload"))
             _core.bench_stream(client.connection, size, max(1, int(spec["count"]) // 10), reuse, OP_TIMEOUT_S)  # warm-up
             trials = [_core.bench_stream(client.connection, size, int(spec["count"]), reuse, OP_TIMEOUT_S)
                       for _ in range(int(spec["trials"]))]
-            out |= {"mib_s": _stats([t["bytes"] / t["seconds"] / 2**20 for t in trials]),
-                    "msg_per_s": _stats([t["messages"] / t["seconds"] for t in trials]),
+            out |= {"mib_s": summarize([t["bytes"] / t["seconds"] / 2**20 for t in trials]),
+                    "msg_per_s": summarize([t["messages"] / t["seconds"] for t in trials]),
                     "verified": all(t["verified"] for t in trials)}
         elif op == "one_sided_lat":
             samples, mismatches = _core.bench_one_sided_latency(client.connection, spec["notify"], size,
                                                                 int(spec["iterations"]), int(spec["warmup"]),
                                                                 OP_TIMEOUT_S)
-            out |= {"rtt_us": _stats(samples), "one_way_us": _stats(samples / 2), "mismatches": int(mismatches)}
+            out |= {"rtt_us": summarize(samples), "one_way_us": summarize(samples / 2), "mismatches": int(mismatches)}
         else:
             raise ValueError(f"unknown worker op '{op}'")
         return out

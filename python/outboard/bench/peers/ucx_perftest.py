@@ -44,7 +44,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_listening(port: int, server: subprocess.Popen[str], host: str, prefix: Sequence[str]) -> None:
+def _wait_listening(port: int, server: subprocess.Popen[str], prefix: Sequence[str]) -> None:
     deadline = time.monotonic() + SERVER_READY_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -83,7 +83,7 @@ def run(test: str, size: int, iterations: int, *, env: dict[str, str] | None = N
     client_cmd += ["-w", str(warmup)] if warmup is not None else []
     server = subprocess.Popen(server_cmd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_listening(port, server, host, server_prefix)
+        _wait_listening(port, server, server_prefix)
         client = subprocess.run(client_cmd, env=full_env, capture_output=True, text=True, timeout=CELL_TIMEOUT_S)
         if client.returncode != 0:
             raise RuntimeError(f"ucx_perftest {test} -s {size} failed ({client.returncode}): {client.stderr[-500:]}")
