@@ -19,7 +19,17 @@ struct AgentConfig {
   std::string cores;                   ///< --cores "0,2-3": pin the agent; empty: no pinning
   std::string address_file;            ///< --address-file: written once listening
   uint64_t max_region_size = 1ull << 30;  ///< --max-region-size for the memory service
+  // The tokenize service.
+  uint32_t tokenize_threads = 1;          ///< --tokenize-threads: workers tokenizing batches
+  uint32_t tokenize_queue = 1024;         ///< --tokenize-queue: batches waiting for a worker
+  uint32_t max_batch_texts = 4096;        ///< --max-batch-texts: texts per batch
+  uint64_t max_text_bytes = 16ull << 20;  ///< --max-text-bytes: a longer text fails alone
+  std::string vocab_dir;                  ///< --vocab-dir; empty: default_vocab_dir()
 };
+
+/// Where `outboard vocab fetch` caches vocabularies: $OUTBOARD_CACHE_DIR,
+/// else $XDG_CACHE_HOME/outboard, else ~/.cache/outboard.
+std::string default_vocab_dir();
 
 /// The agent's option table (shared by outboard-agent and tests).
 config::Options agent_options();
@@ -29,7 +39,8 @@ Result<AgentConfig> agent_config_from(const config::Options& options);
 /// Thread mode: run() on one thread; stop() from any thread or a signal handler.
 class Agent {
  public:
-  /// Creates an agent with the built-in services (echo, stats, memory).
+  /// Creates an agent with the built-in services (echo, stats, memory,
+  /// sink, tokenize).
   [[nodiscard]] static Result<std::unique_ptr<Agent>> create(const AgentConfig& config);
   ~Agent();
 

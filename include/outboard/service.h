@@ -2,6 +2,7 @@
 // the agent's progress thread and answers it exactly once, now or later.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,9 +49,22 @@ struct ServiceRequest {
   std::shared_ptr<Connection> peer;
 };
 
+/// What an agent offers its services beyond requests.
+class ServiceHost {
+ public:
+  virtual ~ServiceHost() = default;
+  /// Runs `fn` on the agent's progress thread soon. Thread mode: any thread:
+  /// how a service's own worker threads hand results back (answers,
+  /// one-sided writes) without contending for the channel.
+  virtual void post(std::function<void()> fn) = 0;
+};
+
 class Service {
  public:
   virtual ~Service() = default;
+  /// Called once when the agent starts, before any request; `host` lives
+  /// until the service is destroyed.
+  virtual void attach(ServiceHost& /*host*/) {}
   [[nodiscard]] virtual std::string name() const = 0;
   /// Must not block for long: every client waits while it runs.
   virtual void handle(ServiceRequest request) = 0;

@@ -14,6 +14,7 @@
 #include "outboard/checksum.h"
 #include "outboard/log.h"
 #include "outboard/stats.h"
+#include "outboard/tokenize_client.h"
 #include "outboard/tokenizer.h"
 
 namespace nb = nanobind;
@@ -427,6 +428,55 @@ NB_MODULE(_core, m) {
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def("special_id", &Tokenizer::special_id, "text"_a)
       .def_static("unicode_version", [] { return std::string(Tokenizer::unicode_version()); });
+
+  nb::class_<RemoteTokenizer>(m, "RemoteTokenizer")
+      .def_static(
+          "open",
+          [](Connection& c, const std::string& name, double timeout, uint64_t pool_ids) {
+            Result<std::unique_ptr<RemoteTokenizer>> r = Status();
+            {
+              nb::gil_scoped_release release;
+              r = RemoteTokenizer::open(c, name, deadline_in(timeout), pool_ids);
+            }
+            return unwrap(std::move(r));
+          },
+          "connection"_a, "name"_a, "timeout"_a, "pool_ids"_a = uint64_t{1} << 22, nb::keep_alive<0, 1>())
+      .def_prop_ro("vocab_size", &RemoteTokenizer::vocab_size)
+      .def(
+          "encode_batch",
+          [](RemoteTokenizer& t, nb::list texts, bool allow_special, bool ordinary, std::string_view utf8,
+             bool add_special_tokens, uint32_t max_len, uint64_t capacity, double timeout) {
+            std::vector<std::string_view> views;
+            views.reserve(texts.size());
+            for (nb::handle h : texts) views.push_back(text_view(h));  // the list keeps them alive
+            OffloadOptions o{encode_options(allow_special, ordinary, utf8, add_special_tokens), max_len, capacity};
+            Result<EncodedBatch> r = Status();
+            {
+              nb::gil_scoped_release release;
+              r = t.encode_batch(views, o, deadline_in(timeout));
+            }
+            EncodedBatch b = unwrap(std::move(r));
+            // The ids stay where the agent wrote them; the array holds the slots.
+            auto* hold = new std::shared_ptr<const void>(b.keepalive());
+            nb::capsule owner(hold, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
+            nb::ndarray<nb::numpy, const int32_t, nb::ndim<1>> ids(b.ids().data(), {b.ids().size()}, owner);
+            nb::list errors;
+            for (const Status& st : b.errors())
+              errors.append(st.ok() ? nb::object(nb::none())
+                                    : nb::object(nb::make_tuple(static_cast<int>(st.code()), st.message())));
+            const AgentTiming& tm = b.timing();
+            nb::dict timing;
+            timing["queued_before"] = tm.queued_before;
+            timing["queue_ns"] = tm.queue_ns;
+            timing["tokenize_ns"] = tm.tokenize_ns;
+            timing["cpu_ns"] = tm.cpu_ns;
+            timing["put_ns"] = tm.put_ns;
+            std::vector<uint64_t> offsets = b.offsets();
+            return nb::make_tuple(ids, to_numpy(std::move(offsets)), errors, timing);
+          },
+          "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
+          "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "timeout"_a = 10.0,
+          "(ids viewing the registered buffer, offsets, per-text None or (code, message), agent timing).");
 
   m.def("checksum", [](nb::bytes data) { return checksum(view(data)); }, "data"_a);
   m.def("pattern", [](size_t size, uint64_t seed) {

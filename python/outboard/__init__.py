@@ -9,8 +9,9 @@ from . import errors
 from ._agent import LocalAgent, agent_executable
 from .client import Client, connect
 from .errors import Error
+from .offload import AutoPolicy, Batch, OffloadTokenizer
 from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
-__all__ = ["Client", "Error", "LocalAgent", "Tokenizer", "agent_executable", "connect", "errors", "__version__"]
+__all__ = ["AutoPolicy", "Batch", "Client", "Error", "LocalAgent", "OffloadTokenizer", "Tokenizer", "agent_executable", "connect", "errors", "__version__"]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from . import _core
 from ._agent import LocalAgent
+from .offload import AutoPolicy, OffloadTokenizer, Placement
 
 #: Default deadline of a blocking call, in seconds.
 DEFAULT_TIMEOUT_S = 10.0
@@ -38,6 +40,12 @@ class Client:
     def receive(self, *, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[Any, ...]:
         """``("message", bytes)`` or ``("notify", cookie, offset, length)``."""
         return self._conn.receive(timeout)
+
+    def tokenizer(self, name: str | Path, *, placement: Placement = "agent", policy: AutoPolicy | None = None,
+                  timeout: float = DEFAULT_TIMEOUT_S) -> OffloadTokenizer:
+        """``name``: "gpt2", "bert-base-uncased" or a vocabulary path (on the agent's machine for the
+        agent placement). ``placement``: "agent", "host" or "auto" (per batch; see AutoPolicy)."""
+        return OffloadTokenizer(self, name, placement=placement, policy=policy, timeout=timeout)
 
     def stats(self) -> dict[str, Any]:
         return json.loads(self.request("stats"))

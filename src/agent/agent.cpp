@@ -1,5 +1,6 @@
 #include "outboard/agent.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "channel/hub.h"
 #include "channel/server.h"
 #include "outboard/affinity.h"
 #include "outboard/log.h"
@@ -42,6 +44,11 @@ config::Options agent_options() {
           {"spin-us", Type::kInt, std::to_string(c.spin_us), "busy-poll time before sleeping on the event fd"},
           {"max-region-size", Type::kSize, std::to_string(a.max_region_size),
            "largest region the memory service allocates"},
+          {"tokenize-threads", Type::kInt, std::to_string(a.tokenize_threads), "threads tokenizing batches"},
+          {"tokenize-queue", Type::kInt, std::to_string(a.tokenize_queue), "batches that may wait for a tokenize thread"},
+          {"max-batch-texts", Type::kInt, std::to_string(a.max_batch_texts), "texts in one tokenize batch"},
+          {"max-text-bytes", Type::kSize, std::to_string(a.max_text_bytes), "longest text the tokenize service takes"},
+          {"vocab-dir", Type::kString, "", "vocabulary cache (default: $OUTBOARD_CACHE_DIR or ~/.cache/outboard)"},
       });
 }
 
@@ -63,6 +70,14 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t window, positive("recv-window-msgs"));
   OB_ASSIGN_OR_RETURN(int64_t outstanding, positive("max-outstanding-requests"));
   OB_ASSIGN_OR_RETURN(int64_t keepalive, positive("keepalive-ms"));
+  OB_ASSIGN_OR_RETURN(int64_t threads, positive("tokenize-threads"));
+  OB_ASSIGN_OR_RETURN(int64_t queue, positive("tokenize-queue"));
+  OB_ASSIGN_OR_RETURN(int64_t batch, positive("max-batch-texts"));
+  a.tokenize_threads = static_cast<uint32_t>(threads);
+  a.tokenize_queue = static_cast<uint32_t>(queue);
+  a.max_batch_texts = static_cast<uint32_t>(batch);
+  a.max_text_bytes = o.size("max-text-bytes");
+  a.vocab_dir = o.str("vocab-dir");
   a.channel.recv_window_msgs = static_cast<uint32_t>(window);
   a.channel.max_outstanding_requests = static_cast<uint32_t>(outstanding);
   a.channel.keepalive_ms = static_cast<uint64_t>(keepalive);
@@ -71,8 +86,23 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   return a;
 }
 
+std::string default_vocab_dir() {
+  if (const char* d = std::getenv("OUTBOARD_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/outboard";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/outboard";
+}
+
+// Services post to the hub, which this keeps alive until they are gone.
+class HubHost final : public ServiceHost {
+ public:
+  void post(std::function<void()> fn) override { hub->post(std::move(fn)); }
+  std::shared_ptr<channel::Hub> hub;
+};
+
 struct Agent::Impl {
   AgentConfig config;
+  HubHost host;  // declared before services: outlives them
   std::map<std::string, std::unique_ptr<Service>> services;
   std::unique_ptr<channel::Server> server;
   std::string address;
@@ -113,6 +143,9 @@ Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
   OB_RETURN_IF_ERROR(agent->add_service(services::make_stats([self] { return self->stats_json(); })));
   OB_RETURN_IF_ERROR(agent->add_service(services::make_memory(config.max_region_size)));
   OB_RETURN_IF_ERROR(agent->add_service(services::make_sink()));
+  OB_RETURN_IF_ERROR(agent->add_service(services::make_tokenize(
+      {config.tokenize_threads, config.tokenize_queue, config.max_batch_texts, config.max_text_bytes,
+       config.vocab_dir.empty() ? default_vocab_dir() : config.vocab_dir})));
   return agent;
 }
 
@@ -144,6 +177,8 @@ Status Agent::start() {
             for (auto& [name, s] : impl->services) s->on_disconnect(id);
             impl->peers.erase(id);
           }));
+  OB_ASSIGN_OR_RETURN(impl_->host.hub, channel::Hub::get(impl_->config.channel));
+  for (auto& [name, s] : impl_->services) s->attach(impl_->host);
   impl_->address = impl_->server->address();
   if (!impl_->config.address_file.empty()) {
     std::string tmp = impl_->config.address_file + ".tmp";
@@ -186,11 +221,12 @@ std::string Agent::stats_json() {
     j["clients"] = impl_->server->connections();
   }
   std::vector<std::string> names;
-  for (auto& [name, s] : impl_->services) {
-    names.push_back(name);
-    impl_->by_index.push_back(s.get());
-  }
+  for (auto& [name, s] : impl_->services) names.push_back(name);
   j["services"] = names;
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto ns = [](const timeval& t) { return uint64_t(t.tv_sec) * 1'000'000'000ull + uint64_t(t.tv_usec) * 1000ull; };
+  j["cpu_ns"] = ns(ru.ru_utime) + ns(ru.ru_stime);
   j["address"] = impl_->address;
   j["pid"] = getpid();
   j["uptime_s"] = std::chrono::duration<double>(Clock::now() - impl_->started).count();

@@ -1,6 +1,7 @@
 #include "channel/hub.h"
 
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,34 +38,44 @@ Result<std::shared_ptr<Hub>> Hub::get(const ChannelConfig& config) {
   OB_ASSIGN_OR_RETURN(auto control, worker->sibling());
   int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd < 0) return Status(Code::kIoError, std::string("epoll_create1: ") + std::strerror(errno));
-  for (int fd : {worker->event_fd(), control->event_fd()}) {
+  int wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd < 0) {
+    Status st(Code::kIoError, std::string("eventfd: ") + std::strerror(errno));
+    ::close(epoll_fd);
+    return st;
+  }
+  for (int fd : {worker->event_fd(), control->event_fd(), wake_fd}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
     if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
       Status st(Code::kIoError, std::string("epoll_ctl: ") + std::strerror(errno));
       ::close(epoll_fd);
+      ::close(wake_fd);
       return st;
     }
   }
-  std::shared_ptr<Hub> hub(new Hub(std::move(worker), std::move(control), epoll_fd));
+  std::shared_ptr<Hub> hub(new Hub(std::move(worker), std::move(control), epoll_fd, wake_fd));
   current = hub;
   return hub;
 }
 
-Hub::Hub(std::shared_ptr<transport::Worker> worker, std::shared_ptr<transport::Worker> control, int epoll_fd)
-    : worker_(std::move(worker)), control_(std::move(control)), epoll_fd_(epoll_fd) {
+Hub::Hub(std::shared_ptr<transport::Worker> worker, std::shared_ptr<transport::Worker> control, int epoll_fd,
+         int wake_fd)
+    : worker_(std::move(worker)), control_(std::move(control)), epoll_fd_(epoll_fd), wake_fd_(wake_fd) {
   worker_->set_am_handler([this](transport::IncomingAm& am) { on_am(am); });
   control_->set_am_handler([this](transport::IncomingAm& am) { on_am(am); });
 }
 
 Hub::~Hub() {
   ::close(epoll_fd_);
+  ::close(wake_fd_);
   std::lock_guard lock(worker_->mutex());
   control_.reset();  // its endpoints are closed by now; the data worker keeps the context alive
 }
 
 Status Hub::arm() {
+  if (has_posted_.load(std::memory_order_acquire)) return {Code::kAgain, "posted work pending"};
   OB_RETURN_IF_ERROR(worker_->arm());
   return control_->arm();
 }
@@ -72,9 +83,32 @@ Status Hub::arm() {
 void Hub::sleep(Lock& lock, int timeout_ms) {
   if (progress() != 0 || !arm().ok()) return;
   lock.unlock();
-  epoll_event events[2];
-  ::epoll_wait(epoll_fd_, events, 2, timeout_ms);
+  epoll_event events[3];
+  ::epoll_wait(epoll_fd_, events, 3, timeout_ms);
   lock.lock();
+}
+
+void Hub::post(std::function<void()> fn) {
+  {
+    std::lock_guard lock(posted_mu_);
+    posted_.push_back(std::move(fn));
+  }
+  has_posted_.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+}
+
+unsigned Hub::run_posted() {
+  std::vector<std::function<void()>> batch;
+  {
+    std::lock_guard lock(posted_mu_);
+    batch.swap(posted_);
+    has_posted_.store(false, std::memory_order_relaxed);
+    uint64_t count;  // reset the eventfd, or the epoll fd stays readable
+    [[maybe_unused]] ssize_t r = ::read(wake_fd_, &count, sizeof count);
+  }
+  for (auto& fn : batch) fn();
+  return static_cast<unsigned>(batch.size());
 }
 
 uint32_t Hub::add(Connection::Impl* conn) {
@@ -116,6 +150,7 @@ void Hub::run(Deferred& d) {
 
 unsigned Hub::progress() {
   unsigned n = worker_->progress();
+  if (has_posted_.load(std::memory_order_acquire)) n += run_posted();
   while (!deferred_.empty()) {
     auto batch = std::move(deferred_);
     deferred_.clear();

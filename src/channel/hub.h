@@ -11,6 +11,7 @@
 // measured without it).
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -58,12 +59,19 @@ class Hub {
 
   /// Worker progress, deferred work, request-deadline checks. Lock held.
   unsigned progress();
+  /// Runs `fn` on whichever thread next progresses the hub. Thread mode:
+  /// any thread, without the hub's lock (a busy progress thread barely
+  /// releases it); wakes a thread sleeping in wait_until().
+  void post(std::function<void()> fn);
+
   /// Progresses until `done()` or the deadline: busy-polls for `spin_us`,
   /// then sleeps on the event fd with the lock released. Returns done().
   bool wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std::function<bool()>& done);
 
  private:
-  Hub(std::shared_ptr<transport::Worker> worker, std::shared_ptr<transport::Worker> control, int epoll_fd);
+  Hub(std::shared_ptr<transport::Worker> worker, std::shared_ptr<transport::Worker> control, int epoll_fd,
+      int wake_fd);
+  unsigned run_posted();
   void on_am(transport::IncomingAm& am);
   /// Sleeps until an event or `timeout_ms`, the lock released meanwhile.
   void sleep(Lock& lock, int timeout_ms);
@@ -71,6 +79,10 @@ class Hub {
   std::shared_ptr<transport::Worker> worker_;
   std::shared_ptr<transport::Worker> control_;
   int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd in epoll_fd_, written by post()
+  std::mutex posted_mu_;
+  std::vector<std::function<void()>> posted_;
+  std::atomic<bool> has_posted_{false};
   uint64_t next_control_ns_ = 0;
   std::unordered_map<uint32_t, Connection::Impl*> conns_;
   uint32_t next_id_ = 1;

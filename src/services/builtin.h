@@ -27,4 +27,16 @@ std::unique_ptr<Service> make_memory(uint64_t max_region_size);
 /// and starts a new tally. For streaming benchmarks.
 std::unique_ptr<Service> make_sink();
 
+/// Limits of the `tokenize` service (agent options in the comments).
+struct TokenizeConfig {
+  uint32_t threads = 1;                   ///< --tokenize-threads: workers tokenizing batches
+  uint32_t max_queued = 1024;             ///< --tokenize-queue: batches waiting for a worker
+  uint32_t max_batch_texts = 4096;        ///< --max-batch-texts
+  uint64_t max_text_bytes = 16ull << 20;  ///< --max-text-bytes: longer texts fail alone
+  std::string vocab_dir;                  ///< --vocab-dir: where gpt2 / bert-base-uncased files are cached
+};
+/// `tokenize`: exact tokenizers on the agent; ids are put into the client's
+/// registered buffer (wire format: services/tokenize_wire.h).
+std::unique_ptr<Service> make_tokenize(TokenizeConfig config);
+
 }  // namespace outboard::services

@@ -1,0 +1,91 @@
+// Client of the agent's `tokenize` service: texts go to the agent, exact ids
+// come back by a one-sided write into this process's registered memory, so a
+// consumer reads them in place (no copy, no parsing).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outboard/channel.h"
+#include "outboard/tokenizer.h"
+
+namespace outboard {
+
+struct OffloadOptions {
+  EncodeOptions encode;
+  /// Ids allowed per text; a text with more fails alone (never truncated). 0: no limit.
+  uint32_t max_len = 0;
+  /// Id slots reserved for the batch; 0: as many as the texts can produce.
+  /// Texts that do not fit fail alone, naming the sizes.
+  uint64_t capacity = 0;
+};
+
+/// What the agent reported about a batch.
+struct AgentTiming {
+  uint32_t queued_before = 0;  ///< batches ahead of it in the agent's queue
+  uint64_t queue_ns = 0;       ///< waiting for a tokenize thread
+  uint64_t tokenize_ns = 0;    ///< tokenizing (wall)
+  uint64_t cpu_ns = 0;         ///< tokenizing (thread CPU)
+  uint64_t put_ns = 0;         ///< writing the ids into our memory, flushed
+};
+
+/// The ids of one batch, in registered memory of this process. Copyable;
+/// the slots are reused once the last copy (and keepalive()) is gone.
+class EncodedBatch {
+ public:
+  /// Ids of all texts back to back; text i is ids()[offsets()[i] .. offsets()[i+1]).
+  [[nodiscard]] std::span<const int32_t> ids() const { return ids_; }
+  [[nodiscard]] const std::vector<uint64_t>& offsets() const { return offsets_; }
+  /// ok, or why text i failed (it then has no ids).
+  [[nodiscard]] const std::vector<Status>& errors() const { return errors_; }
+  [[nodiscard]] const AgentTiming& timing() const { return timing_; }
+  /// Holds the slots, for views that outlive this object.
+  [[nodiscard]] std::shared_ptr<const void> keepalive() const { return slots_; }
+
+  struct Slots;
+
+ private:
+  friend class RemoteTokenizer;
+  std::shared_ptr<const Slots> slots_;
+  std::span<const int32_t> ids_;
+  std::vector<uint64_t> offsets_;
+  std::vector<Status> errors_;
+  AgentTiming timing_;
+};
+
+/// A tokenizer opened on the agent at the other end of a connection.
+/// Thread mode: multi (batches from several threads are in flight at once).
+/// The connection must outlive it.
+class RemoteTokenizer {
+ public:
+  /// Opens `name` ("gpt2", "bert-base-uncased", or a vocabulary path on the
+  /// agent's machine). `pool_ids`: id slots registered up front (more are
+  /// registered when a batch needs them).
+  [[nodiscard]] static Result<std::unique_ptr<RemoteTokenizer>> open(Connection& connection, const std::string& name,
+                                                                     Deadline deadline, uint64_t pool_ids = 1u << 22);
+  ~RemoteTokenizer();
+
+  /// Tokenizes on the agent. Per-text failures are in errors(); the call
+  /// fails only when the batch as a whole does (connection, deadline, limits).
+  [[nodiscard]] Result<EncodedBatch> encode_batch(std::span<const std::string_view> texts, const OffloadOptions& options,
+                                                  Deadline deadline);
+  [[nodiscard]] size_t vocab_size() const { return vocab_size_; }
+
+  /// The most ids `text` can produce (what capacity 0 reserves).
+  static uint64_t max_ids(std::string_view text, const EncodeOptions& options);
+
+  struct Pool;
+
+ private:
+  RemoteTokenizer(Connection& connection, uint32_t handle, size_t vocab_size, std::shared_ptr<Pool> pool);
+  Connection& connection_;
+  uint32_t handle_;
+  size_t vocab_size_;
+  std::shared_ptr<Pool> pool_;
+};
+
+}  // namespace outboard

@@ -1,0 +1,274 @@
+"""Tokenization offload: exact ids from the agent, written straight into this process's memory.
+
+    client = outboard.connect()                  # None: a local agent
+    tok = client.tokenizer("gpt2")               # placement="agent" | "host" | "auto"
+    batch = tok.encode_batch(texts, max_len=2048)
+    batch.ids, batch.offsets                     # np.int32 view of the registered buffer, np.uint64
+    future = tok.submit(texts)                   # overlap: concurrent.futures.Future[Batch]
+
+``host`` tokenizes in this process, ``agent`` on the agent, and ``auto`` routes each batch by
+what it measures (see :class:`AutoPolicy`). Every placement gives the same ids and the same
+per-text errors; a text that fails (invalid UTF-8, over ``max_len``, a disallowed special token,
+too long, no room in the output buffer) fails alone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+import numpy as np
+
+from . import _core
+from .errors import ConnectionReset, Error, InvalidArgument, NotConnected, ShutDown, TimedOut, TooBig, from_code
+from .tokenizer import Tokenizer, Utf8Policy
+
+if TYPE_CHECKING:
+    from .client import Client
+
+Text = Union[str, bytes]
+Placement = Literal["host", "agent", "auto"]
+PLACEMENTS: tuple[str, ...] = ("host", "agent", "auto")
+
+#: Longest text the host placement takes: the agent's --max-text-bytes default, so both agree.
+MAX_TEXT_BYTES = 16 << 20
+#: Threads behind submit(): batches one tokenizer keeps in flight from one caller.
+SUBMIT_THREADS = 4
+#: Errors after which the agent is presumed gone: auto stops routing to it.
+_AGENT_DOWN = (ConnectionReset, NotConnected, ShutDown, TimedOut)
+
+
+def open_local(name: str | Path) -> Tokenizer:
+    """The in-process tokenizer for a name the agent also understands."""
+    name = str(name)
+    if name == "gpt2":
+        return Tokenizer.gpt2()
+    if name == "bert-base-uncased":
+        return Tokenizer.bert_base_uncased()
+    if name.endswith(".tiktoken"):
+        return Tokenizer.from_tiktoken(name)
+    if name.endswith(".json"):
+        return Tokenizer.from_tokenizer_json(name)
+    if name.endswith(".txt"):
+        return Tokenizer.bert_wordpiece(name)
+    raise InvalidArgument(f"tokenizer '{name}' is neither gpt2, bert-base-uncased nor a path to a .tiktoken, "
+                          "tokenizer.json or vocab.txt file")
+
+
+@dataclass
+class Batch:
+    """Ids of a batch: text i is ``ids[offsets[i]:offsets[i+1]]``; a failed text is empty and has
+    its error in ``errors[i]``. From the agent, ``ids`` views the registered buffer it wrote."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    errors: list[Error | None]
+    placement: str
+    #: What the agent reported (queue_ns, tokenize_ns, cpu_ns, put_ns, queued_before); empty on host.
+    agent: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.errors)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Ids of text i; raises its error if it failed."""
+        err = self.errors[i]
+        if err is not None:
+            raise err
+        return self.ids[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+    @property
+    def ok(self) -> bool:
+        return all(e is None for e in self.errors)
+
+
+class AutoPolicy:
+    """Routes each batch to the host or the agent from what it measured.
+
+    Per placement it keeps an exponentially weighted latency per input byte, from the batches
+    that went there. The agent's estimate grows with the batches this process has in flight to it
+    (its queue) and the host's with this process's CPU use (a busy consumer tokenizes slowly and
+    delays its own work). The agent is chosen while its estimate is within ``slack`` of the host's:
+    offloading is preferred because it frees the consumer's CPU, unless the agent is clearly slower
+    (saturated) — then batches spill to the host. A failed agent sends everything to the host
+    for ``retry_after`` seconds. The first batches explore each placement once.
+    """
+
+    def __init__(self, *, slack: float = 1.5, weight: float = 0.2, retry_after: float = 1.0) -> None:
+        self.slack = slack
+        self.weight = weight
+        self.retry_after = retry_after
+        self._lock = threading.Lock()
+        self._ns_per_byte: dict[str, float] = {}
+        self._in_flight = {"host": 0, "agent": 0}
+        self._agent_down_until = 0.0
+        self._cpu = (time.process_time(), time.perf_counter())
+        self._busy = 0.0  # share of one core this process used lately
+        self.routed = {"host": 0, "agent": 0}
+
+    def choose(self, nbytes: int) -> str:
+        with self._lock:
+            self._sample_cpu()
+            if time.monotonic() < self._agent_down_until:
+                choice = "host"
+            elif "agent" not in self._ns_per_byte:
+                choice = "agent"
+            elif "host" not in self._ns_per_byte:
+                choice = "host"
+            else:
+                agent = self._ns_per_byte["agent"] * (1 + self._in_flight["agent"])
+                cores = max(1, len(os.sched_getaffinity(0)))
+                host = self._ns_per_byte["host"] * (1 + self._in_flight["host"] / cores) / max(0.1, 1 - self._busy / cores)
+                choice = "agent" if agent <= self.slack * host else "host"
+            self._in_flight[choice] += 1
+            self.routed[choice] += 1
+            return choice
+
+    def done(self, placement: str, nbytes: int, seconds: float, failed: BaseException | None = None) -> None:
+        with self._lock:
+            self._in_flight[placement] -= 1
+            if failed is not None:
+                if placement == "agent" and isinstance(failed, _AGENT_DOWN):
+                    self._agent_down_until = time.monotonic() + self.retry_after
+                return
+            per_byte = seconds * 1e9 / max(nbytes, 1)
+            old = self._ns_per_byte.get(placement)
+            self._ns_per_byte[placement] = per_byte if old is None else old + self.weight * (per_byte - old)
+
+    def _sample_cpu(self) -> None:
+        cpu, wall = time.process_time(), time.perf_counter()
+        if wall - self._cpu[1] >= 0.05:
+            busy = (cpu - self._cpu[0]) / (wall - self._cpu[1])
+            self._busy += 0.5 * (busy - self._busy)
+            self._cpu = (cpu, wall)
+
+
+class OffloadTokenizer:
+    """A tokenizer placed on the host, the agent, or chosen per batch. Safe to use from several
+    threads; batches from different threads are in flight at once."""
+
+    def __init__(self, client: Client | None, name: str | Path, *, placement: Placement = "agent",
+                 policy: AutoPolicy | None = None, timeout: float = 10.0) -> None:
+        if placement not in PLACEMENTS:
+            raise InvalidArgument(f"placement '{placement}' is not one of {', '.join(PLACEMENTS)}")
+        if placement != "host" and client is None:
+            raise InvalidArgument(f"placement '{placement}' needs a client connected to an agent")
+        self.name = str(name)
+        self.placement = placement
+        self.timeout = timeout
+        self.policy = (policy or AutoPolicy()) if placement == "auto" else policy
+        self._client = client
+        self._local: Tokenizer | None = open_local(name) if placement != "agent" else None
+        self._remote: _core.RemoteTokenizer | None = None
+        if placement != "host":
+            assert client is not None
+            self._remote = _core.RemoteTokenizer.open(client.connection, self.name, timeout)
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+
+    @property
+    def vocab_size(self) -> int:
+        return self._remote.vocab_size if self._remote is not None else self._local.vocab_size  # type: ignore[union-attr]
+
+    def encode_batch(self, texts: Sequence[Text], *, max_len: int | None = None,
+                     allowed_special: Literal["all"] | Collection[str] = (), utf8: Utf8Policy = "strict",
+                     add_special_tokens: bool = False, capacity: int | None = None) -> Batch:
+        """Ids of every text. ``max_len``: more ids fail that text (never truncated); ``capacity``:
+        id slots for the whole batch (default: as many as the texts can produce)."""
+        texts = list(texts)
+        allow = allowed_special == "all" or bool(allowed_special)
+        if allowed_special not in ("all", ()) and self._local is not None:
+            self._local._allow(allowed_special)  # unknown names are an error, as in tiktoken
+        args = dict(max_len=max_len or 0, allow=allow, utf8=utf8, add_special_tokens=add_special_tokens,
+                    capacity=capacity or 0)
+        if self.placement != "auto":
+            return self._encode(self.placement, texts, **args)
+        assert self.policy is not None
+        nbytes = sum(len(t) for t in texts)
+        where = self.policy.choose(nbytes)
+        start = time.perf_counter()
+        try:
+            batch = self._encode(where, texts, **args)
+        except _AGENT_DOWN as e:
+            self.policy.done(where, nbytes, 0.0, e)
+            if where != "agent" or self._local is None:
+                raise
+            where = "host"  # the agent failed: this batch is redone here
+            self.policy.choose(nbytes)
+            start = time.perf_counter()
+            batch = self._encode(where, texts, **args)
+        self.policy.done(where, nbytes, time.perf_counter() - start)
+        return batch
+
+    def submit(self, texts: Sequence[Text], **options: Any) -> Future[Batch]:
+        """encode_batch() on a pool of SUBMIT_THREADS threads, so a server overlaps its batches."""
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="outboard-tokenize")
+        return self._executor.submit(self.encode_batch, list(texts), **options)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def _encode(self, where: str, texts: list[Text], *, max_len: int, allow: bool, utf8: str,
+                add_special_tokens: bool, capacity: int) -> Batch:
+        if where == "agent":
+            assert self._remote is not None
+            ids, offsets, errors, timing = self._remote.encode_batch(
+                texts, allow_special=allow, utf8=utf8, add_special_tokens=add_special_tokens, max_len=max_len,
+                capacity=capacity, timeout=self.timeout)
+            return Batch(ids, offsets, [None if e is None else from_code(*e) for e in errors], "agent", timing)
+        assert self._local is not None
+        return _host_batch(self._local, texts, max_len=max_len, allow=allow, utf8=utf8,
+                           add_special_tokens=add_special_tokens, capacity=capacity)
+
+
+def _host_batch(tok: Tokenizer, texts: list[Text], *, max_len: int, allow: bool, utf8: str,
+                add_special_tokens: bool, capacity: int) -> Batch:
+    """The agent's per-text rules, applied in this process."""
+    core = tok._core
+    if all(len(t) <= MAX_TEXT_BYTES for t in texts):
+        try:
+            ids, offsets = core.encode_batch(texts, allow_special=allow, utf8=utf8,
+                                             add_special_tokens=add_special_tokens)
+        except Error:
+            pass
+        else:
+            longest = int(np.diff(offsets).max(initial=0))
+            if (max_len == 0 or longest <= max_len) and (capacity == 0 or len(ids) <= capacity):
+                return Batch(ids, offsets, [None] * len(texts), "host")
+    # Some text fails: encode one by one, exactly as the agent decides.
+    parts: list[np.ndarray] = []
+    errors: list[Error | None] = []
+    offs = [0]
+    used = 0
+    for i, text in enumerate(texts):
+        err: Error | None = None
+        if len(text) > MAX_TEXT_BYTES:
+            err = TooBig(f"text {i} of {len(text)} B exceeds max_text_bytes {MAX_TEXT_BYTES}")
+        else:
+            try:
+                one = core.encode(text, allow_special=allow, utf8=utf8, add_special_tokens=add_special_tokens)
+            except Error as e:
+                err = type(e)(f"text {i}: {e.message}")
+            else:
+                if max_len and len(one) > max_len:
+                    err = TooBig(f"text {i} has {len(one)} ids, over max_len {max_len}")
+                elif capacity and used + len(one) > capacity:
+                    err = TooBig(f"output buffer too small: text {i} needs {len(one)} ids at id {used} but the "
+                                 f"buffer holds {capacity} ids")
+                else:
+                    parts.append(one)
+                    used += len(one)
+        errors.append(err)
+        offs.append(used)
+    ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    return Batch(ids, np.asarray(offs, np.uint64), errors, "host")

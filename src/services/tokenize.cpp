@@ -1,0 +1,352 @@
+// The `tokenize` service: batches of texts in, exact token ids written with
+// a one-sided put straight into the client's registered output buffer, then
+// an answer with per-text offsets, lengths and errors. Tokenizing runs on the
+// service's own worker threads; the progress thread only parses, queues, and
+// writes the results back (posted by the workers).
+#include <time.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "outboard/clock.h"
+#include "outboard/log.h"
+#include "outboard/tokenizer.h"
+#include "services/builtin.h"
+#include "services/tokenize_wire.h"
+
+OB_LOG_MODULE("tokenize");
+
+namespace outboard::services {
+namespace {
+
+namespace wire = tokenize_wire;
+
+constexpr int64_t kPutDeadlineMs = 5000;  // a client that cannot take its ids in 5 s has failed
+
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
+  auto cached = [&](const char* file) -> Result<std::string> {
+    std::string path = vocab_dir + "/" + file;
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      std::fclose(f);
+      return path;
+    }
+    return Status(Code::kNotFound, "vocabulary '" + name + "' is not at " + path +
+                                       " on the agent's machine; run `outboard vocab fetch` there "
+                                       "(or start the agent with --vocab-dir)");
+  };
+  if (name == "gpt2") {
+    OB_ASSIGN_OR_RETURN(std::string path, cached("gpt2.tiktoken"));
+    return Tokenizer::from_tiktoken(path);
+  }
+  if (name == "bert-base-uncased") {
+    OB_ASSIGN_OR_RETURN(std::string path, cached("bert-base-uncased-vocab.txt"));
+    return Tokenizer::bert_wordpiece(path);
+  }
+  if (ends_with(name, ".tiktoken")) return Tokenizer::from_tiktoken(name);
+  if (ends_with(name, ".json")) return Tokenizer::from_tokenizer_json(name);
+  if (ends_with(name, ".txt")) return Tokenizer::bert_wordpiece(name);
+  return Status(Code::kInvalidArgument, "tokenizer '" + name +
+                                            "' is neither gpt2, bert-base-uncased nor a path to a .tiktoken, "
+                                            "tokenizer.json or vocab.txt file");
+}
+
+// One queued piece of work: runs on a worker thread and returns what to do
+// next on the progress thread.
+using Work = std::function<std::function<void()>()>;
+
+struct Client {
+  std::vector<std::shared_ptr<const Tokenizer>> tokenizers;
+  std::vector<std::shared_ptr<RemoteRegion>> outputs;
+};
+
+// State shared by the service, its workers and the closures they post; the
+// closures hold it, so a late one never touches a destroyed service.
+struct Core {
+  TokenizeConfig config;
+  ServiceHost* host = nullptr;
+  std::atomic<bool> detached{false};  // the service is gone: posted closures do nothing
+  std::unordered_map<uint32_t, Client> clients;  // progress thread only
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Work> queue;
+  bool stopping = false;
+  std::vector<std::thread> workers;
+  // Loaded once per agent, shared by every client that opens the name.
+  std::map<std::string, std::shared_ptr<const Tokenizer>> loaded;
+
+  void run_worker() {
+    while (true) {
+      Work work;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (stopping) return;
+        work = std::move(queue.front());
+        queue.pop_front();
+      }
+      host->post(work());
+    }
+  }
+};
+
+class Tokenize final : public Service {
+ public:
+  explicit Tokenize(TokenizeConfig config) : core_(std::make_shared<Core>()) { core_->config = std::move(config); }
+  ~Tokenize() override {
+    core_->detached = true;
+    {
+      std::lock_guard lock(core_->mu);
+      core_->stopping = true;
+    }
+    core_->cv.notify_all();
+    for (auto& t : core_->workers) t.join();
+  }
+
+  std::string name() const override { return "tokenize"; }
+
+  void attach(ServiceHost& host) override {
+    core_->host = &host;
+    for (uint32_t i = 0; i < core_->config.threads; ++i) core_->workers.emplace_back([core = core_] { core->run_worker(); });
+  }
+
+  void on_disconnect(uint32_t id) override { core_->clients.erase(id); }
+
+  void handle(ServiceRequest r) override {
+    if (!r.responder.expects_response())
+      return r.responder.fail({Code::kInvalidArgument, "tokenize takes requests, not one-way messages"});
+    std::span<const uint8_t> in = r.payload.span();
+    if (in.empty()) return r.responder.fail({Code::kInvalidArgument, "empty tokenize request"});
+    char op = static_cast<char>(in[0]);
+    in = in.subspan(1);
+    switch (op) {
+      case wire::kOpen:
+        return open(std::move(r), std::string(reinterpret_cast<const char*>(in.data()), in.size()));
+      case wire::kBind:
+        return bind(std::move(r), in);
+      case wire::kEncode:
+        return encode(std::move(r));
+      default:
+        return r.responder.fail({Code::kInvalidArgument, std::string("unknown tokenize request '") + op + "'"});
+    }
+  }
+
+ private:
+  size_t queued() {
+    std::lock_guard lock(core_->mu);
+    return core_->queue.size();
+  }
+
+  // Queues work unless the queue is at its limit; then `responder` fails.
+  void enqueue(Work work, const Responder& responder) {
+    {
+      std::lock_guard lock(core_->mu);
+      const size_t queued = core_->queue.size();
+      if (queued < core_->config.max_queued) {
+        core_->queue.push_back(std::move(work));
+        core_->cv.notify_one();
+        return;
+      }
+    }
+    responder.fail({Code::kAgain, "tokenize queue is full: limit " + std::to_string(core_->config.max_queued) +
+                                      " batches (agent option --tokenize-queue)"});
+  }
+
+  void open(ServiceRequest r, std::string name) {
+    Responder responder = r.responder;
+    const uint32_t conn = r.peer->id();
+    auto req = std::make_shared<ServiceRequest>(std::move(r));  // closures must be copyable
+    auto work = [core = core_, name, req, conn]() -> std::function<void()> {
+      std::shared_ptr<const Tokenizer> tok;
+      Status st;
+      {
+        std::lock_guard lock(core->mu);
+        if (auto it = core->loaded.find(name); it != core->loaded.end()) tok = it->second;
+      }
+      if (!tok) {
+        auto loaded = load(name, core->config.vocab_dir);
+        if (loaded.ok()) {
+          std::lock_guard lock(core->mu);
+          auto& slot = core->loaded[name];
+          if (!slot) slot = std::make_shared<const Tokenizer>(std::move(loaded).value());
+          tok = slot;
+        } else {
+          st = loaded.status();
+        }
+      }
+      return [core, req, tok = std::move(tok), st, conn] {
+        if (core->detached) return;
+        if (!st.ok()) return req->responder.fail(st);
+        auto& tokenizers = core->clients[conn].tokenizers;
+        tokenizers.push_back(tok);
+        uint32_t reply[2] = {static_cast<uint32_t>(tokenizers.size() - 1), static_cast<uint32_t>(tok->vocab_size())};
+        req->responder.respond(Buffer::copy_of({reinterpret_cast<const uint8_t*>(reply), sizeof reply}));
+      };
+    };
+    enqueue(std::move(work), responder);
+  }
+
+  void bind(ServiceRequest r, std::span<const uint8_t> descriptor) {
+    auto remote = r.peer->import_region(descriptor);
+    if (!remote.ok()) return r.responder.fail(remote.status());
+    auto& outputs = core_->clients[r.peer->id()].outputs;
+    outputs.push_back(std::make_shared<RemoteRegion>(std::move(remote).value()));
+    uint32_t handle = static_cast<uint32_t>(outputs.size() - 1);
+    r.responder.respond(Buffer::copy_of({reinterpret_cast<const uint8_t*>(&handle), sizeof handle}));
+  }
+
+  void encode(ServiceRequest r) {
+    const TokenizeConfig& cfg = core_->config;
+    wire::Reader in{r.payload.span().subspan(1)};
+    wire::EncodeHeader h;
+    if (!in.get(h)) return r.responder.fail({Code::kInvalidArgument, "encode request is truncated (no header)"});
+    if (h.texts > cfg.max_batch_texts)
+      return r.responder.fail({Code::kTooBig, "batch of " + std::to_string(h.texts) + " texts exceeds max_batch_texts " +
+                                                  std::to_string(cfg.max_batch_texts) + " (agent option --max-batch-texts)"});
+    Client& client = core_->clients[r.peer->id()];
+    if (h.tokenizer >= client.tokenizers.size())
+      return r.responder.fail({Code::kNotFound, "tokenizer " + std::to_string(h.tokenizer) + " was not opened on this connection"});
+    if (h.output >= client.outputs.size())
+      return r.responder.fail({Code::kNotFound, "output buffer " + std::to_string(h.output) + " was not bound on this connection"});
+    const RemoteRegion& region = *client.outputs[h.output];
+    const uint64_t slots = region.size() / sizeof(int32_t);
+    if (h.out_offset > slots || h.out_capacity > slots - h.out_offset)
+      return r.responder.fail({Code::kOutOfRange, "output range of " + std::to_string(h.out_capacity) + " ids at id " +
+                                                      std::to_string(h.out_offset) + " exceeds the output buffer of " +
+                                                      std::to_string(slots) + " ids"});
+    std::vector<uint64_t> lengths(h.texts);
+    uint64_t total = 0;
+    for (auto& len : lengths) {
+      if (!in.get(len)) return r.responder.fail({Code::kInvalidArgument, "encode request is truncated (text lengths)"});
+      total += len;
+    }
+    if (total != in.in.size())
+      return r.responder.fail({Code::kInvalidArgument, "text lengths add up to " + std::to_string(total) +
+                                                           " B but the request carries " + std::to_string(in.in.size()) + " B"});
+    Responder responder = r.responder;
+    const uint8_t* texts = in.in.data();
+    auto job = std::make_shared<Job>(Job{std::move(r), client.tokenizers[h.tokenizer], client.outputs[h.output], h,
+                                         std::move(lengths), texts, Clock::now(), static_cast<uint32_t>(queued())});
+    enqueue([core = core_, job] { return run(core, job); }, responder);
+  }
+
+  struct Job {
+    ServiceRequest request;  // owns the payload the texts point into
+    std::shared_ptr<const Tokenizer> tokenizer;
+    std::shared_ptr<RemoteRegion> output;
+    wire::EncodeHeader header;
+    std::vector<uint64_t> lengths;
+    const uint8_t* texts;
+    Clock::time_point arrived;
+    uint32_t queued_before;
+  };
+
+  // Worker thread: tokenize every text; a failing text fails alone.
+  static std::function<void()> run(const std::shared_ptr<Core>& core, const std::shared_ptr<Job>& jobp) {
+    Job& job = *jobp;
+    const auto started = Clock::now();
+    const uint64_t cpu0 = thread_cpu_ns();
+    const TokenizeConfig& cfg = core->config;
+    const wire::EncodeHeader& h = job.header;
+    EncodeOptions options;
+    options.allow_special = h.flags & wire::kAllowSpecial;
+    options.ordinary = h.flags & wire::kOrdinary;
+    options.utf8 = (h.flags & wire::kUtf8Replace) ? Utf8Policy::kReplace : Utf8Policy::kStrict;
+    options.add_special_tokens = h.flags & wire::kAddSpecialTokens;
+
+    auto ids = std::make_shared<std::vector<int32_t>>();
+    std::vector<wire::TextResult> results(h.texts);
+    std::vector<std::string> errors;
+    const uint8_t* text = job.texts;
+    for (uint32_t i = 0; i < h.texts; ++i) {
+      const uint64_t len = job.lengths[i];
+      std::string_view s(reinterpret_cast<const char*>(text), len);
+      text += len;
+      const size_t before = ids->size();
+      Status st;
+      if (len > cfg.max_text_bytes) {
+        st = {Code::kTooBig, "text " + std::to_string(i) + " of " + std::to_string(len) + " B exceeds max_text_bytes " +
+                                 std::to_string(cfg.max_text_bytes) + " (agent option --max-text-bytes)"};
+      } else {
+        st = job.tokenizer->encode(s, *ids, options);
+        if (!st.ok()) st = st.with_context("text " + std::to_string(i));
+      }
+      const uint64_t n = ids->size() - before;
+      if (st.ok() && h.max_len != 0 && n > h.max_len)
+        st = {Code::kTooBig, "text " + std::to_string(i) + " has " + std::to_string(n) + " ids, over max_len " +
+                                 std::to_string(h.max_len)};
+      if (st.ok() && ids->size() > h.out_capacity)
+        st = {Code::kTooBig, "output buffer too small: text " + std::to_string(i) + " needs " + std::to_string(n) +
+                                 " ids at id " + std::to_string(before) + " but the buffer holds " +
+                                 std::to_string(h.out_capacity) + " ids"};
+      if (!st.ok()) {
+        ids->resize(before);
+        results[i] = {before, 0, static_cast<int32_t>(st.code())};
+        errors.push_back(st.message());
+      } else {
+        results[i] = {before, static_cast<uint32_t>(n), 0};
+      }
+    }
+    wire::ResultHeader rh;
+    rh.texts = h.texts;
+    rh.queued_before = job.queued_before;
+    rh.queue_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(started - job.arrived).count());
+    rh.tokenize_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count());
+    rh.cpu_ns = thread_cpu_ns() - cpu0;
+    rh.ids = ids->size();
+
+    wire::Writer answer;
+    answer.put(rh);
+    for (const auto& res : results) answer.put(res);
+    for (const auto& e : errors) {
+      answer.put(static_cast<uint32_t>(e.size()));
+      answer.put_bytes(e);
+    }
+    return [core, jobp, ids = std::move(ids), answer = std::move(answer.bytes)]() mutable {
+      if (!core->detached) finish(*jobp, *ids, answer);
+    };
+  }
+
+  // Progress thread: the ids land in the client's buffer before the answer.
+  static void finish(Job& job, const std::vector<int32_t>& ids, std::vector<uint8_t>& answer) {
+    ServiceRequest& r = job.request;
+    if (!r.peer->is_open()) return;  // the client left mid-batch
+    const auto t0 = Clock::now();
+    if (!ids.empty()) {
+      const auto deadline = Deadline::after_ms(kPutDeadlineMs);
+      std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * sizeof(int32_t));
+      Status st = r.peer->put(*job.output, job.header.out_offset * sizeof(int32_t), bytes, deadline);
+      if (st.ok()) st = r.peer->flush(deadline);
+      if (!st.ok()) return r.responder.fail(st.with_context("writing the ids"));
+    }
+    wire::ResultHeader rh;
+    std::memcpy(&rh, answer.data(), sizeof rh);
+    rh.put_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+    std::memcpy(answer.data(), &rh, sizeof rh);
+    r.responder.respond(Buffer::copy_of(answer));
+  }
+
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace
+
+std::unique_ptr<Service> make_tokenize(TokenizeConfig config) { return std::make_unique<Tokenize>(std::move(config)); }
+
+}  // namespace outboard::services

@@ -1,0 +1,201 @@
+#include <map>
+#include <mutex>
+
+#include "outboard/tokenize_client.h"
+#include "services/tokenize_wire.h"
+
+namespace outboard {
+
+namespace wire = tokenize_wire;
+
+namespace {
+constexpr std::string_view kService = "tokenize";
+
+Result<Buffer> call(Connection& conn, std::span<const uint8_t> payload, Deadline deadline) {
+  return conn.request(kService, payload, deadline);
+}
+}  // namespace
+
+// Registered slabs the agent writes into, handed out first-fit. A batch
+// reserves its slots before it is sent and keeps them while any view lives.
+struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
+  struct Slab {
+    Region region;
+    uint32_t handle = 0;                 // the agent's name for it
+    std::map<uint64_t, uint64_t> free;   // first slot -> slots
+  };
+  Connection& conn;
+  uint64_t slab_ids;
+  std::mutex mu;
+  std::vector<std::unique_ptr<Slab>> slabs;
+
+  Pool(Connection& c, uint64_t ids) : conn(c), slab_ids(ids) {}
+
+  Status add_slab(uint64_t ids, Deadline deadline) {
+    OB_ASSIGN_OR_RETURN(Region region, conn.allocate_memory(ids * sizeof(int32_t)));
+    wire::Writer w;
+    w.put(wire::kBind);
+    w.put_bytes(region.descriptor());
+    OB_ASSIGN_OR_RETURN(Buffer reply, call(conn, w.bytes, deadline));
+    auto slab = std::make_unique<Slab>();
+    wire::Reader r{reply.span()};
+    if (!r.get(slab->handle)) return {Code::kIoError, "tokenize service answered a bind with " + std::to_string(reply.size()) + " B"};
+    slab->region = std::move(region);
+    slab->free[0] = ids;
+    slabs.push_back(std::move(slab));
+    return {};
+  }
+
+  struct Reservation {
+    Slab* slab = nullptr;
+    uint64_t first = 0, count = 0;
+  };
+
+  Result<Reservation> reserve(uint64_t count, Deadline deadline) {
+    std::lock_guard lock(mu);
+    for (auto& slab : slabs) {
+      for (auto it = slab->free.begin(); it != slab->free.end(); ++it) {
+        if (it->second < count) continue;
+        Reservation res{slab.get(), it->first, count};
+        uint64_t rest = it->second - count;
+        uint64_t next = it->first + count;
+        slab->free.erase(it);
+        if (rest != 0) slab->free[next] = rest;
+        return res;
+      }
+    }
+    OB_RETURN_IF_ERROR(add_slab(std::max(count, slab_ids), deadline));
+    Slab* slab = slabs.back().get();
+    slab->free.clear();
+    uint64_t size = slab->region.size() / sizeof(int32_t);
+    if (size > count) slab->free[count] = size - count;
+    return Reservation{slab, 0, count};
+  }
+
+  void release(const Reservation& r) {
+    if (r.count == 0) return;
+    std::lock_guard lock(mu);
+    auto& free = r.slab->free;
+    auto [it, inserted] = free.emplace(r.first, r.count);
+    if (auto next = std::next(it); next != free.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free.erase(next);
+    }
+    if (it != free.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free.erase(it);
+      }
+    }
+  }
+};
+
+struct EncodedBatch::Slots {
+  Slots(std::shared_ptr<RemoteTokenizer::Pool> p, RemoteTokenizer::Pool::Reservation r)
+      : pool(std::move(p)), reservation(r) {}
+  Slots(const Slots&) = delete;  // exactly one release per reservation
+  Slots& operator=(const Slots&) = delete;
+  ~Slots() { pool->release(reservation); }
+  std::shared_ptr<RemoteTokenizer::Pool> pool;
+  RemoteTokenizer::Pool::Reservation reservation;
+};
+
+RemoteTokenizer::RemoteTokenizer(Connection& connection, uint32_t handle, size_t vocab_size, std::shared_ptr<Pool> pool)
+    : connection_(connection), handle_(handle), vocab_size_(vocab_size), pool_(std::move(pool)) {}
+
+RemoteTokenizer::~RemoteTokenizer() = default;
+
+Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& connection, const std::string& name,
+                                                               Deadline deadline, uint64_t pool_ids) {
+  wire::Writer w;
+  w.put(wire::kOpen);
+  w.put_bytes(name);
+  OB_ASSIGN_OR_RETURN(Buffer reply, call(connection, w.bytes, deadline));
+  uint32_t handle = 0, vocab = 0;
+  wire::Reader r{reply.span()};
+  if (!r.get(handle) || !r.get(vocab))
+    return Status(Code::kIoError, "tokenize service answered an open with " + std::to_string(reply.size()) + " B");
+  auto pool = std::make_shared<Pool>(connection, std::max<uint64_t>(pool_ids, 1));
+  {
+    std::lock_guard lock(pool->mu);
+    OB_RETURN_IF_ERROR(pool->add_slab(pool->slab_ids, deadline));
+  }
+  return std::unique_ptr<RemoteTokenizer>(new RemoteTokenizer(connection, handle, vocab, std::move(pool)));
+}
+
+uint64_t RemoteTokenizer::max_ids(std::string_view text, const EncodeOptions& options) {
+  // Every id covers at least one input byte, except that a replaced invalid
+  // byte becomes U+FFFD (3 bytes, up to 3 ids) and [CLS]/[SEP] cover none.
+  const uint64_t per_byte = options.utf8 == Utf8Policy::kReplace ? 3 : 1;
+  return text.size() * per_byte + (options.add_special_tokens ? 2 : 0);
+}
+
+Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_view> texts, const OffloadOptions& options,
+                                                   Deadline deadline) {
+  uint64_t capacity = options.capacity;
+  uint64_t bytes = 0;
+  for (std::string_view t : texts) {
+    bytes += t.size();
+    if (options.capacity == 0) {
+      uint64_t most = max_ids(t, options.encode);
+      capacity += options.max_len != 0 ? std::min<uint64_t>(most, options.max_len) : most;
+    }
+  }
+  OB_ASSIGN_OR_RETURN(Pool::Reservation res, pool_->reserve(capacity, deadline));
+  auto slots = std::make_shared<EncodedBatch::Slots>(pool_, res);
+
+  wire::EncodeHeader h;
+  h.tokenizer = handle_;
+  h.output = res.slab->handle;
+  h.out_offset = res.first;
+  h.out_capacity = res.count;
+  h.texts = static_cast<uint32_t>(texts.size());
+  h.max_len = options.max_len;
+  const EncodeOptions& e = options.encode;
+  h.flags = (e.allow_special ? wire::kAllowSpecial : 0) | (e.ordinary ? wire::kOrdinary : 0) |
+            (e.utf8 == Utf8Policy::kReplace ? wire::kUtf8Replace : 0) |
+            (e.add_special_tokens ? wire::kAddSpecialTokens : 0);
+  if (texts.size() > UINT32_MAX) return Status(Code::kTooBig, "batch of " + std::to_string(texts.size()) + " texts");
+  wire::Writer w;
+  w.bytes.reserve(1 + sizeof h + texts.size() * sizeof(uint64_t) + bytes);
+  w.put(wire::kEncode);
+  w.put(h);
+  for (std::string_view t : texts) w.put(static_cast<uint64_t>(t.size()));
+  for (std::string_view t : texts) w.put_bytes(t);
+  OB_ASSIGN_OR_RETURN(Buffer reply, call(connection_, w.bytes, deadline));
+
+  auto malformed = [&](const char* what) {
+    return Status(Code::kIoError, std::string("tokenize service sent a malformed answer (") + what + ")");
+  };
+  wire::Reader r{reply.span()};
+  wire::ResultHeader rh;
+  if (!r.get(rh) || rh.texts != texts.size() || rh.ids > res.count) return malformed("header");
+  EncodedBatch batch;
+  batch.offsets_.reserve(texts.size() + 1);
+  batch.errors_.resize(texts.size());
+  uint64_t expect = 0;
+  std::vector<std::pair<size_t, int32_t>> failed;  // text, code
+  for (size_t i = 0; i < texts.size(); ++i) {
+    wire::TextResult t;
+    if (!r.get(t) || t.offset != expect) return malformed("offsets");
+    batch.offsets_.push_back(t.offset);
+    expect += t.length;
+    if (t.code != 0) failed.emplace_back(i, t.code);
+  }
+  if (expect != rh.ids) return malformed("total");
+  batch.offsets_.push_back(expect);
+  for (auto [i, code] : failed) {
+    uint32_t len = 0;
+    std::span<const uint8_t> msg;
+    if (!r.get(len) || !r.take(len, msg)) return malformed("messages");
+    batch.errors_[i] = Status(static_cast<Code>(code), std::string(reinterpret_cast<const char*>(msg.data()), msg.size()));
+  }
+  batch.timing_ = {rh.queued_before, rh.queue_ns, rh.tokenize_ns, rh.cpu_ns, rh.put_ns};
+  const auto* base = reinterpret_cast<const int32_t*>(res.slab->region.data()) + res.first;
+  batch.ids_ = {base, rh.ids};
+  batch.slots_ = std::move(slots);
+  return batch;
+}
+
+}  // namespace outboard

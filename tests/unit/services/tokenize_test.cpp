@@ -1,0 +1,155 @@
+// The tokenize service and its client against an in-process agent over real
+// UCX, with a small WordPiece vocabulary written by the test.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "../agent_fixture.h"
+#include "outboard/tokenize_client.h"
+
+namespace outboard {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string vocab_file() {
+  fs::path p = fs::temp_directory_path() / "outboard_tokenize_service_vocab.txt";
+  std::ofstream(p) << "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld\n##s\nthe\ncat\n##ty\n,\n.\n";
+  return p.string();
+}
+
+class TokenizeServiceTest : public testing::AgentFixture {
+ protected:
+  void SetUp() override {
+    AgentConfig config;
+    config.tokenize_threads = 2;
+    config.max_text_bytes = 64;
+    start_agent(config);
+    conn_ = connect();
+    ASSERT_TRUE(conn_);
+    path_ = vocab_file();
+    auto local = Tokenizer::bert_wordpiece(path_);
+    ASSERT_TRUE(local.ok()) << local.status().to_string();
+    local_ = std::make_unique<Tokenizer>(std::move(local).value());
+    auto remote = RemoteTokenizer::open(*conn_, path_, Deadline::after_ms(5000), /*pool_ids=*/64);
+    ASSERT_TRUE(remote.ok()) << remote.status().to_string();
+    remote_ = std::move(remote).value();
+  }
+  void TearDown() override {
+    remote_.reset();
+    conn_.reset();
+    stop_agent();
+  }
+  std::vector<int32_t> local_ids(std::string_view text) {
+    std::vector<int32_t> ids;
+    EXPECT_TRUE(local_->encode(text, ids).ok());
+    return ids;
+  }
+  static std::vector<int32_t> text_ids(const EncodedBatch& b, size_t i) {
+    auto ids = b.ids().subspan(b.offsets()[i], b.offsets()[i + 1] - b.offsets()[i]);
+    return {ids.begin(), ids.end()};
+  }
+
+  std::unique_ptr<Connection> conn_;
+  std::string path_;
+  std::unique_ptr<Tokenizer> local_;
+  std::unique_ptr<RemoteTokenizer> remote_;
+};
+
+TEST_F(TokenizeServiceTest, IdsEqualTheLocalTokenizerForEveryText) {
+  std::vector<std::string_view> texts = {"Hello worlds, the catty cat.", "", "zebra hello", "THE WORLD"};
+  auto batch = remote_->encode_batch(texts, {}, Deadline::after_ms(5000));
+  ASSERT_TRUE(batch.ok()) << batch.status().to_string();
+  ASSERT_EQ(batch.value().offsets().size(), texts.size() + 1);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_TRUE(batch.value().errors()[i].ok()) << batch.value().errors()[i].to_string();
+    EXPECT_EQ(text_ids(batch.value(), i), local_ids(texts[i])) << "text " << i;
+  }
+  EXPECT_EQ(remote_->vocab_size(), 12u);
+  EXPECT_GT(batch.value().timing().tokenize_ns, 0u);
+}
+
+TEST_F(TokenizeServiceTest, AFailingTextFailsAloneAndNamesWhy) {
+  const std::string invalid = "hello \xff world";
+  const std::string too_long(65, 'a');
+  std::vector<std::string_view> texts = {"hello", invalid, "the cat", too_long, "hello hello hello", "world"};
+  OffloadOptions options;
+  options.max_len = 2;
+  auto batch = remote_->encode_batch(texts, options, Deadline::after_ms(5000));
+  ASSERT_TRUE(batch.ok()) << batch.status().to_string();
+  const auto& errors = batch.value().errors();
+  EXPECT_TRUE(errors[0].ok());
+  EXPECT_EQ(errors[1].code(), Code::kInvalidArgument);
+  EXPECT_NE(errors[1].message().find("text 1"), std::string::npos) << errors[1].message();
+  EXPECT_TRUE(errors[2].ok());
+  EXPECT_EQ(errors[3].code(), Code::kTooBig);
+  EXPECT_NE(errors[3].message().find("65 B exceeds max_text_bytes 64"), std::string::npos) << errors[3].message();
+  EXPECT_EQ(errors[4].code(), Code::kTooBig);
+  EXPECT_NE(errors[4].message().find("3 ids, over max_len 2"), std::string::npos) << errors[4].message();
+  EXPECT_TRUE(errors[5].ok());
+  for (size_t i : {0, 2, 5}) EXPECT_EQ(text_ids(batch.value(), i), local_ids(texts[i])) << "text " << i;
+  for (size_t i : {1, 3, 4}) EXPECT_TRUE(text_ids(batch.value(), i).empty()) << "text " << i;
+}
+
+TEST_F(TokenizeServiceTest, TooSmallABufferFailsTheTextsThatDoNotFit) {
+  std::vector<std::string_view> texts = {"hello world", "the cat the cat", "hello"};
+  OffloadOptions options;
+  options.capacity = 3;
+  auto batch = remote_->encode_batch(texts, options, Deadline::after_ms(5000));
+  ASSERT_TRUE(batch.ok()) << batch.status().to_string();
+  const auto& errors = batch.value().errors();
+  EXPECT_TRUE(errors[0].ok());
+  EXPECT_EQ(errors[1].code(), Code::kTooBig);
+  EXPECT_NE(errors[1].message().find("output buffer too small: text 1 needs 4 ids at id 2 but the buffer holds 3 ids"),
+            std::string::npos)
+      << errors[1].message();
+  EXPECT_TRUE(errors[2].ok());  // still fits after the failed one
+  EXPECT_EQ(text_ids(batch.value(), 2), local_ids("hello"));
+}
+
+TEST_F(TokenizeServiceTest, BatchesFromSeveralThreadsGetTheirOwnIds) {
+  // More ids in flight than the first slab holds: the pool grows, and slots
+  // come back when batches are dropped.
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        std::string text;
+        for (int w = 0; w < (t + i) % 7 + 1; ++w) text += (w + t) % 2 ? "hello " : "cat ";
+        std::vector<std::string_view> texts = {text, "the world"};
+        auto b = remote_->encode_batch(texts, {}, Deadline::after_ms(5000));
+        if (!b.ok()) {
+          ADD_FAILURE() << b.status().to_string();
+          ++wrong;
+        } else if (text_ids(b.value(), 0) != local_ids(text) || text_ids(b.value(), 1) != local_ids("the world")) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST_F(TokenizeServiceTest, BadRequestsGetErrorsAndTheConnectionStaysUsable) {
+  auto r = conn_->request("tokenize", bytes("E"), Deadline::after_ms(2000));
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("truncated"), std::string::npos);
+  r = conn_->request("tokenize", bytes("Q"), Deadline::after_ms(2000));
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  auto missing = RemoteTokenizer::open(*conn_, "/nonexistent/vocab.txt", Deadline::after_ms(5000));
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  auto unknown = RemoteTokenizer::open(*conn_, "gpt5", Deadline::after_ms(5000));
+  EXPECT_EQ(unknown.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("gpt5"), std::string::npos);
+  std::vector<std::string_view> texts = {"hello"};
+  auto ok = remote_->encode_batch(texts, {}, Deadline::after_ms(5000));
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(text_ids(ok.value(), 0), local_ids("hello"));
+}
+
+}  // namespace
+}  // namespace outboard
