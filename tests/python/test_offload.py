@@ -1,0 +1,190 @@
+"""Tokenization offload against real agent processes: exact ids in every placement, per-text
+errors, zero-copy results, concurrency, and failures of either side."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import outboard
+from outboard import errors
+from outboard.offload import MAX_TEXT_BYTES
+
+
+def _texts() -> list[str]:
+    from pydoc_data.topics import topics
+
+    docs = [t for t in topics.values() if t][:60]
+    docs += ["", " ", "naïve café — Ελληνικά, русский, 日本語のテキスト 🙂🙂", "a\tb\r\nc  d\n\n", "x" * 3000]
+    return docs
+
+
+@pytest.fixture(params=["gpt2", "bert-base-uncased"])
+def model(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def local(model: str) -> outboard.Tokenizer:
+    return outboard.offload.open_local(model)
+
+
+@pytest.mark.parametrize("placement", ["agent", "host", "auto"])
+def test_every_placement_gives_the_in_process_ids(client: outboard.Client, model: str,
+                                                  local: outboard.Tokenizer, placement: str) -> None:
+    tok = client.tokenizer(model, placement=placement)
+    texts = _texts()
+    for start in range(0, len(texts), 16):  # batches of distinct texts
+        part = texts[start:start + 16]
+        batch = tok.encode_batch(part)
+        assert batch.ok and len(batch) == len(part)
+        for i, text in enumerate(part):
+            assert np.array_equal(batch[i], local.encode(text)), (placement, start + i)
+    if placement == "auto":
+        assert sum(tok.policy.routed.values()) == (len(texts) + 15) // 16
+
+
+def test_agent_ids_view_the_registered_buffer_and_survive_later_batches(client: outboard.Client,
+                                                                        local: outboard.Tokenizer,
+                                                                        model: str) -> None:
+    tok = client.tokenizer(model)
+    texts = _texts()
+    first = tok.encode_batch(texts[:8])
+    kept = first.ids.copy()
+    assert first.ids.base is not None and not first.ids.flags.writeable and first.ids.dtype == np.int32
+    for i in range(50):  # slots of live batches are never handed out again
+        tok.encode_batch(texts[i % len(texts):][:4])
+    assert np.array_equal(first.ids, kept)
+    assert first.agent["tokenize_ns"] > 0 and first.agent["cpu_ns"] > 0
+
+
+def test_a_failing_text_fails_alone_with_the_same_error_in_every_placement(client: outboard.Client) -> None:
+    texts: list[str | bytes] = ["hello world", b"caf\xc3 latte", "", "<|endoftext|> here", "one two three four five",
+                                "last one"]
+    seen = {}
+    for placement in ("agent", "host"):
+        batch = client.tokenizer("gpt2", placement=placement).encode_batch(texts, max_len=4)
+        kinds = [type(e) if e else None for e in batch.errors]
+        assert kinds == [None, errors.InvalidArgument, None, errors.InvalidArgument, errors.TooBig, None]
+        assert "text 1: invalid UTF-8 at byte offset 3" in str(batch.errors[1])
+        assert "special token '<|endoftext|>'" in str(batch.errors[3])
+        assert "text 4 has 5 ids, over max_len 4" in str(batch.errors[4])
+        with pytest.raises(errors.TooBig):
+            batch[4]
+        assert len(batch[2]) == 0
+        seen[placement] = ([str(e) for e in batch.errors], batch.ids.tolist(), batch.offsets.tolist())
+    assert seen["agent"] == seen["host"]
+    # Allowed specials and the replace policy behave as in process.
+    tok = client.tokenizer("gpt2")
+    batch = tok.encode_batch(texts[:4], allowed_special="all", utf8="replace")
+    assert batch.ok and batch[3][0] == 50256
+
+
+def test_too_small_an_output_buffer_names_the_sizes(client: outboard.Client) -> None:
+    for placement in ("agent", "host"):
+        batch = client.tokenizer("gpt2", placement=placement).encode_batch(
+            ["hello world", "one two three four", "end"], capacity=3)
+        assert batch.errors[0] is None and batch.errors[2] is None
+        assert isinstance(batch.errors[1], errors.TooBig)
+        assert "output buffer too small: text 1 needs 4 ids at id 2 but the buffer holds 3 ids" in str(batch.errors[1])
+
+
+def test_ten_megabyte_texts_and_the_length_limit(start_agent, local: outboard.Tokenizer, model: str) -> None:
+    agent = start_agent("--max-text-bytes", str(12 << 20))
+    with outboard.connect(agent.address) as c:
+        big = (" ".join(_texts()) * 200)[: 10 << 20]
+        batch = c.tokenizer(model).encode_batch([big, "x" * ((12 << 20) + 1), "tail"])
+        assert np.array_equal(batch[0], local.encode(big))
+        assert isinstance(batch.errors[1], errors.TooBig) and "exceeds max_text_bytes 12582912" in str(batch.errors[1])
+        assert np.array_equal(batch[2], local.encode("tail"))
+    assert MAX_TEXT_BYTES == 16 << 20  # the host placement's limit matches the agent's default
+
+
+def test_threads_and_futures_share_one_tokenizer(client: outboard.Client, local: outboard.Tokenizer,
+                                                 model: str) -> None:
+    tok = client.tokenizer(model)
+    texts = _texts()
+    bad: list[int] = []
+
+    def work(k: int) -> None:
+        for i in range(30):
+            part = [texts[(k * 7 + i + j) % len(texts)] for j in range(3)]
+            b = tok.encode_batch(part)
+            if any(not np.array_equal(b[j], local.encode(t)) for j, t in enumerate(part)):
+                bad.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
+    futures = [tok.submit([t]) for t in texts[:20]]
+    for t, f in zip(texts[:20], futures):
+        assert np.array_equal(f.result(timeout=10)[0], local.encode(t))
+    tok.close()
+
+
+_DISCONNECTING_CLIENT = """
+import os, sys, outboard
+c = outboard.connect(sys.argv[1])
+tok = c.tokenizer("gpt2")
+fut = tok.submit(["word " * 2_000_000] * 4)
+print("submitted", flush=True)
+os._exit(0)  # gone mid-batch, connection never closed
+"""
+
+
+def test_a_client_leaving_mid_batch_harms_nobody(agent: outboard.LocalAgent, client: outboard.Client) -> None:
+    p = subprocess.run([sys.executable, "-c", _DISCONNECTING_CLIENT, agent.address], capture_output=True, text=True,
+                       timeout=60)
+    assert "submitted" in p.stdout, p.stderr
+    batch = client.tokenizer("gpt2").encode_batch(["still served"])
+    assert batch.ok and batch[0].tolist() == outboard.Tokenizer.gpt2().encode("still served").tolist()
+    assert agent.process.poll() is None
+
+
+@pytest.fixture
+def doomed_agent() -> Iterator[outboard.LocalAgent]:
+    agent = outboard.LocalAgent().start()
+    yield agent
+    agent.stop()
+
+
+def _kill_soon(agent: outboard.LocalAgent, delay: float) -> threading.Timer:
+    timer = threading.Timer(delay, lambda: os.kill(agent.pid, signal.SIGKILL))
+    timer.start()
+    return timer
+
+
+def test_agent_killed_mid_batch_fails_the_caller_within_a_second(doomed_agent: outboard.LocalAgent) -> None:
+    c = outboard.connect(doomed_agent.address)
+    tok = c.tokenizer("gpt2", timeout=30)
+    big = ["word " * 2_000_000] * 6  # seconds of work on the agent
+    _kill_soon(doomed_agent, 0.3)
+    start = time.monotonic()
+    with pytest.raises((errors.ConnectionReset, errors.NotConnected)):
+        tok.encode_batch(big)
+    assert time.monotonic() - start < 0.3 + 1.0
+
+
+def test_auto_falls_back_to_the_host_when_the_agent_dies(doomed_agent: outboard.LocalAgent) -> None:
+    c = outboard.connect(doomed_agent.address)
+    tok = c.tokenizer("gpt2", placement="auto", timeout=30)
+    first = tok.encode_batch(["warm up"])  # explores the agent first
+    assert first.placement == "agent"
+    text = "word " * 400_000
+    _kill_soon(doomed_agent, 0.1)
+    time.sleep(0.2)
+    batch = tok.encode_batch([text])
+    assert batch.placement == "host"
+    assert np.array_equal(batch[0], outboard.Tokenizer.gpt2().encode(text))
+    assert tok.encode_batch(["next"]).placement == "host"  # agent presumed down for a while
