@@ -101,10 +101,10 @@ def cmd_bench_suite(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .bench import channel, harness
+    from .bench import tokenize
 
-    harness.run(channel.SUITE, harness.Options(quick=True, out=args.out, agent=args.agent,
-                                               log_level=str(args.log_level)))
+    tokenize.run(quick=True, out=args.out, agent=args.agent, agent_cores=None, consumer_cores=None,
+                 models=list(tokenize.MODELS), progress=True)
     return 0
 
 
@@ -138,6 +138,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_tokenize(args: argparse.Namespace) -> int:
+    from .bench import tokenize
+
+    models = args.models.split(",")
+    unknown = [m for m in models if m not in tokenize.MODELS]
+    if unknown:
+        raise BadConfig(f"--models: unknown {unknown}; choose from {', '.join(tokenize.MODELS)}")
+    tokenize.run(quick=args.quick, out=args.out, agent=args.agent, agent_cores=args.agent_cores,
+                 consumer_cores=args.consumer_cores, models=models, progress=not args.no_progress)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="outboard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,9 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("agent", "run outboard-agent (options after `--` go to the agent; see `outboard agent -- --help`)")
 
-    p = command("run", "the main job: the quick channel benchmark (vs ucx_perftest) against a local agent")
+    p = command("run", "the main job: the quick tokenization-offload benchmark (host vs agent vs auto) "
+                       "against a local agent")
     p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
-    p.add_argument("--out", metavar="DIR", help="output directory (default results/channel-<time>/)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default results/tokenize-<time>/)")
     p.set_defaults(func=cmd_run)
 
     for name, help in (("latency", "channel round-trip latency (p50/p90/p99) for a few sizes"),):
@@ -177,6 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", type=int, default=200, help="distinct 8 KB chunks per round")
     p.add_argument("--threads", type=_ints, default=[1, 2], help="thread counts for encode_batch scaling")
     p.add_argument("--models", default="all", help="gpt2, bert or all")
+
+    p = suites.add_parser("tokenize", help="tokenization offload: host vs agent vs auto, stages and load")
+    _options.add_common(p)
+    p.set_defaults(_parser=p, func=cmd_bench_tokenize)
+    p.add_argument("--quick", action="store_true", help="a short run (under two minutes)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default results/tokenize-<time>/)")
+    p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
+    p.add_argument("--agent-cores", help="cores for the local agent (default: the upper half)")
+    p.add_argument("--consumer-cores", help="cores for this process (default: the lower half)")
+    p.add_argument("--models", default="gpt2,bert-base-uncased", help="gpt2, bert-base-uncased or both")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     for name, help in (("channel", "channel latency, streaming, set-up and concurrency vs ucx_perftest"),
                        ("rdma", "one-sided write/read bandwidth and latency (perftest shape) vs ucx_perftest")):

@@ -69,15 +69,19 @@ def connect(
     max_msg_size: int | None = None,
     connect_timeout: float = 5.0,
     keepalive_ms: int | None = None,
+    spin_us: int | None = None,
     agent_args: tuple[str, ...] = (),
 ) -> Client:
-    """Connects to the agent at ``addr`` ("host:port"); ``None`` starts a local one."""
+    """Connects to the agent at ``addr`` ("host:port"); ``None`` starts a local one. ``spin_us``: how
+    long a waiting call busy-polls before sleeping (lower saves this process's CPU, adds wake-up time)."""
     agent = LocalAgent(*agent_args).start() if addr is None else None
     kwargs: dict[str, Any] = {"connect_timeout": connect_timeout}
     if max_msg_size is not None:
         kwargs["max_msg_size"] = max_msg_size
     if keepalive_ms is not None:
         kwargs["keepalive_ms"] = keepalive_ms
+    if spin_us is not None:
+        kwargs["spin_us"] = spin_us
     try:
         conn = _core.Connection.connect(agent.address if agent else addr, **kwargs)
     except BaseException:

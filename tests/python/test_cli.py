@@ -55,12 +55,33 @@ def agents_of(parent: int) -> list[int]:
     return found
 
 
-def test_run_is_the_quick_channel_benchmark(tmp_path) -> None:
+def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
     out = tmp_path / "main"
-    r = run("run", "--out", str(out), timeout=180)
+    start = time.monotonic()
+    r = run("run", "--out", str(out), timeout=240)
     assert r.returncode == 0, r.stderr
-    assert "# Channel benchmark" in r.stdout and "Reproduce: `outboard bench channel --quick`" in r.stdout
-    assert (out / "report.md").exists() and (out / "meta.json").exists()
+    assert time.monotonic() - start < 120
+    assert "# Tokenization offload" in r.stdout and "Reproduce: `outboard bench tokenize --quick" in r.stdout
+    assert f"report: {out}/report.md" in r.stdout
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    single = [x for x in rows if x["case"] == "single"]
+    load = [x for x in rows if x["case"] == "load"]
+    assert {x["impl"] for x in single} == {x["impl"] for x in load} == {"host", "agent", "auto"}
+    assert {x["params"]["model"] for x in single} == {"gpt2", "bert-base-uncased"}
+    # Every agent request gave the in-process ids, on the payloads that were timed.
+    assert all(x["correctness"]["ids_differ"] == 0 and x["correctness"]["requests"] > 0 for x in single)
+    assert all(x["correctness"]["failed"] == 0 and x["metrics"]["throughput_rps"] > 0 for x in load)
+    for stage in ("acquire", "tokenize", "transfer", "embed", "total", "consumer_cpu", "agent_cpu"):
+        assert all(f"{stage}_us" in x["metrics"] for x in single)
+    assert sorted(p.name for p in (out / "charts").iterdir()) == sorted(
+        f"{m}-{c}.png" for m in ("gpt2", "bert-base-uncased") for c in ("stages", "payload", "load"))
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["consumer_cores"] and meta["agent_cores"] and meta["embed_device"] == "cpu (numpy)"
+    # The report is rebuilt from the directory alone.
+    (out / "report.md").unlink()
+    r = run("report", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "Published (BF3-Bench, **another machine**" in (out / "report.md").read_text()
 
 
 def test_interrupted_benchmark_stops_its_agent(tmp_path) -> None:

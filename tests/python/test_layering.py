@@ -11,7 +11,7 @@ ORDER = ["util", "transport", "channel", "services", "agent"]
 # What each public header belongs to, for includes of "outboard/<x>.h".
 PUBLIC = {"status": "util", "log": "util", "config": "util", "clock": "util", "stats": "util",
           "checksum": "util", "affinity": "util", "channel": "channel", "service": "services",
-          "agent": "agent", "tokenizer": "tokenize"}
+          "agent": "agent", "tokenizer": "tokenize", "tokenize_client": "services"}
 
 
 def layer_of(include: str) -> str | None:

@@ -36,8 +36,8 @@ def write(directory: Path, suite: Suite | None = None) -> Path:
     module = None if suite else _suite(meta)
     if suite or hasattr(module, "SUITE"):
         text = render(suite or module.SUITE, rows, meta, directory)
-    else:  # a suite with its own renderer (tokenizer)
-        text = module.render(rows, meta)
+    else:  # a suite with its own renderer (tokenizer, tokenize)
+        text = module.render(rows, meta, directory)
     path = directory / "report.md"
     path.write_text(text + "\n")
     return path

@@ -229,7 +229,7 @@ def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]
                         {"reference": reference, "equal_to_reference": outs[name] == outs.get(reference, outs[name])})
 
 
-def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | None = None) -> str:
     lines = ["# Tokenizer benchmark", "",
              f"{meta['cpu']}, {meta['cores']} cores ({meta['virtualization']}), pinned to core {meta['pinned_core']}; "
              f"load {meta['load_before'][0]:.2f} before, {meta.get('load_after', [0])[0]:.2f} after. "

@@ -1,0 +1,453 @@
+"""``outboard bench tokenize``: the BF3-Bench tokenization-offload experiment, done right
+(shared/reference/tokenization-offload.md).
+
+Placements: ``host`` (tokenize in this process, copy the ids into the consumer's buffer), ``agent``
+(the agent tokenizes and puts the ids straight into the consumer's registered buffer) and ``auto``
+(per request, AutoPolicy). Every request uses a distinct payload cut from a mixed corpus, the same
+sequence for every placement, placements interleaved request by request; the agent's ids are
+compared with the host's for every request that was timed.
+
+Single requests: stages acquire (the text's UTF-8 bytes), tokenize, transfer (host: ids copied to
+the consumer buffer; agent: text to the agent, queueing, ids put back, answer — the round trip
+minus the agent's tokenize time), embed (word_embed[id] + pos_embed[pos], 50257 x 768 float32 on
+the CPU with numpy: no GPU here), total measured end to end. Load: Poisson arrivals at rising
+rates, several caller threads, open loop (latency from the scheduled arrival); a request is text ->
+ids in the consumer's buffer (the embed is GPU work in production and equal for every placement);
+CPU per request of the consumer process (getrusage) and of the agent (its stats).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import resource
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .harness import summarize
+
+PLACEMENTS = ("host", "agent", "auto")
+DIM = 768
+GPT2_VOCAB = 50257
+POSITIONS = 2048  # the published sequence length; longer texts wrap around the position table
+MODELS = {"gpt2": "GPT-2 BPE", "bert-base-uncased": "BERT WordPiece"}
+
+#: The published 8 KB figures (BF3-Bench, another machine: BlueField-3 Arm + A100X), µs.
+PUBLISHED = {
+    "host": {"tokenize": 332, "transfer": 50, "embed": 46, "total": 628},
+    "agent": {"tokenize": 531, "transfer": 1011, "embed": 46, "total": 1588},
+}
+
+
+def _now() -> int:
+    return time.perf_counter_ns()
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class Payloads:
+    """Distinct texts of about ``size`` bytes: windows at fresh offsets of a mixed corpus."""
+
+    def __init__(self, text: str, seed: int = 1) -> None:
+        self.text = text
+        self.rng = random.Random(seed)
+        self.used: set[tuple[int, int]] = set()
+
+    def take(self, size: int) -> str:
+        while True:
+            start = self.rng.randrange(0, max(1, len(self.text) - size))
+            if (start, size) not in self.used:
+                self.used.add((start, size))
+                piece = self.text[start:start + size]
+                # Characters may be several bytes: trim to the byte budget.
+                return piece.encode()[:size].decode(errors="ignore")
+
+
+def random_words(size: int, rng: random.Random) -> str:
+    """The published experiment's text: random lowercase letters with a space every 5th character."""
+    return "".join(" " if i % 5 == 4 else chr(97 + rng.randrange(26)) for i in range(size))
+
+
+class Embedder:
+    """word_embed[id] + pos_embed[position in its text], float32, numpy on the CPU."""
+
+    def __init__(self, vocab: int, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.word = rng.standard_normal((vocab, DIM), dtype=np.float32)
+        self.pos = rng.standard_normal((POSITIONS, DIM), dtype=np.float32)
+        self.device = "cpu (numpy)"
+
+    def __call__(self, ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        lengths = np.diff(offsets).astype(np.int64)
+        starts = np.repeat(offsets[:-1].astype(np.int64), lengths)
+        positions = (np.arange(len(ids), dtype=np.int64) - starts) % POSITIONS
+        out = self.word.take(ids, axis=0)
+        out += self.pos.take(positions, axis=0)
+        return out
+
+
+class Pipeline:
+    """One consumer: its tokenizers per placement, its buffer, its embedder."""
+
+    def __init__(self, client: Any, model: str, embedder: Embedder) -> None:
+        self.tok = {p: client.tokenizer(model, placement=p) for p in PLACEMENTS}
+        self.embed = embedder
+        self.buffer = np.empty(1 << 22, np.int32)  # the consumer's id buffer (the GPU's, in production)
+
+    def request(self, placement: str, texts: list[str], *, embed: bool = True) -> dict[str, Any]:
+        t0 = _now()
+        cpu0 = time.thread_time_ns()
+        data = [t.encode() for t in texts]
+        t1 = _now()
+        batch = self.tok[placement].encode_batch(data)
+        t2 = _now()
+        where = batch.placement
+        if where == "host":  # the ids still have to reach the consumer's buffer
+            ids = self.buffer[:len(batch.ids)]
+            np.copyto(ids, batch.ids)
+            tokenize_ns = t2 - t1
+        else:  # already there: the agent wrote them into our registered memory
+            ids = batch.ids
+            tokenize_ns = batch.agent["tokenize_ns"]
+        t3 = _now()
+        if embed:
+            self.embed(ids, batch.offsets)
+        t4 = _now()
+        transfer_ns = (t3 - t2) if where == "host" else (t2 - t1) - tokenize_ns
+        return {"placement": where, "batch": batch, "acquire": t1 - t0, "tokenize": tokenize_ns,
+                "transfer": transfer_ns, "embed": t4 - t3, "total": t4 - t0,
+                "consumer_cpu": time.thread_time_ns() - cpu0, "agent_cpu": batch.agent.get("cpu_ns", 0)}
+
+
+def single_requests(results: Any, pipe: Pipeline, model: str, workload: str, payload: int, batch: int,
+                    requests: int, texts_for: Any, progress: Any) -> None:
+    samples: dict[str, dict[str, list[float]]] = {p: {} for p in PLACEMENTS}
+    mismatches = {p: 0 for p in PLACEMENTS}
+    tokens = 0
+    for i in range(requests + max(3, requests // 10)):
+        warm = i < max(3, requests // 10)
+        texts = texts_for(payload, batch)
+        order = PLACEMENTS if i % 2 == 0 else PLACEMENTS[::-1]
+        got: dict[str, Any] = {}
+        for p in order:
+            r = pipe.request(p, texts)
+            got[p] = r
+            if warm:
+                continue
+            for stage in ("acquire", "tokenize", "transfer", "embed", "total", "consumer_cpu", "agent_cpu"):
+                samples[p].setdefault(stage, []).append(r[stage] / 1000)
+        ref = got["host"]["batch"]
+        for p in ("agent", "auto"):
+            b = got[p]["batch"]
+            if not (np.array_equal(b.ids, ref.ids) and np.array_equal(b.offsets, ref.offsets)):
+                mismatches[p] += 1
+        if not warm:
+            tokens += len(ref.ids)
+        progress()
+    for p in PLACEMENTS:
+        metrics = {f"{stage}_us": summarize(v) for stage, v in samples[p].items()}
+        metrics["tokens_per_request"] = tokens / max(requests, 1)
+        results.add("single", p, {"model": model, "workload": workload, "payload_bytes": payload, "batch": batch},
+                    metrics, {"requests": requests, "ids_differ": mismatches[p], "reference": "host placement"})
+
+
+def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: int, rates: list[float],
+              seconds: float, callers: int, texts_for: Any, progress: Any) -> None:
+    for rate in rates:
+        for p in PLACEMENTS:
+            rng = random.Random(int(rate * 1000) + len(p))
+            arrivals, t = [], 0.0
+            while t < seconds:
+                t += rng.expovariate(rate)
+                arrivals.append(t)
+            work = [(a, texts_for(payload, 1)) for a in arrivals]
+            lat: list[float] = []
+            failed = 0
+            lock = threading.Lock()
+            nxt = iter(work)
+            agent_cpu0 = client.stats()["cpu_ns"]
+            routed0 = dict(pipe.tok[p].policy.routed) if p == "auto" else {}
+            cpu0 = _cpu_s()
+            start = time.perf_counter() + 0.01
+
+            def caller() -> None:
+                nonlocal failed
+                while True:
+                    with lock:
+                        item = next(nxt, None)
+                    if item is None:
+                        return
+                    due, texts = item
+                    delay = start + due - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+                    try:
+                        pipe.request(p, texts, embed=False)
+                    except Exception:  # noqa: BLE001 - counted and reported, the run goes on
+                        with lock:
+                            failed += 1
+                        continue
+                    with lock:
+                        lat.append((time.perf_counter() - (start + due)) * 1e6)
+
+            threads = [threading.Thread(target=caller) for _ in range(callers)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            wall = time.perf_counter() - start
+            cpu = _cpu_s() - cpu0
+            agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e9
+            done = len(lat)
+            routed = {k: v - routed0[k] for k, v in pipe.tok[p].policy.routed.items()} if p == "auto" else {}
+            results.add("load", p, {"model": model, "payload_bytes": payload, "offered_rps": rate,
+                                    "callers": callers},
+                        {"throughput_rps": done / wall, "latency_us": summarize(lat),
+                         "consumer_cpu_us_per_request": cpu * 1e6 / max(done, 1),
+                         "agent_cpu_us_per_request": agent_cpu * 1e6 / max(done, 1)},
+                        {"requests": len(work), "failed": failed, "routed": routed})
+            progress()
+
+
+def _cores(spec: str | None, default: list[int]) -> list[int]:
+    if not spec:
+        return default
+    out: list[int] = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out += list(range(int(a), int(b or a) + 1))
+    return out
+
+
+def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | None, consumer_cores: str | None,
+        models: list[str], progress: bool = True) -> Path:
+    from .. import LocalAgent, connect, corpus
+    from .output import Results, run_dir
+
+    cores = sorted(os.sched_getaffinity(0))
+    half = max(1, len(cores) // 2)
+    consumer = _cores(consumer_cores, cores[:half] if len(cores) >= 2 else cores)
+    agent_side = _cores(agent_cores, cores[half:] if len(cores) >= 2 else cores)
+    payloads = [1024, 8192, 65536] if quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+    batches = [1, 8] if quick else [1, 4, 8, 16, 32]
+    requests = 40 if quick else 300
+    rates_frac = [0.25, 0.5, 1.0] if quick else [0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
+    seconds = 1.0 if quick else 4.0
+    callers = 4
+    directory = run_dir("tokenize", out)
+    command = ("outboard bench tokenize" + (" --quick" if quick else "") + f" --models {','.join(models)}"
+               + f" --agent-cores {','.join(map(str, agent_side))} --consumer-cores {','.join(map(str, consumer))}")
+    results = Results(directory, "tokenize", {
+        "consumer_cores": consumer, "agent_cores": agent_side if agent is None else "remote", "models": models,
+        "embed_device": "cpu (numpy)", "command": command, "callers": callers,
+        "note": "emulated offload: agent and consumer share one noisy VM; ratios, not absolute times"})
+    text = "\n".join(corpus.build(2_000_000 if quick else 4_000_000))
+    pool = Payloads(text)
+    words_rng = random.Random(7)
+
+    def corpus_texts(size: int, batch: int) -> list[str]:
+        return [pool.take(size // batch) for _ in range(batch)]
+
+    def word_texts(size: int, batch: int) -> list[str]:
+        return [random_words(size // batch, words_rng) for _ in range(batch)]
+
+    os.sched_setaffinity(0, set(consumer))
+    local = None
+    if agent is None:
+        threads = str(max(1, len(agent_side) - 1) if len(agent_side) > 2 else 1)
+        # One agent core: the progress thread must not spin beside the tokenize thread.
+        spin = "0" if len(agent_side) == 1 else "50"
+        local = LocalAgent("--cores", ",".join(map(str, agent_side)), "--tokenize-threads", threads,
+                           "--spin-us", spin).start()
+        agent = local.address
+        results.meta["agent_args"] = ["--tokenize-threads", threads, "--spin-us", spin]
+    try:
+        client = connect(agent, spin_us=0)  # a waiting consumer sleeps: its CPU is what we measure
+        cells = len(models) * (len(payloads) + len(batches) + 1) + len(models) * len(rates_frac) * len(PLACEMENTS)
+        bar = _Progress(cells * 1, progress)
+        for model in models:
+            pipe = Pipeline(client, model, Embedder(GPT2_VOCAB if model == "gpt2" else 30522))
+            for size in payloads:
+                single_requests(results, pipe, model, "corpus", size, 1, requests if size <= 16384 else requests // 3,
+                                corpus_texts, lambda: None)
+                bar.step()
+            for b in batches:
+                single_requests(results, pipe, model, "corpus", 8192, b, requests, corpus_texts, lambda: None)
+                bar.step()
+            single_requests(results, pipe, model, "random-words", 8192, 1, requests, word_texts, lambda: None)
+            bar.step()
+            host = [r for r in results.rows if r["case"] == "single" and r["impl"] == "host"
+                    and r["params"] == {"model": model, "workload": "corpus", "payload_bytes": 8192, "batch": 1}]
+            service_us = host[-1]["metrics"]["acquire_us"]["p50"] + host[-1]["metrics"]["tokenize_us"]["p50"] \
+                + host[-1]["metrics"]["transfer_us"]["p50"]
+            capacity = len(consumer) * 1e6 / service_us  # requests/s the consumer's cores can tokenize
+            results.meta.setdefault("host_capacity_rps", {})[model] = capacity
+            load_test(results, client, pipe, model, 8192, [f * capacity for f in rates_frac], seconds, callers,
+                      corpus_texts, bar.step)
+            for t in pipe.tok.values():
+                t.close()
+        client.close()
+    finally:
+        if local is not None:
+            local.stop()
+    results.close()
+    report = render(results.rows, results.meta, directory)
+    (directory / "report.md").write_text(report)
+    print(report)
+    print(f"\nresults: {directory}/results.jsonl, report: {directory}/report.md")
+    return directory
+
+
+class _Progress:
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.t0 = time.monotonic()
+
+    def step(self) -> None:
+        self.done += 1
+        if self.enabled:
+            print(f"\r[{self.done}/{self.total}] {time.monotonic() - self.t0:5.1f} s", end="", flush=True)
+            if self.done == self.total:
+                print()
+
+
+# ---- report
+
+def _single(rows: list[dict[str, Any]], model: str, workload: str = "corpus", payload: int = 8192,
+            batch: int = 1) -> dict[str, dict[str, Any]]:
+    return {r["impl"]: r for r in rows if r["case"] == "single" and r["params"] == {
+        "model": model, "workload": workload, "payload_bytes": payload, "batch": batch}}
+
+
+def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | None = None) -> str:
+    stages = ("acquire", "tokenize", "transfer", "embed")
+    lines = ["# Tokenization offload (`outboard bench tokenize`)", "",
+             f"{meta.get('cpu', '?')}, {meta.get('cores', '?')} cores, {meta.get('virtualization', '?')}; "
+             f"consumer cores {meta.get('consumer_cores')}, agent cores {meta.get('agent_cores')}; "
+             f"embed on {meta.get('embed_device')}. {meta.get('note', '')}.", "",
+             f"Reproduce: `{meta.get('command')}` (git {meta.get('git')}).", ""]
+    charts = []
+    for model in meta.get("models", []):
+        cells = _single(rows, model)
+        if not cells:
+            continue
+        lines += [f"## {MODELS.get(model, model)}: one 8 KB request, stages (p50 µs)", "",
+                  "| placement | " + " | ".join(stages) + " | total (measured) | consumer CPU | agent CPU | ids differ |",
+                  "|---|" + "---|" * (len(stages) + 4)]
+        for p, r in cells.items():
+            m = r["metrics"]
+            lines.append(f"| {p} | " + " | ".join(f"{m[s + '_us']['p50']:.1f}" for s in stages)
+                         + f" | {m['total_us']['p50']:.1f} (p99 {m['total_us']['p99']:.1f}) | "
+                         f"{m['consumer_cpu_us']['p50']:.1f} | {m['agent_cpu_us']['p50']:.1f} | "
+                         f"{r['correctness']['ids_differ']}/{r['correctness']['requests']} |")
+        lines += ["", "Published (BF3-Bench, **another machine**: BlueField-3 Arm + A100X, greedy not BPE, "
+                  "single shot, means): " + "; ".join(
+                      f"{p}: " + ", ".join(f"{k} {v} µs" for k, v in PUBLISHED[p].items()) for p in PUBLISHED), ""]
+        words = _single(rows, model, "random-words")
+        if words:
+            lines += ["Published experiment's random-word text, 8 KB, p50 total µs: " + ", ".join(
+                f"{p} {r['metrics']['total_us']['p50']:.1f}" for p, r in words.items()), ""]
+        sizes = sorted({r["params"]["payload_bytes"] for r in rows if r["case"] == "single"
+                        and r["params"]["model"] == model and r["params"]["batch"] == 1
+                        and r["params"]["workload"] == "corpus"})
+        lines += ["| payload | " + " | ".join(f"{p} p50 / p99 µs" for p in PLACEMENTS) + " | tokens |",
+                  "|---|" + "---|" * (len(PLACEMENTS) + 1)]
+        for size in sizes:
+            c = _single(rows, model, payload=size)
+            lines.append(f"| {size // 1024} KB | " + " | ".join(
+                f"{c[p]['metrics']['total_us']['p50']:.0f} / {c[p]['metrics']['total_us']['p99']:.0f}"
+                if p in c else "—" for p in PLACEMENTS) + f" | {c['host']['metrics']['tokens_per_request']:.0f} |")
+        batches = sorted({r["params"]["batch"] for r in rows if r["case"] == "single" and r["params"]["model"] == model})
+        lines += ["", "| batch (8 KB total) | " + " | ".join(f"{p} p50 µs" for p in PLACEMENTS) + " |",
+                  "|---|" + "---|" * len(PLACEMENTS)]
+        for b in batches:
+            c = _single(rows, model, batch=b)
+            lines.append(f"| {b} | " + " | ".join(f"{c[p]['metrics']['total_us']['p50']:.0f}" if p in c else "—"
+                                                  for p in PLACEMENTS) + " |")
+        load = [r for r in rows if r["case"] == "load" and r["params"]["model"] == model]
+        if load:
+            lines += ["", f"### Load: Poisson arrivals, {load[0]['params']['callers']} callers, 8 KB, open loop "
+                      "(tokenize -> ids in the consumer buffer)", "",
+                      "| offered req/s | placement | throughput req/s | p50 µs | p99 µs | consumer CPU µs/req | "
+                      "agent CPU µs/req | routed (auto) | failed |", "|---|---|---|---|---|---|---|---|---|"]
+            for r in load:
+                m = r["metrics"]
+                lines.append(f"| {r['params']['offered_rps']:.0f} | {r['impl']} | {m['throughput_rps']:.0f} | "
+                             f"{m['latency_us']['p50']:.0f} | {m['latency_us']['p99']:.0f} | "
+                             f"{m['consumer_cpu_us_per_request']:.1f} | {m['agent_cpu_us_per_request']:.1f} | "
+                             f"{r['correctness'].get('routed') or ''} | {r['correctness']['failed']} |")
+        if directory is not None:
+            charts += _charts(rows, model, directory)
+        lines.append("")
+    for c in charts:
+        lines.append(f"![{c.stem}](charts/{c.name})")
+    return "\n".join(lines) + "\n"
+
+
+def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = directory / "charts"
+    out.mkdir(exist_ok=True)
+    paths = []
+    cells = _single(rows, model)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bottom = np.zeros(len(cells))
+    for stage in ("acquire", "tokenize", "transfer", "embed"):
+        vals = np.array([cells[p]["metrics"][f"{stage}_us"]["p50"] for p in cells])
+        ax.bar(list(cells), vals, bottom=bottom, label=stage)
+        bottom += vals
+    ax.set_ylabel("µs (p50)")
+    ax.set_title(f"{model}: 8 KB request, stages")
+    ax.legend()
+    paths.append(out / f"{model}-stages.png")
+    fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for p in PLACEMENTS:
+        pts = sorted((r["params"]["payload_bytes"], r["metrics"]["total_us"]["p50"]) for r in rows
+                     if r["case"] == "single" and r["impl"] == p and r["params"]["model"] == model
+                     and r["params"]["batch"] == 1 and r["params"]["workload"] == "corpus")
+        ax.plot([x / 1024 for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("payload KB")
+    ax.set_ylabel("total µs (p50)")
+    ax.set_title(f"{model}: latency vs payload")
+    ax.legend()
+    paths.append(out / f"{model}-payload.png")
+    fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    load = [r for r in rows if r["case"] == "load" and r["params"]["model"] == model]
+    if load:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+        for p in PLACEMENTS:
+            pts = [(r["metrics"]["throughput_rps"], r["metrics"]["latency_us"]["p99"],
+                    r["metrics"]["consumer_cpu_us_per_request"], r["params"]["offered_rps"]) for r in load
+                   if r["impl"] == p]
+            a1.plot([x[0] for x in pts], [x[1] for x in pts], marker="o", label=p)
+            a2.plot([x[3] for x in pts], [x[2] for x in pts], marker="o", label=p)
+        a1.set_xlabel("throughput req/s")
+        a1.set_ylabel("p99 latency µs")
+        a1.set_yscale("log")
+        a1.set_title("throughput vs p99")
+        a2.set_xlabel("offered req/s")
+        a2.set_ylabel("consumer CPU µs / request")
+        a2.set_title("consumer CPU per request")
+        a1.legend()
+        paths.append(out / f"{model}-load.png")
+        fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    return paths
