@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -180,14 +179,18 @@ class Tokenize final : public Service {
         if (auto it = core->loaded.find(name); it != core->loaded.end()) tok = it->second;
       }
       if (!tok) {
+        const auto t0 = Clock::now();
         auto loaded = load(name, core->config.vocab_dir);
         if (loaded.ok()) {
+          OB_LOG_INFO("loaded tokenizer '%s' (%zu ids) in %.0f ms", name.c_str(), loaded.value().vocab_size(),
+                      std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
           std::lock_guard lock(core->mu);
           auto& slot = core->loaded[name];
           if (!slot) slot = std::make_shared<const Tokenizer>(std::move(loaded).value());
           tok = slot;
         } else {
           st = loaded.status();
+          OB_LOG_WARN("cannot open tokenizer: %s", st.to_string().c_str());
         }
       }
       return [core, req, tok = std::move(tok), st, conn] {
