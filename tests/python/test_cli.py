@@ -70,7 +70,8 @@ def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
     assert {x["params"]["model"] for x in single} == {"gpt2", "bert-base-uncased"}
     # Every agent request gave the in-process ids, on the payloads that were timed.
     assert all(x["correctness"]["ids_differ"] == 0 and x["correctness"]["requests"] > 0 for x in single)
-    assert all(x["correctness"]["failed"] == 0 and x["metrics"]["throughput_rps"] > 0 for x in load)
+    assert all(x["correctness"]["failed"] == 0 and x["correctness"]["ids_differ"] == 0
+               and x["metrics"]["throughput_rps"] > 0 for x in load)
     for stage in ("acquire", "tokenize", "transfer", "embed", "total", "consumer_cpu", "agent_cpu"):
         assert all(f"{stage}_us" in x["metrics"] for x in single)
     assert sorted(p.name for p in (out / "charts").iterdir()) == sorted(

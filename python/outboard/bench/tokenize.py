@@ -23,6 +23,7 @@ import random
 import resource
 import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,7 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
                 arrivals.append(t)
             work = [(a, texts_for(payload, 1)) for a in arrivals]
             lat: list[float] = []
+            crcs: list[tuple[list[str], int]] = []  # checked against the host after the timed run
             failed = 0
             lock = threading.Lock()
             nxt = iter(work)
@@ -189,13 +191,16 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
                     if delay > 0:
                         time.sleep(delay)
                     try:
-                        pipe.request(p, texts, embed=False)
+                        batch = pipe.request(p, texts, embed=False)["batch"]
                     except Exception:  # noqa: BLE001 - counted and reported, the run goes on
                         with lock:
                             failed += 1
                         continue
+                    done_at = time.perf_counter()
+                    crc = zlib.crc32(batch.ids)  # every placement pays it alike
                     with lock:
-                        lat.append((time.perf_counter() - (start + due)) * 1e6)
+                        lat.append((done_at - (start + due)) * 1e6)
+                        crcs.append((texts, crc))
 
             threads = [threading.Thread(target=caller) for _ in range(callers)]
             for th in threads:
@@ -206,13 +211,15 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
             cpu = _cpu_s() - cpu0
             agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e9
             done = len(lat)
+            host = pipe.tok["host"]
+            differ = sum(zlib.crc32(host.encode_batch(t).ids) != crc for t, crc in crcs)
             routed = {k: v - routed0[k] for k, v in pipe.tok[p].policy.routed.items()} if p == "auto" else {}
             results.add("load", p, {"model": model, "payload_bytes": payload, "offered_rps": rate,
                                     "callers": callers},
                         {"throughput_rps": done / wall, "latency_us": summarize(lat),
                          "consumer_cpu_us_per_request": cpu * 1e6 / max(done, 1),
                          "agent_cpu_us_per_request": agent_cpu * 1e6 / max(done, 1)},
-                        {"requests": len(work), "failed": failed, "routed": routed})
+                        {"requests": len(work), "failed": failed, "ids_differ": differ, "routed": routed})
             progress()
 
 
@@ -376,13 +383,14 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
             lines += ["", f"### Load: Poisson arrivals, {load[0]['params']['callers']} callers, 8 KB, open loop "
                       "(tokenize -> ids in the consumer buffer)", "",
                       "| offered req/s | placement | throughput req/s | p50 µs | p99 µs | consumer CPU µs/req | "
-                      "agent CPU µs/req | routed (auto) | failed |", "|---|---|---|---|---|---|---|---|---|"]
+                      "agent CPU µs/req | routed (auto) | failed | ids differ |", "|---|---|---|---|---|---|---|---|---|---|"]
             for r in load:
                 m = r["metrics"]
                 lines.append(f"| {r['params']['offered_rps']:.0f} | {r['impl']} | {m['throughput_rps']:.0f} | "
                              f"{m['latency_us']['p50']:.0f} | {m['latency_us']['p99']:.0f} | "
                              f"{m['consumer_cpu_us_per_request']:.1f} | {m['agent_cpu_us_per_request']:.1f} | "
-                             f"{r['correctness'].get('routed') or ''} | {r['correctness']['failed']} |")
+                             f"{r['correctness'].get('routed') or ''} | {r['correctness']['failed']} | "
+                             f"{r['correctness']['ids_differ']} |")
         if directory is not None:
             charts += _charts(rows, model, directory)
         lines.append("")
