@@ -24,6 +24,8 @@ enum class Code : int8_t {
   kNoMemory = -8,          ///< Allocation or registration failed.
   kIoError = -9,           ///< Operating-system or transport I/O failure.
   kOutOfRange = -10,       ///< Access outside a registered region.
+  kBadState = -11,         ///< Wrong state for the call (frozen graph, run in flight): change it first.
+  kFailed = -12,           ///< A task failed (its error or exception is in the message).
   kNotConnected = -40,     ///< No connection (never made, or closed locally).
   kConnectionReset = -41,  ///< Peer died or reset: drop the connection.
   kShutDown = -60,         ///< Agent is shutting down: reconnect elsewhere.

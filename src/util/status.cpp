@@ -15,6 +15,8 @@ std::string_view code_name(Code code) {
     case Code::kNoMemory: return "no memory";
     case Code::kIoError: return "i/o error";
     case Code::kOutOfRange: return "out of range";
+    case Code::kBadState: return "bad state";
+    case Code::kFailed: return "failed";
     case Code::kNotConnected: return "not connected";
     case Code::kConnectionReset: return "connection reset";
     case Code::kShutDown: return "shut down";
