@@ -203,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     for name, help in (("channel", "channel latency, streaming, set-up and concurrency vs ucx_perftest"),
-                       ("rdma", "one-sided write/read bandwidth and latency (perftest shape) vs ucx_perftest")):
+                       ("rdma", "one-sided write/read bandwidth and latency (perftest shape) vs ucx_perftest"),
+                       ("graph", "task graphs: per-task and per-instance overhead vs TBB, OpenMP, pthreads")):
         p = suites.add_parser(name, help=help, description=help)
         _options.add_common(p)
         p.set_defaults(_parser=p, func=cmd_bench_suite)

@@ -8,7 +8,7 @@ import importlib
 from types import ModuleType
 
 #: Suite name -> module (in this package) that declares it.
-SUITES = {"channel": "channel", "rdma": "rdma", "tokenizer": "tokenizer", "tokenize": "tokenize"}
+SUITES = {"channel": "channel", "rdma": "rdma", "tokenizer": "tokenizer", "tokenize": "tokenize", "graph": "graph"}
 
 
 def suite_module(name: str) -> ModuleType:

@@ -1,0 +1,131 @@
+// outboard-graph-bench: one cell of `outboard bench graph` for one runtime,
+// as CSV rows (one per repetition) in the reference protocol's columns plus
+// build/create/start-up times, per-instance state and idle CPU.
+//
+//   outboard-graph-bench --runtime outboard --pattern random --n 4096 --mode M3 --instances 100 --threads 2
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "bench/graph/workload.h"
+
+namespace {
+
+using namespace outboard::bench::graph;
+
+uint64_t cpu_ns() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto ns = [](const timeval& t) { return uint64_t(t.tv_sec) * 1000000000ull + uint64_t(t.tv_usec) * 1000ull; };
+  return ns(u.ru_utime) + ns(u.ru_stime);
+}
+
+long max_rss_kb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string first;
+  f >> first;
+  return first;
+}
+
+constexpr const char* kColumns =
+    "runtime,version,pattern,n,edges,K,mode,threads,body,body_ns,rep,wall_ns,per_instance_ns,per_task_ns,cpu_ns,"
+    "rss_kb,loadavg,build_ns,create_ns,startup_ns,state_bytes,idle_cpu_pct,check";
+
+int usage(const char* why) {
+  std::fprintf(stderr,
+               "outboard-graph-bench: %s\n"
+               "usage: outboard-graph-bench --runtime outboard|tbb|omp|pthread|sequential --pattern "
+               "chain|independent|tree|fanin|random|seed [--n N] [--mode M1|M2|M3|M4|sync] [--instances K] "
+               "[--threads T] [--window W] [--engine-threads E] [--body empty|1us|10us|seed] [--reps R] "
+               "[--warmup W] [--header]\n",
+               why);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> opt{{"n", "256"}, {"mode", "M2"}, {"instances", "100"}, {"threads", "1"},
+                                         {"window", "8"}, {"engine-threads", "0"}, {"body", "empty"},
+                                         {"reps", "10"}, {"warmup", "2"}};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--header") {
+      std::puts(kColumns);
+      continue;
+    }
+    if (a.rfind("--", 0) != 0 || i + 1 >= argc) return usage(("bad argument " + a).c_str());
+    opt[a.substr(2)] = argv[++i];
+  }
+  if (!opt.count("runtime") || !opt.count("pattern")) return usage("--runtime and --pattern are required");
+  try {
+    Cell cell;
+    cell.mode = opt["mode"];
+    cell.instances = static_cast<uint32_t>(std::stoul(opt["instances"]));
+    cell.threads = static_cast<unsigned>(std::stoul(opt["threads"]));
+    cell.window = static_cast<unsigned>(std::stoul(opt["window"]));
+    cell.engine_threads = static_cast<unsigned>(std::stoul(opt["engine-threads"]));
+    if (cell.threads == 0 || cell.instances == 0) return usage("--threads and --instances must be at least 1");
+    Workload w(make_dag(opt["pattern"], static_cast<uint32_t>(std::stoul(opt["n"]))), parse_body(opt["body"]));
+    const std::string& rt = opt["runtime"];
+    std::unique_ptr<Runner> runner = rt == "outboard"     ? make_outboard(cell.threads, cell.engine_threads)
+                                     : rt == "tbb"        ? make_tbb(cell.threads)
+                                     : rt == "omp"        ? make_omp(cell.threads)
+                                     : rt == "pthread"    ? make_pthread()
+                                     : rt == "sequential" ? make_sequential()
+                                                          : nullptr;
+    if (!runner) return usage(("unknown runtime " + rt).c_str());
+    const int reps = std::stoi(opt["reps"]), warmup = std::stoi(opt["warmup"]);
+    const uint64_t n = w.dag().size(), K = cell.instances;
+    struct Row {
+      Measure m;
+      std::string check, load;
+    };
+    std::vector<Row> rows;
+    for (int r = -warmup; r < reps; ++r) {
+      w.reset_counts();
+      std::string load = loadavg();
+      Measure m = runner->run(w, cell);
+      std::string check = "ok";
+      if (w.executed() != K * n || w.errors() != 0)
+        check = "FAIL executed " + std::to_string(w.executed()) + " of " + std::to_string(K * n) + ", " +
+                std::to_string(w.errors()) + " errors";
+      if (r >= 0) rows.push_back({m, check, load});
+    }
+    // Idle CPU: what the pool burns over 200 ms with nothing to do.
+    uint64_t c0 = cpu_ns();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    double idle_pct = double(cpu_ns() - c0) / 2e6;
+    bool failed = false;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& row = rows[i];
+      failed |= row.check != "ok";
+      std::printf("%s,%s,%s,%llu,%zu,%llu,%s,%u,%s,%.0f,%zu,%llu,%.1f,%.2f,%llu,%ld,%s,%llu,%llu,%llu,%zu,%.1f,%s\n",
+                  runner->name().c_str(), runner->version().c_str(), w.dag().pattern.c_str(),
+                  (unsigned long long)n, w.dag().edges, (unsigned long long)K, cell.mode.c_str(), cell.threads,
+                  opt["body"].c_str(), w.body_ns(), i, (unsigned long long)row.m.wall_ns,
+                  double(row.m.wall_ns) / K, double(row.m.wall_ns) / double(K * n), (unsigned long long)row.m.cpu_ns,
+                  max_rss_kb(), row.load.c_str(), (unsigned long long)row.m.build_ns,
+                  (unsigned long long)row.m.create_ns, (unsigned long long)runner->startup_ns(), row.m.state_bytes,
+                  idle_pct, row.check.c_str());
+    }
+    return failed ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "outboard-graph-bench: %s\n", e.what());
+    return 1;
+  }
+}
