@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "bench/native/loops.h"
+#include "common.h"
 #include "outboard/channel.h"
 #include "outboard/checksum.h"
 #include "outboard/log.h"
@@ -22,31 +23,6 @@ using namespace nb::literals;
 
 namespace outboard {
 namespace {
-
-// Carries a Status to the translator, which raises outboard.errors.<Class>.
-struct StatusError {
-  Status status;
-};
-
-[[noreturn]] void raise(const Status& st) { throw StatusError{st}; }
-void check(const Status& st) {
-  if (!st.ok()) raise(st);
-}
-template <typename T>
-T unwrap(Result<T>&& r) {
-  if (!r.ok()) raise(r.status());
-  return std::move(r).value();
-}
-
-// Lets Ctrl-C interrupt long native loops that run without the GIL.
-void check_signals() {
-  nb::gil_scoped_acquire gil;
-  if (PyErr_CheckSignals() != 0) throw nb::python_error();
-}
-
-Deadline deadline_in(double seconds) {
-  return Deadline::after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
-}
 
 std::span<const uint8_t> view(const nb::bytes& b) {
   return {reinterpret_cast<const uint8_t*>(b.c_str()), b.size()};
@@ -104,6 +80,7 @@ struct PyRegion {
 NB_MODULE(_core, m) {
   using namespace outboard;
   m.doc() = "Private extension of the outboard package; use the public API in outboard.";
+  bind_graph(m);
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {

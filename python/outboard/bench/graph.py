@@ -95,7 +95,7 @@ def _unavailable(runtime: str):
             return f"K·n = {tasks} tasks exceeds the {MAX_TASKS} cap per point"
         if runtime == "pthread" and tasks > PTHREAD_MAX_TASKS:
             return f"thread per task: K·n = {tasks} tasks exceeds PTHREAD_MAX_TASKS {PTHREAD_MAX_TASKS}"
-        if runtime in ("pthread", "sequential") and p["threads"] != 1:
+        if runtime == "sequential" and p["threads"] != 1:
             return "single-threaded baseline: measured at threads 1 only"
         return None
     return why
@@ -128,7 +128,8 @@ SEED_MODES = Case(
     quick={"body": ["seed"], "mode": ["M2", "M3", "sync"], "K": [300]},
     impls=_impls(*RUNTIMES), columns=COLUMNS, reference="pthread", ratio_metric="per_instance_ns.p50",
     notes="The seed's pthread baseline, without its per-thread DOCA set-up: a thread per task, created and "
-          "joined level by level (SHA and copy, then the check). Outboard runs SHA and copy as engine nodes "
+          "joined level by level (SHA and copy, then the check); it starts as many threads as tasks whatever "
+          "`threads` says, so it appears in every row. Outboard runs SHA and copy as engine nodes "
           "(libsodium SHA-256, memcpy). M1 builds the graph for every instance; M4 keeps a window of 8 in "
           "flight (TBB and OpenMP in rounds of 8); sync submits one instance and waits, K times. Body `empty` "
           "keeps the shape without the work: the pure per-instance overhead (Taskflow: run_n 0.12 µs, concurrent "
@@ -165,7 +166,7 @@ SUITE = Suite(
                   logy=True, split=["mode"])],
     setup=lambda options: _null_env(options),
     describe=lambda env: {"graph_bench": executable()},
-    notes=__doc__.split("\n\n", 1)[1].replace("\n", " ").strip())
+    notes=__doc__.split("\n\n", 1)[1].replace("\n", " ").replace("``", "`").strip())
 
 
 class _null_env:

@@ -1,0 +1,55 @@
+"""Suite ``graph``: the quick run end to end (the native binary, every runtime, checks, report)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from outboard import cli
+from outboard.bench import graph, harness
+
+
+def _rows(directory: Path) -> list[dict]:
+    return [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("graph") / "quick"
+    assert cli.main(["bench", "graph", "--quick", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_every_runtime_ran_and_every_run_was_checked(quick_run: Path) -> None:
+    rows = _rows(quick_run)
+    meta = json.loads((quick_run / "meta.json").read_text())
+    assert meta["failed"] == {}
+    assert {r["impl"] for r in rows} == set(graph.RUNTIMES)
+    assert {r["case"] for r in rows} == {"overhead", "seed_modes", "seed_instances", "bodies"}
+    for r in rows:
+        assert r["correctness"]["ok"], r
+        m = r["metrics"]
+        assert m["repetitions"] == 3
+        assert 0 < m["per_task_ns"]["min"] <= m["per_task_ns"]["p50"]
+        assert r["correctness"]["tasks_per_rep"] == r["params"]["K"] * (3 if r["params"]["pattern"] == "seed" else r["params"]["n"])
+    ours = [r for r in rows if r["impl"] == "outboard"]
+    assert all(r["metrics"]["state_bytes"] > 0 for r in ours)
+    # Only single-threaded cells have the single-threaded baselines; the reason is recorded.
+    assert any("threads 1 only" in why for why in meta["skipped"].values())
+
+
+def test_ratios_and_report(quick_run: Path) -> None:
+    rows = _rows(quick_run)
+    for case in graph.SUITE.cases:
+        r = harness.ratios(rows, case)
+        assert r and all(v > 0 for v in r.values()), case.name
+    report = (quick_run / "report.md").read_text()
+    assert "outboard / tbb" in report and "outboard / pthread" in report
+    assert (quick_run / "charts" / "overhead-per_task_ns-p50.png").stat().st_size > 0
+
+
+def test_the_binary_fails_loudly_on_a_bad_cell() -> None:
+    with pytest.raises(RuntimeError, match="unknown pattern 'ring'"):
+        graph.run_cell("outboard", {"pattern": "ring", "n": 8, "mode": "M2", "K": 1, "threads": 1}, 1)
