@@ -449,14 +449,16 @@ class HelperScope {
 
 // Sleeps until a completion (or, without workers, new work) or the deadline.
 void idle_wait(ExecutorCore& core, const std::function<bool()>& done, Deadline deadline) {
+  // Work is a reason to stop waiting only for a caller that executes it.
+  auto wake = [&] { return done() || (core.config.callers_execute && core.has_work()); };
   uint64_t until = now_ns() + uint64_t{core.config.spin_us} * 1000;
   while (now_ns() < until) {
-    if (done() || core.has_work()) return;
+    if (wake()) return;
     for (int i = 0; i < 32; ++i) detail::cpu_relax();
   }
   core.waiters.fetch_add(1, std::memory_order_seq_cst);
   uint32_t epoch = core.completion_epoch.load(std::memory_order_seq_cst);
-  if (!done() && !core.has_work()) {
+  if (!wake()) {
     Deadline cap = Deadline::after(detail::kIdleRecheck);
     detail::futex_wait(core.completion_epoch, epoch, cap.at() < deadline.at() ? cap : deadline);
   }

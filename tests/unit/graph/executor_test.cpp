@@ -21,6 +21,12 @@ namespace {
 
 Deadline soon() { return Deadline::after(std::chrono::seconds(20)); }
 
+uint64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return uint64_t(t.tv_sec) * 1000000000ull + uint64_t(t.tv_nsec);
+}
+
 // Per-instance data of a checked graph: each node stamps its slot with the
 // run number after checking that all its predecessors stamped theirs.
 struct Run {
@@ -190,21 +196,30 @@ TEST(Executor, AFailingNodeFailsOnlyItsInstance) {
 }
 
 TEST(Executor, ABlockingNodeHitsTheDeadlineAndTheRunGoesOn) {
+  // a -> {b, c}, both blocking: the worker runs one, the other waits in its
+  // queue, work that the waiting thread may not take.
   auto g = Graph::create("blocks");
   std::atomic<bool> release{false};
-  ASSERT_TRUE(g->add_user("block", [&](void*) {
+  auto block = [&](void*) {
     while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return Status();
-  }).ok());
+  };
+  NodeId a = g->add_user("a", [](void*) { return Status(); }).value();
+  NodeId b = g->add_user("b", block).value(), c = g->add_user("c", block).value();
+  ASSERT_TRUE(g->add_dependency(a, b).ok());
+  ASSERT_TRUE(g->add_dependency(a, c).ok());
   ASSERT_TRUE(g->freeze().ok());
   // The waiting thread must not pick up the blocking body itself.
   auto ex = Executor::create({.threads = 1, .callers_execute = false}).value();
   auto inst = Instance::create(g).value();
   ASSERT_TRUE(ex->submit(*inst).ok());
   auto t0 = Clock::now();
-  Status st = ex->wait(*inst, Deadline::after_ms(50));
+  uint64_t cpu0 = thread_cpu_ns();
+  Status st = ex->wait(*inst, Deadline::after_ms(200));
   EXPECT_EQ(st.code(), Code::kTimedOut);
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+  // The waiter slept instead of spinning on the busy worker's queue.
+  EXPECT_LT(thread_cpu_ns() - cpu0, 50'000'000u);
   EXPECT_TRUE(inst->in_flight());
   release = true;
   EXPECT_TRUE(ex->wait(*inst, soon()).ok());
