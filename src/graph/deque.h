@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace outboard::graph::detail {
 
@@ -87,6 +88,37 @@ class WorkDeque {
   alignas(64) std::atomic<int64_t> top_{0};
   alignas(64) std::atomic<int64_t> bottom_{0};
   alignas(64) std::unique_ptr<Slot[]> slots_{new Slot[kCapacity]};
+};
+
+/// FIFO of items behind a caller's lock: a ring that only ever grows, so a
+/// steady stream of submissions allocates nothing (std::deque allocates and
+/// frees a block every 32 items).
+class ItemRing {
+ public:
+  void push(const Item& item) {
+    if (size_ == slots_.size()) grow();
+    slots_[(head_ + size_) & (slots_.size() - 1)] = item;
+    ++size_;
+  }
+  bool pop(Item& out) {
+    if (size_ == 0) return false;
+    out = slots_[head_];
+    head_ = (head_ + 1) & (slots_.size() - 1);
+    --size_;
+    return true;
+  }
+  [[nodiscard]] size_t size() const { return size_; }
+  [[nodiscard]] bool empty() const { return size_ == 0; }
+
+ private:
+  void grow() {
+    std::vector<Item> bigger(slots_.size() * 2);
+    for (size_t i = 0; i < size_; ++i) bigger[i] = slots_[(head_ + i) & (slots_.size() - 1)];
+    slots_.swap(bigger);
+    head_ = 0;
+  }
+  std::vector<Item> slots_ = std::vector<Item>(64);
+  size_t head_ = 0, size_ = 0;
 };
 
 }  // namespace outboard::graph::detail

@@ -9,7 +9,6 @@
 #include <climits>
 #include <cstring>
 #include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -58,7 +57,7 @@ struct ExecutorCore {
   std::atomic<bool> helper_taken{false};
 
   std::mutex inject_mu;
-  std::deque<Item> injected;
+  ItemRing injected;
   std::atomic<uint32_t> injected_size{0};
 
   alignas(64) std::atomic<uint32_t> sleeping{0};
@@ -70,7 +69,7 @@ struct ExecutorCore {
 
   std::mutex engine_mu;
   std::condition_variable engine_cv;
-  std::deque<Item> engine_queue;
+  ItemRing engine_queue;
   bool engine_stop = false;
   std::vector<std::thread> engine_threads;
 
@@ -98,7 +97,7 @@ struct ExecutorCore {
   void push_injected(const Item& item) {
     {
       std::lock_guard lock(inject_mu);
-      injected.push_back(item);
+      injected.push(item);
       injected_size.store(static_cast<uint32_t>(injected.size()), std::memory_order_relaxed);
     }
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -120,9 +119,7 @@ struct ExecutorCore {
   bool pop_injected(Item& out) {
     if (injected_size.load(std::memory_order_relaxed) == 0) return false;
     std::lock_guard lock(inject_mu);
-    if (injected.empty()) return false;
-    out = injected.front();
-    injected.pop_front();
+    if (!injected.pop(out)) return false;
     injected_size.store(static_cast<uint32_t>(injected.size()), std::memory_order_relaxed);
     return true;
   }
@@ -310,7 +307,7 @@ struct ExecutorCore {
   void push_engine(const Item& item) {
     {
       std::lock_guard lock(engine_mu);
-      engine_queue.push_back(item);
+      engine_queue.push(item);
     }
     engine_cv.notify_one();
   }
@@ -377,9 +374,7 @@ void ExecutorCore::engine_loop() {
     {
       std::unique_lock lock(engine_mu);
       engine_cv.wait(lock, [&] { return engine_stop || !engine_queue.empty(); });
-      if (engine_queue.empty()) return;
-      item = engine_queue.front();
-      engine_queue.pop_front();
+      if (!engine_queue.pop(item)) return;
     }
     InstanceRun* r = item.run;
     if (!r->failed.load(std::memory_order_relaxed)) run_body(r, item.first, r->layout->hot[item.first]);

@@ -409,7 +409,9 @@ TEST(Executor, TimingRecordsEveryNodeInOrder) {
   ASSERT_EQ(t.size(), 10u);
   for (size_t i = 0; i < t.size(); ++i) {
     EXPECT_LE(t[i].start_ns, t[i].end_ns);
-    if (i) EXPECT_LE(t[i - 1].end_ns, t[i].start_ns);
+    if (i) {
+      EXPECT_LE(t[i - 1].end_ns, t[i].start_ns);
+    }
   }
 }
 
