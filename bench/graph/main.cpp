@@ -21,13 +21,6 @@ namespace {
 
 using namespace outboard::bench::graph;
 
-uint64_t cpu_ns() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto ns = [](const timeval& t) { return uint64_t(t.tv_sec) * 1000000000ull + uint64_t(t.tv_usec) * 1000ull; };
-  return ns(u.ru_utime) + ns(u.ru_stime);
-}
-
 long max_rss_kb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -107,9 +100,9 @@ int main(int argc, char** argv) {
       if (r >= 0) rows.push_back({m, check, load});
     }
     // Idle CPU: what the pool burns over 200 ms with nothing to do.
-    uint64_t c0 = cpu_ns();
+    Stopwatch idle;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    double idle_pct = double(cpu_ns() - c0) / 2e6;
+    double idle_pct = 100.0 * double(idle.cpu_ns()) / double(idle.wall_ns());
     bool failed = false;
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& row = rows[i];

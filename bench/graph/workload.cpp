@@ -1,7 +1,6 @@
 #include "bench/graph/workload.h"
 
 #include <sodium.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,23 +8,12 @@
 #include <random>
 #include <stdexcept>
 
+#include "outboard/clock.h"
+
 namespace outboard::bench::graph {
 
-namespace {
-uint64_t process_cpu_ns() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto ns = [](const timeval& t) { return uint64_t(t.tv_sec) * 1000000000ull + uint64_t(t.tv_usec) * 1000ull; };
-  return ns(u.ru_utime) + ns(u.ru_stime);
-}
-uint64_t monotonic_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
-Stopwatch::Stopwatch() : wall0_(monotonic_ns()), cpu0_(process_cpu_ns()) {}
-uint64_t Stopwatch::wall_ns() const { return monotonic_ns() - wall0_; }
+Stopwatch::Stopwatch() : wall0_(now_ns()), cpu0_(process_cpu_ns()) {}
+uint64_t Stopwatch::wall_ns() const { return now_ns() - wall0_; }
 uint64_t Stopwatch::cpu_ns() const { return process_cpu_ns() - cpu0_; }
 
 Dag make_dag(const std::string& pattern, uint32_t n) {

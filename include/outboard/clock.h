@@ -1,12 +1,24 @@
 // Monotonic time and deadlines: every blocking wait in Outboard takes one.
 #pragma once
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdint>
 
 namespace outboard {
 
 using Clock = std::chrono::steady_clock;
+
+/// CPU time of a clock_gettime clock (CLOCK_PROCESS_CPUTIME_ID: every thread
+/// of this process, user and system; CLOCK_THREAD_CPUTIME_ID: the caller).
+inline uint64_t cpu_clock_ns(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+inline uint64_t process_cpu_ns() { return cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID); }
+inline uint64_t thread_cpu_ns() { return cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID); }
 
 inline uint64_t now_ns() {
   return static_cast<uint64_t>(

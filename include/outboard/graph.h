@@ -9,9 +9,9 @@
 //   auto dma = g->add_engine("dma", graph::copy_engine()).value();
 //   auto check = g->add_user("check", [](void* d) { return verify(d); }).value();
 //   g->add_dependency(sha, check); g->add_dependency(dma, check); g->freeze();
-//   graph::Executor ex({.threads = 2});
+//   auto ex = graph::Executor::create({.threads = 2}).value();
 //   auto inst = graph::Instance::create(g).value();
-//   inst->set_data(sha, &sha_task); ...; ex.submit(*inst); ex.wait(*inst, deadline);
+//   inst->set_data(sha, &sha_task); ...; ex->submit(*inst); ex->wait(*inst, deadline);
 #pragma once
 
 #include <cstddef>
@@ -74,7 +74,7 @@ inline constexpr size_t kMaxNameBytes = 256;
 
 /// A DAG of nodes. Built by one thread; after freeze() it is immutable and
 /// shared by every Instance made from it (thread mode: multi once frozen).
-class Graph : public std::enable_shared_from_this<Graph> {
+class Graph {
  public:
   static std::shared_ptr<Graph> create(std::string name = "graph");
   ~Graph();

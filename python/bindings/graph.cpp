@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -41,18 +42,19 @@ const graph::Engine& engine_named(const std::string& name) {
 
 struct PyExecutor;
 
-// An instance and its engine tasks. The Python wrapper waits for its run
-// before it drops it (outboard.graph.Instance.__del__).
+// An instance and its engine tasks, one slot per node (setting a node again
+// reuses it). The Python wrapper waits for its run before it drops it
+// (outboard.graph.Instance.__del__).
 struct PyInstance {
   std::unique_ptr<graph::Instance> instance;
-  std::vector<std::unique_ptr<graph::Sha256Task>> sha;
-  std::vector<std::unique_ptr<graph::CopyTask>> copy;
-  void check_idle() const {
-    if (instance->in_flight()) raise({Code::kBadState, "instance is in flight"});
-  }
-  void set(NodeId node, void* data) {
-    check_idle();
-    check(instance->set_data(node, data));
+  std::map<NodeId, graph::Sha256Task> sha;
+  std::map<NodeId, graph::CopyTask> copy;
+
+  template <typename Task>
+  void set_task(std::map<NodeId, Task>& tasks, NodeId node, const Task& task) {
+    Task& slot = tasks[node];
+    check(instance->set_data(node, &slot));  // bad state while in flight: the slot stays as it was
+    slot = task;
   }
 };
 
@@ -107,23 +109,19 @@ void bind_graph(nb::module_& m) {
            [](PyInstance& p, NodeId node, nb::handle obj) {
              if (node < p.instance->graph().size() && p.instance->graph().node_kind(node) != graph::NodeKind::kUser)
                raise({Code::kInvalidArgument, "node " + std::to_string(node) + " is not a Python node"});
-             p.set(node, obj.is_none() ? nullptr : obj.ptr());
+             check(p.instance->set_data(node, obj.is_none() ? nullptr : obj.ptr()));
            }, "node"_a, "data"_a.none())
       .def("set_sha256",
            [](PyInstance& p, NodeId node, Bytes src, Bytes digest) {
              if (digest.shape(0) < 32) raise({Code::kInvalidArgument, "digest buffer of " + std::to_string(digest.shape(0)) + " B is under 32 B"});
-             auto t = std::make_unique<graph::Sha256Task>(graph::Sha256Task{src.data(), src.shape(0), digest.data()});
-             p.set(node, t.get());
-             p.sha.push_back(std::move(t));
+             p.set_task(p.sha, node, graph::Sha256Task{src.data(), src.shape(0), digest.data()});
            }, "node"_a, "src"_a, "digest"_a)
       .def("set_copy",
            [](PyInstance& p, NodeId node, Bytes src, Bytes dst) {
              if (dst.shape(0) < src.shape(0))
                raise({Code::kInvalidArgument, "copy of " + std::to_string(src.shape(0)) + " B into " +
                                                   std::to_string(dst.shape(0)) + " B"});
-             auto t = std::make_unique<graph::CopyTask>(graph::CopyTask{src.data(), dst.data(), src.shape(0)});
-             p.set(node, t.get());
-             p.copy.push_back(std::move(t));
+             p.set_task(p.copy, node, graph::CopyTask{src.data(), dst.data(), src.shape(0)});
            }, "node"_a, "src"_a, "dst"_a)
       .def("enable_timing", [](PyInstance& p, bool on) { check(p.instance->enable_timing(on)); }, "on"_a = true)
       .def("timing",

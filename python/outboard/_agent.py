@@ -23,18 +23,23 @@ READY_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 
 
-def agent_executable() -> str:
-    """Path of outboard-agent: $OUTBOARD_AGENT, beside this Python, or on PATH."""
+def find_executable(name: str, env_var: str) -> str:
+    """Path of one of our native programs: $ENV_VAR, beside this Python, or on PATH."""
     candidates = [
-        os.environ.get("OUTBOARD_AGENT"),
-        str(Path(sysconfig.get_path("scripts")) / "outboard-agent"),
-        str(Path(sys.executable).parent / "outboard-agent"),
-        shutil.which("outboard-agent"),
+        os.environ.get(env_var),
+        str(Path(sysconfig.get_path("scripts")) / name),
+        str(Path(sys.executable).parent / name),
+        shutil.which(name),
     ]
     for c in candidates:
         if c and os.access(c, os.X_OK):
             return c
-    raise NotFound("outboard-agent executable not found (set OUTBOARD_AGENT or run `make build`)")
+    raise NotFound(f"{name} executable not found (set {env_var} or run `make build`)")
+
+
+def agent_executable() -> str:
+    """Path of outboard-agent: $OUTBOARD_AGENT, beside this Python, or on PATH."""
+    return find_executable("outboard-agent", "OUTBOARD_AGENT")
 
 
 _PR_SET_PDEATHSIG = 1

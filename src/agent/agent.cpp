@@ -1,6 +1,5 @@
 #include "outboard/agent.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -223,10 +222,7 @@ std::string Agent::stats_json() {
   std::vector<std::string> names;
   for (auto& [name, s] : impl_->services) names.push_back(name);
   j["services"] = names;
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  auto ns = [](const timeval& t) { return uint64_t(t.tv_sec) * 1'000'000'000ull + uint64_t(t.tv_usec) * 1000ull; };
-  j["cpu_ns"] = ns(ru.ru_utime) + ns(ru.ru_stime);
+  j["cpu_ns"] = process_cpu_ns();
   j["address"] = impl_->address;
   j["pid"] = getpid();
   j["uptime_s"] = std::chrono::duration<double>(Clock::now() - impl_->started).count();

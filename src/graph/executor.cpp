@@ -233,7 +233,6 @@ struct ExecutorCore {
   }
 
   void start(InstanceRun* r, Worker* self) {
-    r->executor = this;
     r->failed.store(false, std::memory_order_relaxed);
     r->sinks_left.store(r->layout->sinks, std::memory_order_relaxed);
     Item roots{r, 0, static_cast<uint32_t>(r->layout->roots.size())};

@@ -165,8 +165,6 @@ size_t Graph::instance_state_bytes() const {
   return sizeof(InstanceRun) + layout_->counter_init.size() * sizeof(uint32_t);
 }
 
-size_t InstanceRun::state_bytes() const { return graph->instance_state_bytes(); }
-
 // ---------------------------------------------------------------- Instance
 
 Instance::Instance(std::unique_ptr<InstanceRun> run) : run_(std::move(run)) { run_->self = this; }

@@ -75,12 +75,9 @@ struct InstanceRun {
   // wait(): runs submitted and runs completed.
   std::atomic<uint32_t> submitted{0};
   std::atomic<uint32_t> completed{0};
-  ExecutorCore* executor = nullptr;
   // A sub-instance reports to its parent's node instead of completing.
   InstanceRun* parent = nullptr;
   NodeId parent_node = kNoNode;
-
-  [[nodiscard]] size_t state_bytes() const;
 };
 
 }  // namespace outboard::graph::detail

@@ -3,8 +3,6 @@
 // an answer with per-text offsets, lengths and errors. Tokenizing runs on the
 // service's own worker threads; the progress thread only parses, queues, and
 // writes the results back (posted by the workers).
-#include <time.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -27,12 +25,6 @@ namespace {
 namespace wire = tokenize_wire;
 
 constexpr int64_t kPutDeadlineMs = 5000;  // a client that cannot take its ids in 5 s has failed
-
-uint64_t thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;

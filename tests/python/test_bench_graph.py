@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from outboard import cli
-from outboard.bench import graph, harness
-
-
-def _rows(directory: Path) -> list[dict]:
-    return [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
+from outboard.bench import graph, harness, report
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +18,7 @@ def quick_run(tmp_path_factory) -> Path:
 
 
 def test_every_runtime_ran_and_every_run_was_checked(quick_run: Path) -> None:
-    rows = _rows(quick_run)
-    meta = json.loads((quick_run / "meta.json").read_text())
+    rows, meta = report.load(quick_run)
     assert meta["failed"] == {}
     assert {r["impl"] for r in rows} == set(graph.RUNTIMES)
     assert {r["case"] for r in rows} == {"overhead", "seed_modes", "seed_instances", "bodies"}
@@ -41,12 +35,12 @@ def test_every_runtime_ran_and_every_run_was_checked(quick_run: Path) -> None:
 
 
 def test_ratios_and_report(quick_run: Path) -> None:
-    rows = _rows(quick_run)
+    rows, _ = report.load(quick_run)
     for case in graph.SUITE.cases:
         r = harness.ratios(rows, case)
         assert r and all(v > 0 for v in r.values()), case.name
-    report = (quick_run / "report.md").read_text()
-    assert "outboard / tbb" in report and "outboard / pthread" in report
+    text = (quick_run / "report.md").read_text()
+    assert "outboard / tbb" in text and "outboard / pthread" in text
     assert (quick_run / "charts" / "overhead-per_task_ns-p50.png").stat().st_size > 0
 
 

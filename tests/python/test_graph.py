@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import os
 import select
 import threading
 import time

@@ -13,16 +13,11 @@ helps (TBB's caller joins its arena likewise; OpenMP's master thread is one of i
 from __future__ import annotations
 
 import csv
-import os
-import shutil
 import subprocess
-import sys
-import sysconfig
-from pathlib import Path
 from typing import Any
 
-from ..errors import NotFound
-from .harness import OURS, Case, Chart, Column, Impl, Measurement, Options, Suite, summarize
+from .._agent import find_executable
+from .harness import Case, Chart, Column, Impl, Measurement, Options, Suite, summarize
 
 #: Seconds one cell (one runtime) may take.
 CELL_TIMEOUT_S = 300.0
@@ -35,12 +30,7 @@ RUNTIMES = ["outboard", "tbb", "omp", "pthread", "sequential"]
 
 def executable() -> str:
     """Path of outboard-graph-bench: $OUTBOARD_GRAPH_BENCH, beside this Python, or on PATH."""
-    for c in (os.environ.get("OUTBOARD_GRAPH_BENCH"),
-              str(Path(sysconfig.get_path("scripts")) / "outboard-graph-bench"),
-              str(Path(sys.executable).parent / "outboard-graph-bench"), shutil.which("outboard-graph-bench")):
-        if c and os.access(c, os.X_OK):
-            return c
-    raise NotFound("outboard-graph-bench not found (set OUTBOARD_GRAPH_BENCH or run `make build`)")
+    return find_executable("outboard-graph-bench", "OUTBOARD_GRAPH_BENCH")
 
 
 def _n(p: dict[str, Any]) -> int:
@@ -62,13 +52,13 @@ def run_cell(runtime: str, p: dict[str, Any], reps: int) -> list[dict[str, str]]
     return rows
 
 
-def _reps(env: Options, p: dict[str, Any]) -> int:
+def _reps(env: Options) -> int:
     return 3 if env.quick else 10
 
 
 def _measure(runtime: str):
     def measure(env: Options, p: dict[str, Any]) -> Measurement:
-        rows = run_cell(runtime, p, _reps(env, p))
+        rows = run_cell(runtime, p, _reps(env))
         tasks = int(rows[0]["K"]) * int(rows[0]["n"])
         threads, body_ns = int(rows[0]["threads"]), float(rows[0]["body_ns"])
         wall = [float(r["wall_ns"]) for r in rows]

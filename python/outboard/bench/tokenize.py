@@ -407,7 +407,13 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
 
     out = directory / "charts"
     out.mkdir(exist_ok=True)
-    paths = []
+    paths: list[Path] = []
+
+    def save(fig: Any, chart: str) -> None:
+        paths.append(out / f"{model}-{chart}.png")
+        fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+
     cells = _single(rows, model)
     fig, ax = plt.subplots(figsize=(6, 4))
     bottom = np.zeros(len(cells))
@@ -418,9 +424,7 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
     ax.set_ylabel("µs (p50)")
     ax.set_title(f"{model}: 8 KB request, stages")
     ax.legend()
-    paths.append(out / f"{model}-stages.png")
-    fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    save(fig, "stages")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for p in PLACEMENTS:
@@ -434,9 +438,7 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
     ax.set_ylabel("total µs (p50)")
     ax.set_title(f"{model}: latency vs payload")
     ax.legend()
-    paths.append(out / f"{model}-payload.png")
-    fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    save(fig, "payload")
 
     load = [r for r in rows if r["case"] == "load" and r["params"]["model"] == model]
     if load:
@@ -455,7 +457,5 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
         a2.set_ylabel("consumer CPU µs / request")
         a2.set_title("consumer CPU per request")
         a1.legend()
-        paths.append(out / f"{model}-load.png")
-        fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
-        plt.close(fig)
+        save(fig, "load")
     return paths

@@ -21,11 +21,7 @@ namespace {
 
 Deadline soon() { return Deadline::after(std::chrono::seconds(20)); }
 
-uint64_t thread_cpu_ns() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return uint64_t(t.tv_sec) * 1000000000ull + uint64_t(t.tv_nsec);
-}
+
 
 // Per-instance data of a checked graph: each node stamps its slot with the
 // run number after checking that all its predecessors stamped theirs.
