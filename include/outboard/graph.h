@@ -40,6 +40,29 @@ using NodeId = uint32_t;
 /// null). An error fails the instance. Runs on a worker or a helping caller.
 using UserFn = std::function<Status(void* data)>;
 
+/// Finishes a started async node (Graph::add_async). Copyable; finish() must
+/// be called exactly once per start, from any thread (inside the body too),
+/// and return before the executor is destroyed.
+class NodeDone {
+ public:
+  /// An error fails the node's instance, as a user node's would.
+  void finish(const Status& status) const;
+  [[nodiscard]] NodeId node() const { return node_; }
+
+ private:
+  friend struct detail::ExecutorCore;
+  NodeDone(detail::ExecutorCore* core, detail::InstanceRun* run, NodeId node) : core_(core), run_(run), node_(node) {}
+  detail::ExecutorCore* core_;
+  detail::InstanceRun* run_;
+  NodeId node_;
+};
+
+/// An async node's body: starts work that completes elsewhere (a message
+/// from a peer, a transfer's completion) and returns; the node finishes when
+/// `done.finish()` is called. An error returned fails the node at once, and
+/// `done` must then not be used. The instance stays in flight meanwhile.
+using AsyncFn = std::function<Status(void* data, NodeDone done)>;
+
 /// Runs one kind of task (a hardware engine on a DPU; a CPU routine here) on
 /// the task an instance gives its node. Thread mode: multi (run() is const).
 class Engine {
@@ -66,7 +89,7 @@ const Engine& sha256_engine();
 /// memcpy standing in for a DMA engine.
 const Engine& copy_engine();
 
-enum class NodeKind : uint8_t { kUser, kEngine, kSubgraph };
+enum class NodeKind : uint8_t { kUser, kEngine, kSubgraph, kAsync };
 
 /// Graph limits; exceeding one is an error naming the value and the limit.
 inline constexpr uint32_t kMaxNodes = 1u << 24;
@@ -84,6 +107,11 @@ class Graph {
   /// kBadState once frozen; kInvalidArgument for a name over kMaxNameBytes;
   /// kTooBig past kMaxNodes.
   [[nodiscard]] Result<NodeId> add_user(std::string name, UserFn body);
+  /// A user node that must run in this process when the graph is offloaded
+  /// (graph_offload.h); locally it is a user node.
+  [[nodiscard]] Result<NodeId> add_host(std::string name, UserFn body);
+  /// A node that finishes when its NodeDone does (see AsyncFn).
+  [[nodiscard]] Result<NodeId> add_async(std::string name, AsyncFn start);
   /// `engine` must outlive the graph (built-ins are static).
   [[nodiscard]] Result<NodeId> add_engine(std::string name, const Engine& engine);
   /// Runs a sub-instance of `sub` (frozen) as one node; each Instance of this
@@ -102,6 +130,11 @@ class Graph {
   [[nodiscard]] size_t edges() const;
   [[nodiscard]] const std::string& node_name(NodeId node) const;
   [[nodiscard]] NodeKind node_kind(NodeId node) const;
+  [[nodiscard]] bool is_host(NodeId node) const;
+  /// The engine of an engine node, the body of a user node (null otherwise).
+  [[nodiscard]] const Engine* node_engine(NodeId node) const;
+  [[nodiscard]] const UserFn* node_body(NodeId node) const;
+  [[nodiscard]] std::span<const NodeId> successors(NodeId node) const;
   /// Bytes of run state each Instance needs (counters and flags, not data).
   [[nodiscard]] size_t instance_state_bytes() const;
 

@@ -42,6 +42,11 @@ inline void cpu_relax() {
 }
 }  // namespace
 
+struct Worker;
+struct ExecutorCore;
+thread_local ExecutorCore* tls_core = nullptr;
+thread_local Worker* tls_worker = nullptr;
+
 struct Worker {
   WorkDeque deque;
   alignas(64) std::atomic<uint32_t> sleep{kAwake};  // futex word
@@ -200,11 +205,66 @@ struct ExecutorCore {
       if (!r->failed.load(std::memory_order_relaxed)) {
         if (h.kind == NodeKind::kEngine && !engine_threads.empty()) return push_engine({r, node, 0});
         if (h.kind == NodeKind::kSubgraph) return start_sub(r, node, self);
-        run_body(r, node, h);
+        if (h.kind == NodeKind::kAsync) {
+          if (!start_async(r, node, h)) return;
+        } else {
+          run_body(r, node, h);
+        }
       }
       node = advance(r, node, self, sinks);
       if (node == kNoNode) return;
     }
+  }
+
+  // An async node finishing inside its own body is recorded here, so the
+  // chain goes on in run_chain instead of recursing through finish().
+  struct InlineFinish {
+    InstanceRun* run;
+    NodeId node;
+    bool finished = false;
+    Status status;
+  };
+  static thread_local InlineFinish* tls_inline;
+
+  // Starts an async node; true when it already finished (failed or not).
+  bool start_async(InstanceRun* r, NodeId node, const HotNode& h) {
+    if (r->timing_on) r->timing[node].start_ns = now_ns();
+    InlineFinish inline_finish{r, node};
+    InlineFinish* saved = tls_inline;
+    tls_inline = &inline_finish;
+    Status st;
+    try {
+      st = (*h.async)(r->data[node], NodeDone(this, r, node));
+    } catch (const std::exception& e) {
+      st = Status(Code::kFailed, std::string("threw: ") + e.what());
+    } catch (...) {
+      st = Status(Code::kFailed, "threw a non-standard exception");
+    }
+    tls_inline = saved;
+    if (st.ok() && !inline_finish.finished) return false;
+    if (!st.ok() || !inline_finish.status.ok()) fail(r, node, st.ok() ? inline_finish.status : st);
+    if (r->timing_on) r->timing[node].end_ns = now_ns();
+    return true;
+  }
+
+  // An async node finished outside its body, on any thread: its successors
+  // run here when this is one of our threads, else they are queued.
+  void finish_async(InstanceRun* r, NodeId node, const Status& st) {
+    if (InlineFinish* f = tls_inline; f && f->run == r && f->node == node) {
+      f->finished = true;
+      f->status = st;
+      return;
+    }
+    if (!st.ok()) fail(r, node, st);
+    if (r->timing_on) r->timing[node].end_ns = now_ns();
+    Worker* self = tls_core == this ? tls_worker : nullptr;
+    uint32_t sinks = 0;
+    NodeId next = advance(r, node, self, sinks);
+    if (next != kNoNode) {
+      if (self) run_chain(r, next, self, sinks);
+      else push_injected({r, next, 0});
+    }
+    if (sinks != 0) finish_sinks(r, sinks, self);
   }
 
   void execute(const Item& item, Worker* self) {
@@ -316,8 +376,7 @@ struct ExecutorCore {
   void engine_loop();
 };
 
-thread_local ExecutorCore* tls_core = nullptr;
-thread_local Worker* tls_worker = nullptr;
+thread_local ExecutorCore::InlineFinish* ExecutorCore::tls_inline = nullptr;
 
 void ExecutorCore::worker_loop(Worker* w, size_t index) {
   tls_core = this;
@@ -385,6 +444,8 @@ void ExecutorCore::engine_loop() {
 }
 
 }  // namespace detail
+
+void NodeDone::finish(const Status& status) const { core_->finish_async(run_, node_, status); }
 
 using detail::ExecutorCore;
 using detail::InstanceRun;

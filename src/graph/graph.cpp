@@ -95,6 +95,16 @@ Result<NodeId> Graph::add_user(std::string name, UserFn body) {
   return add_node(*layout_, {.name = std::move(name), .kind = NodeKind::kUser, .body = std::move(body)});
 }
 
+Result<NodeId> Graph::add_host(std::string name, UserFn body) {
+  if (!body) return Status(Code::kInvalidArgument, "host node '" + name + "' has no body");
+  return add_node(*layout_, {.name = std::move(name), .kind = NodeKind::kUser, .body = std::move(body), .host = true});
+}
+
+Result<NodeId> Graph::add_async(std::string name, AsyncFn start) {
+  if (!start) return Status(Code::kInvalidArgument, "async node '" + name + "' has no body");
+  return add_node(*layout_, {.name = std::move(name), .kind = NodeKind::kAsync, .async = std::move(start)});
+}
+
 Result<NodeId> Graph::add_engine(std::string name, const Engine& engine) {
   return add_node(*layout_, {.name = std::move(name), .kind = NodeKind::kEngine, .engine = &engine});
 }
@@ -136,6 +146,7 @@ Status Graph::freeze() {
     h.kind = b.kind;
     h.body = b.kind == NodeKind::kUser ? &b.body : nullptr;
     h.engine = b.engine;
+    h.async = b.kind == NodeKind::kAsync ? &b.async : nullptr;
     h.preds = static_cast<uint32_t>(b.pred.size());
     h.succ_begin = static_cast<uint32_t>(g.succ.size());
     g.succ.insert(g.succ.end(), b.succ.begin(), b.succ.end());
@@ -160,6 +171,13 @@ size_t Graph::size() const { return layout_->nodes.size(); }
 size_t Graph::edges() const { return layout_->edge_count; }
 const std::string& Graph::node_name(NodeId node) const { return layout_->nodes.at(node).name; }
 NodeKind Graph::node_kind(NodeId node) const { return layout_->nodes.at(node).kind; }
+bool Graph::is_host(NodeId node) const { return layout_->nodes.at(node).host; }
+const Engine* Graph::node_engine(NodeId node) const { return layout_->nodes.at(node).engine; }
+const UserFn* Graph::node_body(NodeId node) const {
+  const auto& n = layout_->nodes.at(node);
+  return n.kind == NodeKind::kUser ? &n.body : nullptr;
+}
+std::span<const NodeId> Graph::successors(NodeId node) const { return layout_->nodes.at(node).succ; }
 
 size_t Graph::instance_state_bytes() const {
   return sizeof(InstanceRun) + layout_->counter_init.size() * sizeof(uint32_t);

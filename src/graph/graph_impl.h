@@ -25,6 +25,7 @@ struct HotNode {
   NodeKind kind = NodeKind::kUser;
   const UserFn* body = nullptr;
   const Engine* engine = nullptr;
+  const AsyncFn* async = nullptr;
 };
 
 struct BuildNode {
@@ -32,6 +33,8 @@ struct BuildNode {
   NodeKind kind = NodeKind::kUser;
   UserFn body;
   const Engine* engine = nullptr;
+  AsyncFn async;
+  bool host = false;
   std::shared_ptr<const Graph> sub;
   std::vector<NodeId> succ;
   std::vector<NodeId> pred;

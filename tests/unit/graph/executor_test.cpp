@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -392,6 +394,109 @@ TEST(Executor, ResubmittingFromTheCallbackAndThreadsSubmittingAtOnce) {
   for (auto& t : submitters) t.join();
   EXPECT_EQ(failures.load(), 0);
 }
+
+// Async nodes finished from a foreign thread (as a message handler would),
+// inline in their body, and with errors, under every thread mode.
+class AsyncNodes : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(AsyncNodes, FinishLaterInlineOrWithAnErrorAndSuccessorsWaitForThem) {
+  // a (async, finished by the completer thread) -> b (async, inline) -> c (user)
+  struct Data {
+    std::atomic<int> step{0};
+    bool fail_late = false;
+    bool fail_early = false;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<NodeDone> queue;
+  std::vector<std::thread> failers;  // joined before the executor goes: finish() may still be inside it
+  bool stop = false;
+  std::thread completer([&] {
+    std::unique_lock lock(mu);
+    while (true) {
+      cv.wait(lock, [&] { return stop || !queue.empty(); });
+      if (queue.empty()) return;
+      auto batch = std::move(queue);
+      queue.clear();
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // the peer takes a while
+      for (auto& done : batch) done.finish({});
+      lock.lock();
+    }
+  });
+  auto g = Graph::create("async");
+  NodeId a = g->add_async("a", [&](void* d, NodeDone done) {
+                 auto* data = static_cast<Data*>(d);
+                 EXPECT_EQ(data->step.exchange(1), 0);
+                 if (data->fail_early) return Status(Code::kIoError, "refused");
+                 if (data->fail_late) {
+                   std::lock_guard lock(mu);
+                   failers.emplace_back([done] { done.finish({Code::kConnectionReset, "peer left"}); });
+                   return Status();
+                 }
+                 std::lock_guard lock(mu);
+                 queue.push_back(done);
+                 cv.notify_one();
+                 return Status();
+               }).value();
+  NodeId b = g->add_async("b", [](void* d, NodeDone done) {
+                 EXPECT_EQ(static_cast<Data*>(d)->step.exchange(2), 1);  // a finished before b started
+                 done.finish({});
+                 return Status();
+               }).value();
+  NodeId c = g->add_user("c", [](void* d) {
+                 EXPECT_EQ(static_cast<Data*>(d)->step.exchange(3), 2);
+                 return Status();
+               }).value();
+  ASSERT_TRUE(g->add_dependency(a, b).ok());
+  ASSERT_TRUE(g->add_dependency(b, c).ok());
+  ASSERT_TRUE(g->freeze().ok());
+  auto ex = Executor::create({.threads = GetParam()}).value();
+
+  constexpr int kInstances = 64;
+  std::vector<std::unique_ptr<Instance>> insts;
+  std::vector<Data> data(kInstances);
+  for (int round = 0; round < 3; ++round) {
+    insts.clear();
+    for (int i = 0; i < kInstances; ++i) {
+      data[i].step = 0;
+      data[i].fail_late = round == 1 && i % 4 == 1;
+      data[i].fail_early = round == 2 && i % 4 == 2;
+      insts.push_back(Instance::create(g).value());
+      for (NodeId n : {a, b, c}) ASSERT_TRUE(insts.back()->set_data(n, &data[i]).ok());
+      ASSERT_TRUE(insts.back()->enable_timing(true).ok());
+      ASSERT_TRUE(ex->submit(*insts.back()).ok());
+    }
+    for (int i = 0; i < kInstances; ++i) {
+      Status st = ex->wait(*insts[i], soon());
+      if (data[i].fail_late) {
+        EXPECT_EQ(st.code(), Code::kConnectionReset);
+        EXPECT_EQ(st.message(), "a: peer left");
+        EXPECT_EQ(data[i].step, 1);  // nothing after a started
+      } else if (data[i].fail_early) {
+        EXPECT_EQ(st.message(), "a: refused");
+        EXPECT_EQ(data[i].step, 1);
+      } else {
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        EXPECT_EQ(data[i].step, 3);
+        auto t = insts[i]->timing();
+        EXPECT_GE(t[a].end_ns - t[a].start_ns, 200'000u) << "a ends when the completer finishes it";
+        EXPECT_LE(t[a].end_ns, t[b].start_ns);
+        EXPECT_LE(t[b].end_ns, t[c].start_ns);
+      }
+    }
+  }
+  EXPECT_EQ(ex->in_flight(), 0u);
+  {
+    std::lock_guard lock(mu);
+    stop = true;
+  }
+  for (auto& t : failers) t.join();
+  cv.notify_one();
+  completer.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, AsyncNodes, ::testing::Values(0u, 1u, 2u));
 
 TEST(Executor, TimingRecordsEveryNodeInOrder) {
   Checked c = build(Pattern::kChain, 10);
