@@ -5,6 +5,7 @@
 //   outboard-graph-bench --runtime outboard --pattern random --n 4096 --mode M3 --instances 100 --threads 2
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -36,15 +37,23 @@ std::string loadavg() {
 
 constexpr const char* kColumns =
     "runtime,version,pattern,n,edges,K,mode,threads,body,body_ns,rep,wall_ns,per_instance_ns,per_task_ns,cpu_ns,"
-    "rss_kb,loadavg,build_ns,create_ns,startup_ns,state_bytes,idle_cpu_pct,check";
+    "rss_kb,loadavg,build_ns,create_ns,startup_ns,state_bytes,idle_cpu_pct,check,lat_p50_ns,lat_p90_ns,lat_p99_ns";
+
+// Percentile of per-instance latencies (0 when the runtime does not measure them).
+uint64_t percentile(std::vector<uint64_t> v, double q) {
+  if (v.empty()) return 0;
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(q * double(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(k), v.end());
+  return v[k];
+}
 
 int usage(const char* why) {
   std::fprintf(stderr,
                "outboard-graph-bench: %s\n"
-               "usage: outboard-graph-bench --runtime outboard|tbb|omp|pthread|sequential --pattern "
+               "usage: outboard-graph-bench --runtime outboard|tbb|omp|pthread|sequential|offload --pattern "
                "chain|independent|tree|fanin|random|seed [--n N] [--mode M1|M2|M3|M4|sync] [--instances K] "
                "[--threads T] [--window W] [--engine-threads E] [--body empty|1us|10us|seed] [--reps R] "
-               "[--warmup W] [--header]\n",
+               "[--warmup W] [--agent HOST:PORT (offload)] [--header]\n",
                why);
   return 2;
 }
@@ -80,8 +89,9 @@ int main(int argc, char** argv) {
                                      : rt == "omp"        ? make_omp(cell.threads)
                                      : rt == "pthread"    ? make_pthread()
                                      : rt == "sequential" ? make_sequential()
+                                     : rt == "offload"    ? (opt.count("agent") ? make_offload(opt["agent"]) : nullptr)
                                                           : nullptr;
-    if (!runner) return usage(("unknown runtime " + rt).c_str());
+    if (!runner) return usage(("unknown runtime " + rt + " (offload needs --agent)").c_str());
     const int reps = std::stoi(opt["reps"]), warmup = std::stoi(opt["warmup"]);
     const uint64_t n = w.dag().size(), K = cell.instances;
     struct Row {
@@ -107,14 +117,16 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& row = rows[i];
       failed |= row.check != "ok";
-      std::printf("%s,%s,%s,%llu,%zu,%llu,%s,%u,%s,%.0f,%zu,%llu,%.1f,%.2f,%llu,%ld,%s,%llu,%llu,%llu,%zu,%.1f,%s\n",
+      std::printf("%s,%s,%s,%llu,%zu,%llu,%s,%u,%s,%.0f,%zu,%llu,%.1f,%.2f,%llu,%ld,%s,%llu,%llu,%llu,%zu,%.1f,%s,%llu,%llu,%llu\n",
                   runner->name().c_str(), runner->version().c_str(), w.dag().pattern.c_str(),
                   (unsigned long long)n, w.dag().edges, (unsigned long long)K, cell.mode.c_str(), cell.threads,
                   opt["body"].c_str(), w.body_ns(), i, (unsigned long long)row.m.wall_ns,
                   double(row.m.wall_ns) / K, double(row.m.wall_ns) / double(K * n), (unsigned long long)row.m.cpu_ns,
                   max_rss_kb(), row.load.c_str(), (unsigned long long)row.m.build_ns,
                   (unsigned long long)row.m.create_ns, (unsigned long long)runner->startup_ns(), row.m.state_bytes,
-                  idle_pct, row.check.c_str());
+                  idle_pct, row.check.c_str(), (unsigned long long)percentile(row.m.latency_ns, 0.5),
+                  (unsigned long long)percentile(row.m.latency_ns, 0.9),
+                  (unsigned long long)percentile(row.m.latency_ns, 0.99));
     }
     return failed ? 1 : 0;
   } catch (const std::exception& e) {

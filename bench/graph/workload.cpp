@@ -86,11 +86,12 @@ Workload::Workload(Dag dag, Body body) : dag_(std::move(dag)), body_(body) {
   }
 }
 
-std::unique_ptr<InstanceData> Workload::make_instance(uint64_t index) const {
+std::unique_ptr<InstanceData> Workload::make_instance(uint64_t index, SeedBuffers* seed_at) const {
   auto d = std::make_unique<InstanceData>();
   d->stamps.assign(dag_.size(), 0);
   if (body_ == Body::kSeed) {
-    d->seed = std::make_unique<SeedBuffers>();
+    if (!seed_at) seed_at = (d->seed_storage = std::make_unique<SeedBuffers>()).get();
+    d->seed = seed_at;
     uint64_t x = index * 0x9e3779b97f4a7c15ull + 1;  // a distinct payload per instance
     for (auto& b : d->seed->src) x ^= x << 13, x ^= x >> 7, x ^= x << 17, b = static_cast<uint8_t>(x);
     crypto_hash_sha256(d->seed->expected, d->seed->src, sizeof d->seed->src);

@@ -37,7 +37,8 @@ struct SeedBuffers {
 struct InstanceData {
   std::vector<uint32_t> stamps;  // run number each node last completed
   uint32_t run = 1;
-  std::unique_ptr<SeedBuffers> seed;
+  SeedBuffers* seed = nullptr;  // in seed_storage, or in memory the caller registered
+  std::unique_ptr<SeedBuffers> seed_storage;
 };
 
 enum class Body { kEmpty, kSpin1us, kSpin10us, kSeed };
@@ -51,8 +52,9 @@ class Workload {
   /// Calibrated duration of one body, ns (0 for empty).
   double body_ns() const { return body_ns_; }
 
-  /// A fresh instance's data (distinct seed payload per `index`).
-  std::unique_ptr<InstanceData> make_instance(uint64_t index) const;
+  /// A fresh instance's data (distinct seed payload per `index`), its seed
+  /// buffers at `seed_at` when given.
+  std::unique_ptr<InstanceData> make_instance(uint64_t index, SeedBuffers* seed_at = nullptr) const;
   /// Task `node` of one instance: checks that its predecessors ran in this
   /// run, does the body, stamps itself, counts.
   void task(InstanceData& d, uint32_t node);
@@ -97,6 +99,7 @@ class Stopwatch {
 /// One timed repetition.
 struct Measure {
   uint64_t wall_ns = 0;    // executing the K instances (M1: building too)
+  std::vector<uint64_t> latency_ns;  // submit to completion per instance, where measured
   uint64_t cpu_ns = 0;     // process CPU time over wall_ns (all threads)
   uint64_t build_ns = 0;   // building the graph(s), outside wall_ns except M1
   uint64_t create_ns = 0;  // creating instances / copies, outside wall_ns
@@ -119,5 +122,7 @@ std::unique_ptr<Runner> make_tbb(unsigned threads);
 std::unique_ptr<Runner> make_omp(unsigned threads);
 std::unique_ptr<Runner> make_pthread();
 std::unique_ptr<Runner> make_sequential();
+/// The seed graph offloaded to the agent at `address` (graph_offload.h).
+std::unique_ptr<Runner> make_offload(const std::string& address);
 
 }  // namespace outboard::bench::graph

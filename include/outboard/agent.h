@@ -25,6 +25,10 @@ struct AgentConfig {
   uint32_t max_batch_texts = 4096;        ///< --max-batch-texts: texts per batch
   uint64_t max_text_bytes = 16ull << 20;  ///< --max-text-bytes: a longer text fails alone
   std::string vocab_dir;                  ///< --vocab-dir; empty: default_vocab_dir()
+  // The graph service.
+  uint32_t graph_threads = 0;               ///< --graph-threads: workers for engine nodes (0: the progress thread)
+  uint32_t graph_max_instances = 1u << 16;  ///< --graph-max-instances per connection
+  uint64_t graph_max_memory = 1ull << 30;   ///< --graph-max-memory: agent memory per connection
 };
 
 /// Where `outboard vocab fetch` caches vocabularies: $OUTBOARD_CACHE_DIR,
@@ -40,7 +44,7 @@ Result<AgentConfig> agent_config_from(const config::Options& options);
 class Agent {
  public:
   /// Creates an agent with the built-in services (echo, stats, memory,
-  /// sink, tokenize).
+  /// sink, tokenize, graph).
   [[nodiscard]] static Result<std::unique_ptr<Agent>> create(const AgentConfig& config);
   ~Agent();
 

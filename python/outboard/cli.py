@@ -90,6 +90,8 @@ def cmd_bench_suite(args: argparse.Namespace) -> int:
     suite = suite_module(args.suite).SUITE
     known = [c.name for c in suite.cases]
     cases = args.cases.split(",") if args.cases else []
+    if getattr(args, "offload", False) and "offload" not in cases:
+        cases.append("offload")
     if unknown := [c for c in cases if c not in known]:
         raise BadConfig(f"--cases: unknown {unknown}; {suite.name} has {', '.join(known)}")
     if args.repeat < 1:
@@ -214,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--repeat", type=int, default=1, help="measure every cell N times, order rotated")
         p.add_argument("--cases", help="comma-separated subset of the suite's cases")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        if name == "graph":
+            p.add_argument("--offload", action="store_true",
+                           help="the seed graph offloaded to the agent (the `offload` case alone, or with --cases)")
 
     p = command("report", "re-render a benchmark run's report.md and charts, or compare two runs")
     p.add_argument("dir", help="a run directory (results.jsonl + meta.json)")

@@ -13,6 +13,7 @@
 #include "channel/hub.h"
 #include "channel/server.h"
 #include "outboard/affinity.h"
+#include "outboard/graph.h"
 #include "outboard/log.h"
 #include "services/builtin.h"
 
@@ -47,6 +48,12 @@ config::Options agent_options() {
           {"tokenize-queue", Type::kInt, std::to_string(a.tokenize_queue), "batches that may wait for a tokenize thread"},
           {"max-batch-texts", Type::kInt, std::to_string(a.max_batch_texts), "texts in one tokenize batch"},
           {"max-text-bytes", Type::kSize, std::to_string(a.max_text_bytes), "longest text the tokenize service takes"},
+          {"graph-threads", Type::kInt, std::to_string(a.graph_threads),
+           "workers running offloaded graphs' engine nodes (0: the progress thread runs them)"},
+          {"graph-max-instances", Type::kInt, std::to_string(a.graph_max_instances),
+           "graph instances a connection may hold"},
+          {"graph-max-memory", Type::kSize, std::to_string(a.graph_max_memory),
+           "agent memory a connection's graph instances may hold"},
           {"vocab-dir", Type::kString, "", "vocabulary cache (default: $OUTBOARD_CACHE_DIR or ~/.cache/outboard)"},
       });
 }
@@ -72,6 +79,14 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t threads, positive("tokenize-threads"));
   OB_ASSIGN_OR_RETURN(int64_t queue, positive("tokenize-queue"));
   OB_ASSIGN_OR_RETURN(int64_t batch, positive("max-batch-texts"));
+  const int64_t graph_threads = o.integer("graph-threads");
+  if (graph_threads < 0 || graph_threads > graph::Executor::kMaxThreads)
+    return Status(Code::kBadConfig, "option 'graph-threads' is " + std::to_string(graph_threads) + ", expected 0.." +
+                                        std::to_string(graph::Executor::kMaxThreads));
+  OB_ASSIGN_OR_RETURN(int64_t graph_instances, positive("graph-max-instances"));
+  a.graph_threads = static_cast<uint32_t>(graph_threads);
+  a.graph_max_instances = static_cast<uint32_t>(graph_instances);
+  a.graph_max_memory = o.size("graph-max-memory");
   a.tokenize_threads = static_cast<uint32_t>(threads);
   a.tokenize_queue = static_cast<uint32_t>(queue);
   a.max_batch_texts = static_cast<uint32_t>(batch);
@@ -145,6 +160,8 @@ Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
   OB_RETURN_IF_ERROR(agent->add_service(services::make_tokenize(
       {config.tokenize_threads, config.tokenize_queue, config.max_batch_texts, config.max_text_bytes,
        config.vocab_dir.empty() ? default_vocab_dir() : config.vocab_dir})));
+  OB_RETURN_IF_ERROR(agent->add_service(
+      services::make_graph({config.graph_threads, config.graph_max_instances, config.graph_max_memory})));
   return agent;
 }
 

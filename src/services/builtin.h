@@ -39,4 +39,16 @@ struct TokenizeConfig {
 /// registered buffer (wire format: services/tokenize_wire.h).
 std::unique_ptr<Service> make_tokenize(TokenizeConfig config);
 
+/// Limits of the `graph` service (agent options in the comments).
+struct GraphServiceConfig {
+  /// --graph-threads: executor workers running engine nodes; 0 runs them on
+  /// the agent's progress thread (no hand-off between threads).
+  uint32_t threads = 0;
+  uint32_t max_instances = 1u << 16;    ///< --graph-max-instances per connection
+  uint64_t max_memory = 1ull << 30;     ///< --graph-max-memory: agent memory of a connection's instances
+};
+/// `graph`: task graphs shipped by clients (outboard/graph_offload.h; wire
+/// format: services/graph_wire.h).
+std::unique_ptr<Service> make_graph(GraphServiceConfig config);
+
 }  // namespace outboard::services

@@ -10,11 +10,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
-#include <span>
-#include <string>
-#include <string_view>
-#include <vector>
+
+#include "services/wire.h"
 
 namespace outboard::tokenize_wire {
 
@@ -56,34 +53,7 @@ struct TextResult {
   int32_t code = 0;     ///< outboard::Code; 0 = ok
 };
 
-/// Appends plain-old-data values to a byte vector.
-struct Writer {
-  std::vector<uint8_t> bytes;
-  template <typename T>
-  void put(const T& v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    bytes.insert(bytes.end(), p, p + sizeof(T));
-  }
-  void put_bytes(std::span<const uint8_t> b) { bytes.insert(bytes.end(), b.begin(), b.end()); }
-  void put_bytes(std::string_view s) { put_bytes({reinterpret_cast<const uint8_t*>(s.data()), s.size()}); }
-};
-
-/// Reads plain-old-data values; every read says whether the bytes were there.
-struct Reader {
-  std::span<const uint8_t> in;
-  template <typename T>
-  bool get(T& v) {
-    if (in.size() < sizeof(T)) return false;
-    std::memcpy(&v, in.data(), sizeof(T));
-    in = in.subspan(sizeof(T));
-    return true;
-  }
-  bool take(size_t n, std::span<const uint8_t>& out) {
-    if (in.size() < n) return false;
-    out = in.first(n);
-    in = in.subspan(n);
-    return true;
-  }
-};
+using codec::Reader;
+using codec::Writer;
 
 }  // namespace outboard::tokenize_wire

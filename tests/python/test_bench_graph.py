@@ -20,8 +20,8 @@ def quick_run(tmp_path_factory) -> Path:
 def test_every_runtime_ran_and_every_run_was_checked(quick_run: Path) -> None:
     rows, meta = report.load(quick_run)
     assert meta["failed"] == {}
-    assert {r["impl"] for r in rows} == set(graph.RUNTIMES)
-    assert {r["case"] for r in rows} == {"overhead", "seed_modes", "seed_instances", "bodies"}
+    assert {r["impl"] for r in rows} == {*graph.RUNTIMES, "offload"}
+    assert {r["case"] for r in rows} == {"overhead", "seed_modes", "seed_instances", "bodies", "offload"}
     for r in rows:
         assert r["correctness"]["ok"], r
         m = r["metrics"]
@@ -42,6 +42,23 @@ def test_ratios_and_report(quick_run: Path) -> None:
     text = (quick_run / "report.md").read_text()
     assert "outboard / tbb" in text and "outboard / pthread" in text
     assert (quick_run / "charts" / "overhead-per_task_ns-p50.png").stat().st_size > 0
+
+
+def test_offload_runs_the_seed_graph_on_a_real_agent_with_latencies(tmp_path: Path) -> None:
+    out = tmp_path / "offload"
+    assert cli.main(["bench", "graph", "--offload", "--quick", "--out", str(out), "--no-progress"]) == 0
+    rows, meta = report.load(out)
+    assert meta["failed"] == {} and meta["graph_agent"] != "none"
+    assert {r["case"] for r in rows} == {"offload"}
+    assert {r["impl"] for r in rows} == {"offload", "outboard", "pthread"}
+    offloaded = [r for r in rows if r["impl"] == "offload"]
+    assert {(r["params"]["mode"], r["params"]["K"]) for r in offloaded} == {("M3", 10), ("M3", 300), ("sync", 10), ("sync", 300)}
+    for r in offloaded:
+        assert r["correctness"]["ok"], r  # every instance's copy and digest checked by its host node
+        m = r["metrics"]
+        assert 0 < m["latency_p50_ns"]["p50"] <= m["latency_p90_ns"]["p50"] <= m["latency_p99_ns"]["p50"]
+        assert m["instances_per_s"]["p50"] > 0
+    assert "offload / pthread" in (out / "report.md").read_text()
 
 
 def test_the_binary_fails_loudly_on_a_bad_cell() -> None:

@@ -12,7 +12,8 @@ STANDALONE = ["tokenize", "graph"]
 # What each public header belongs to, for includes of "outboard/<x>.h".
 PUBLIC = {"status": "util", "log": "util", "config": "util", "clock": "util", "stats": "util",
           "checksum": "util", "affinity": "util", "channel": "channel", "service": "services",
-          "agent": "agent", "tokenizer": "tokenize", "tokenize_client": "services", "graph": "graph"}
+          "agent": "agent", "tokenizer": "tokenize", "tokenize_client": "services", "graph": "graph",
+          "graph_offload": "services"}
 
 
 def layer_of(include: str) -> str | None:

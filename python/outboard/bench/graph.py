@@ -16,7 +16,7 @@ import csv
 import subprocess
 from typing import Any
 
-from .._agent import find_executable
+from .._agent import LocalAgent, find_executable
 from .harness import Case, Chart, Column, Impl, Measurement, Options, Suite, summarize
 
 #: Seconds one cell (one runtime) may take.
@@ -26,6 +26,8 @@ PTHREAD_MAX_TASKS = 20_000
 #: Tasks per cell (K·n) at most, as the protocol caps a point.
 MAX_TASKS = 1 << 22
 RUNTIMES = ["outboard", "tbb", "omp", "pthread", "sequential"]
+#: Modes of the offloaded seed graph: all K in flight, a window, one at a time.
+OFFLOAD_MODES = ("M3", "M4", "sync")
 
 
 def executable() -> str:
@@ -42,9 +44,11 @@ def _cell_args(p: dict[str, Any]) -> list[str]:
             "--threads", str(p["threads"]), "--body", p.get("body", "empty"), "--window", str(p.get("window", 8))]
 
 
-def run_cell(runtime: str, p: dict[str, Any], reps: int) -> list[dict[str, str]]:
+def run_cell(runtime: str, p: dict[str, Any], reps: int, agent: str | None = None) -> list[dict[str, str]]:
     """The binary's CSV rows for one cell; raises with its stderr on failure."""
     cmd = [executable(), "--header", "--runtime", runtime, *_cell_args(p), "--reps", str(reps)]
+    if agent:
+        cmd += ["--agent", agent]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=CELL_TIMEOUT_S)
     rows = list(csv.DictReader(r.stdout.splitlines()))
     if r.returncode != 0 and not rows:
@@ -52,13 +56,13 @@ def run_cell(runtime: str, p: dict[str, Any], reps: int) -> list[dict[str, str]]
     return rows
 
 
-def _reps(env: Options) -> int:
-    return 3 if env.quick else 10
+def _reps(env: GraphEnv) -> int:
+    return 3 if env.options.quick else 10
 
 
 def _measure(runtime: str):
-    def measure(env: Options, p: dict[str, Any]) -> Measurement:
-        rows = run_cell(runtime, p, _reps(env))
+    def measure(env: GraphEnv, p: dict[str, Any]) -> Measurement:
+        rows = run_cell(runtime, p, _reps(env), env.agent_address if runtime == "offload" else None)
         tasks = int(rows[0]["K"]) * int(rows[0]["n"])
         threads, body_ns = int(rows[0]["threads"]), float(rows[0]["body_ns"])
         wall = [float(r["wall_ns"]) for r in rows]
@@ -66,21 +70,28 @@ def _measure(runtime: str):
             "per_task_ns": summarize([float(r["per_task_ns"]) for r in rows]),
             "per_instance_ns": summarize([float(r["per_instance_ns"]) for r in rows]),
             "cpu_per_task_ns": summarize([float(r["cpu_ns"]) / tasks for r in rows]),
+            "cpu_per_instance_ns": summarize([float(r["cpu_ns"]) / int(r["K"]) for r in rows]),
             # Core time beyond the bodies themselves, per task (protocol §6 metrics).
             "core_overhead_ns": summarize([(threads * w - tasks * body_ns) / tasks for w in wall]),
             "body_ns": body_ns, "build_ns": float(rows[0]["build_ns"]), "create_ns": float(rows[0]["create_ns"]),
             "startup_ns": float(rows[0]["startup_ns"]), "state_bytes": int(rows[0]["state_bytes"]),
             "rss_kb": int(rows[-1]["rss_kb"]), "idle_cpu_pct": float(rows[0]["idle_cpu_pct"]),
             "edges": int(rows[0]["edges"]), "repetitions": len(rows), "version": rows[0]["version"],
+            "instances_per_s": summarize([1e9 / float(r["per_instance_ns"]) for r in rows]),
         }
+        if float(rows[0]["lat_p50_ns"]) > 0:  # per-instance latency, submit to completion
+            for q in ("p50", "p90", "p99"):
+                metrics[f"latency_{q}_ns"] = summarize([float(r[f"lat_{q}_ns"]) for r in rows])
         failures = [r["check"] for r in rows if r["check"] != "ok"]
         return Measurement(metrics, not failures, {"tasks_per_rep": tasks, "failures": failures[:3]})
     return measure
 
 
 def _unavailable(runtime: str):
-    def why(env: Options, p: dict[str, Any]) -> str | None:
+    def why(env: GraphEnv, p: dict[str, Any]) -> str | None:
         tasks = int(p["K"]) * _n(p)
+        if runtime == "offload" and p["mode"] not in OFFLOAD_MODES:
+            return f"the offloaded seed graph runs modes {', '.join(OFFLOAD_MODES)}"
         if tasks > MAX_TASKS:
             return f"K·n = {tasks} tasks exceeds the {MAX_TASKS} cap per point"
         if runtime == "pthread" and tasks > PTHREAD_MAX_TASKS:
@@ -147,26 +158,54 @@ BODIES = Case(
     notes="Core-time overhead per task = (threads · wall − K · n · body) / (K · n); a spinning idle worker "
           "shows up there and in CPU ns/task.")
 
+OFFLOAD = Case(
+    "offload", "Seed graph offloaded to the agent (outboard bench graph --offload): SHA ‖ DMA there, check here",
+    sweep={"pattern": ["seed"], "body": ["seed"], "mode": ["M3", "M4", "sync"], "K": [1, 10, 100, 300, 500, 1000],
+           "threads": [2]},
+    quick={"mode": ["M3", "sync"], "K": [10, 300]},
+    impls=_impls("offload", "outboard", "pthread"), reference="pthread", ratio_metric="per_instance_ns.p50",
+    ours="offload",
+    columns=[Column("ns/instance p50", "per_instance_ns.p50", 0), Column("instances/s", "instances_per_s.p50", 0),
+             Column("latency p50 ns", "latency_p50_ns.p50", 0), Column("p90 ns", "latency_p90_ns.p50", 0),
+             Column("p99 ns", "latency_p99_ns.p50", 0), Column("client CPU ns/instance", "cpu_per_instance_ns.p50", 0)],
+    notes="`offload` ships the seed graph to a local agent (its engine nodes on the agent's progress thread, "
+          "DOCA's progress-engine model; `--graph-threads N` moves them to workers): each submit carries the "
+          "instance's distinct 1 KiB payload into agent memory, SHA-256 and the copy run there, the copy and the "
+          "digest land in this process's registered memory by one-sided puts, and the check runs here as a host "
+          "node when both have landed; the completion comes back over the channel. Latency is submit to "
+          "completion per instance (M3: all K submitted at once, so it includes waiting behind the others; M4: a "
+          "window of 8; sync: one at a time). `outboard` runs the same graph in-process with 2 threads and "
+          "`pthread` is the seed's baseline. Client CPU counts this process only (the agent's core is the "
+          "offload's cost).")
+
 SUITE = Suite(
     name="graph", title="Task graphs: build once, run many instances (DOCA Graph's model) vs TBB, OpenMP, pthreads",
-    cases=[OVERHEAD, SEED_MODES, SEED_INSTANCES, BODIES],
+    cases=[OVERHEAD, SEED_MODES, SEED_INSTANCES, BODIES, OFFLOAD],
     charts=[Chart("overhead", "n", "per_task_ns.p50", "ns per task, empty bodies", "ns", logy=True,
                   split=["pattern", "mode", "threads"]),
             Chart("seed_instances", "K", "per_instance_ns.p50", "seed graph: ns per instance vs K", "ns",
+                  logy=True, split=["mode"]),
+            Chart("offload", "K", "latency_p50_ns.p50", "offloaded seed graph: latency p50 vs K", "ns",
                   logy=True, split=["mode"])],
-    setup=lambda options: _null_env(options),
-    describe=lambda env: {"graph_bench": executable()},
+    setup=lambda options: GraphEnv(options),
+    describe=lambda env: {"graph_bench": executable(), "graph_agent": env.agent_address or "none"},
     notes=__doc__.split("\n\n", 1)[1].replace("\n", " ").replace("``", "`").strip())
 
 
-class _null_env:
-    """The graph suite needs no agent: the env is the options."""
+class GraphEnv:
+    """The options, and an agent for the offload case: --agent's, else a local one started here."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
+        self.agent_address: str | None = options.agent
+        self._agent: LocalAgent | None = None
 
-    def __enter__(self) -> Options:
-        return self.options
+    def __enter__(self) -> GraphEnv:
+        if self.agent_address is None and (not self.options.cases or "offload" in self.options.cases):
+            self._agent = LocalAgent(log_level=self.options.log_level).start()
+            self.agent_address = self._agent.address
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        if self._agent is not None:
+            self._agent.stop()

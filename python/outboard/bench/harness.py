@@ -63,6 +63,8 @@ class Case:
     reference: str | None = None
     ratio_metric: str | None = None
     lower_is_better: bool = True
+    #: The implementation whose ratio to the reference the case reports.
+    ours: str = OURS
     notes: str = ""
 
     def cells(self, quick: bool) -> list[dict[str, Any]]:
@@ -142,7 +144,7 @@ def ratios(rows: Sequence[Mapping[str, Any]], case: Case) -> dict[tuple[tuple[st
     out = {}
     for (impl, key), values in by.items():
         ref = by.get((case.reference, key))
-        if impl == OURS and ref and median(ref) > 0:
+        if impl == case.ours and ref and median(ref) > 0:
             out[key] = median(values) / median(ref)
     return out
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import suite_module
-from .harness import OURS, Case, Suite, cell_key, get, median, ratios
+from .harness import Case, Suite, cell_key, get, median, ratios
 
 
 def load(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -70,7 +70,7 @@ def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     swept = [k for k, _ in next(iter(cells))]
     ratio = ratios(rows, case)
     better = "lower" if case.lower_is_better else "higher"
-    ratio_head = [f"{OURS} / {case.reference} ({better} is better)"] if case.reference else []
+    ratio_head = [f"{case.ours} / {case.reference} ({better} is better)"] if case.reference else []
     head = [*swept, "impl", *(c.label for c in case.columns), "check", *ratio_head]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, by_impl in cells.items():
@@ -80,7 +80,7 @@ def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
             values = [_fmt(_median_metric(impl_rows, c.metric), c.digits) for c in case.columns]
             extra = []
             if case.reference:
-                extra = [f"**{ratio[key]:.2f}×**" if impl == OURS and key in ratio else ""]
+                extra = [f"**{ratio[key]:.2f}×**" if impl == case.ours and key in ratio else ""]
             lines.append("| " + " | ".join([*(_param(params[k]) for k in swept), impl, *values,
                                              "ok" if ok else "**FAILED**", *extra]) + " |")
     return lines
