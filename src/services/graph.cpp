@@ -137,6 +137,17 @@ struct Core : std::enable_shared_from_this<Core> {
   }
   void send_events(ClientState& c);
   void free_instance(ClientState& c, AgentInstance& inst);
+  void settle(AgentInstance& inst);
+  void forget_gone_clients() {
+    for (auto it = clients.begin(); it != clients.end();) {
+      if (it->second->gone && it->second->running == 0) {
+        for (auto& [id, inst] : it->second->instances) settle(*inst);
+        it = clients.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
 };
 
 Status shutting_down() { return {Code::kShutDown, "the agent's graph service is shutting down"}; }
@@ -261,13 +272,9 @@ void Core::pump() {
     xfers.clear();
     ready.clear();
     done.clear();
-    // Clients that left and whose runs are now over.
-    for (auto it = clients.begin(); it != clients.end();) {
-      if (it->second->gone && it->second->running == 0) it = clients.erase(it);
-      else ++it;
-    }
   }
   pumping = false;
+  forget_gone_clients();
 }
 
 void Core::send_events(ClientState& c) {
@@ -323,7 +330,15 @@ void Core::send_events(ClientState& c) {
   }
 }
 
+// With workers, the executor may still be delivering the run that just
+// completed (its callback queued the completion): wait for that first.
+void Core::settle(AgentInstance& inst) {
+  Status st = executor->wait(*inst.run, Deadline::after_ms(kTransferDeadlineMs));
+  if (st.code() == Code::kTimedOut) OB_LOG_WARN("instance %u: run still delivering at release", inst.id);
+}
+
 void Core::free_instance(ClientState& c, AgentInstance& inst) {
+  settle(inst);
   c.agent_bytes -= inst.memory_bytes;
   --c.live_instances;
   c.instances.erase(inst.id);
@@ -396,7 +411,8 @@ class GraphService final : public Service {
     for (auto& [iid, inst] : c.instances)
       for (auto& w : inst->host_waiting)
         if (w) std::exchange(w, std::nullopt)->finish(client_left());
-    if (c.running == 0) core_->clients.erase(it);
+    // Not under a pump (a blocking transfer there can land us here): it holds clients.
+    if (!core_->pumping) core_->forget_gone_clients();
   }
 
   void handle(ServiceRequest r) override {

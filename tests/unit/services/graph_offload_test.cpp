@@ -167,8 +167,6 @@ TEST_P(GraphOffloadThreads, HostNodesBetweenAgentNodesAndTransfersBothWays) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GraphThreads, GraphOffloadThreads, ::testing::Values(0u, 2u));
-
 TEST_F(GraphOffloadTest, AFailingHostNodeFailsOnlyItsInstance) {
   host_memory(2);
   int* fail_first = new int(0);
@@ -278,7 +276,7 @@ TEST_F(GraphOffloadTest, InstanceAndMemoryLimitsOfAConnection) {
   EXPECT_TRUE(again.ok()) << again.status().to_string();
 }
 
-TEST_F(GraphOffloadTest, AClientLeavingMidRunOrSendingGarbageHarmsNoOtherClient) {
+TEST_P(GraphOffloadThreads, AClientLeavingMidRunOrSendingGarbageHarmsNoOtherClient) {
   host_memory(1);
   auto g = Graph::create("g");
   NodeId copy = g->add_engine("copy", copy_engine()).value();
@@ -336,6 +334,8 @@ TEST_F(GraphOffloadTest, AnAgentThatGoesAwayFailsTheRunsInFlight) {
   EXPECT_NE(st.code(), Code::kTimedOut) << st.to_string();
   EXPECT_EQ(off_->in_flight(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(GraphThreads, GraphOffloadThreads, ::testing::Values(0u, 2u));
 
 }  // namespace
 }  // namespace outboard::graph

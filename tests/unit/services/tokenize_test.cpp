@@ -1,5 +1,7 @@
 // The tokenize service and its client against an in-process agent over real
 // UCX, with a small WordPiece vocabulary written by the test.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,8 +16,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Per process: ctest runs tests as parallel processes, and a shared file is
+// truncated under a reader.
 std::string vocab_file() {
-  fs::path p = fs::temp_directory_path() / "outboard_tokenize_service_vocab.txt";
+  fs::path p = fs::temp_directory_path() / ("outboard_tokenize_service_vocab_" + std::to_string(getpid()) + ".txt");
   std::ofstream(p) << "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld\n##s\nthe\ncat\n##ty\n,\n.\n";
   return p.string();
 }

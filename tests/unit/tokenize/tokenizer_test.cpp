@@ -1,5 +1,7 @@
 #include "outboard/tokenizer.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,8 +13,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Per process: ctest runs tests as parallel processes, and a shared file is
+// truncated under a reader.
 fs::path write(const std::string& name, const std::string& content) {
-  fs::path p = fs::temp_directory_path() / ("outboard_tok_" + name);
+  fs::path p = fs::temp_directory_path() / ("outboard_tok_" + std::to_string(getpid()) + "_" + name);
   std::ofstream(p, std::ios::binary) << content;
   return p;
 }
