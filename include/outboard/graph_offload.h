@@ -105,7 +105,6 @@ class RemoteInstance {
   std::vector<void*> host_data_;
   std::function<void(RemoteInstance&, const Status&)> callback_;
   bool in_flight_ = false;
-  uint32_t runs_completed_ = 0;
   Status status_;
 };
 

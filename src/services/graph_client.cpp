@@ -238,7 +238,6 @@ void Offload::fail_all() {
 void Offload::complete(RemoteInstance& instance, const Status& status) {
   instance.in_flight_ = false;
   instance.status_ = status;
-  ++instance.runs_completed_;
   --in_flight_;
   if (instance.callback_) instance.callback_(instance, status);
 }
