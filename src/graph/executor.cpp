@@ -257,7 +257,13 @@ struct ExecutorCore {
     }
     if (!st.ok()) fail(r, node, st);
     if (r->timing_on) r->timing[node].end_ns = now_ns();
-    Worker* self = tls_core == this ? tls_worker : nullptr;
+    resume_after(r, node, tls_core == this ? tls_worker : nullptr);
+  }
+
+  // `node` finished outside a chain (an async node, a sub-instance, an
+  // engine thread's task): the successor it readied continues here when
+  // `self` is one of our threads, else it is queued for one.
+  void resume_after(InstanceRun* r, NodeId node, Worker* self) {
     uint32_t sinks = 0;
     NodeId next = advance(r, node, self, sinks);
     if (next != kNoNode) {
@@ -311,11 +317,7 @@ struct ExecutorCore {
       NodeId node = r->parent_node;
       if (r->failed.load(std::memory_order_relaxed)) fail(p, node, r->error);
       r->in_flight.store(false, std::memory_order_release);
-      uint32_t sinks = 0;
-      NodeId next = advance(p, node, self, sinks);
-      if (next != kNoNode) run_chain(p, next, self, sinks);
-      if (sinks != 0) finish_sinks(p, sinks, self);
-      return;
+      return resume_after(p, node, self);
     }
     r->result = r->failed.load(std::memory_order_relaxed) ? r->error : Status();
     in_flight.fetch_sub(1, std::memory_order_relaxed);
@@ -436,10 +438,7 @@ void ExecutorCore::engine_loop() {
     }
     InstanceRun* r = item.run;
     if (!r->failed.load(std::memory_order_relaxed)) run_body(r, item.first, r->layout->hot[item.first]);
-    uint32_t sinks = 0;
-    NodeId next = advance(r, item.first, nullptr, sinks);
-    if (next != kNoNode) push_injected({r, next, 0});
-    if (sinks != 0) finish_sinks(r, sinks, nullptr);
+    resume_after(r, item.first, nullptr);
   }
 }
 

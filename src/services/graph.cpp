@@ -6,6 +6,7 @@
 // events), so an event never overtakes the data written before it.
 #include <sodium.h>
 
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -76,9 +77,25 @@ struct ClientState {
   uint32_t live_instances = 0;
   uint32_t running = 0;
   bool gone = false;  // disconnected; kept until its runs are over
-  wire::Writer events;
-  uint32_t event_count = 0;
+  // Event messages to send, in order; the last one takes new events until it
+  // holds kMaxEventsPerMessage.
+  struct EventMessage {
+    wire::Writer bytes;  // 'E', u32 count (written when sent), events
+    uint32_t count = 0;
+  };
+  std::deque<EventMessage> outgoing;
   bool waiting_for_credit = false;
+
+  // Where the next event goes.
+  wire::Writer& add_event() {
+    if (outgoing.empty() || outgoing.back().count == kMaxEventsPerMessage) {
+      outgoing.emplace_back();
+      outgoing.back().bytes.put(wire::kEvents);
+      outgoing.back().bytes.put(uint32_t{0});
+    }
+    ++outgoing.back().count;
+    return outgoing.back().bytes;
+  }
 };
 
 // What workers hand to the progress thread.
@@ -196,6 +213,9 @@ void Core::pump() {
   std::vector<HostReady> ready;
   std::vector<Completion> done;
   std::vector<ClientState*> touched;
+  const auto touch = [&](ClientState& c) {
+    if (std::find(touched.begin(), touched.end(), &c) == touched.end()) touched.push_back(&c);
+  };
   for (;;) {
     run_ready();
     {
@@ -227,7 +247,7 @@ void Core::pump() {
         x.done.finish(st.ok() ? st : st.with_context(x.put ? "put to the client" : "get from the client"));
         continue;
       }
-      if (std::find(touched.begin(), touched.end(), &c) == touched.end()) touched.push_back(&c);
+      touch(c);
       to_flush.push_back(&x);
     }
     // One flush per client makes all its puts of this batch visible.
@@ -245,12 +265,11 @@ void Core::pump() {
         continue;
       }
       inst.host_waiting[h.task->node] = h.done;
-      ClientState& c = *inst.client;
-      c.events.put(wire::EventKind::kHostReady);
-      c.events.put(inst.id);
-      c.events.put(h.task->node);
-      ++c.event_count;
-      if (std::find(touched.begin(), touched.end(), &c) == touched.end()) touched.push_back(&c);
+      wire::Writer& e = inst.client->add_event();
+      e.put(wire::EventKind::kHostReady);
+      e.put(inst.id);
+      e.put(h.task->node);
+      touch(*inst.client);
     }
     for (Completion& d : done) {
       AgentInstance& inst = *d.instance;
@@ -258,12 +277,12 @@ void Core::pump() {
       inst.in_flight = false;
       --c.running;
       if (!c.gone && !inst.released) {
-        c.events.put(wire::EventKind::kComplete);
-        c.events.put(inst.id);
-        c.events.put(static_cast<int32_t>(d.status.code()));
-        c.events.put_string(d.status.message());
-        ++c.event_count;
-        if (std::find(touched.begin(), touched.end(), &c) == touched.end()) touched.push_back(&c);
+        wire::Writer& e = c.add_event();
+        e.put(wire::EventKind::kComplete);
+        e.put(inst.id);
+        e.put(static_cast<int32_t>(d.status.code()));
+        e.put_string(d.status.message());
+        touch(c);
       }
       if (inst.released) free_instance(c, inst);
     }
@@ -278,37 +297,10 @@ void Core::pump() {
 }
 
 void Core::send_events(ClientState& c) {
-  while (c.event_count != 0 && !c.gone) {
-    // At most kMaxEventsPerMessage per message: cut at an event boundary.
-    std::span<const uint8_t> all(c.events.bytes);
-    size_t end = all.size();
-    uint32_t n = c.event_count;
-    if (n > kMaxEventsPerMessage) {
-      wire::Reader r{all};
-      n = 0;
-      while (n < kMaxEventsPerMessage) {
-        wire::EventKind kind{};
-        uint32_t id;
-        r.get(kind);
-        r.get(id);
-        if (kind == wire::EventKind::kHostReady) {
-          uint32_t node;
-          r.get(node);
-        } else {
-          int32_t code;
-          std::string msg;
-          r.get(code);
-          r.get_string(msg);
-        }
-        ++n;
-      }
-      end = all.size() - r.in.size();
-    }
-    wire::Writer msg;
-    msg.put(wire::kEvents);
-    msg.put(n);
-    msg.put_bytes(all.first(end));
-    Status st = c.peer->try_send(msg.bytes);
+  while (!c.outgoing.empty() && !c.gone) {
+    ClientState::EventMessage& m = c.outgoing.front();
+    std::memcpy(m.bytes.bytes.data() + 1, &m.count, sizeof m.count);
+    Status st = c.peer->try_send(m.bytes.bytes);
     if (st.code() == Code::kAgain) {
       if (!c.waiting_for_credit) {
         c.waiting_for_credit = true;
@@ -325,8 +317,7 @@ void Core::send_events(ClientState& c) {
       return;
     }
     if (!st.ok()) OB_LOG_WARN("client %u: events not delivered: %s", c.id, st.to_string().c_str());
-    c.events.bytes.erase(c.events.bytes.begin(), c.events.bytes.begin() + static_cast<ptrdiff_t>(end));
-    c.event_count -= n;
+    c.outgoing.pop_front();
   }
 }
 
