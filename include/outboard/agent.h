@@ -13,6 +13,9 @@
 
 namespace outboard {
 
+/// Most workers --tokenize-threads may ask for.
+inline constexpr uint32_t kMaxTokenizeThreads = 256;
+
 struct AgentConfig {
   std::string listen = "127.0.0.1:0";  ///< --listen host:port (port 0: any free port)
   ChannelConfig channel;
@@ -20,7 +23,7 @@ struct AgentConfig {
   std::string address_file;            ///< --address-file: written once listening
   uint64_t max_region_size = 1ull << 30;  ///< --max-region-size for the memory service
   // The tokenize service.
-  uint32_t tokenize_threads = 1;          ///< --tokenize-threads: workers tokenizing batches
+  uint32_t tokenize_threads = 1;          ///< --tokenize-threads: workers tokenizing batches (0: the progress thread)
   uint32_t tokenize_queue = 1024;         ///< --tokenize-queue: batches waiting for a worker
   uint32_t max_batch_texts = 4096;        ///< --max-batch-texts: texts per batch
   uint64_t max_text_bytes = 16ull << 20;  ///< --max-text-bytes: a longer text fails alone

@@ -44,7 +44,8 @@ config::Options agent_options() {
           {"spin-us", Type::kInt, std::to_string(c.spin_us), "busy-poll time before sleeping on the event fd"},
           {"max-region-size", Type::kSize, std::to_string(a.max_region_size),
            "largest region the memory service allocates"},
-          {"tokenize-threads", Type::kInt, std::to_string(a.tokenize_threads), "threads tokenizing batches"},
+          {"tokenize-threads", Type::kInt, std::to_string(a.tokenize_threads),
+           "threads tokenizing batches (0: the progress thread tokenizes; with --spin-us it then polls its core)"},
           {"tokenize-queue", Type::kInt, std::to_string(a.tokenize_queue), "batches that may wait for a tokenize thread"},
           {"max-batch-texts", Type::kInt, std::to_string(a.max_batch_texts), "texts in one tokenize batch"},
           {"max-text-bytes", Type::kSize, std::to_string(a.max_text_bytes), "longest text the tokenize service takes"},
@@ -76,7 +77,10 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t window, positive("recv-window-msgs"));
   OB_ASSIGN_OR_RETURN(int64_t outstanding, positive("max-outstanding-requests"));
   OB_ASSIGN_OR_RETURN(int64_t keepalive, positive("keepalive-ms"));
-  OB_ASSIGN_OR_RETURN(int64_t threads, positive("tokenize-threads"));
+  const int64_t threads = o.integer("tokenize-threads");
+  if (threads < 0 || threads > kMaxTokenizeThreads)
+    return Status(Code::kBadConfig, "option 'tokenize-threads' is " + std::to_string(threads) + ", expected 0.." +
+                                        std::to_string(kMaxTokenizeThreads));
   OB_ASSIGN_OR_RETURN(int64_t queue, positive("tokenize-queue"));
   OB_ASSIGN_OR_RETURN(int64_t batch, positive("max-batch-texts"));
   const int64_t graph_threads = o.integer("graph-threads");

@@ -29,7 +29,7 @@ std::unique_ptr<Service> make_sink();
 
 /// Limits of the `tokenize` service (agent options in the comments).
 struct TokenizeConfig {
-  uint32_t threads = 1;                   ///< --tokenize-threads: workers tokenizing batches
+  uint32_t threads = 1;                   ///< --tokenize-threads: workers tokenizing batches (0: the progress thread)
   uint32_t max_queued = 1024;             ///< --tokenize-queue: batches waiting for a worker
   uint32_t max_batch_texts = 4096;        ///< --max-batch-texts
   uint64_t max_text_bytes = 16ull << 20;  ///< --max-text-bytes: longer texts fail alone

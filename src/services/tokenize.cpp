@@ -2,7 +2,9 @@
 // a one-sided put straight into the client's registered output buffer, then
 // an answer with per-text offsets, lengths and errors. Tokenizing runs on the
 // service's own worker threads; the progress thread only parses, queues, and
-// writes the results back (posted by the workers).
+// writes the results back (posted by the workers). With no workers the
+// progress thread tokenizes too: on one dedicated core it can then poll
+// without taking the core from a worker, and a client never has to wake it.
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -145,7 +147,9 @@ class Tokenize final : public Service {
   }
 
   // Queues work unless the queue is at its limit; then `responder` fails.
+  // Without workers it runs here, on the progress thread.
   void enqueue(Work work, const Responder& responder) {
+    if (core_->config.threads == 0) return work()();
     {
       std::lock_guard lock(core_->mu);
       const size_t queued = core_->queue.size();

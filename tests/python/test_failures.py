@@ -72,6 +72,7 @@ def _run_agent(*args: str) -> subprocess.CompletedProcess[str]:
         ({"recv-window-msgs": "many"}, "key 'recv-window-msgs'"),
         ({"log-level": True}, "key 'log-level'"),
         ({"max-msg-size": "64 parsecs"}, "option 'max-msg-size'"),
+        ({"tokenize-threads": -1}, "option 'tokenize-threads' is -1, expected 0..256"),
     ],
 )
 def test_bad_json_file_names_the_key(tmp_path, doc, expected) -> None:

@@ -66,6 +66,23 @@ def test_agent_ids_view_the_registered_buffer_and_survive_later_batches(client: 
     assert first.agent["tokenize_ns"] > 0 and first.agent["cpu_ns"] > 0
 
 
+def test_an_agent_tokenizing_on_its_polling_progress_thread_gives_the_same_ids(start_agent, model: str,
+                                                                              local: outboard.Tokenizer) -> None:
+    # The bench's agent on one core: no workers, the progress thread tokenizes and polls.
+    agent = start_agent("--tokenize-threads", "0", "--spin-us", "1000000")
+    with outboard.connect(agent.address, spin_us=0) as client:
+        tok = client.tokenizer(model)
+        texts = _texts()
+        futures = [tok.submit(texts[i:i + 8]) for i in range(0, len(texts), 8)]  # several in flight
+        for start, future in zip(range(0, len(texts), 8), futures):
+            batch = future.result(timeout=30)
+            for i, text in enumerate(texts[start:start + 8]):
+                assert np.array_equal(batch[i], local.encode(text)), start + i
+        with pytest.raises(errors.InvalidArgument, match="text 0"):
+            tok.encode_batch([b"\xff"])[0]
+        tok.close()
+
+
 def test_a_failing_text_fails_alone_with_the_same_error_in_every_placement(client: outboard.Client) -> None:
     texts: list[str | bytes] = ["hello world", b"caf\xc3 latte", "", "<|endoftext|> here", "one two three four five",
                                 "last one"]

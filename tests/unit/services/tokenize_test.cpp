@@ -24,11 +24,12 @@ std::string vocab_file() {
   return p.string();
 }
 
-class TokenizeServiceTest : public testing::AgentFixture {
+// Param: the agent's tokenize workers; 0 tokenizes on its progress thread.
+class TokenizeServiceTest : public testing::AgentFixture, public ::testing::WithParamInterface<uint32_t> {
  protected:
   void SetUp() override {
     AgentConfig config;
-    config.tokenize_threads = 2;
+    config.tokenize_threads = GetParam();
     config.max_text_bytes = 64;
     start_agent(config);
     conn_ = connect();
@@ -62,7 +63,7 @@ class TokenizeServiceTest : public testing::AgentFixture {
   std::unique_ptr<RemoteTokenizer> remote_;
 };
 
-TEST_F(TokenizeServiceTest, IdsEqualTheLocalTokenizerForEveryText) {
+TEST_P(TokenizeServiceTest, IdsEqualTheLocalTokenizerForEveryText) {
   std::vector<std::string_view> texts = {"Hello worlds, the catty cat.", "", "zebra hello", "THE WORLD"};
   auto batch = remote_->encode_batch(texts, {}, Deadline::after_ms(5000));
   ASSERT_TRUE(batch.ok()) << batch.status().to_string();
@@ -75,7 +76,7 @@ TEST_F(TokenizeServiceTest, IdsEqualTheLocalTokenizerForEveryText) {
   EXPECT_GT(batch.value().timing().tokenize_ns, 0u);
 }
 
-TEST_F(TokenizeServiceTest, AFailingTextFailsAloneAndNamesWhy) {
+TEST_P(TokenizeServiceTest, AFailingTextFailsAloneAndNamesWhy) {
   const std::string invalid = "hello \xff world";
   const std::string too_long(65, 'a');
   std::vector<std::string_view> texts = {"hello", invalid, "the cat", too_long, "hello hello hello", "world"};
@@ -97,7 +98,7 @@ TEST_F(TokenizeServiceTest, AFailingTextFailsAloneAndNamesWhy) {
   for (size_t i : {1, 3, 4}) EXPECT_TRUE(text_ids(batch.value(), i).empty()) << "text " << i;
 }
 
-TEST_F(TokenizeServiceTest, TooSmallABufferFailsTheTextsThatDoNotFit) {
+TEST_P(TokenizeServiceTest, TooSmallABufferFailsTheTextsThatDoNotFit) {
   std::vector<std::string_view> texts = {"hello world", "the cat the cat", "hello"};
   OffloadOptions options;
   options.capacity = 3;
@@ -113,7 +114,7 @@ TEST_F(TokenizeServiceTest, TooSmallABufferFailsTheTextsThatDoNotFit) {
   EXPECT_EQ(text_ids(batch.value(), 2), local_ids("hello"));
 }
 
-TEST_F(TokenizeServiceTest, BatchesFromSeveralThreadsGetTheirOwnIds) {
+TEST_P(TokenizeServiceTest, BatchesFromSeveralThreadsGetTheirOwnIds) {
   // More ids in flight than the first slab holds: the pool grows, and slots
   // come back when batches are dropped.
   std::vector<std::thread> threads;
@@ -138,7 +139,7 @@ TEST_F(TokenizeServiceTest, BatchesFromSeveralThreadsGetTheirOwnIds) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-TEST_F(TokenizeServiceTest, BadRequestsGetErrorsAndTheConnectionStaysUsable) {
+TEST_P(TokenizeServiceTest, BadRequestsGetErrorsAndTheConnectionStaysUsable) {
   auto r = conn_->request("tokenize", bytes("E"), Deadline::after_ms(2000));
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find("truncated"), std::string::npos);
@@ -154,6 +155,11 @@ TEST_F(TokenizeServiceTest, BadRequestsGetErrorsAndTheConnectionStaysUsable) {
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
   EXPECT_EQ(text_ids(ok.value(), 0), local_ids("hello"));
 }
+
+INSTANTIATE_TEST_SUITE_P(Workers, TokenizeServiceTest, ::testing::Values(0u, 2u),
+                         [](const ::testing::TestParamInfo<uint32_t>& info) {
+                           return info.param == 0 ? std::string("ProgressThread") : std::to_string(info.param) + "Workers";
+                         });
 
 }  // namespace
 }  // namespace outboard
