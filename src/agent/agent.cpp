@@ -67,26 +67,21 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.channel.max_msg_size = o.size("max-msg-size");
   a.max_region_size = o.size("max-region-size");
   a.channel.recv_window_bytes = o.size("recv-window-bytes");
-  auto positive = [&](const char* name) -> Result<int64_t> {
+  auto in_range = [&](const char* name, int64_t lo, int64_t hi) -> Result<int64_t> {
     int64_t v = o.integer(name);
-    if (v <= 0 || v > UINT32_MAX)
-      return Status(Code::kBadConfig, "option '" + std::string(name) + "' is " + std::to_string(v) +
-                                          ", expected 1.." + std::to_string(UINT32_MAX));
+    if (v < lo || v > hi)
+      return Status(Code::kBadConfig, "option '" + std::string(name) + "' is " + std::to_string(v) + ", expected " +
+                                          std::to_string(lo) + ".." + std::to_string(hi));
     return v;
   };
+  auto positive = [&](const char* name) { return in_range(name, 1, UINT32_MAX); };
   OB_ASSIGN_OR_RETURN(int64_t window, positive("recv-window-msgs"));
   OB_ASSIGN_OR_RETURN(int64_t outstanding, positive("max-outstanding-requests"));
   OB_ASSIGN_OR_RETURN(int64_t keepalive, positive("keepalive-ms"));
-  const int64_t threads = o.integer("tokenize-threads");
-  if (threads < 0 || threads > kMaxTokenizeThreads)
-    return Status(Code::kBadConfig, "option 'tokenize-threads' is " + std::to_string(threads) + ", expected 0.." +
-                                        std::to_string(kMaxTokenizeThreads));
+  OB_ASSIGN_OR_RETURN(int64_t threads, in_range("tokenize-threads", 0, kMaxTokenizeThreads));
   OB_ASSIGN_OR_RETURN(int64_t queue, positive("tokenize-queue"));
   OB_ASSIGN_OR_RETURN(int64_t batch, positive("max-batch-texts"));
-  const int64_t graph_threads = o.integer("graph-threads");
-  if (graph_threads < 0 || graph_threads > graph::Executor::kMaxThreads)
-    return Status(Code::kBadConfig, "option 'graph-threads' is " + std::to_string(graph_threads) + ", expected 0.." +
-                                        std::to_string(graph::Executor::kMaxThreads));
+  OB_ASSIGN_OR_RETURN(int64_t graph_threads, in_range("graph-threads", 0, graph::Executor::kMaxThreads));
   OB_ASSIGN_OR_RETURN(int64_t graph_instances, positive("graph-max-instances"));
   a.graph_threads = static_cast<uint32_t>(graph_threads);
   a.graph_max_instances = static_cast<uint32_t>(graph_instances);
