@@ -317,18 +317,24 @@ TEST_P(GraphOffloadThreads, AClientLeavingMidRunOrSendingGarbageHarmsNoOtherClie
 }
 
 TEST_F(GraphOffloadTest, AnAgentThatGoesAwayFailsTheRunsInFlight) {
+  // The host node stops the agent, so the run is surely mid-way on the agent
+  // (it waits for the host result before `after`) when the agent goes.
   auto g = Graph::create("g");
-  NodeId copy = g->add_engine("copy", copy_engine()).value();
-  NodeId host = g->add_host("host", [](void*) { return Status(); }).value();
-  ASSERT_TRUE(g->add_dependency(copy, host).ok());
+  NodeId before = g->add_engine("before", copy_engine()).value();
+  NodeId host = g->add_host("host", [this](void*) {
+                   stop_agent();
+                   return Status();
+                 }).value();
+  NodeId after = g->add_engine("after", copy_engine()).value();
+  ASSERT_TRUE(g->add_dependency(before, host).ok());
+  ASSERT_TRUE(g->add_dependency(host, after).ok());
   ASSERT_TRUE(g->freeze().ok());
   auto remote = off_->ship(g, 128, soon()).value();
-  std::vector<Buffers> b(2);
-  b[copy] = {Ref::agent(0, 64), Ref::agent(64, 64)};
+  std::vector<Buffers> b(3);
+  b[before] = {Ref::agent(0, 64), Ref::agent(64, 64)};
+  b[after] = {Ref::agent(64, 64), Ref::agent(0, 64)};
   auto inst = off_->instantiate(remote, b, soon()).value();
   ASSERT_TRUE(off_->submit(*inst).ok());
-  off_->progress();
-  stop_agent();
   Status st = off_->wait(*inst, soon());
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.code(), Code::kTimedOut) << st.to_string();
