@@ -280,7 +280,7 @@ struct ExecutorCore {
       run_chain(r, item.first, self, sinks);
     } else {
       uint32_t a = item.first, b = item.last;
-      const std::vector<NodeId>& roots = r->layout->roots;
+      const std::span<const NodeId> roots = r->layout->roots();
       while (a < b) {
         // Hand half of the remaining roots to idle threads.
         if (b - a > 1 && sleeping.load(std::memory_order_relaxed) + searching.load(std::memory_order_relaxed) != 0) {
@@ -301,7 +301,7 @@ struct ExecutorCore {
   void start(InstanceRun* r, Worker* self) {
     r->failed.store(false, std::memory_order_relaxed);
     r->sinks_left.store(r->layout->sinks, std::memory_order_relaxed);
-    Item roots{r, 0, static_cast<uint32_t>(r->layout->roots.size())};
+    Item roots{r, 0, r->layout->root_count};
     if (self) push(self, roots);
     else push_injected(roots);
   }

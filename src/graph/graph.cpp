@@ -25,15 +25,17 @@ Status check_node(const GraphLayout& g, NodeId n) {
                                       std::to_string(g.nodes.size()) + " nodes)"};
 }
 
-Status check_open(const GraphLayout& g, std::string_view what) {
+// `what` names the refused change; it is built only when refusing.
+template <class What>
+Status check_open(const GraphLayout& g, What&& what) {
   if (!g.frozen) return {};
-  return {Code::kBadState, std::string(what) + " on graph '" + g.name + "' after freeze()"};
+  return {Code::kBadState, what() + " on graph '" + g.name + "' after freeze()"};
 }
 
 // Pearce-Kelly: restores a topological order after adding from -> to where
-// order[from] > order[to]; false if `to` reaches `from` (a cycle).
+// position(from) > position(to); false if `to` reaches `from` (a cycle).
 bool reorder(GraphLayout& g, NodeId from, NodeId to) {
-  const uint32_t lower = g.order[to], upper = g.order[from];
+  const uint32_t lower = g.nodes[to].position, upper = g.nodes[from].position;
   std::vector<NodeId> forward, backward, stack{to};
   std::vector<uint8_t> seen(g.nodes.size(), 0);
   seen[to] = 1;
@@ -43,7 +45,7 @@ bool reorder(GraphLayout& g, NodeId from, NodeId to) {
     if (n == from) return false;
     forward.push_back(n);
     for (NodeId s : g.nodes[n].succ)
-      if (!seen[s] && g.order[s] <= upper) seen[s] = 1, stack.push_back(s);
+      if (!seen[s] && g.nodes[s].position <= upper) seen[s] = 1, stack.push_back(s);
   }
   stack = {from};
   seen[from] = 2;
@@ -52,31 +54,43 @@ bool reorder(GraphLayout& g, NodeId from, NodeId to) {
     stack.pop_back();
     backward.push_back(n);
     for (NodeId p : g.nodes[n].pred)
-      if (seen[p] != 2 && g.order[p] >= lower) seen[p] = 2, stack.push_back(p);
+      if (seen[p] != 2 && g.nodes[p].position >= lower) seen[p] = 2, stack.push_back(p);
   }
-  auto by_order = [&](NodeId a, NodeId b) { return g.order[a] < g.order[b]; };
+  auto by_order = [&](NodeId a, NodeId b) { return g.nodes[a].position < g.nodes[b].position; };
   std::sort(forward.begin(), forward.end(), by_order);
   std::sort(backward.begin(), backward.end(), by_order);
   std::vector<uint32_t> slots;
-  for (NodeId n : backward) slots.push_back(g.order[n]);
-  for (NodeId n : forward) slots.push_back(g.order[n]);
+  for (NodeId n : backward) slots.push_back(g.nodes[n].position);
+  for (NodeId n : forward) slots.push_back(g.nodes[n].position);
   std::sort(slots.begin(), slots.end());
   size_t i = 0;
-  for (NodeId n : backward) g.order[n] = slots[i++];
-  for (NodeId n : forward) g.order[n] = slots[i++];
+  for (NodeId n : backward) g.nodes[n].position = slots[i++];
+  for (NodeId n : forward) g.nodes[n].position = slots[i++];
   return true;
 }
 
 }  // namespace
 
-Graph::Graph(std::string name) : layout_(std::make_unique<GraphLayout>()) { layout_->name = std::move(name); }
+// Room for small graphs up front: building one graph per instance (DOCA's
+// pattern, the benchmark's M1) otherwise reallocates as the first nodes arrive.
+constexpr size_t kReservedNodes = 4;  // more would leave malloc's per-thread cache
+
+Graph::Graph(std::string name) : layout_(std::make_unique<GraphLayout>()) {
+  layout_->name = std::move(name);
+  layout_->nodes.reserve(kReservedNodes);
+}
 Graph::~Graph() = default;
 
-std::shared_ptr<Graph> Graph::create(std::string name) { return std::shared_ptr<Graph>(new Graph(std::move(name))); }
+std::shared_ptr<Graph> Graph::create(std::string name) {
+  struct Shared : Graph {  // make_shared needs a public constructor: one allocation for both
+    explicit Shared(std::string n) : Graph(std::move(n)) {}
+  };
+  return std::make_shared<Shared>(std::move(name));
+}
 
 namespace {
 Result<NodeId> add_node(GraphLayout& g, BuildNode node) {
-  OB_RETURN_IF_ERROR(check_open(g, "add node '" + node.name + "'"));
+  OB_RETURN_IF_ERROR(check_open(g, [&] { return "add node '" + node.name + "'"; }));
   if (node.name.size() > kMaxNameBytes)
     return Status(Code::kInvalidArgument, "node name of " + std::to_string(node.name.size()) +
                                               " B exceeds kMaxNameBytes " + std::to_string(kMaxNameBytes));
@@ -84,7 +98,7 @@ Result<NodeId> add_node(GraphLayout& g, BuildNode node) {
     return Status(Code::kTooBig, "graph '" + g.name + "' already has " + std::to_string(g.nodes.size()) +
                                      " nodes, the limit kMaxNodes");
   auto id = static_cast<NodeId>(g.nodes.size());
-  g.order.push_back(id);
+  node.position = id;
   g.nodes.push_back(std::move(node));
   return id;
 }
@@ -120,12 +134,12 @@ Status Graph::add_dependency(NodeId from, NodeId to) {
   GraphLayout& g = *layout_;
   OB_RETURN_IF_ERROR(check_node(g, from));
   OB_RETURN_IF_ERROR(check_node(g, to));
-  OB_RETURN_IF_ERROR(check_open(g, "add_dependency(" + quoted(g, from) + ", " + quoted(g, to) + ")"));
+  OB_RETURN_IF_ERROR(check_open(g, [&] { return "add_dependency(" + quoted(g, from) + ", " + quoted(g, to) + ")"; }));
   if (from == to) return {Code::kInvalidArgument, "self-edge on node " + quoted(g, from)};
   auto& succ = g.nodes[from].succ;
   if (std::find(succ.begin(), succ.end(), to) != succ.end())
     return {Code::kInvalidArgument, "edge " + quoted(g, from) + " -> " + quoted(g, to) + " already exists"};
-  if (g.order[from] > g.order[to] && !reorder(g, from, to))
+  if (g.nodes[from].position > g.nodes[to].position && !reorder(g, from, to))
     return {Code::kInvalidArgument, "edge " + quoted(g, from) + " -> " + quoted(g, to) + " closes a cycle (" +
                                         quoted(g, to) + " already reaches " + quoted(g, from) + ")"};
   succ.push_back(to);
@@ -136,10 +150,12 @@ Status Graph::add_dependency(NodeId from, NodeId to) {
 
 Status Graph::freeze() {
   GraphLayout& g = *layout_;
-  OB_RETURN_IF_ERROR(check_open(g, "freeze()"));
+  OB_RETURN_IF_ERROR(check_open(g, [] { return std::string("freeze()"); }));
   if (g.nodes.empty()) return {Code::kInvalidArgument, "graph '" + g.name + "' has no nodes"};
   g.hot.resize(g.nodes.size());
-  g.succ.reserve(g.edge_count);
+  size_t roots = 0;
+  for (const BuildNode& b : g.nodes) roots += b.pred.empty();
+  g.succ.reserve(g.edge_count + roots);
   for (NodeId n = 0; n < g.nodes.size(); ++n) {
     BuildNode& b = g.nodes[n];
     detail::HotNode& h = g.hot[n];
@@ -151,16 +167,13 @@ Status Graph::freeze() {
     h.succ_begin = static_cast<uint32_t>(g.succ.size());
     g.succ.insert(g.succ.end(), b.succ.begin(), b.succ.end());
     h.succ_end = static_cast<uint32_t>(g.succ.size());
-    if (h.preds == 0) g.roots.push_back(n);
-    if (h.preds >= 2) {
-      h.counter = static_cast<uint32_t>(g.counter_init.size());
-      g.counter_init.push_back(h.preds);
-    }
+    if (h.preds >= 2) h.counter = g.counters++;
     if (b.succ.empty()) ++g.sinks;
     if (b.kind == NodeKind::kSubgraph) g.has_subgraphs = true;
   }
-  g.order.clear();
-  g.order.shrink_to_fit();
+  for (NodeId n = 0; n < g.nodes.size(); ++n)
+    if (g.nodes[n].pred.empty()) g.succ.push_back(n);
+  g.root_count = static_cast<uint32_t>(roots);
   g.frozen = true;
   return {};
 }
@@ -180,7 +193,7 @@ const UserFn* Graph::node_body(NodeId node) const {
 std::span<const NodeId> Graph::successors(NodeId node) const { return layout_->nodes.at(node).succ; }
 
 size_t Graph::instance_state_bytes() const {
-  return sizeof(InstanceRun) + layout_->counter_init.size() * sizeof(uint32_t);
+  return sizeof(InstanceRun) + layout_->counters * sizeof(uint32_t);
 }
 
 // ---------------------------------------------------------------- Instance
@@ -203,8 +216,9 @@ Result<std::unique_ptr<Instance>> Instance::create(std::shared_ptr<const Graph> 
   auto run = std::make_unique<InstanceRun>();
   const GraphLayout& g = graph->layout();
   run->layout = &g;
-  run->join.reset(new std::atomic<uint32_t>[g.counter_init.size()]);
-  for (size_t i = 0; i < g.counter_init.size(); ++i) run->join[i].store(g.counter_init[i], std::memory_order_relaxed);
+  if (g.counters != 0) run->join.reset(new std::atomic<uint32_t>[g.counters]);
+  for (const detail::HotNode& h : g.hot)
+    if (h.counter != detail::kNoCounter) run->join[h.counter].store(h.preds, std::memory_order_relaxed);
   run->data.assign(g.nodes.size(), nullptr);
   if (g.has_subgraphs) {
     run->subs.resize(g.nodes.size());

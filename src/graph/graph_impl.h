@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,22 +39,26 @@ struct BuildNode {
   std::shared_ptr<const Graph> sub;
   std::vector<NodeId> succ;
   std::vector<NodeId> pred;
+  // Topological position, kept valid while edges are added (Pearce-Kelly),
+  // so most edges are checked for cycles in O(1).
+  uint32_t position = 0;
 };
 
 struct GraphLayout {
+  [[nodiscard]] std::span<const NodeId> roots() const { return {succ.data() + edge_count, root_count}; }
+
   std::string name;
   bool frozen = false;
   std::vector<BuildNode> nodes;
   size_t edge_count = 0;
-  // Topological position of each node, kept valid while edges are added
-  // (Pearce-Kelly), so most edges are checked for cycles in O(1).
-  std::vector<uint32_t> order;
 
   // Fixed by freeze():
   std::vector<HotNode> hot;
-  std::vector<NodeId> succ;   // successors, CSR by HotNode::succ_begin/end
-  std::vector<NodeId> roots;  // nodes without predecessors
-  std::vector<uint32_t> counter_init;
+  // Successors, CSR by HotNode::succ_begin/end, then the roots (nodes without
+  // predecessors): one allocation, as a graph may be built per instance.
+  std::vector<NodeId> succ;
+  uint32_t root_count = 0;
+  uint32_t counters = 0;  // join counters (HotNode::counter) an instance keeps
   uint32_t sinks = 0;
   bool has_subgraphs = false;
 };
