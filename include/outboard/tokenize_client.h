@@ -74,6 +74,9 @@ class RemoteTokenizer {
   [[nodiscard]] Result<EncodedBatch> encode_batch(std::span<const std::string_view> texts, const OffloadOptions& options,
                                                   Deadline deadline);
   [[nodiscard]] size_t vocab_size() const { return vocab_size_; }
+  /// Memory registered for ids: the first `pool_ids` slots, plus slabs added
+  /// for peaks until they are empty and the next batch unbinds them.
+  [[nodiscard]] uint64_t registered_bytes() const;
 
   /// The most ids `text` can produce (what capacity 0 reserves).
   static uint64_t max_ids(std::string_view text, const EncodeOptions& options);

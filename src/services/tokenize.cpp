@@ -5,6 +5,7 @@
 // writes the results back (posted by the workers). With no workers the
 // progress thread tokenizes too: on one dedicated core it can then poll
 // without taking the core from a worker, and a client never has to wake it.
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -135,6 +136,8 @@ class Tokenize final : public Service {
         return bind(std::move(r), in);
       case wire::kEncode:
         return encode(std::move(r));
+      case wire::kUnbind:
+        return unbind(std::move(r), in);
       default:
         return r.responder.fail({Code::kInvalidArgument, std::string("unknown tokenize request '") + op + "'"});
     }
@@ -205,9 +208,25 @@ class Tokenize final : public Service {
     auto remote = r.peer->import_region(descriptor);
     if (!remote.ok()) return r.responder.fail(remote.status());
     auto& outputs = core_->clients[r.peer->id()].outputs;
-    outputs.push_back(std::make_shared<RemoteRegion>(std::move(remote).value()));
-    uint32_t handle = static_cast<uint32_t>(outputs.size() - 1);
+    // An unbound output's slot is reused: a client that binds and unbinds
+    // for its peaks keeps a short table.
+    auto slot = std::find(outputs.begin(), outputs.end(), nullptr);
+    if (slot == outputs.end()) slot = outputs.insert(slot, nullptr);
+    *slot = std::make_shared<RemoteRegion>(std::move(remote).value());
+    uint32_t handle = static_cast<uint32_t>(slot - outputs.begin());
     r.responder.respond(Buffer::copy_of({reinterpret_cast<const uint8_t*>(&handle), sizeof handle}));
+  }
+
+  // Batches already running keep the region until they finish.
+  void unbind(ServiceRequest r, std::span<const uint8_t> body) {
+    wire::Reader in{body};
+    uint32_t handle = 0;
+    if (!in.get(handle)) return r.responder.fail({Code::kInvalidArgument, "unbind request is truncated"});
+    auto& outputs = core_->clients[r.peer->id()].outputs;
+    if (handle >= outputs.size() || !outputs[handle])
+      return r.responder.fail({Code::kNotFound, "output buffer " + std::to_string(handle) + " is not bound on this connection"});
+    outputs[handle].reset();
+    r.responder.respond(Buffer());
   }
 
   void encode(ServiceRequest r) {
@@ -221,8 +240,8 @@ class Tokenize final : public Service {
     Client& client = core_->clients[r.peer->id()];
     if (h.tokenizer >= client.tokenizers.size())
       return r.responder.fail({Code::kNotFound, "tokenizer " + std::to_string(h.tokenizer) + " was not opened on this connection"});
-    if (h.output >= client.outputs.size())
-      return r.responder.fail({Code::kNotFound, "output buffer " + std::to_string(h.output) + " was not bound on this connection"});
+    if (h.output >= client.outputs.size() || !client.outputs[h.output])
+      return r.responder.fail({Code::kNotFound, "output buffer " + std::to_string(h.output) + " is not bound on this connection"});
     const RemoteRegion& region = *client.outputs[h.output];
     const uint64_t slots = region.size() / sizeof(int32_t);
     if (h.out_offset > slots || h.out_capacity > slots - h.out_offset)

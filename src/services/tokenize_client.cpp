@@ -1,8 +1,12 @@
+#include <algorithm>
 #include <map>
 #include <mutex>
 
+#include "outboard/log.h"
 #include "outboard/tokenize_client.h"
 #include "services/tokenize_wire.h"
+
+OB_LOG_MODULE("tokenize");
 
 namespace outboard {
 
@@ -18,20 +22,25 @@ Result<Buffer> call(Connection& conn, std::span<const uint8_t> payload, Deadline
 
 // Registered slabs the agent writes into, handed out first-fit. A batch
 // reserves its slots before it is sent and keeps them while any view lives.
+// The first slab stays; one added for a peak (a long text, many batches in
+// flight) is unbound and unregistered once it is empty again.
 struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
   struct Slab {
     Region region;
     uint32_t handle = 0;                 // the agent's name for it
     std::map<uint64_t, uint64_t> free;   // first slot -> slots
+    [[nodiscard]] uint64_t ids() const { return region.size() / sizeof(int32_t); }
   };
   Connection& conn;
   uint64_t slab_ids;
   std::mutex mu;
   std::vector<std::unique_ptr<Slab>> slabs;
+  std::vector<std::unique_ptr<Slab>> emptied;  // to unbind, by the next reserve()
 
   Pool(Connection& c, uint64_t ids) : conn(c), slab_ids(ids) {}
 
-  Status add_slab(uint64_t ids, Deadline deadline) {
+  // Blocks for a round trip: called without `mu`.
+  Result<std::unique_ptr<Slab>> new_slab(uint64_t ids, Deadline deadline) {
     OB_ASSIGN_OR_RETURN(Region region, conn.allocate_memory(ids * sizeof(int32_t)));
     wire::Writer w;
     w.put(wire::kBind);
@@ -39,11 +48,10 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
     OB_ASSIGN_OR_RETURN(Buffer reply, call(conn, w.bytes, deadline));
     auto slab = std::make_unique<Slab>();
     wire::Reader r{reply.span()};
-    if (!r.get(slab->handle)) return {Code::kIoError, "tokenize service answered a bind with " + std::to_string(reply.size()) + " B"};
+    if (!r.get(slab->handle)) return Status(Code::kIoError, "tokenize service answered a bind with " + std::to_string(reply.size()) + " B");
     slab->region = std::move(region);
     slab->free[0] = ids;
-    slabs.push_back(std::move(slab));
-    return {};
+    return slab;
   }
 
   struct Reservation {
@@ -52,24 +60,27 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
   };
 
   Result<Reservation> reserve(uint64_t count, Deadline deadline) {
-    std::lock_guard lock(mu);
-    for (auto& slab : slabs) {
-      for (auto it = slab->free.begin(); it != slab->free.end(); ++it) {
-        if (it->second < count) continue;
-        Reservation res{slab.get(), it->first, count};
-        uint64_t rest = it->second - count;
-        uint64_t next = it->first + count;
-        slab->free.erase(it);
-        if (rest != 0) slab->free[next] = rest;
-        return res;
+    unbind_emptied(deadline);
+    {
+      std::lock_guard lock(mu);
+      for (auto& slab : slabs) {
+        for (auto it = slab->free.begin(); it != slab->free.end(); ++it) {
+          if (it->second < count) continue;
+          Reservation res{slab.get(), it->first, count};
+          uint64_t rest = it->second - count;
+          uint64_t next = it->first + count;
+          slab->free.erase(it);
+          if (rest != 0) slab->free[next] = rest;
+          return res;
+        }
       }
     }
-    OB_RETURN_IF_ERROR(add_slab(std::max(count, slab_ids), deadline));
-    Slab* slab = slabs.back().get();
+    OB_ASSIGN_OR_RETURN(auto slab, new_slab(std::max(count, slab_ids), deadline));
     slab->free.clear();
-    uint64_t size = slab->region.size() / sizeof(int32_t);
-    if (size > count) slab->free[count] = size - count;
-    return Reservation{slab, 0, count};
+    if (slab->ids() > count) slab->free[count] = slab->ids() - count;
+    std::lock_guard lock(mu);
+    slabs.push_back(std::move(slab));
+    return Reservation{slabs.back().get(), 0, count};
   }
 
   void release(const Reservation& r) {
@@ -88,6 +99,40 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
         free.erase(it);
       }
     }
+    // Views may be dropped under the connection's own callbacks: the unbind
+    // (a request) is left to the next reserve().
+    if (r.slab != slabs.front().get() && free.size() == 1 && free.begin()->second == r.slab->ids()) {
+      auto slab = std::find_if(slabs.begin(), slabs.end(), [&](const auto& s) { return s.get() == r.slab; });
+      emptied.push_back(std::move(*slab));
+      slabs.erase(slab);
+    }
+  }
+
+  void unbind_emptied(Deadline deadline) {
+    std::vector<std::unique_ptr<Slab>> unbind;
+    {
+      std::lock_guard lock(mu);
+      unbind.swap(emptied);
+    }
+    for (auto& slab : unbind) {
+      wire::Writer w;
+      w.put(wire::kUnbind);
+      w.put(slab->handle);
+      // The agent writes into a slab only for a reservation: none is left, so
+      // the memory can go before the answer comes.
+      Status st = conn.submit(kService, Buffer::copy_of(w.bytes), deadline, [handle = slab->handle](Result<Buffer> answer) {
+        if (!answer.ok()) OB_LOG_WARN("unbinding output %u: %s", handle, answer.status().to_string().c_str());
+      });
+      if (!st.ok()) OB_LOG_WARN("unbinding output %u: %s", slab->handle, st.to_string().c_str());
+    }
+  }
+
+  [[nodiscard]] uint64_t registered_ids() {
+    std::lock_guard lock(mu);
+    uint64_t ids = 0;
+    for (const auto& slab : slabs) ids += slab->ids();
+    for (const auto& slab : emptied) ids += slab->ids();
+    return ids;
   }
 };
 
@@ -117,12 +162,12 @@ Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& conne
   if (!r.get(handle) || !r.get(vocab))
     return Status(Code::kIoError, "tokenize service answered an open with " + std::to_string(reply.size()) + " B");
   auto pool = std::make_shared<Pool>(connection, std::max<uint64_t>(pool_ids, 1));
-  {
-    std::lock_guard lock(pool->mu);
-    OB_RETURN_IF_ERROR(pool->add_slab(pool->slab_ids, deadline));
-  }
+  OB_ASSIGN_OR_RETURN(auto slab, pool->new_slab(pool->slab_ids, deadline));
+  pool->slabs.push_back(std::move(slab));
   return std::unique_ptr<RemoteTokenizer>(new RemoteTokenizer(connection, handle, vocab, std::move(pool)));
 }
+
+uint64_t RemoteTokenizer::registered_bytes() const { return pool_->registered_ids() * sizeof(int32_t); }
 
 uint64_t RemoteTokenizer::max_ids(std::string_view text, const EncodeOptions& options) {
   // Every id covers at least one input byte, except that a replaced invalid

@@ -3,6 +3,7 @@
 //
 //   'O' name bytes                      -> u32 tokenizer, u32 vocab size
 //   'B' region descriptor               -> u32 output (the client's region, imported)
+//   'U' u32 output                      -> empty; the output is forgotten
 //   'E' EncodeHeader, u64 length[n], texts back to back
 //       -> the ids are put into the output region first, then
 //          ResultHeader, TextResult[n], then for each failed text a u32
@@ -18,6 +19,7 @@ namespace outboard::tokenize_wire {
 inline constexpr char kOpen = 'O';
 inline constexpr char kBind = 'B';
 inline constexpr char kEncode = 'E';
+inline constexpr char kUnbind = 'U';
 
 enum Flags : uint8_t {
   kAllowSpecial = 1,

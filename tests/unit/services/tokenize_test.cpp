@@ -139,6 +139,38 @@ TEST_P(TokenizeServiceTest, BatchesFromSeveralThreadsGetTheirOwnIds) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+TEST_P(TokenizeServiceTest, ASlabAddedForAPeakIsUnboundOnceEmpty) {
+  const uint64_t first = remote_->registered_bytes();
+  EXPECT_EQ(first, 64 * sizeof(int32_t));
+  std::string long_text;
+  while (long_text.size() + 6 <= 60) long_text += "hello ";
+  const std::vector<std::string_view> peak = {long_text, long_text, long_text};  // reserves 3 x 60 ids
+  const std::vector<std::string_view> small = {"the cat"};
+  for (int round = 0; round < 2; ++round) {
+    {
+      auto big = remote_->encode_batch(peak, {}, Deadline::after_ms(5000));
+      ASSERT_TRUE(big.ok()) << big.status().to_string();
+      EXPECT_GT(remote_->registered_bytes(), first);
+      auto other = remote_->encode_batch(small, {}, Deadline::after_ms(5000));
+      ASSERT_TRUE(other.ok()) << other.status().to_string();
+      EXPECT_EQ(text_ids(other.value(), 0), local_ids("the cat"));
+      for (size_t i = 0; i < peak.size(); ++i) EXPECT_EQ(text_ids(big.value(), i), local_ids(long_text)) << i;
+    }
+    // The peak's slab is empty now; the next batch unbinds it.
+    auto after = remote_->encode_batch(small, {}, Deadline::after_ms(5000));
+    ASSERT_TRUE(after.ok()) << after.status().to_string();
+    EXPECT_EQ(text_ids(after.value(), 0), local_ids("the cat"));
+    EXPECT_EQ(remote_->registered_bytes(), first) << "round " << round;
+  }
+  // The agent forgot it (requests on a connection are handled in order).
+  const uint8_t unbind[] = {'U', 1, 0, 0, 0};
+  auto again = conn_->request("tokenize", unbind, Deadline::after_ms(2000));
+  EXPECT_EQ(again.status().code(), Code::kNotFound) << again.status().to_string();
+  EXPECT_NE(again.status().message().find("output buffer 1 is not bound"), std::string::npos);
+  auto truncated = conn_->request("tokenize", bytes("U"), Deadline::after_ms(2000));
+  EXPECT_EQ(truncated.status().code(), Code::kInvalidArgument) << truncated.status().to_string();
+}
+
 TEST_P(TokenizeServiceTest, BadRequestsGetErrorsAndTheConnectionStaysUsable) {
   auto r = conn_->request("tokenize", bytes("E"), Deadline::after_ms(2000));
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
