@@ -144,6 +144,13 @@ class Connection {
   [[nodiscard]] Status arm();
   /// Waits until progress() has done some work, or the deadline.
   void wait(Deadline deadline);
+  /// Progresses until `done()` (checked between rounds, under the
+  /// connection's lock: it must be quick and must not call back in) is true;
+  /// false at the deadline.
+  [[nodiscard]] bool wait_until(Deadline deadline, const std::function<bool()>& done);
+  /// Makes threads sleeping in wait_until() re-check their condition: for a
+  /// condition another thread's progress made true. Safe from callbacks.
+  void wake();
 
   // ---- one-sided
   [[nodiscard]] Result<Region> register_memory(void* data, size_t size);

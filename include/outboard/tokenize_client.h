@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -73,6 +74,14 @@ class RemoteTokenizer {
   /// fails only when the batch as a whole does (connection, deadline, limits).
   [[nodiscard]] Result<EncodedBatch> encode_batch(std::span<const std::string_view> texts, const OffloadOptions& options,
                                                   Deadline deadline);
+  using EncodeDone = std::function<void(Result<EncodedBatch>)>;
+  /// encode_batch() without waiting: `done` runs exactly once (the batch, or
+  /// why it failed, kTimedOut at the deadline) on a thread that progresses the
+  /// connection (Connection::progress, wait_until or any blocking call), and
+  /// must not block. The texts are copied before it returns. kAgain when the
+  /// connection has no credit free.
+  [[nodiscard]] Status submit(std::span<const std::string_view> texts, const OffloadOptions& options, Deadline deadline,
+                              EncodeDone done);
   [[nodiscard]] size_t vocab_size() const { return vocab_size_; }
   /// Memory registered for ids: the first `pool_ids` slots, plus slabs added
   /// for peaks until they are empty and the next batch unbinds them.
@@ -84,7 +93,10 @@ class RemoteTokenizer {
   struct Pool;
 
  private:
+  struct Request;
   RemoteTokenizer(Connection& connection, uint32_t handle, size_t vocab_size, std::shared_ptr<Pool> pool);
+  Result<Request> prepare(std::span<const std::string_view> texts, const OffloadOptions& options, Deadline deadline);
+  static Result<EncodedBatch> finish(const Buffer& reply, std::shared_ptr<EncodedBatch::Slots> slots, size_t texts);
   Connection& connection_;
   uint32_t handle_;
   size_t vocab_size_;

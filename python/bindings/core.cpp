@@ -8,6 +8,9 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <atomic>
+#include <mutex>
+#include <thread>
 
 #include "bench/native/loops.h"
 #include "common.h"
@@ -72,6 +75,113 @@ using Float64Array = nb::ndarray<nb::numpy, double, nb::ndim<1>>;
 struct PyRegion {
   Region region;
   nb::object owner;
+};
+
+std::vector<std::string_view> text_views(const nb::list& texts) {
+  std::vector<std::string_view> views;
+  views.reserve(texts.size());
+  for (nb::handle h : texts) views.push_back(text_view(h));  // the list keeps them alive
+  return views;
+}
+
+// (ids viewing the registered buffer, offsets, per-text None or (code, message), agent timing).
+nb::tuple batch_to_python(EncodedBatch b) {
+  // The ids stay where the agent wrote them; the array holds the slots.
+  auto* hold = new std::shared_ptr<const void>(b.keepalive());
+  nb::capsule owner(hold, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
+  nb::ndarray<nb::numpy, const int32_t, nb::ndim<1>> ids(b.ids().data(), {b.ids().size()}, owner);
+  nb::list errors;
+  for (const Status& st : b.errors())
+    errors.append(st.ok() ? nb::object(nb::none()) : nb::object(nb::make_tuple(static_cast<int>(st.code()), st.message())));
+  const AgentTiming& tm = b.timing();
+  nb::dict timing;
+  timing["queued_before"] = tm.queued_before;
+  timing["queue_ns"] = tm.queue_ns;
+  timing["tokenize_ns"] = tm.tokenize_ns;
+  timing["cpu_ns"] = tm.cpu_ns;
+  timing["put_ns"] = tm.put_ns;
+  std::vector<uint64_t> offsets = b.offsets();
+  return nb::make_tuple(ids, to_numpy(std::move(offsets)), errors, timing);
+}
+
+// Batches submitted without waiting, finished by whoever progresses the
+// connection and collected here by token. Completion callbacks run under the
+// connection's lock, so they only queue (into state they share, which outlives
+// this object if it goes first): Python is touched in collect(), after the
+// lock is let go.
+class Completions {
+ public:
+  static constexpr int64_t kCreditPollMs = 1;  // how often a submit without credit retries
+
+  explicit Completions(Connection& c) : conn_(c), queue_(std::make_shared<Queue>()) {}
+
+  void submit(RemoteTokenizer& t, uint64_t token, std::span<const std::string_view> texts, const OffloadOptions& o,
+              Deadline deadline) {
+    {
+      std::lock_guard lock(queue_->mu);  // counted first: another thread may finish it at once
+      ++queue_->submitted;
+    }
+    auto done = [q = queue_, token, &conn = conn_](Result<EncodedBatch> r) {
+      {
+        std::lock_guard lock(q->mu);
+        q->done.emplace_back(token, std::move(r));
+      }
+      // Finished by another thread's progress: the collector may be asleep.
+      if (std::this_thread::get_id() != q->collector.load(std::memory_order_relaxed)) conn.wake();
+    };
+    Status st = t.submit(texts, o, deadline, done);
+    // No credit (the agent's window is full of batches): wait for some back, within the deadline.
+    while (st.code() == Code::kAgain && !deadline.expired()) {
+      conn_.wait(Deadline::after_ms(kCreditPollMs));
+      st = t.submit(texts, o, deadline, done);
+    }
+    if (st.ok()) return;
+    {
+      std::lock_guard lock(queue_->mu);
+      --queue_->submitted;
+    }
+    raise(st);
+  }
+
+  nb::list collect(double timeout) {
+    std::vector<std::pair<uint64_t, Result<EncodedBatch>>> ready;
+    {
+      nb::gil_scoped_release release;
+      queue_->collector.store(std::this_thread::get_id(), std::memory_order_relaxed);
+      auto any = [q = queue_.get()] {
+        std::lock_guard lock(q->mu);
+        return !q->done.empty();
+      };
+      if (!any()) (void)conn_.wait_until(deadline_in(timeout), any);
+      std::lock_guard lock(queue_->mu);
+      ready.swap(queue_->done);
+      queue_->collected += ready.size();
+    }
+    nb::list out;
+    for (auto& [token, r] : ready) {
+      nb::object result = r.ok() ? nb::object(batch_to_python(std::move(r).value()))
+                                 : nb::object(nb::make_tuple(static_cast<int>(r.status().code()), r.status().message()));
+      out.append(nb::make_tuple(token, r.ok(), result));
+    }
+    return out;
+  }
+
+  /// Submitted and not yet collected.
+  uint64_t pending() {
+    std::lock_guard lock(queue_->mu);
+    return queue_->submitted - queue_->collected;
+  }
+
+ private:
+  struct Queue {
+    std::mutex mu;
+    std::atomic<std::thread::id> collector;
+    std::vector<std::pair<uint64_t, Result<EncodedBatch>>> done;
+    uint64_t submitted = 0;
+    uint64_t collected = 0;
+  };
+  Connection& conn_;
+  std::shared_ptr<Queue> queue_;
 };
 
 }  // namespace
@@ -423,37 +533,37 @@ NB_MODULE(_core, m) {
           "encode_batch",
           [](RemoteTokenizer& t, nb::list texts, bool allow_special, bool ordinary, std::string_view utf8,
              bool add_special_tokens, uint32_t max_len, uint64_t capacity, double timeout) {
-            std::vector<std::string_view> views;
-            views.reserve(texts.size());
-            for (nb::handle h : texts) views.push_back(text_view(h));  // the list keeps them alive
+            std::vector<std::string_view> views = text_views(texts);
             OffloadOptions o{encode_options(allow_special, ordinary, utf8, add_special_tokens), max_len, capacity};
             Result<EncodedBatch> r = Status();
             {
               nb::gil_scoped_release release;
               r = t.encode_batch(views, o, deadline_in(timeout));
             }
-            EncodedBatch b = unwrap(std::move(r));
-            // The ids stay where the agent wrote them; the array holds the slots.
-            auto* hold = new std::shared_ptr<const void>(b.keepalive());
-            nb::capsule owner(hold, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
-            nb::ndarray<nb::numpy, const int32_t, nb::ndim<1>> ids(b.ids().data(), {b.ids().size()}, owner);
-            nb::list errors;
-            for (const Status& st : b.errors())
-              errors.append(st.ok() ? nb::object(nb::none())
-                                    : nb::object(nb::make_tuple(static_cast<int>(st.code()), st.message())));
-            const AgentTiming& tm = b.timing();
-            nb::dict timing;
-            timing["queued_before"] = tm.queued_before;
-            timing["queue_ns"] = tm.queue_ns;
-            timing["tokenize_ns"] = tm.tokenize_ns;
-            timing["cpu_ns"] = tm.cpu_ns;
-            timing["put_ns"] = tm.put_ns;
-            std::vector<uint64_t> offsets = b.offsets();
-            return nb::make_tuple(ids, to_numpy(std::move(offsets)), errors, timing);
+            return batch_to_python(unwrap(std::move(r)));
           },
           "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
           "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "timeout"_a = 10.0,
-          "(ids viewing the registered buffer, offsets, per-text None or (code, message), agent timing).");
+          "(ids viewing the registered buffer, offsets, per-text None or (code, message), agent timing).")
+      .def(
+          "submit",
+          [](RemoteTokenizer& t, Completions& into, uint64_t token, nb::list texts, bool allow_special, bool ordinary,
+             std::string_view utf8, bool add_special_tokens, uint32_t max_len, uint64_t capacity, double timeout) {
+            std::vector<std::string_view> views = text_views(texts);
+            OffloadOptions o{encode_options(allow_special, ordinary, utf8, add_special_tokens), max_len, capacity};
+            nb::gil_scoped_release release;  // a new slab may take a round trip
+            into.submit(t, token, views, o, deadline_in(timeout));
+          },
+          "completions"_a, "token"_a, "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
+          "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "timeout"_a = 10.0,
+          "encode_batch without waiting: the result is collected from `completions` under `token`.");
+
+  nb::class_<Completions>(m, "Completions")
+      .def(nb::init<Connection&>(), "connection"_a, nb::keep_alive<1, 2>())
+      .def("collect", &Completions::collect, "timeout"_a,
+           "[(token, ok, result)] of batches finished since the last call, waiting up to `timeout` s (driving the "
+           "connection) for one; result is encode_batch's tuple, or (code, message).")
+      .def_prop_ro("pending", &Completions::pending);
 
   m.def("checksum", [](nb::bytes data) { return checksum(view(data)); }, "data"_a);
   m.def("pattern", [](size_t size, uint64_t seed) {

@@ -38,8 +38,10 @@ PLACEMENTS: tuple[str, ...] = ("host", "agent", "auto")
 
 #: Longest text the host placement takes: the agent's --max-text-bytes default, so both agree.
 MAX_TEXT_BYTES = 16 << 20
-#: Threads behind submit(): batches one tokenizer keeps in flight from one caller.
+#: Threads behind submit() on the host and auto placements: batches one tokenizer runs at once.
 SUBMIT_THREADS = 4
+#: Seconds the collector of agent batches stays after the last one finished.
+COLLECT_WAIT_S = 0.2
 #: Errors after which the agent is presumed gone: auto stops routing to it.
 _AGENT_DOWN = (ConnectionReset, NotConnected, ShutDown, TimedOut)
 
@@ -170,7 +172,12 @@ class OffloadTokenizer:
             assert client is not None
             self._remote = _core.RemoteTokenizer.open(client.connection, self.name, timeout)
         self._executor: ThreadPoolExecutor | None = None
-        self._executor_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._completions = _core.Completions(client.connection) if self._remote is not None else None
+        self._futures: dict[int, Future[Batch]] = {}
+        self._next_token = 0
+        self._collector: threading.Thread | None = None
+        self._closing = False
 
     @property
     def vocab_size(self) -> int:
@@ -182,11 +189,7 @@ class OffloadTokenizer:
         """Ids of every text. ``max_len``: more ids fail that text (never truncated); ``capacity``:
         id slots for the whole batch (default: as many as the texts can produce)."""
         texts = list(texts)
-        allow = allowed_special == "all" or bool(allowed_special)
-        if allowed_special not in ("all", ()) and self._local is not None:
-            self._local._allow(allowed_special)  # unknown names are an error, as in tiktoken
-        args = dict(max_len=max_len or 0, allow=allow, utf8=utf8, add_special_tokens=add_special_tokens,
-                    capacity=capacity or 0)
+        args = self._options(max_len, allowed_special, utf8, add_special_tokens, capacity)
         if self.placement != "auto":
             return self._encode(self.placement, texts, **args)
         assert self.policy is not None
@@ -206,29 +209,98 @@ class OffloadTokenizer:
         self.policy.done(where, nbytes, time.perf_counter() - start)
         return batch
 
-    def submit(self, texts: Sequence[Text], **options: Any) -> Future[Batch]:
-        """encode_batch() on a pool of SUBMIT_THREADS threads, so a server overlaps its batches."""
-        with self._executor_lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="outboard-tokenize")
-        return self._executor.submit(self.encode_batch, list(texts), **options)
+    def submit(self, texts: Sequence[Text], *, max_len: int | None = None,
+               allowed_special: Literal["all"] | Collection[str] = (), utf8: Utf8Policy = "strict",
+               add_special_tokens: bool = False, capacity: int | None = None) -> Future[Batch]:
+        """encode_batch() without waiting, so a server overlaps its batches. On the agent placement the
+        batch is sent at once and one collector thread finishes every future (many per wake-up under
+        load); host and auto run encode_batch() on a pool of SUBMIT_THREADS threads."""
+        options = dict(max_len=max_len, allowed_special=allowed_special, utf8=utf8,
+                       add_special_tokens=add_special_tokens, capacity=capacity)
+        if self.placement != "agent":
+            with self._lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="outboard-tokenize")
+            return self._executor.submit(self.encode_batch, list(texts), **options)
+        assert self._remote is not None
+        future: Future[Batch] = Future()
+        future.set_running_or_notify_cancel()
+        args = self._options(max_len, allowed_special, utf8, add_special_tokens, capacity)
+        with self._lock:
+            token = self._next_token
+            self._next_token += 1
+            self._futures[token] = future
+            if self._collector is None:
+                # Not a daemon: one killed inside the native wait at interpreter exit aborts the process.
+                # It ends by itself, COLLECT_WAIT_S after its last batch (each bounded by `timeout`).
+                self._collector = threading.Thread(target=self._collect, name="outboard-collect")
+                self._collector.start()
+        try:
+            self._remote.submit(self._completions, token, list(texts), allow_special=args["allow"], utf8=utf8,
+                                add_special_tokens=add_special_tokens, max_len=args["max_len"],
+                                capacity=args["capacity"], timeout=self.timeout)
+        except Error as e:
+            with self._lock:
+                self._futures.pop(token, None)
+            future.set_exception(e)
+        return future
 
     def close(self) -> None:
+        """Waits for submitted batches (each bounded by ``timeout``), then stops the submit threads."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+        with self._lock:
+            self._closing = True
+            collector = self._collector
+        if collector is not None:
+            collector.join()
+        self._closing = False
+
+    def _collect(self) -> None:
+        # Runs while agent batches are in flight and COLLECT_WAIT_S after; the next submit() starts
+        # another (starting a thread per batch would cost more than the batch).
+        idle_since = None
+        while True:
+            with self._lock:
+                if self._futures:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = time.monotonic()
+                elif self._closing or time.monotonic() - idle_since >= COLLECT_WAIT_S:
+                    self._collector = None
+                    return
+            for token, ok, result in self._completions.collect(COLLECT_WAIT_S / 4):
+                with self._lock:
+                    future = self._futures.pop(token)
+                if ok:
+                    future.set_result(_agent_batch(result))
+                else:
+                    future.set_exception(from_code(*result))
+
+    def _options(self, max_len: int | None, allowed_special: Literal["all"] | Collection[str], utf8: str,
+                 add_special_tokens: bool, capacity: int | None) -> dict[str, Any]:
+        allow = allowed_special == "all" or bool(allowed_special)
+        if allowed_special not in ("all", ()) and self._local is not None:
+            self._local._allow(allowed_special)  # unknown names are an error, as in tiktoken
+        return dict(max_len=max_len or 0, allow=allow, utf8=utf8, add_special_tokens=add_special_tokens,
+                    capacity=capacity or 0)
 
     def _encode(self, where: str, texts: list[Text], *, max_len: int, allow: bool, utf8: str,
                 add_special_tokens: bool, capacity: int) -> Batch:
         if where == "agent":
             assert self._remote is not None
-            ids, offsets, errors, timing = self._remote.encode_batch(
+            return _agent_batch(self._remote.encode_batch(
                 texts, allow_special=allow, utf8=utf8, add_special_tokens=add_special_tokens, max_len=max_len,
-                capacity=capacity, timeout=self.timeout)
-            return Batch(ids, offsets, [None if e is None else from_code(*e) for e in errors], "agent", timing)
+                capacity=capacity, timeout=self.timeout))
         assert self._local is not None
         return _host_batch(self._local, texts, max_len=max_len, allow=allow, utf8=utf8,
                            add_special_tokens=add_special_tokens, capacity=capacity)
+
+
+def _agent_batch(native: tuple[Any, ...]) -> Batch:
+    ids, offsets, errors, timing = native
+    return Batch(ids, offsets, [None if e is None else from_code(*e) for e in errors], "agent", timing)
 
 
 def _host_batch(tok: Tokenizer, texts: list[Text], *, max_len: int, allow: bool, utf8: str,

@@ -578,6 +578,15 @@ void Connection::wait(Deadline deadline) {
                          [&] { return !impl_->inbox.empty() || impl_->state != Impl::State::kOpen; });
 }
 
+bool Connection::wait_until(Deadline deadline, const std::function<bool()>& done) {
+  Lock lock(impl_->hub->mutex());
+  return impl_->hub->wait_until(lock, deadline, impl_->config.spin_us, done);
+}
+
+void Connection::wake() {
+  impl_->hub->post([] {});
+}
+
 void Connection::close() {
   Lock lock(impl_->hub->mutex());
   if (impl_->state != Impl::State::kOpen) return impl_->fail(Status(Code::kNotConnected, "connection closed"));

@@ -176,8 +176,15 @@ uint64_t RemoteTokenizer::max_ids(std::string_view text, const EncodeOptions& op
   return text.size() * per_byte + (options.add_special_tokens ? 2 : 0);
 }
 
-Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_view> texts, const OffloadOptions& options,
-                                                   Deadline deadline) {
+struct RemoteTokenizer::Request {
+  std::shared_ptr<EncodedBatch::Slots> slots;
+  std::vector<uint8_t> bytes;
+  size_t texts = 0;
+};
+
+Result<RemoteTokenizer::Request> RemoteTokenizer::prepare(std::span<const std::string_view> texts,
+                                                          const OffloadOptions& options, Deadline deadline) {
+  if (texts.size() > UINT32_MAX) return Status(Code::kTooBig, "batch of " + std::to_string(texts.size()) + " texts");
   uint64_t capacity = options.capacity;
   uint64_t bytes = 0;
   for (std::string_view t : texts) {
@@ -188,7 +195,7 @@ Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_v
     }
   }
   OB_ASSIGN_OR_RETURN(Pool::Reservation res, pool_->reserve(capacity, deadline));
-  auto slots = std::make_shared<EncodedBatch::Slots>(pool_, res);
+  Request req{std::make_shared<EncodedBatch::Slots>(pool_, res), {}, texts.size()};
 
   wire::EncodeHeader h;
   h.tokenizer = handle_;
@@ -201,27 +208,31 @@ Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_v
   h.flags = (e.allow_special ? wire::kAllowSpecial : 0) | (e.ordinary ? wire::kOrdinary : 0) |
             (e.utf8 == Utf8Policy::kReplace ? wire::kUtf8Replace : 0) |
             (e.add_special_tokens ? wire::kAddSpecialTokens : 0);
-  if (texts.size() > UINT32_MAX) return Status(Code::kTooBig, "batch of " + std::to_string(texts.size()) + " texts");
   wire::Writer w;
   w.bytes.reserve(1 + sizeof h + texts.size() * sizeof(uint64_t) + bytes);
   w.put(wire::kEncode);
   w.put(h);
   for (std::string_view t : texts) w.put(static_cast<uint64_t>(t.size()));
   for (std::string_view t : texts) w.put_bytes(t);
-  OB_ASSIGN_OR_RETURN(Buffer reply, call(connection_, w.bytes, deadline));
+  req.bytes = std::move(w.bytes);
+  return req;
+}
 
+Result<EncodedBatch> RemoteTokenizer::finish(const Buffer& reply, std::shared_ptr<EncodedBatch::Slots> slots,
+                                             size_t texts) {
+  const Pool::Reservation& res = slots->reservation;
   auto malformed = [&](const char* what) {
     return Status(Code::kIoError, std::string("tokenize service sent a malformed answer (") + what + ")");
   };
   wire::Reader r{reply.span()};
   wire::ResultHeader rh;
-  if (!r.get(rh) || rh.texts != texts.size() || rh.ids > res.count) return malformed("header");
+  if (!r.get(rh) || rh.texts != texts || rh.ids > res.count) return malformed("header");
   EncodedBatch batch;
-  batch.offsets_.reserve(texts.size() + 1);
-  batch.errors_.resize(texts.size());
+  batch.offsets_.reserve(texts + 1);
+  batch.errors_.resize(texts);
   uint64_t expect = 0;
   std::vector<std::pair<size_t, int32_t>> failed;  // text, code
-  for (size_t i = 0; i < texts.size(); ++i) {
+  for (size_t i = 0; i < texts; ++i) {
     wire::TextResult t;
     if (!r.get(t) || t.offset != expect) return malformed("offsets");
     batch.offsets_.push_back(t.offset);
@@ -241,6 +252,23 @@ Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_v
   batch.ids_ = {base, rh.ids};
   batch.slots_ = std::move(slots);
   return batch;
+}
+
+Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_view> texts, const OffloadOptions& options,
+                                                   Deadline deadline) {
+  OB_ASSIGN_OR_RETURN(Request req, prepare(texts, options, deadline));
+  OB_ASSIGN_OR_RETURN(Buffer reply, call(connection_, req.bytes, deadline));
+  return finish(reply, std::move(req.slots), req.texts);
+}
+
+Status RemoteTokenizer::submit(std::span<const std::string_view> texts, const OffloadOptions& options,
+                               Deadline deadline, EncodeDone done) {
+  OB_ASSIGN_OR_RETURN(Request req, prepare(texts, options, deadline));
+  return connection_.submit(kService, Buffer::copy_of(req.bytes), deadline,
+                            [slots = std::move(req.slots), n = req.texts, done = std::move(done)](Result<Buffer> reply) {
+                              if (!reply.ok()) return done(reply.status());
+                              done(finish(reply.value(), slots, n));
+                            });
 }
 
 }  // namespace outboard

@@ -150,6 +150,50 @@ def test_threads_and_futures_share_one_tokenizer(client: outboard.Client, local:
     tok.close()
 
 
+def test_submitted_batches_finish_beside_callers_that_wait(client: outboard.Client, local: outboard.Tokenizer,
+                                                           model: str) -> None:
+    # Futures are finished by the collector, or by a waiting caller's progress (which wakes it).
+    tok = client.tokenizer(model)
+    texts = _texts()
+    bad: list[tuple[str, int, int]] = []
+
+    def submitter(k: int) -> None:
+        futures = [(i, tok.submit([texts[(k * 5 + i) % len(texts)], b"\xff"])) for i in range(40)]
+        for i, future in futures:
+            b = future.result(timeout=30)
+            if not (np.array_equal(b[0], local.encode(texts[(k * 5 + i) % len(texts)]))
+                    and isinstance(b.errors[1], errors.InvalidArgument) and b.placement == "agent"):
+                bad.append(("submit", k, i))
+
+    def waiter(k: int) -> None:
+        for i in range(40):
+            text = texts[(k + 3 * i) % len(texts)]
+            if not np.array_equal(tok.encode_batch([text])[0], local.encode(text)):
+                bad.append(("wait", k, i))
+
+    threads = [threading.Thread(target=submitter, args=(k,)) for k in range(3)]
+    threads += [threading.Thread(target=waiter, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
+    tok.close()
+    assert tok._collector is None  # close() waited for the collector
+
+
+def test_submit_waits_for_credit_when_more_batches_are_in_flight_than_the_agent_takes(
+        start_agent, local: outboard.Tokenizer, model: str) -> None:
+    agent = start_agent("--recv-window-msgs", "4")
+    with outboard.connect(agent.address) as c:
+        tok = c.tokenizer(model)
+        texts = _texts()
+        futures = [tok.submit([t]) for t in texts]  # far more than 4 at once
+        for t, f in zip(texts, futures):
+            assert np.array_equal(f.result(timeout=30)[0], local.encode(t))
+        tok.close()
+
+
 _DISCONNECTING_CLIENT = """
 import os, sys, outboard
 c = outboard.connect(sys.argv[1])
@@ -190,6 +234,18 @@ def test_agent_killed_mid_batch_fails_the_caller_within_a_second(doomed_agent: o
     start = time.monotonic()
     with pytest.raises((errors.ConnectionReset, errors.NotConnected)):
         tok.encode_batch(big)
+    assert time.monotonic() - start < 0.3 + 1.0
+
+
+def test_agent_killed_mid_batch_fails_submitted_futures_within_a_second(doomed_agent: outboard.LocalAgent) -> None:
+    c = outboard.connect(doomed_agent.address)
+    tok = c.tokenizer("gpt2", timeout=30)
+    futures = [tok.submit(["word " * 2_000_000] * 6) for _ in range(2)]  # seconds of work on the agent
+    _kill_soon(doomed_agent, 0.3)
+    start = time.monotonic()
+    for future in futures:
+        with pytest.raises((errors.ConnectionReset, errors.NotConnected)):
+            future.result(timeout=10)
     assert time.monotonic() - start < 0.3 + 1.0
 
 

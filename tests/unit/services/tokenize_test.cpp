@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "../agent_fixture.h"
@@ -137,6 +138,40 @@ TEST_P(TokenizeServiceTest, BatchesFromSeveralThreadsGetTheirOwnIds) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST_P(TokenizeServiceTest, SubmittedBatchesCompleteWhileTheCallerProgresses) {
+  const std::vector<std::string> texts = {"hello world", "the catty cat", "worlds", "", "hello \xff", "cat cat"};
+  std::vector<std::optional<Result<EncodedBatch>>> results(texts.size());
+  size_t done = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string_view one[] = {texts[i]};
+    ASSERT_TRUE(remote_
+                    ->submit(one, {}, Deadline::after_ms(5000),
+                             [&, i](Result<EncodedBatch> r) {
+                               results[i] = std::move(r);
+                               ++done;
+                             })
+                    .ok());
+  }
+  ASSERT_TRUE(conn_->wait_until(Deadline::after_ms(5000), [&] { return done == texts.size(); }));
+  for (size_t i = 0; i < texts.size(); ++i) {
+    ASSERT_TRUE(results[i]->ok()) << i << ": " << results[i]->status().to_string();
+    const EncodedBatch& b = results[i]->value();
+    if (i == 4) {
+      EXPECT_EQ(b.errors()[0].code(), Code::kInvalidArgument);
+    } else {
+      EXPECT_TRUE(b.errors()[0].ok()) << b.errors()[0].to_string();
+      EXPECT_EQ(text_ids(b, 0), local_ids(texts[i])) << i;
+    }
+  }
+  // A batch in flight when the agent goes still completes, or fails: never hangs.
+  std::optional<Result<EncodedBatch>> late;
+  const std::string_view one[] = {"hello"};
+  ASSERT_TRUE(remote_->submit(one, {}, Deadline::after_ms(5000), [&](Result<EncodedBatch> r) { late = std::move(r); }).ok());
+  stop_agent();
+  ASSERT_TRUE(conn_->wait_until(Deadline::after_ms(5000), [&] { return late.has_value(); }));
+  if (!late->ok()) EXPECT_NE(late->status().code(), Code::kTimedOut) << late->status().to_string();
 }
 
 TEST_P(TokenizeServiceTest, ASlabAddedForAPeakIsUnboundOnceEmpty) {
