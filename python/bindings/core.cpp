@@ -117,10 +117,6 @@ class Completions {
 
   void submit(RemoteTokenizer& t, uint64_t token, std::span<const std::string_view> texts, const OffloadOptions& o,
               Deadline deadline) {
-    {
-      std::lock_guard lock(queue_->mu);  // counted first: another thread may finish it at once
-      ++queue_->submitted;
-    }
     auto done = [q = queue_, token, &conn = conn_](Result<EncodedBatch> r) {
       {
         std::lock_guard lock(q->mu);
@@ -135,12 +131,7 @@ class Completions {
       conn_.wait(Deadline::after_ms(kCreditPollMs));
       st = t.submit(texts, o, deadline, done);
     }
-    if (st.ok()) return;
-    {
-      std::lock_guard lock(queue_->mu);
-      --queue_->submitted;
-    }
-    raise(st);
+    check(st);
   }
 
   nb::list collect(double timeout) {
@@ -155,21 +146,15 @@ class Completions {
       if (!any()) (void)conn_.wait_until(deadline_in(timeout), any);
       std::lock_guard lock(queue_->mu);
       ready.swap(queue_->done);
-      queue_->collected += ready.size();
     }
     nb::list out;
     for (auto& [token, r] : ready) {
-      nb::object result = r.ok() ? nb::object(batch_to_python(std::move(r).value()))
-                                 : nb::object(nb::make_tuple(static_cast<int>(r.status().code()), r.status().message()));
-      out.append(nb::make_tuple(token, r.ok(), result));
+      const bool ok = r.ok();
+      nb::object result = ok ? nb::object(batch_to_python(std::move(r).value()))
+                             : nb::object(nb::make_tuple(static_cast<int>(r.status().code()), r.status().message()));
+      out.append(nb::make_tuple(token, ok, result));
     }
     return out;
-  }
-
-  /// Submitted and not yet collected.
-  uint64_t pending() {
-    std::lock_guard lock(queue_->mu);
-    return queue_->submitted - queue_->collected;
   }
 
  private:
@@ -177,8 +162,6 @@ class Completions {
     std::mutex mu;
     std::atomic<std::thread::id> collector;
     std::vector<std::pair<uint64_t, Result<EncodedBatch>>> done;
-    uint64_t submitted = 0;
-    uint64_t collected = 0;
   };
   Connection& conn_;
   std::shared_ptr<Queue> queue_;
@@ -562,8 +545,7 @@ NB_MODULE(_core, m) {
       .def(nb::init<Connection&>(), "connection"_a, nb::keep_alive<1, 2>())
       .def("collect", &Completions::collect, "timeout"_a,
            "[(token, ok, result)] of batches finished since the last call, waiting up to `timeout` s (driving the "
-           "connection) for one; result is encode_batch's tuple, or (code, message).")
-      .def_prop_ro("pending", &Completions::pending);
+           "connection) for one; result is encode_batch's tuple, or (code, message).");
 
   m.def("checksum", [](nb::bytes data) { return checksum(view(data)); }, "data"_a);
   m.def("pattern", [](size_t size, uint64_t seed) {
