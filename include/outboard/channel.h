@@ -131,9 +131,11 @@ class Connection {
   [[nodiscard]] Result<Buffer> request(std::string_view service, std::span<const uint8_t> payload,
                                        Deadline deadline);
   /// Asynchronous request: `on_response` runs exactly once (response, error,
-  /// or kTimedOut at the deadline). kAgain when no credit is free.
+  /// or kTimedOut at the deadline). kAgain when no credit is free, unless
+  /// `credit` is kWait: then it progresses until some is (or the deadline).
+  enum class Credit { kFail, kWait };
   [[nodiscard]] Status submit(std::string_view service, Buffer payload, Deadline deadline,
-                              ResponseFn on_response);
+                              ResponseFn on_response, Credit credit = Credit::kFail);
 
   // ---- progress and waiting
   /// Drives the connection (and the process's worker); events handled.

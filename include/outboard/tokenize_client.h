@@ -78,8 +78,9 @@ class RemoteTokenizer {
   /// encode_batch() without waiting: `done` runs exactly once (the batch, or
   /// why it failed, kTimedOut at the deadline) on a thread that progresses the
   /// connection (Connection::progress, wait_until or any blocking call), and
-  /// must not block. The texts are copied before it returns. kAgain when the
-  /// connection has no credit free.
+  /// must not block. The texts are copied before it returns. With no credit
+  /// free (the agent's window full of batches) it waits for some, within the
+  /// deadline.
   [[nodiscard]] Status submit(std::span<const std::string_view> texts, const OffloadOptions& options, Deadline deadline,
                               EncodeDone done);
   [[nodiscard]] size_t vocab_size() const { return vocab_size_; }

@@ -111,8 +111,6 @@ nb::tuple batch_to_python(EncodedBatch b) {
 // lock is let go.
 class Completions {
  public:
-  static constexpr int64_t kCreditPollMs = 1;  // how often a submit without credit retries
-
   explicit Completions(Connection& c) : conn_(c), queue_(std::make_shared<Queue>()) {}
 
   void submit(RemoteTokenizer& t, uint64_t token, std::span<const std::string_view> texts, const OffloadOptions& o,
@@ -125,13 +123,7 @@ class Completions {
       // Finished by another thread's progress: the collector may be asleep.
       if (std::this_thread::get_id() != q->collector.load(std::memory_order_relaxed)) conn.wake();
     };
-    Status st = t.submit(texts, o, deadline, done);
-    // No credit (the agent's window is full of batches): wait for some back, within the deadline.
-    while (st.code() == Code::kAgain && !deadline.expired()) {
-      conn_.wait(Deadline::after_ms(kCreditPollMs));
-      st = t.submit(texts, o, deadline, done);
-    }
-    check(st);
+    check(t.submit(texts, o, deadline, std::move(done)));
   }
 
   nb::list collect(double timeout) {

@@ -215,13 +215,13 @@ class OffloadTokenizer:
         """encode_batch() without waiting, so a server overlaps its batches. On the agent placement the
         batch is sent at once and one collector thread finishes every future (many per wake-up under
         load); host and auto run encode_batch() on a pool of SUBMIT_THREADS threads."""
-        options = dict(max_len=max_len, allowed_special=allowed_special, utf8=utf8,
-                       add_special_tokens=add_special_tokens, capacity=capacity)
         if self.placement != "agent":
             with self._lock:
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="outboard-tokenize")
-            return self._executor.submit(self.encode_batch, list(texts), **options)
+            return self._executor.submit(self.encode_batch, list(texts), max_len=max_len,
+                                         allowed_special=allowed_special, utf8=utf8,
+                                         add_special_tokens=add_special_tokens, capacity=capacity)
         assert self._remote is not None
         future: Future[Batch] = Future()
         future.set_running_or_notify_cancel()

@@ -533,9 +533,11 @@ Status Connection::Impl::start_request(std::string_view service, Buffer payload,
   return {};
 }
 
-Status Connection::submit(std::string_view service, Buffer payload, Deadline deadline, ResponseFn on_response) {
+Status Connection::submit(std::string_view service, Buffer payload, Deadline deadline, ResponseFn on_response,
+                          Credit credit) {
   Lock lock(impl_->hub->mutex());
-  return impl_->start_request(service, std::move(payload), deadline, std::move(on_response), false, &lock);
+  return impl_->start_request(service, std::move(payload), deadline, std::move(on_response),
+                              credit == Credit::kWait, &lock);
 }
 
 Result<Buffer> Connection::request(std::string_view service, std::span<const uint8_t> payload,

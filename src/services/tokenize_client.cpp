@@ -264,11 +264,13 @@ Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_v
 Status RemoteTokenizer::submit(std::span<const std::string_view> texts, const OffloadOptions& options,
                                Deadline deadline, EncodeDone done) {
   OB_ASSIGN_OR_RETURN(Request req, prepare(texts, options, deadline));
-  return connection_.submit(kService, Buffer::copy_of(req.bytes), deadline,
-                            [slots = std::move(req.slots), n = req.texts, done = std::move(done)](Result<Buffer> reply) {
-                              if (!reply.ok()) return done(reply.status());
-                              done(finish(reply.value(), slots, n));
-                            });
+  return connection_.submit(
+      kService, Buffer::copy_of(req.bytes), deadline,
+      [slots = std::move(req.slots), n = req.texts, done = std::move(done)](Result<Buffer> reply) {
+        if (!reply.ok()) return done(reply.status());
+        done(finish(reply.value(), slots, n));
+      },
+      Connection::Credit::kWait);
 }
 
 }  // namespace outboard
