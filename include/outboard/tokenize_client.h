@@ -58,6 +58,15 @@ class EncodedBatch {
   AgentTiming timing_;
 };
 
+/// Memory of the caller's where ids land (pinned host memory that a GPU's
+/// copy engine reads, say). It is registered for the tokenizer's life and
+/// `owner` is held until no batch views it. Batches that do not fit get slabs
+/// of the tokenizer's own.
+struct OutputMemory {
+  std::span<int32_t> ids;
+  std::shared_ptr<void> owner;
+};
+
 /// A tokenizer opened on the agent at the other end of a connection.
 /// Thread mode: multi (batches from several threads are in flight at once).
 /// The connection must outlive it.
@@ -68,6 +77,9 @@ class RemoteTokenizer {
   /// registered when a batch needs them).
   [[nodiscard]] static Result<std::unique_ptr<RemoteTokenizer>> open(Connection& connection, const std::string& name,
                                                                      Deadline deadline, uint64_t pool_ids = 1u << 22);
+  /// Opens `name` with ids landing in `output` first.
+  [[nodiscard]] static Result<std::unique_ptr<RemoteTokenizer>> open(Connection& connection, const std::string& name,
+                                                                     Deadline deadline, OutputMemory output);
   ~RemoteTokenizer();
 
   /// Tokenizes on the agent. Per-text failures are in errors(); the call
@@ -96,6 +108,8 @@ class RemoteTokenizer {
  private:
   struct Request;
   RemoteTokenizer(Connection& connection, uint32_t handle, size_t vocab_size, std::shared_ptr<Pool> pool);
+  static Result<std::unique_ptr<RemoteTokenizer>> open(Connection& connection, const std::string& name,
+                                                       Deadline deadline, OutputMemory output, uint64_t pool_ids);
   Result<Request> prepare(std::span<const std::string_view> texts, const OffloadOptions& options, Deadline deadline);
   static Result<EncodedBatch> finish(const Buffer& reply, std::shared_ptr<EncodedBatch::Slots> slots, size_t texts);
   Connection& connection_;

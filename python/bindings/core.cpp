@@ -494,15 +494,29 @@ NB_MODULE(_core, m) {
   nb::class_<RemoteTokenizer>(m, "RemoteTokenizer")
       .def_static(
           "open",
-          [](Connection& c, const std::string& name, double timeout, uint64_t pool_ids) {
+          [](Connection& c, const std::string& name, double timeout, uint64_t pool_ids, nb::object output) {
+            OutputMemory memory;
+            if (!output.is_none()) {
+              auto ids = nb::cast<nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(output);
+              memory.ids = {ids.data(), ids.shape(0)};
+              // Batches may outlive the tokenizer, and their last view may go on any thread.
+              memory.owner = std::shared_ptr<void>(output.release().ptr(), [](void* o) {
+                if (!Py_IsInitialized()) return;
+                nb::gil_scoped_acquire gil;
+                Py_DECREF(static_cast<PyObject*>(o));
+              });
+            }
             Result<std::unique_ptr<RemoteTokenizer>> r = Status();
             {
               nb::gil_scoped_release release;
-              r = RemoteTokenizer::open(c, name, deadline_in(timeout), pool_ids);
+              r = memory.ids.empty() && !memory.owner ? RemoteTokenizer::open(c, name, deadline_in(timeout), pool_ids)
+                                                      : RemoteTokenizer::open(c, name, deadline_in(timeout), memory);
             }
             return unwrap(std::move(r));
           },
-          "connection"_a, "name"_a, "timeout"_a, "pool_ids"_a = uint64_t{1} << 22, nb::keep_alive<0, 1>())
+          "connection"_a, "name"_a, "timeout"_a, "pool_ids"_a = uint64_t{1} << 22, "output"_a = nb::none(),
+          nb::keep_alive<0, 1>(),
+          "`output`: a writable 1-D int32 array (pinned host memory, say) the ids land in first.")
       .def_prop_ro("vocab_size", &RemoteTokenizer::vocab_size)
       .def(
           "encode_batch",

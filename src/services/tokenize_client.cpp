@@ -22,8 +22,9 @@ Result<Buffer> call(Connection& conn, std::span<const uint8_t> payload, Deadline
 
 // Registered slabs the agent writes into, handed out first-fit. A batch
 // reserves its slots before it is sent and keeps them while any view lives.
-// The first slab stays; one added for a peak (a long text, many batches in
-// flight) is unbound and unregistered once it is empty again.
+// The first slab (ours, or the caller's OutputMemory) stays; one added for a
+// peak (a long text, many batches in flight) is unbound and unregistered once
+// it is empty again.
 struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
   struct Slab {
     Region region;
@@ -33,15 +34,22 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
   };
   Connection& conn;
   uint64_t slab_ids;
+  std::shared_ptr<void> owner;  // of the caller's memory: outlives the slab registered on it
   std::mutex mu;
   std::vector<std::unique_ptr<Slab>> slabs;
   std::vector<std::unique_ptr<Slab>> emptied;  // to unbind, by the next reserve()
 
-  Pool(Connection& c, uint64_t ids) : conn(c), slab_ids(ids) {}
+  Pool(Connection& c, uint64_t ids, std::shared_ptr<void> memory_owner)
+      : conn(c), slab_ids(ids), owner(std::move(memory_owner)) {}
 
-  // Blocks for a round trip: called without `mu`.
   Result<std::unique_ptr<Slab>> new_slab(uint64_t ids, Deadline deadline) {
     OB_ASSIGN_OR_RETURN(Region region, conn.allocate_memory(ids * sizeof(int32_t)));
+    return bind(std::move(region), deadline);
+  }
+
+  // Blocks for a round trip: called without `mu`.
+  Result<std::unique_ptr<Slab>> bind(Region region, Deadline deadline) {
+    const uint64_t ids = region.size() / sizeof(int32_t);
     wire::Writer w;
     w.put(wire::kBind);
     w.put_bytes(region.descriptor());
@@ -153,6 +161,19 @@ RemoteTokenizer::~RemoteTokenizer() = default;
 
 Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& connection, const std::string& name,
                                                                Deadline deadline, uint64_t pool_ids) {
+  return open(connection, name, deadline, OutputMemory{}, pool_ids);
+}
+
+Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& connection, const std::string& name,
+                                                               Deadline deadline, OutputMemory output) {
+  if (output.ids.empty()) return Status(Code::kInvalidArgument, "output memory for the ids is empty");
+  const uint64_t ids = output.ids.size();
+  return open(connection, name, deadline, std::move(output), ids);
+}
+
+Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& connection, const std::string& name,
+                                                               Deadline deadline, OutputMemory output,
+                                                               uint64_t pool_ids) {
   wire::Writer w;
   w.put(wire::kOpen);
   w.put_bytes(name);
@@ -161,8 +182,11 @@ Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& conne
   wire::Reader r{reply.span()};
   if (!r.get(handle) || !r.get(vocab))
     return Status(Code::kIoError, "tokenize service answered an open with " + std::to_string(reply.size()) + " B");
-  auto pool = std::make_shared<Pool>(connection, std::max<uint64_t>(pool_ids, 1));
-  OB_ASSIGN_OR_RETURN(auto slab, pool->new_slab(pool->slab_ids, deadline));
+  auto pool = std::make_shared<Pool>(connection, std::max<uint64_t>(pool_ids, 1), std::move(output.owner));
+  Result<Region> first = output.ids.empty() ? connection.allocate_memory(pool->slab_ids * sizeof(int32_t))
+                                            : connection.register_memory(output.ids.data(), output.ids.size_bytes());
+  if (!first.ok()) return first.status();
+  OB_ASSIGN_OR_RETURN(auto slab, pool->bind(std::move(first).value(), deadline));
   pool->slabs.push_back(std::move(slab));
   return std::unique_ptr<RemoteTokenizer>(new RemoteTokenizer(connection, handle, vocab, std::move(pool)));
 }

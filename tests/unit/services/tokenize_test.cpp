@@ -171,7 +171,9 @@ TEST_P(TokenizeServiceTest, SubmittedBatchesCompleteWhileTheCallerProgresses) {
   ASSERT_TRUE(remote_->submit(one, {}, Deadline::after_ms(5000), [&](Result<EncodedBatch> r) { late = std::move(r); }).ok());
   stop_agent();
   ASSERT_TRUE(conn_->wait_until(Deadline::after_ms(5000), [&] { return late.has_value(); }));
-  if (!late->ok()) EXPECT_NE(late->status().code(), Code::kTimedOut) << late->status().to_string();
+  if (!late->ok()) {
+    EXPECT_NE(late->status().code(), Code::kTimedOut) << late->status().to_string();
+  }
 }
 
 TEST_P(TokenizeServiceTest, ASlabAddedForAPeakIsUnboundOnceEmpty) {
@@ -204,6 +206,43 @@ TEST_P(TokenizeServiceTest, ASlabAddedForAPeakIsUnboundOnceEmpty) {
   EXPECT_NE(again.status().message().find("output buffer 1 is not bound"), std::string::npos);
   auto truncated = conn_->request("tokenize", bytes("U"), Deadline::after_ms(2000));
   EXPECT_EQ(truncated.status().code(), Code::kInvalidArgument) << truncated.status().to_string();
+}
+
+TEST_P(TokenizeServiceTest, IdsLandInTheCallersMemoryWhichIsHeldWhileABatchViewsIt) {
+  auto memory = std::make_shared<std::vector<int32_t>>(32, -1);
+  std::weak_ptr<std::vector<int32_t>> alive = memory;
+  auto opened = RemoteTokenizer::open(*conn_, path_, Deadline::after_ms(5000), OutputMemory{*memory, memory});
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  auto remote = std::move(opened).value();
+  EXPECT_EQ(remote->registered_bytes(), 32 * sizeof(int32_t));
+  const int32_t* begin = memory->data();
+  memory.reset();
+
+  std::vector<std::string_view> texts = {"hello worlds", "the catty cat."};
+  auto batch = remote->encode_batch(texts, {}, Deadline::after_ms(5000));
+  ASSERT_TRUE(batch.ok()) << batch.status().to_string();
+  const EncodedBatch& b = batch.value();
+  EXPECT_TRUE(b.ids().data() >= begin && b.ids().data() + b.ids().size() <= begin + 32) << "ids are not in our memory";
+  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(text_ids(b, i), local_ids(texts[i])) << i;
+
+  std::string long_text;  // 48 ids: more than the caller's memory holds, so a slab of the tokenizer's
+  while (long_text.size() + 6 <= 48) long_text += "hello ";
+  std::vector<std::string_view> peak = {long_text};
+  auto big = remote->encode_batch(peak, {}, Deadline::after_ms(5000));
+  ASSERT_TRUE(big.ok()) << big.status().to_string();
+  EXPECT_TRUE(big.value().ids().data() < begin || big.value().ids().data() >= begin + 32);
+  EXPECT_EQ(text_ids(big.value(), 0), local_ids(long_text));
+
+  remote.reset();
+  big = Status();
+  EXPECT_FALSE(alive.expired()) << "a batch still views the memory";
+  EXPECT_EQ(text_ids(b, 1), local_ids("the catty cat."));
+  batch = Status();
+  EXPECT_TRUE(alive.expired());
+
+  std::span<int32_t> none;
+  auto empty = RemoteTokenizer::open(*conn_, path_, Deadline::after_ms(5000), OutputMemory{none, nullptr});
+  EXPECT_EQ(empty.status().code(), Code::kInvalidArgument);
 }
 
 TEST_P(TokenizeServiceTest, BadRequestsGetErrorsAndTheConnectionStaysUsable) {
