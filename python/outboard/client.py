@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import _core
 from ._agent import LocalAgent
 from .offload import AutoPolicy, OffloadTokenizer, Placement
@@ -42,10 +44,13 @@ class Client:
         return self._conn.receive(timeout)
 
     def tokenizer(self, name: str | Path, *, placement: Placement = "agent", policy: AutoPolicy | None = None,
-                  timeout: float = DEFAULT_TIMEOUT_S) -> OffloadTokenizer:
+                  timeout: float = DEFAULT_TIMEOUT_S, output: np.ndarray | None = None) -> OffloadTokenizer:
         """``name``: "gpt2", "bert-base-uncased" or a vocabulary path (on the agent's machine for the
-        agent placement). ``placement``: "agent", "host" or "auto" (per batch; see AutoPolicy)."""
-        return OffloadTokenizer(self, name, placement=placement, policy=policy, timeout=timeout)
+        agent placement). ``placement``: "agent", "host" or "auto" (per batch; see AutoPolicy).
+        ``output``: a writable 1-D int32 array of yours (pinned host memory for a GPU's copy, say) that
+        the agent's ids land in; it is held while any batch views it, and a batch that does not fit
+        gets memory of the tokenizer's own. Host batches return arrays of their own."""
+        return OffloadTokenizer(self, name, placement=placement, policy=policy, timeout=timeout, output=output)
 
     def stats(self) -> dict[str, Any]:
         return json.loads(self.request("stats"))

@@ -95,11 +95,13 @@ class AutoPolicy:
 
     Per placement it keeps an exponentially weighted latency per input byte, from the batches
     that went there. The agent's estimate grows with the batches this process has in flight to it
-    (its queue) and the host's with this process's CPU use (a busy consumer tokenizes slowly and
+    (its queue, drained by ``agent_workers`` tokenize threads; the agent reports how many) and the
+    host's with this process's CPU use (a busy consumer tokenizes slowly and
     delays its own work). The agent is chosen while its estimate is within ``slack`` of the host's:
     offloading is preferred because it frees the consumer's CPU, unless the agent is clearly slower
     (saturated) — then batches spill to the host. A failed agent sends everything to the host
-    for ``retry_after`` seconds. The first batches explore each placement once.
+    for ``retry_after`` seconds. The first batches explore each placement once (a burst before both
+    have answered is shared by queue length).
     """
 
     def __init__(self, *, slack: float = 1.5, weight: float = 0.2, retry_after: float = 1.0) -> None:
@@ -110,6 +112,7 @@ class AutoPolicy:
         self._ns_per_byte: dict[str, float] = {}
         self._in_flight = {"host": 0, "agent": 0}
         self._agent_down_until = 0.0
+        self.agent_workers = 1
         self._cpu = (time.process_time(), time.perf_counter())
         self._busy = 0.0  # share of one core this process used lately
         self.routed = {"host": 0, "agent": 0}
@@ -119,12 +122,17 @@ class AutoPolicy:
             self._sample_cpu()
             if time.monotonic() < self._agent_down_until:
                 choice = "host"
-            elif "agent" not in self._ns_per_byte:
+            elif "agent" not in self._ns_per_byte and self._in_flight["agent"] == 0:
                 choice = "agent"
-            elif "host" not in self._ns_per_byte:
+            elif "host" not in self._ns_per_byte and self._in_flight["host"] == 0:
                 choice = "host"
+            elif "agent" not in self._ns_per_byte or "host" not in self._ns_per_byte:
+                # A burst before both have answered is shared by queue length.
+                cores = max(1, len(os.sched_getaffinity(0)))
+                choice = "agent" if self._in_flight["agent"] / self.agent_workers <= self._in_flight["host"] / cores \
+                    else "host"
             else:
-                agent = self._ns_per_byte["agent"] * (1 + self._in_flight["agent"])
+                agent = self._ns_per_byte["agent"] * (1 + self._in_flight["agent"] / self.agent_workers)
                 cores = max(1, len(os.sched_getaffinity(0)))
                 host = self._ns_per_byte["host"] * (1 + self._in_flight["host"] / cores) / max(0.1, 1 - self._busy / cores)
                 choice = "agent" if agent <= self.slack * host else "host"
@@ -156,7 +164,7 @@ class OffloadTokenizer:
     threads; batches from different threads are in flight at once."""
 
     def __init__(self, client: Client | None, name: str | Path, *, placement: Placement = "agent",
-                 policy: AutoPolicy | None = None, timeout: float = 10.0) -> None:
+                 policy: AutoPolicy | None = None, timeout: float = 10.0, output: np.ndarray | None = None) -> None:
         if placement not in PLACEMENTS:
             raise InvalidArgument(f"placement '{placement}' is not one of {', '.join(PLACEMENTS)}")
         if placement != "host" and client is None:
@@ -170,7 +178,10 @@ class OffloadTokenizer:
         self._remote: _core.RemoteTokenizer | None = None
         if placement != "host":
             assert client is not None
-            self._remote = _core.RemoteTokenizer.open(client.connection, self.name, timeout)
+            self._remote = _core.RemoteTokenizer.open(client.connection, self.name, timeout,
+                                                      output=_output_memory(output))
+            if self.policy is not None:
+                self.policy.agent_workers = max(1, int(client.stats().get("tokenize_threads", 1)))
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._completions = _core.Completions(client.connection) if self._remote is not None else None
@@ -212,20 +223,55 @@ class OffloadTokenizer:
     def submit(self, texts: Sequence[Text], *, max_len: int | None = None,
                allowed_special: Literal["all"] | Collection[str] = (), utf8: Utf8Policy = "strict",
                add_special_tokens: bool = False, capacity: int | None = None) -> Future[Batch]:
-        """encode_batch() without waiting, so a server overlaps its batches. On the agent placement the
-        batch is sent at once and one collector thread finishes every future (many per wake-up under
-        load); host and auto run encode_batch() on a pool of SUBMIT_THREADS threads."""
-        if self.placement != "agent":
+        """encode_batch() without waiting, so a server overlaps its batches. A batch for the agent is
+        sent at once and one collector thread finishes every future (many per wake-up under load);
+        host batches run on a pool of SUBMIT_THREADS threads. ``auto`` routes each batch when it is
+        submitted, and redoes it on the host if the agent fails."""
+        texts = list(texts)
+        args = self._options(max_len, allowed_special, utf8, add_special_tokens, capacity)
+        if self.placement != "auto":
+            return self._submit_to(self.placement, texts, args)
+        assert self.policy is not None
+        policy, nbytes, start = self.policy, sum(len(t) for t in texts), time.perf_counter()
+        where = policy.choose(nbytes)
+        routed = self._submit_to(where, texts, args)
+        if where == "host":
+            routed.add_done_callback(lambda f: policy.done("host", nbytes, time.perf_counter() - start, f.exception()))
+            return routed
+        outer: Future[Batch] = Future()
+        outer.set_running_or_notify_cancel()
+
+        def agent_done(f: Future[Batch]) -> None:
+            failed = f.exception()
+            policy.done("agent", nbytes, time.perf_counter() - start, failed)
+            if failed is None:
+                outer.set_result(f.result())
+            elif isinstance(failed, _AGENT_DOWN) and self._local is not None:
+                policy.choose(nbytes)  # host now: the agent is presumed down
+                redo_start = time.perf_counter()
+                redo = self._submit_to("host", texts, args)
+
+                def redone(r: Future[Batch]) -> None:
+                    policy.done("host", nbytes, time.perf_counter() - redo_start, r.exception())
+                    if r.exception() is None:
+                        outer.set_result(r.result())
+                    else:
+                        outer.set_exception(r.exception())  # type: ignore[arg-type]
+                redo.add_done_callback(redone)
+            else:
+                outer.set_exception(failed)
+        routed.add_done_callback(agent_done)
+        return outer
+
+    def _submit_to(self, where: str, texts: list[Text], args: dict[str, Any]) -> Future[Batch]:
+        if where == "host":
             with self._lock:
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="outboard-tokenize")
-            return self._executor.submit(self.encode_batch, list(texts), max_len=max_len,
-                                         allowed_special=allowed_special, utf8=utf8,
-                                         add_special_tokens=add_special_tokens, capacity=capacity)
+            return self._executor.submit(self._encode, "host", texts, **args)
         assert self._remote is not None
         future: Future[Batch] = Future()
         future.set_running_or_notify_cancel()
-        args = self._options(max_len, allowed_special, utf8, add_special_tokens, capacity)
         with self._lock:
             token = self._next_token
             self._next_token += 1
@@ -236,8 +282,8 @@ class OffloadTokenizer:
                 self._collector = threading.Thread(target=self._collect, name="outboard-collect")
                 self._collector.start()
         try:
-            self._remote.submit(self._completions, token, list(texts), allow_special=args["allow"], utf8=utf8,
-                                add_special_tokens=add_special_tokens, max_len=args["max_len"],
+            self._remote.submit(self._completions, token, texts, allow_special=args["allow"], utf8=args["utf8"],
+                                add_special_tokens=args["add_special_tokens"], max_len=args["max_len"],
                                 capacity=args["capacity"], timeout=self.timeout)
         except Error as e:
             with self._lock:
@@ -296,6 +342,20 @@ class OffloadTokenizer:
         assert self._local is not None
         return _host_batch(self._local, texts, max_len=max_len, allow=allow, utf8=utf8,
                            add_special_tokens=add_special_tokens, capacity=capacity)
+
+
+def _output_memory(output: np.ndarray | None) -> np.ndarray | None:
+    if output is None:
+        return None
+    if not isinstance(output, np.ndarray):
+        raise InvalidArgument(f"output must be a numpy array (a torch tensor's .numpy()), not {type(output).__name__}")
+    problems = [p for p, bad in (
+        (f"dtype {output.dtype}, not int32", output.dtype != np.int32), (f"{output.ndim} dimensions, not 1", output.ndim != 1),
+        ("not C-contiguous", not output.flags.c_contiguous), ("read-only", not output.flags.writeable),
+        ("empty", output.size == 0)) if bad]
+    if problems:
+        raise InvalidArgument(f"output array for the ids: {', '.join(problems)}")
+    return output
 
 
 def _agent_batch(native: tuple[Any, ...]) -> Batch:

@@ -239,6 +239,7 @@ std::string Agent::stats_json() {
   for (auto& [name, s] : impl_->services) names.push_back(name);
   j["services"] = names;
   j["cpu_ns"] = process_cpu_ns();
+  j["tokenize_threads"] = impl_->config.tokenize_threads;
   j["address"] = impl_->address;
   j["pid"] = getpid();
   j["uptime_s"] = std::chrono::duration<double>(Clock::now() - impl_->started).count();

@@ -16,7 +16,7 @@ import pytest
 
 import outboard
 from outboard import errors
-from outboard.offload import MAX_TEXT_BYTES
+from outboard.offload import MAX_TEXT_BYTES, AutoPolicy
 
 
 def _texts() -> list[str]:
@@ -64,6 +64,48 @@ def test_agent_ids_view_the_registered_buffer_and_survive_later_batches(client: 
         tok.encode_batch(texts[i % len(texts):][:4])
     assert np.array_equal(first.ids, kept)
     assert first.agent["tokenize_ns"] > 0 and first.agent["cpu_ns"] > 0
+
+
+def test_agent_ids_land_in_the_callers_array_which_is_held_while_a_batch_views_it(client: outboard.Client,
+                                                                                local: outboard.Tokenizer,
+                                                                                model: str) -> None:
+    import gc
+    import weakref
+
+    class Pinned(np.ndarray):  # a subclass, so that a weak reference tells when the array is freed
+        pass
+
+    output = np.full(1 << 15, -1, np.int32).view(Pinned)
+    freed = weakref.ref(output)
+    tok = client.tokenizer(model, output=output)
+    base = output.ctypes.data
+    texts = [t for t in _texts() if len(t.encode()) < 4000][:6]  # a slot per byte is reserved
+    batch = tok.encode_batch(texts)
+    assert base <= batch.ids.ctypes.data and batch.ids.ctypes.data + batch.ids.nbytes <= base + output.nbytes
+    for i, text in enumerate(texts):
+        assert np.array_equal(batch[i], local.encode(text)), i
+    start = (batch.ids.ctypes.data - base) // 4
+    assert np.array_equal(output[start:start + len(batch.ids)], batch.ids)  # the caller's own memory
+    big = tok.encode_batch(["x y " * 10000])  # 40000 bytes do not fit: the tokenizer's own memory
+    assert not base <= big.ids.ctypes.data < base + output.nbytes
+    assert np.array_equal(big[0], local.encode("x y " * 10000))
+
+    del output, big
+    tok.close()
+    del tok
+    gc.collect()
+    assert freed() is not None, "a batch still views the array"
+    ids = batch.ids.copy()
+    del batch
+    gc.collect()
+    assert freed() is None
+    assert len(ids) > 0
+
+    for bad, why in ((np.zeros(8, np.int64), "dtype int64"), (np.zeros((2, 4), np.int32), "2 dimensions"),
+                     (np.zeros(16, np.int32)[::2], "not C-contiguous"), (np.zeros(0, np.int32), "empty"),
+                     ([0] * 8, "numpy array")):
+        with pytest.raises(errors.InvalidArgument, match=why):
+            client.tokenizer(model, output=bad)
 
 
 def test_an_agent_tokenizing_on_its_polling_progress_thread_gives_the_same_ids(start_agent, model: str,
@@ -182,6 +224,22 @@ def test_submitted_batches_finish_beside_callers_that_wait(client: outboard.Clie
     assert tok._collector is None  # close() waited for the collector
 
 
+def test_auto_routes_each_submitted_batch_and_learns_the_agents_workers(start_agent, local: outboard.Tokenizer,
+                                                                        model: str) -> None:
+    agent = start_agent("--tokenize-threads", "3")
+    with outboard.connect(agent.address) as c:
+        tok = c.tokenizer(model, placement="auto")
+        assert tok.policy.agent_workers == 3
+        texts = _texts()
+        futures = [tok.submit([t]) for t in texts]  # all at once: the agent's queue fills, some spill
+        for t, f in zip(texts, futures):
+            b = f.result(timeout=30)
+            assert np.array_equal(b[0], local.encode(t)), b.placement
+        assert sum(tok.policy.routed.values()) == len(texts) and tok.policy.routed["agent"] > 0
+        assert {f.result().placement for f in futures} == {"host", "agent"}
+        tok.close()
+
+
 def test_submit_waits_for_credit_when_more_batches_are_in_flight_than_the_agent_takes(
         start_agent, local: outboard.Tokenizer, model: str) -> None:
     agent = start_agent("--recv-window-msgs", "4")
@@ -261,3 +319,18 @@ def test_auto_falls_back_to_the_host_when_the_agent_dies(doomed_agent: outboard.
     assert batch.placement == "host"
     assert np.array_equal(batch[0], outboard.Tokenizer.gpt2().encode(text))
     assert tok.encode_batch(["next"]).placement == "host"  # agent presumed down for a while
+
+
+def test_auto_redoes_submitted_batches_on_the_host_when_the_agent_dies(doomed_agent: outboard.LocalAgent) -> None:
+    c = outboard.connect(doomed_agent.address)
+    tok = c.tokenizer("gpt2", placement="auto", timeout=30, policy=AutoPolicy(slack=1e9))  # the agent if alive
+    assert tok.submit(["warm up"]).result(timeout=10).placement == "agent"  # explores each placement once
+    assert tok.submit(["warm up"]).result(timeout=10).placement == "host"
+    os.kill(doomed_agent.pid, signal.SIGKILL)
+    doomed_agent.process.wait(10)
+    text = "word " * 100_000
+    batch = tok.submit([text]).result(timeout=30)
+    assert batch.placement == "host" and tok.policy.routed == {"agent": 2, "host": 2}  # sent there, redone here
+    assert np.array_equal(batch[0], outboard.Tokenizer.gpt2().encode(text))
+    assert tok.submit(["next"]).result(timeout=10).placement == "host"  # agent presumed down for a while
+    tok.close()
