@@ -148,7 +148,7 @@ def cmd_bench_tokenize(args: argparse.Namespace) -> int:
     if unknown:
         raise BadConfig(f"--models: unknown {unknown}; choose from {', '.join(tokenize.MODELS)}")
     tokenize.run(quick=args.quick, out=args.out, agent=args.agent, agent_cores=args.agent_cores,
-                 consumer_cores=args.consumer_cores, models=models, progress=not args.no_progress)
+                 consumer_cores=args.consumer_cores, models=models, progress=not args.no_progress, embed=args.embed)
     return 0
 
 
@@ -202,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-cores", help="cores for the local agent (default: the upper half)")
     p.add_argument("--consumer-cores", help="cores for this process (default: the lower half)")
     p.add_argument("--models", default="gpt2,bert-base-uncased", help="gpt2, bert-base-uncased or both")
+    p.add_argument("--embed", choices=("auto", "numpy", "torch"), default="auto",
+                   help="where the embedding lookup runs: torch on CUDA when present (auto), or numpy on the CPU")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     for name, help in (("channel", "channel latency, streaming, set-up and concurrency vs ucx_perftest"),

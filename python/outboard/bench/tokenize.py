@@ -9,11 +9,12 @@ compared with the host's for every request that was timed.
 
 Single requests: stages acquire (the text's UTF-8 bytes), tokenize, transfer (host: ids copied to
 the consumer buffer; agent: text to the agent, queueing, ids put back, answer — the round trip
-minus the agent's tokenize time), embed (word_embed[id] + pos_embed[pos], 50257 x 768 float32 on
-the CPU with numpy: no GPU here), total measured end to end. Load: Poisson arrivals at rising
-rates, several caller threads, open loop (latency from the scheduled arrival); a request is text ->
-ids in the consumer's buffer (the embed is GPU work in production and equal for every placement);
-CPU per request of the consumer process (getrusage) and of the agent (its stats).
+minus the agent's tokenize time; on a GPU, the copy of ids up to it too), embed (word_embed[id] +
+pos_embed[pos], 50257 x 768 float32: torch on CUDA when a GPU is present, else numpy on the CPU),
+total measured end to end. Load: Poisson arrivals at rising rates, open loop (each request
+submitted at its arrival, latency from then); a request is UTF-8 text -> ids (the embed is GPU work
+in production and equal for every placement); CPU per request of the consumer process (getrusage)
+and of the agent (its stats).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..offload import SUBMIT_THREADS
 from .harness import summarize
 
 PLACEMENTS = ("host", "agent", "auto")
@@ -87,7 +89,15 @@ class Embedder:
         self.pos = rng.standard_normal((POSITIONS, DIM), dtype=np.float32)
         self.device = "cpu (numpy)"
 
-    def __call__(self, ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    def host_buffer(self, ids: int) -> np.ndarray:
+        """Consumer memory that ids are put in (by the host's copy, or the agent's write)."""
+        return np.empty(ids, np.int32)
+
+    def to_device(self, ids: np.ndarray, offsets: np.ndarray) -> Any:
+        return ids, offsets  # already where the lookup runs
+
+    def __call__(self, staged: Any) -> np.ndarray:
+        ids, offsets = staged
         lengths = np.diff(offsets).astype(np.int64)
         starts = np.repeat(offsets[:-1].astype(np.int64), lengths)
         positions = (np.arange(len(ids), dtype=np.int64) - starts) % POSITIONS
@@ -96,13 +106,94 @@ class Embedder:
         return out
 
 
-class Pipeline:
-    """One consumer: its tokenizers per placement, its buffer, its embedder."""
+class TorchEmbedder:
+    """The same lookup with torch on a CUDA device, as an inference server does it. Host buffers are
+    pinned (page-locked), so the agent writes its ids into memory the GPU's copy engine reads: the
+    ids go up with one asynchronous copy and no staging copy. Each stage synchronises, to be timed.
+    A kernel launch and a synchronisation cost tens of µs here, so a one-text batch takes its
+    positions from a table kept on the GPU (one gather) rather than computing them (five kernels)."""
 
-    def __init__(self, client: Any, model: str, embedder: Embedder) -> None:
-        self.tok = {p: client.tokenizer(model, placement=p) for p in PLACEMENTS}
+    def __init__(self, vocab: int, seed: int = 0) -> None:
+        import torch
+
+        self.torch = torch
+        self.cuda = torch.device("cuda")
+        gen = torch.Generator().manual_seed(seed)
+        self.word = torch.randn((vocab, DIM), generator=gen).to(self.cuda)
+        self.pos = torch.randn((POSITIONS, DIM), generator=gen).to(self.cuda)
+        self.device = f"cuda (torch {torch.__version__}, {torch.cuda.get_device_name()})"
+        self._pinned: list[tuple[int, int, Any]] = []  # (address, bytes, tensor) of each host buffer
+        self._positions = torch.arange(1 << 16, device=self.cuda) % POSITIONS  # grows for longer texts
+
+    def host_buffer(self, ids: int) -> np.ndarray:
+        t = self.torch.empty(ids, dtype=self.torch.int32, pin_memory=True)
+        self._pinned.append((t.data_ptr(), t.numel() * 4, t))
+        return t.numpy()
+
+    def _host_tensor(self, ids: np.ndarray) -> Any:
+        at = ids.ctypes.data
+        for base, size, t in self._pinned:
+            if base <= at and at + ids.nbytes <= base + size:
+                return t[(at - base) // 4:(at - base) // 4 + len(ids)]
+        return self.torch.from_numpy(ids.copy())  # a batch the pinned buffer could not hold
+
+    def to_device(self, ids: np.ndarray, offsets: np.ndarray) -> Any:
+        torch = self.torch
+        ids_d = self._host_tensor(ids).to(self.cuda, non_blocking=True)
+        offsets_d = None if len(offsets) == 2 else torch.from_numpy(offsets.astype(np.int64)).to(self.cuda,
+                                                                                                  non_blocking=True)
+        torch.cuda.synchronize()
+        return ids_d, offsets_d
+
+    def __call__(self, staged: Any) -> Any:
+        torch = self.torch
+        ids, offsets = staged
+        n = len(ids)
+        if offsets is None:  # one text: positions 0..n-1
+            if n > len(self._positions):
+                self._positions = torch.arange(2 * n, device=self.cuda) % POSITIONS
+            positions = self._positions[:n]
+        else:
+            lengths = offsets[1:] - offsets[:-1]
+            starts = torch.repeat_interleave(offsets[:-1], lengths, output_size=n)
+            positions = (torch.arange(n, device=self.cuda) - starts) % POSITIONS
+        out = self.word.index_select(0, ids)
+        out += self.pos.index_select(0, positions)
+        torch.cuda.synchronize()
+        return out
+
+
+def make_embedder(kind: str, vocab: int) -> Embedder | TorchEmbedder:
+    """``numpy``, ``torch`` (CUDA required) or ``auto``: torch where a CUDA device is present."""
+    if kind not in ("auto", "numpy", "torch"):
+        raise ValueError(f"embed device '{kind}' is not one of auto, numpy, torch")
+    if kind == "numpy":
+        return Embedder(vocab)
+    try:
+        import torch
+
+        usable = torch.cuda.is_available()
+    except ImportError:
+        usable = False
+    if usable:
+        return TorchEmbedder(vocab)
+    if kind == "torch":
+        raise RuntimeError("--embed torch needs torch with a CUDA device; none is usable here")
+    return Embedder(vocab)
+
+
+class Pipeline:
+    """One consumer: its tokenizers per placement, its buffers, its embedder."""
+
+    IDS = 1 << 22  # id slots of each buffer
+
+    def __init__(self, client: Any, model: str, embedder: Embedder | TorchEmbedder) -> None:
         self.embed = embedder
-        self.buffer = np.empty(1 << 22, np.int32)  # the consumer's id buffer (the GPU's, in production)
+        self.buffer = embedder.host_buffer(self.IDS)  # where the host placement's ids are copied
+        # Agent batches land in consumer memory too: a buffer per tokenizer (each manages its own).
+        self.tok = {p: client.tokenizer(model, placement=p,
+                                        output=None if p == "host" else embedder.host_buffer(self.IDS))
+                    for p in PLACEMENTS}
 
     def request(self, placement: str, texts: list[str], *, embed: bool = True) -> dict[str, Any]:
         t0 = _now()
@@ -120,12 +211,16 @@ class Pipeline:
             ids = batch.ids
             tokenize_ns = batch.agent["tokenize_ns"]
         t3 = _now()
-        if embed:
-            self.embed(ids, batch.offsets)
+        staged = self.embed.to_device(ids, batch.offsets) if embed else None
         t4 = _now()
-        transfer_ns = (t3 - t2) if where == "host" else (t2 - t1) - tokenize_ns
+        if embed:
+            self.embed(staged)
+        t5 = _now()
+        # transfer: the ids from where they were made to where the lookup runs (for the agent, also
+        # the text's way there and the answer's way back, outside its tokenize time)
+        transfer_ns = (t4 - t2) if where == "host" else (t2 - t1) - tokenize_ns + (t4 - t3)
         return {"placement": where, "batch": batch, "acquire": t1 - t0, "tokenize": tokenize_ns,
-                "transfer": transfer_ns, "embed": t4 - t3, "total": t4 - t0,
+                "transfer": transfer_ns, "embed": t5 - t4, "total": t5 - t0,
                 "consumer_cpu": time.thread_time_ns() - cpu0, "agent_cpu": batch.agent.get("cpu_ns", 0)}
 
 
@@ -162,62 +257,63 @@ def single_requests(results: Any, pipe: Pipeline, model: str, workload: str, pay
 
 
 def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: int, rates: list[float],
-              seconds: float, callers: int, texts_for: Any, progress: Any) -> None:
+              seconds: float, texts_for: Any, progress: Any) -> None:
+    """Open loop: one dispatcher submits each request at its Poisson arrival time, whatever is still
+    running (a server does not wait for one request before taking the next), and latency runs from
+    the scheduled arrival to the future's completion. Texts arrive as UTF-8 bytes, as off a socket."""
     for rate in rates:
         for p in PLACEMENTS:
+            tok = pipe.tok[p]
             rng = random.Random(int(rate * 1000) + len(p))
             arrivals, t = [], 0.0
             while t < seconds:
                 t += rng.expovariate(rate)
                 arrivals.append(t)
-            work = [(a, texts_for(payload, 1)) for a in arrivals]
+            work = [(a, [x.encode() for x in texts_for(payload, 1)]) for a in arrivals]
             lat: list[float] = []
-            crcs: list[tuple[list[str], int]] = []  # checked against the host after the timed run
+            crcs: list[tuple[list[bytes], int]] = []  # checked against the host after the timed run
             failed = 0
             lock = threading.Lock()
-            nxt = iter(work)
             agent_cpu0 = client.stats()["cpu_ns"]
-            routed0 = dict(pipe.tok[p].policy.routed) if p == "auto" else {}
+            routed0 = dict(tok.policy.routed) if p == "auto" else {}
             cpu0 = _cpu_s()
             start = time.perf_counter() + 0.01
 
-            def caller() -> None:
+            def finished(future: Any, due: float, texts: list[bytes]) -> None:
                 nonlocal failed
-                while True:
+                done_at = time.perf_counter()
+                if future.exception() is not None:
                     with lock:
-                        item = next(nxt, None)
-                    if item is None:
-                        return
-                    due, texts = item
-                    delay = start + due - time.perf_counter()
-                    if delay > 0:
-                        time.sleep(delay)
-                    try:
-                        batch = pipe.request(p, texts, embed=False)["batch"]
-                    except Exception:  # noqa: BLE001 - counted and reported, the run goes on
-                        with lock:
-                            failed += 1
-                        continue
-                    done_at = time.perf_counter()
-                    crc = zlib.crc32(batch.ids)  # every placement pays it alike
-                    with lock:
-                        lat.append((done_at - (start + due)) * 1e6)
-                        crcs.append((texts, crc))
+                        failed += 1
+                    return
+                crc = zlib.crc32(future.result().ids)  # every placement pays it alike
+                with lock:
+                    lat.append((done_at - (start + due)) * 1e6)
+                    crcs.append((texts, crc))
 
-            threads = [threading.Thread(target=caller) for _ in range(callers)]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
+            futures = []
+            for due, texts in work:
+                delay = start + due - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                future = tok.submit(texts)
+                future.add_done_callback(lambda f, due=due, texts=texts: finished(f, due, texts))
+                futures.append(future)
+            for future in futures:
+                try:
+                    future.result()
+                except Exception:  # noqa: BLE001 - counted by its callback, the run goes on
+                    pass
             wall = time.perf_counter() - start
             cpu = _cpu_s() - cpu0
             agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e9
-            done = len(lat)
+            with lock:
+                done = len(lat)
             host = pipe.tok["host"]
             differ = sum(zlib.crc32(host.encode_batch(t).ids) != crc for t, crc in crcs)
-            routed = {k: v - routed0[k] for k, v in pipe.tok[p].policy.routed.items()} if p == "auto" else {}
+            routed = {k: v - routed0[k] for k, v in tok.policy.routed.items()} if p == "auto" else {}
             results.add("load", p, {"model": model, "payload_bytes": payload, "offered_rps": rate,
-                                    "callers": callers},
+                                    "host_threads": SUBMIT_THREADS},
                         {"throughput_rps": done / wall, "latency_us": summarize(lat),
                          "consumer_cpu_us_per_request": cpu * 1e6 / max(done, 1),
                          "agent_cpu_us_per_request": agent_cpu * 1e6 / max(done, 1)},
@@ -236,7 +332,7 @@ def _cores(spec: str | None, default: list[int]) -> list[int]:
 
 
 def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | None, consumer_cores: str | None,
-        models: list[str], progress: bool = True) -> Path:
+        models: list[str], progress: bool = True, embed: str = "auto") -> Path:
     from .. import LocalAgent, connect, corpus
     from .output import Results, run_dir
 
@@ -249,13 +345,13 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
     requests = 40 if quick else 300
     rates_frac = [0.25, 0.5, 1.0] if quick else [0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
     seconds = 1.0 if quick else 4.0
-    callers = 4
     directory = run_dir("tokenize", out)
     command = ("outboard bench tokenize" + (" --quick" if quick else "") + f" --models {','.join(models)}"
+               + (f" --embed {embed}" if embed != "auto" else "")
                + f" --agent-cores {','.join(map(str, agent_side))} --consumer-cores {','.join(map(str, consumer))}")
     results = Results(directory, "tokenize", {
         "consumer_cores": consumer, "agent_cores": agent_side if agent is None else "remote", "models": models,
-        "embed_device": "cpu (numpy)", "command": command, "callers": callers,
+        "embed_device": None, "command": command,
         "note": "emulated offload: agent and consumer share one noisy VM; ratios, not absolute times"})
     text = "\n".join(corpus.build(2_000_000 if quick else 4_000_000))
     pool = Payloads(text)
@@ -282,7 +378,9 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
         cells = len(models) * (len(payloads) + len(batches) + 1) + len(models) * len(rates_frac) * len(PLACEMENTS)
         bar = _Progress(cells * 1, progress)
         for model in models:
-            pipe = Pipeline(client, model, Embedder(GPT2_VOCAB if model == "gpt2" else 30522))
+            embedder = make_embedder(embed, GPT2_VOCAB if model == "gpt2" else 30522)
+            results.meta["embed_device"] = embedder.device
+            pipe = Pipeline(client, model, embedder)
             for size in payloads:
                 single_requests(results, pipe, model, "corpus", size, 1, requests if size <= 16384 else requests // 3,
                                 corpus_texts, lambda: None)
@@ -298,7 +396,7 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
                 + host[-1]["metrics"]["transfer_us"]["p50"]
             capacity = len(consumer) * 1e6 / service_us  # requests/s the consumer's cores can tokenize
             results.meta.setdefault("host_capacity_rps", {})[model] = capacity
-            load_test(results, client, pipe, model, 8192, [f * capacity for f in rates_frac], seconds, callers,
+            load_test(results, client, pipe, model, 8192, [f * capacity for f in rates_frac], seconds,
                       corpus_texts, bar.step)
             for t in pipe.tok.values():
                 t.close()
@@ -382,8 +480,9 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
                                                   for p in PLACEMENTS) + " |")
         load = [r for r in rows if r["case"] == "load" and r["params"]["model"] == model]
         if load:
-            lines += ["", f"### Load: Poisson arrivals, {load[0]['params']['callers']} callers, 8 KB, open loop "
-                      "(tokenize -> ids in the consumer buffer)", "",
+            threads = load[0]["params"].get("host_threads")
+            lines += ["", "### Load: Poisson arrivals, 8 KB, open loop: each request submitted at its arrival "
+                      f"(`submit()`; host and auto tokenize on {threads} pool threads), latency from the arrival", "",
                       "| offered req/s | placement | throughput req/s | p50 µs | p99 µs | consumer CPU µs/req | "
                       "agent CPU µs/req | routed (auto) | failed | ids differ |", "|---|---|---|---|---|---|---|---|---|---|"]
             for r in load:

@@ -1,0 +1,89 @@
+"""The tokenize bench's consumer: the embedding lookup on numpy, and on torch with CUDA where a GPU is
+present (those tests skip elsewhere), fed from buffers the agent writes into."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import outboard
+from outboard.bench import tokenize as bench
+
+VOCAB = 1000
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+needs_cuda = pytest.mark.skipif(not _cuda(), reason="needs torch with a CUDA device")
+
+
+def _reference(e: bench.Embedder, ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    rows = []
+    for i in range(len(offsets) - 1):
+        for pos, tid in enumerate(ids[offsets[i]:offsets[i + 1]]):
+            rows.append(e.word[tid] + e.pos[pos % bench.POSITIONS])
+    return np.array(rows, np.float32).reshape(-1, bench.DIM)
+
+
+def _batch() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    lengths = [5, 0, 2100, 1]  # an empty text, and one longer than the position table
+    ids = rng.integers(0, VOCAB, sum(lengths), dtype=np.int32)
+    return ids, np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint64)
+
+
+def test_numpy_lookup_adds_each_ids_position_in_its_own_text() -> None:
+    e = bench.Embedder(VOCAB)
+    ids, offsets = _batch()
+    out = e(e.to_device(ids, offsets))
+    assert out.shape == (len(ids), bench.DIM)
+    np.testing.assert_allclose(out, _reference(e, ids, offsets), rtol=1e-6)
+
+
+def test_an_unknown_embed_device_is_refused() -> None:
+    with pytest.raises(ValueError, match="'tpu' is not one of"):
+        bench.make_embedder("tpu", VOCAB)
+    if not _cuda():
+        with pytest.raises(RuntimeError, match="needs torch with a CUDA device"):
+            bench.make_embedder("torch", VOCAB)
+
+
+@needs_cuda
+def test_torch_lookup_on_cuda_equals_numpy_on_the_same_tables() -> None:
+    t = bench.TorchEmbedder(VOCAB)
+    n = bench.Embedder(VOCAB)
+    n.word, n.pos = t.word.cpu().numpy(), t.pos.cpu().numpy()
+    ids, offsets = _batch()
+    pinned = t.host_buffer(len(ids) + 10)
+    pinned[10:] = ids
+    staged = t.to_device(pinned[10:], offsets)
+    assert staged[0].is_cuda and staged[0].tolist() == ids.tolist()
+    np.testing.assert_allclose(t(staged).cpu().numpy(), n(n.to_device(ids, offsets)), rtol=1e-5, atol=1e-6)
+    assert t.device.startswith("cuda (torch")
+    long = np.random.default_rng(4).integers(0, VOCAB, 70000, dtype=np.int32)  # one text, past the position table
+    one = np.array([0, len(long)], np.uint64)
+    np.testing.assert_allclose(t(t.to_device(long, one)).cpu().numpy(), n(n.to_device(long, one)), rtol=1e-5,
+                               atol=1e-6)
+
+
+@needs_cuda
+def test_agent_ids_land_in_pinned_memory_and_reach_the_gpu_unchanged(client: outboard.Client) -> None:
+    t = bench.TorchEmbedder(bench.GPT2_VOCAB)
+    pipe = bench.Pipeline(client, "gpt2", t)
+    texts = ["The quick brown fox jumps over the lazy dog. " * 20, "naïve café 🙂"]
+    want = pipe.tok["host"].encode_batch(texts)
+    for placement in bench.PLACEMENTS:
+        r = pipe.request(placement, texts)
+        assert np.array_equal(r["batch"].ids, want.ids), placement
+        assert r["transfer"] > 0 and r["embed"] > 0
+    batch = pipe.tok["agent"].encode_batch(texts)
+    host = t._host_tensor(batch.ids)
+    assert host.is_pinned() and host.data_ptr() == batch.ids.ctypes.data  # a view, no staging copy
+    for tok in pipe.tok.values():
+        tok.close()
