@@ -14,6 +14,7 @@ too long, no room in the output buffer) fails alone.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -95,21 +96,27 @@ class AutoPolicy:
 
     Per placement it keeps an exponentially weighted latency per input byte, from the batches
     that went there. The agent's estimate grows with the batches this process has in flight to it
-    (its queue, drained by ``agent_workers`` tokenize threads; the agent reports how many) and the
-    host's with this process's CPU use (a busy consumer tokenizes slowly and
-    delays its own work). The agent is chosen while its estimate is within ``slack`` of the host's:
-    offloading is preferred because it frees the consumer's CPU, unless the agent is clearly slower
-    (saturated) — then batches spill to the host. A failed agent sends everything to the host
-    for ``retry_after`` seconds. The first batches explore each placement once (a burst before both
-    have answered is shared by queue length).
+    (its queue, drained by ``agent_workers`` tokenize threads; the agent reports how many), the
+    host's with its batches on the host (drained by at most SUBMIT_THREADS, the submit pool) and
+    with this process's CPU use (a busy consumer tokenizes slowly and delays its own work). The
+    agent is chosen while its estimate is within ``slack`` of the host's: offloading is preferred
+    because it frees the consumer's CPU, unless the agent is clearly slower (saturated) — then
+    batches spill to the host. A failed agent sends everything to the host for ``retry_after``
+    seconds. A placement that has not answered for ``explore_after`` seconds, and has none of our
+    batches, gets the next one: the first batches explore each placement, and an estimate never
+    goes stale while the other placement takes everything (a burst before both have answered is
+    shared by queue length).
     """
 
-    def __init__(self, *, slack: float = 1.5, weight: float = 0.2, retry_after: float = 1.0) -> None:
+    def __init__(self, *, slack: float = 1.5, weight: float = 0.2, retry_after: float = 1.0,
+                 explore_after: float = 0.5) -> None:
         self.slack = slack
         self.weight = weight
         self.retry_after = retry_after
+        self.explore_after = explore_after
         self._lock = threading.Lock()
         self._ns_per_byte: dict[str, float] = {}
+        self._measured: dict[str, float] = {}  # placement -> when it last answered
         self._in_flight = {"host": 0, "agent": 0}
         self._agent_down_until = 0.0
         self.agent_workers = 1
@@ -120,21 +127,22 @@ class AutoPolicy:
     def choose(self, nbytes: int) -> str:
         with self._lock:
             self._sample_cpu()
-            if time.monotonic() < self._agent_down_until:
+            now = time.monotonic()
+            cores = max(1, len(os.sched_getaffinity(0)))
+            agent_queue = self._in_flight["agent"] / self.agent_workers
+            host_queue = self._in_flight["host"] / min(cores, SUBMIT_THREADS)
+            # A placement not heard from lately gets one batch, so its estimate never goes stale.
+            stale = [p for p in ("agent", "host") if self._in_flight[p] == 0
+                     and now - self._measured.get(p, -math.inf) >= self.explore_after]
+            if now < self._agent_down_until:
                 choice = "host"
-            elif "agent" not in self._ns_per_byte and self._in_flight["agent"] == 0:
-                choice = "agent"
-            elif "host" not in self._ns_per_byte and self._in_flight["host"] == 0:
-                choice = "host"
-            elif "agent" not in self._ns_per_byte or "host" not in self._ns_per_byte:
-                # A burst before both have answered is shared by queue length.
-                cores = max(1, len(os.sched_getaffinity(0)))
-                choice = "agent" if self._in_flight["agent"] / self.agent_workers <= self._in_flight["host"] / cores \
-                    else "host"
+            elif stale:
+                choice = stale[0]
+            elif len(self._ns_per_byte) < 2:  # a burst before both have answered: by queue length
+                choice = "agent" if agent_queue <= host_queue else "host"
             else:
-                agent = self._ns_per_byte["agent"] * (1 + self._in_flight["agent"] / self.agent_workers)
-                cores = max(1, len(os.sched_getaffinity(0)))
-                host = self._ns_per_byte["host"] * (1 + self._in_flight["host"] / cores) / max(0.1, 1 - self._busy / cores)
+                agent = self._ns_per_byte["agent"] * (1 + agent_queue)
+                host = self._ns_per_byte["host"] * (1 + host_queue) / max(0.1, 1 - self._busy / cores)
                 choice = "agent" if agent <= self.slack * host else "host"
             self._in_flight[choice] += 1
             self.routed[choice] += 1
@@ -147,9 +155,12 @@ class AutoPolicy:
                 if placement == "agent" and isinstance(failed, _AGENT_DOWN):
                     self._agent_down_until = time.monotonic() + self.retry_after
                 return
+            now, last = time.monotonic(), self._measured.get(placement, -math.inf)
+            self._measured[placement] = now
             per_byte = seconds * 1e9 / max(nbytes, 1)
             old = self._ns_per_byte.get(placement)
-            self._ns_per_byte[placement] = per_byte if old is None else old + self.weight * (per_byte - old)
+            stale = now - last >= self.explore_after  # an old estimate is replaced, not averaged
+            self._ns_per_byte[placement] = per_byte if old is None or stale else old + self.weight * (per_byte - old)
 
     def _sample_cpu(self) -> None:
         cpu, wall = time.process_time(), time.perf_counter()

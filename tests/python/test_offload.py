@@ -240,6 +240,24 @@ def test_auto_routes_each_submitted_batch_and_learns_the_agents_workers(start_ag
         tok.close()
 
 
+def test_auto_explores_each_placement_and_refreshes_one_not_heard_from_lately() -> None:
+    policy = AutoPolicy(explore_after=0.2)
+
+    def route(want: str, ns_per_byte: float) -> None:
+        assert policy.choose(1000) == want
+        policy.done(want, 1000, ns_per_byte * 1000 / 1e9)
+
+    route("agent", 10_000)  # first batches explore: the agent measures slow
+    route("host", 1_000)
+    route("host", 1_000)  # the agent is clearly slower
+    time.sleep(0.25)
+    route("agent", 10)  # not heard from for 0.2 s: one batch, and it is fast now
+    route("host", 1_000)  # the host's turn to be refreshed
+    for _ in range(3):
+        route("agent", 10)
+    assert policy.routed == {"agent": 5, "host": 3}
+
+
 def test_submit_waits_for_credit_when_more_batches_are_in_flight_than_the_agent_takes(
         start_agent, local: outboard.Tokenizer, model: str) -> None:
     agent = start_agent("--recv-window-msgs", "4")
