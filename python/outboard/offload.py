@@ -94,8 +94,9 @@ class Batch:
 class AutoPolicy:
     """Routes each batch to the host or the agent from what it measured.
 
-    Per placement it keeps an exponentially weighted latency per input byte, from the batches
-    that went there. The agent's estimate grows with the batches this process has in flight to it
+    Per placement it keeps an exponentially weighted service time per input byte, from the batches
+    that went there (queueing left out: the agent reports its own, and host batches are timed on
+    their pool thread). The agent's estimate grows with the batches this process has in flight to it
     (its queue, drained by ``agent_workers`` tokenize threads; the agent reports how many), the
     host's with its batches on the host (drained by at most SUBMIT_THREADS, the submit pool) and
     with this process's CPU use (a busy consumer tokenizes slowly and delays its own work). The
@@ -216,20 +217,19 @@ class OffloadTokenizer:
             return self._encode(self.placement, texts, **args)
         assert self.policy is not None
         nbytes = sum(len(t) for t in texts)
-        where = self.policy.choose(nbytes)
-        start = time.perf_counter()
-        try:
-            batch = self._encode(where, texts, **args)
-        except _AGENT_DOWN as e:
-            self.policy.done(where, nbytes, 0.0, e)
-            if where != "agent" or self._local is None:
-                raise
-            where = "host"  # the agent failed: this batch is redone here
-            self.policy.choose(nbytes)
+        if self.policy.choose(nbytes) == "agent":
             start = time.perf_counter()
-            batch = self._encode(where, texts, **args)
-        self.policy.done(where, nbytes, time.perf_counter() - start)
-        return batch
+            try:
+                batch = self._encode("agent", texts, **args)
+            except _AGENT_DOWN as e:
+                self.policy.done("agent", nbytes, 0.0, e)
+                if self._local is None:
+                    raise
+                self.policy.choose(nbytes)  # the agent failed: this batch is redone here
+                return self._host_for_policy(texts, args, nbytes)
+            self.policy.done("agent", nbytes, _agent_service_s(batch, start))
+            return batch
+        return self._host_for_policy(texts, args, nbytes)
 
     def submit(self, texts: Sequence[Text], *, max_len: int | None = None,
                allowed_special: Literal["all"] | Collection[str] = (), utf8: Utf8Policy = "strict",
@@ -243,43 +243,56 @@ class OffloadTokenizer:
         if self.placement != "auto":
             return self._submit_to(self.placement, texts, args)
         assert self.policy is not None
-        policy, nbytes, start = self.policy, sum(len(t) for t in texts), time.perf_counter()
-        where = policy.choose(nbytes)
-        routed = self._submit_to(where, texts, args)
-        if where == "host":
-            routed.add_done_callback(lambda f: policy.done("host", nbytes, time.perf_counter() - start, f.exception()))
-            return routed
+        policy, nbytes = self.policy, sum(len(t) for t in texts)
+        if policy.choose(nbytes) == "host":
+            return self._pool().submit(self._host_for_policy, texts, args, nbytes)
+        start = time.perf_counter()
         outer: Future[Batch] = Future()
         outer.set_running_or_notify_cancel()
 
         def agent_done(f: Future[Batch]) -> None:
             failed = f.exception()
-            policy.done("agent", nbytes, time.perf_counter() - start, failed)
             if failed is None:
+                policy.done("agent", nbytes, _agent_service_s(f.result(), start))
                 outer.set_result(f.result())
-            elif isinstance(failed, _AGENT_DOWN) and self._local is not None:
-                policy.choose(nbytes)  # host now: the agent is presumed down
-                redo_start = time.perf_counter()
-                redo = self._submit_to("host", texts, args)
-
-                def redone(r: Future[Batch]) -> None:
-                    policy.done("host", nbytes, time.perf_counter() - redo_start, r.exception())
-                    if r.exception() is None:
-                        outer.set_result(r.result())
-                    else:
-                        outer.set_exception(r.exception())  # type: ignore[arg-type]
-                redo.add_done_callback(redone)
-            else:
+                return
+            policy.done("agent", nbytes, 0.0, failed)
+            if not (isinstance(failed, _AGENT_DOWN) and self._local is not None):
                 outer.set_exception(failed)
-        routed.add_done_callback(agent_done)
+                return
+            policy.choose(nbytes)  # host now: the agent is presumed down
+            redo = self._pool().submit(self._host_for_policy, texts, args, nbytes)
+
+            def redone(r: Future[Batch]) -> None:
+                if r.exception() is not None:
+                    outer.set_exception(r.exception())
+                else:
+                    outer.set_result(r.result())
+            redo.add_done_callback(redone)
+        self._submit_to("agent", texts, args).add_done_callback(agent_done)
         return outer
+
+    def _host_for_policy(self, texts: list[Text], args: dict[str, Any], nbytes: int) -> Batch:
+        # Timed where it runs: the policy wants service time, and adds queueing from its own counts.
+        assert self.policy is not None
+        start = time.perf_counter()
+        try:
+            batch = self._encode("host", texts, **args)
+        except BaseException as e:
+            self.policy.done("host", nbytes, 0.0, e)
+            raise
+        self.policy.done("host", nbytes, time.perf_counter() - start)
+        return batch
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="outboard-tokenize")
+            return self._executor
 
     def _submit_to(self, where: str, texts: list[Text], args: dict[str, Any]) -> Future[Batch]:
         if where == "host":
-            with self._lock:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="outboard-tokenize")
-            return self._executor.submit(self._encode, "host", texts, **args)
+            return self._pool().submit(self._encode, "host", texts, **args)
         assert self._remote is not None
         future: Future[Batch] = Future()
         future.set_running_or_notify_cancel()
@@ -367,6 +380,11 @@ def _output_memory(output: np.ndarray | None) -> np.ndarray | None:
     if problems:
         raise InvalidArgument(f"output array for the ids: {', '.join(problems)}")
     return output
+
+
+def _agent_service_s(batch: Batch, sent: float) -> float:
+    """The agent's share of a batch's latency: its own queue is left out (the policy counts that)."""
+    return time.perf_counter() - sent - batch.agent.get("queue_ns", 0) / 1e9
 
 
 def _agent_batch(native: tuple[Any, ...]) -> Batch:
