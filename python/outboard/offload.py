@@ -221,9 +221,9 @@ class OffloadTokenizer:
             start = time.perf_counter()
             try:
                 batch = self._encode("agent", texts, **args)
-            except _AGENT_DOWN as e:
+            except Exception as e:
                 self.policy.done("agent", nbytes, 0.0, e)
-                if self._local is None:
+                if not isinstance(e, _AGENT_DOWN) or self._local is None:
                     raise
                 self.policy.choose(nbytes)  # the agent failed: this batch is redone here
                 return self._host_for_policy(texts, args, nbytes)
@@ -372,11 +372,13 @@ def _output_memory(output: np.ndarray | None) -> np.ndarray | None:
     if output is None:
         return None
     if not isinstance(output, np.ndarray):
-        raise InvalidArgument(f"output must be a numpy array (a torch tensor's .numpy()), not {type(output).__name__}")
-    problems = [p for p, bad in (
-        (f"dtype {output.dtype}, not int32", output.dtype != np.int32), (f"{output.ndim} dimensions, not 1", output.ndim != 1),
-        ("not C-contiguous", not output.flags.c_contiguous), ("read-only", not output.flags.writeable),
-        ("empty", output.size == 0)) if bad]
+        raise InvalidArgument(f"output must be a numpy array (a torch tensor's .numpy()), "
+                              f"not {type(output).__name__}")
+    problems = [p for p, bad in ((f"dtype {output.dtype}, not int32", output.dtype != np.int32),
+                                 (f"{output.ndim} dimensions, not 1", output.ndim != 1),
+                                 ("not C-contiguous", not output.flags.c_contiguous),
+                                 ("read-only", not output.flags.writeable),
+                                 ("empty", output.size == 0)) if bad]
     if problems:
         raise InvalidArgument(f"output array for the ids: {', '.join(problems)}")
     return output

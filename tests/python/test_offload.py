@@ -258,6 +258,20 @@ def test_auto_explores_each_placement_and_refreshes_one_not_heard_from_lately() 
     assert policy.routed == {"agent": 5, "host": 3}
 
 
+def test_auto_counts_a_batch_the_agent_refuses_as_done(start_agent) -> None:
+    agent = start_agent("--max-batch-texts", "2")
+    with outboard.connect(agent.address) as c:
+        tok = c.tokenizer("gpt2", placement="auto")
+        for _ in range(2):  # the first goes to the agent (exploring), the second after it failed too
+            with pytest.raises(errors.Error, match="2"):
+                tok.encode_batch(["a", "b", "c"])
+            assert tok.policy._in_flight == {"host": 0, "agent": 0}
+        with pytest.raises(errors.Error):
+            tok.submit(["a", "b", "c"]).result(timeout=10)
+        assert tok.policy._in_flight == {"host": 0, "agent": 0}
+        tok.close()
+
+
 def test_submit_waits_for_credit_when_more_batches_are_in_flight_than_the_agent_takes(
         start_agent, local: outboard.Tokenizer, model: str) -> None:
     agent = start_agent("--recv-window-msgs", "4")
