@@ -509,8 +509,8 @@ NB_MODULE(_core, m) {
             Result<std::unique_ptr<RemoteTokenizer>> r = Status();
             {
               nb::gil_scoped_release release;
-              r = memory.ids.empty() && !memory.owner ? RemoteTokenizer::open(c, name, deadline_in(timeout), pool_ids)
-                                                      : RemoteTokenizer::open(c, name, deadline_in(timeout), memory);
+              r = memory.owner ? RemoteTokenizer::open(c, name, deadline_in(timeout), std::move(memory))
+                               : RemoteTokenizer::open(c, name, deadline_in(timeout), pool_ids);
             }
             return unwrap(std::move(r));
           },

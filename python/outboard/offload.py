@@ -123,13 +123,13 @@ class AutoPolicy:
         self.agent_workers = 1
         self._cpu = (time.process_time(), time.perf_counter())
         self._busy = 0.0  # share of one core this process used lately
+        self._cores = max(1, len(os.sched_getaffinity(0)))  # refreshed with _busy, not per batch
         self.routed = {"host": 0, "agent": 0}
 
     def choose(self, nbytes: int) -> str:
         with self._lock:
             self._sample_cpu()
-            now = time.monotonic()
-            cores = max(1, len(os.sched_getaffinity(0)))
+            now, cores = time.monotonic(), self._cores
             agent_queue = self._in_flight["agent"] / self.agent_workers
             host_queue = self._in_flight["host"] / min(cores, SUBMIT_THREADS)
             # A placement not heard from lately gets one batch, so its estimate never goes stale.
@@ -168,6 +168,7 @@ class AutoPolicy:
         if wall - self._cpu[1] >= 0.05:
             busy = (cpu - self._cpu[0]) / (wall - self._cpu[1])
             self._busy += 0.5 * (busy - self._busy)
+            self._cores = max(1, len(os.sched_getaffinity(0)))
             self._cpu = (cpu, wall)
 
 

@@ -183,10 +183,13 @@ Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& conne
   if (!r.get(handle) || !r.get(vocab))
     return Status(Code::kIoError, "tokenize service answered an open with " + std::to_string(reply.size()) + " B");
   auto pool = std::make_shared<Pool>(connection, std::max<uint64_t>(pool_ids, 1), std::move(output.owner));
-  Result<Region> first = output.ids.empty() ? connection.allocate_memory(pool->slab_ids * sizeof(int32_t))
-                                            : connection.register_memory(output.ids.data(), output.ids.size_bytes());
-  if (!first.ok()) return first.status();
-  OB_ASSIGN_OR_RETURN(auto slab, pool->bind(std::move(first).value(), deadline));
+  std::unique_ptr<Pool::Slab> slab;
+  if (output.ids.empty()) {
+    OB_ASSIGN_OR_RETURN(slab, pool->new_slab(pool->slab_ids, deadline));
+  } else {
+    OB_ASSIGN_OR_RETURN(Region region, connection.register_memory(output.ids.data(), output.ids.size_bytes()));
+    OB_ASSIGN_OR_RETURN(slab, pool->bind(std::move(region), deadline));
+  }
   pool->slabs.push_back(std::move(slab));
   return std::unique_ptr<RemoteTokenizer>(new RemoteTokenizer(connection, handle, vocab, std::move(pool)));
 }
