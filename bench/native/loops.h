@@ -11,6 +11,8 @@
 
 #include "outboard/channel.h"
 #include "outboard/status.h"
+#include "outboard/tokenize_client.h"
+#include "outboard/tokenizer.h"
 
 namespace outboard::bench {
 
@@ -83,5 +85,30 @@ struct OneSidedLatency {
 /// ping-pong shape; halve for one-way).
 Result<OneSidedLatency> one_sided_latency(Connection& c, bool notify, size_t size, size_t iterations, size_t warmup,
                                           double timeout_s, const Interrupt& interrupt);
+
+}  // namespace outboard::bench
+
+namespace outboard::bench {
+
+/// An open-loop load run, as a C++ inference server would drive it: request i
+/// (one text) arrives `arrivals_s[i]` seconds after the start and one
+/// dispatcher thread hands it on at that moment, whatever is still running.
+struct OpenLoop {
+  std::vector<double> latency_us;   ///< arrival to ids in hand, per request that succeeded
+  std::vector<uint64_t> checksums;  ///< per request: checksum() of its ids' bytes (0 if it failed)
+  uint64_t failed = 0;
+  double wall_s = 0;  ///< start to the last completion
+  double cpu_s = 0;   ///< this process's CPU over the run, all threads (getrusage)
+};
+/// The load generator alone: it wakes at every arrival and hands on nothing.
+/// Its CPU is the floor every placement pays.
+OpenLoop open_loop_arrivals(std::span<const double> arrivals_s);
+/// Each text tokenized in this process by one of `threads` threads.
+Result<OpenLoop> open_loop_host(const Tokenizer& tokenizer, std::span<const std::string_view> texts,
+                                std::span<const double> arrivals_s, unsigned threads, double timeout_s);
+/// Each text submitted to the agent; one thread drives the connection and
+/// takes the completions (the ids are read in place, where the agent put them).
+Result<OpenLoop> open_loop_agent(Connection& c, RemoteTokenizer& tokenizer, std::span<const std::string_view> texts,
+                                 std::span<const double> arrivals_s, double timeout_s);
 
 }  // namespace outboard::bench

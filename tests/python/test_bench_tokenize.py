@@ -3,6 +3,11 @@ present (those tests skip elsewhere), fed from buffers the agent writes into."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -87,3 +92,50 @@ def test_agent_ids_land_in_pinned_memory_and_reach_the_gpu_unchanged(client: out
     assert host.is_pinned() and host.data_ptr() == batch.ids.ctypes.data  # a view, no staging copy
     for tok in pipe.tok.values():
         tok.close()
+
+
+def test_native_open_loops_give_the_in_process_ids_for_every_request(start_agent) -> None:
+    """The C++ load generator: every request is answered once, with the ids this process makes."""
+    from outboard import _core
+    from outboard.offload import open_local
+
+    agent = start_agent("--tokenize-threads", "1")
+    client = outboard.connect(agent.address)
+    remote = client.tokenizer("gpt2")
+    local = open_local("gpt2")
+    texts = [f"request {i}: {'naïve café ' * (i % 7)}the ids land in place".encode() for i in range(60)]
+    texts[5] = b""  # no ids at all
+    arrivals = [i * 0.0005 for i in range(len(texts))]
+    expected = [_core.checksum(local.encode(t).tobytes()) for t in texts]
+    try:
+        floor = _core.bench_open_loop_arrivals(arrivals)
+        assert floor["cpu_s"] > 0 and floor["wall_s"] >= arrivals[-1]
+        host = _core.bench_open_loop_host(local._core, texts, arrivals, 2, 10.0)
+        on_agent = _core.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals, 10.0)
+        for r in (host, on_agent):
+            assert r["failed"] == 0 and len(r["latency_us"]) == len(texts)
+            assert list(r["checksums"]) == expected
+            assert (r["latency_us"] > 0).all() and r["wall_s"] >= arrivals[-1] and r["cpu_s"] > 0
+        with pytest.raises(outboard.errors.InvalidArgument, match="one text per arrival"):
+            _core.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals[:-1], 10.0)
+    finally:
+        remote.close()
+        client.close()
+
+
+def test_native_open_loop_fails_requests_of_a_killed_agent_within_their_timeout(start_agent) -> None:
+    from outboard import _core
+
+    agent = start_agent()
+    client = outboard.connect(agent.address)
+    remote = client.tokenizer("gpt2")
+    texts = [b"the agent dies before these arrive"] * 20
+    arrivals = [0.3 + i * 0.01 for i in range(len(texts))]
+    threading.Timer(0.1, lambda: os.kill(agent.pid, signal.SIGKILL)).start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(outboard.Error):  # a submit refused on a connection known to be dead
+            _core.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals, 1.0)
+        assert time.monotonic() - start < 0.3 + 0.2 + 1.0 + 1.0
+    finally:
+        client.close()

@@ -66,12 +66,25 @@ def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     single = [x for x in rows if x["case"] == "single"]
     load = [x for x in rows if x["case"] == "load"]
+    native = [x for x in rows if x["case"] == "load_native"]
     assert {x["impl"] for x in single} == {x["impl"] for x in load} == {"host", "agent", "auto"}
+    assert {x["impl"] for x in native} == {"host", "agent"} and len(native) == len(load) // 3 * 2
+    assert all(x["correctness"]["failed"] == 0 and x["correctness"]["ids_differ"] == 0
+               and x["metrics"]["throughput_rps"] > 0 and x["metrics"]["arrival_cpu_us_per_request"] > 0
+               for x in native)
     assert {x["params"]["model"] for x in single} == {"gpt2", "bert-base-uncased"}
     # Every agent request gave the in-process ids, on the payloads that were timed.
     assert all(x["correctness"]["ids_differ"] == 0 and x["correctness"]["requests"] > 0 for x in single)
     assert all(x["correctness"]["failed"] == 0 and x["correctness"]["ids_differ"] == 0
                and x["metrics"]["throughput_rps"] > 0 for x in load)
+    # The load generator's own cost is measured once per rate and taken out of each placement's.
+    for x in load:
+        m = x["metrics"]
+        assert m["arrival_cpu_us_per_request"] > 0
+        assert m["consumer_cpu_net_us_per_request"] == max(
+            m["consumer_cpu_us_per_request"] - m["arrival_cpu_us_per_request"], 0.0)
+    assert len({(x["params"]["model"], x["params"]["offered_rps"], x["metrics"]["arrival_cpu_us_per_request"])
+                for x in load}) == len(load) // 3
     for stage in ("acquire", "tokenize", "transfer", "embed", "total", "consumer_cpu", "agent_cpu"):
         assert all(f"{stage}_us" in x["metrics"] for x in single)
     assert sorted(p.name for p in (out / "charts").iterdir()) == sorted(

@@ -13,8 +13,8 @@ minus the agent's tokenize time; on a GPU, the copy of ids up to it too), embed 
 pos_embed[pos], 50257 x 768 float32: torch on CUDA when a GPU is present, else numpy on the CPU),
 total measured end to end. Load: Poisson arrivals at rising rates, open loop (each request
 submitted at its arrival, latency from then); a request is UTF-8 text -> ids (the embed is GPU work
-in production and equal for every placement); CPU per request of the consumer process (getrusage)
-and of the agent (its stats).
+in production and equal for every placement); CPU per request of the consumer process (getrusage),
+also net of the load generator's own cost per arrival, and of the agent (its stats).
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core
 from ..offload import SUBMIT_THREADS
 from .harness import summarize
 
 PLACEMENTS = ("host", "agent", "auto")
+NATIVE_PLACEMENTS = ("host", "agent")  # the load test driven from C++ too (auto's policy is Python)
 DIM = 768
 GPT2_VOCAB = 50257
 POSITIONS = 2048  # the published sequence length; longer texts wrap around the position table
@@ -261,66 +263,101 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
               seconds: float, texts_for: Any, progress: Any) -> None:
     """Open loop: one dispatcher submits each request at its Poisson arrival time, whatever is still
     running (a server does not wait for one request before taking the next), and latency runs from
-    the scheduled arrival to the future's completion. Texts arrive as UTF-8 bytes, as off a socket."""
+    the scheduled arrival to the future's completion. Texts arrive as UTF-8 bytes, as off a socket.
+
+    The dispatcher's own waking at each arrival is the load generator's cost, not the tokenizer's:
+    it is measured per rate by the same schedule with nothing submitted, and reported beside (and
+    taken out of) each placement's consumer CPU."""
     for rate in rates:
+        params = {"model": model, "payload_bytes": payload, "offered_rps": rate, "host_threads": SUBMIT_THREADS}
+        rng = random.Random(int(rate * 1000))
+        arrivals, t = [], 0.0
+        while t < seconds:
+            t += rng.expovariate(rate)
+            arrivals.append(t)
+        _freeze_heap()
+        cpu0 = _cpu_s()
+        _dispatch(time.perf_counter(), arrivals, lambda _: None)
+        floor = (_cpu_s() - cpu0) * 1e6 / len(arrivals)
         for p in PLACEMENTS:
             tok = pipe.tok[p]
-            rng = random.Random(int(rate * 1000) + len(p))
-            arrivals, t = [], 0.0
-            while t < seconds:
-                t += rng.expovariate(rate)
-                arrivals.append(t)
-            work = [(a, [x.encode() for x in texts_for(payload, 1)]) for a in arrivals]
+            work = [[x.encode() for x in texts_for(payload, 1)] for _ in arrivals]
             lat: list[float] = []
             crcs: list[tuple[list[bytes], int]] = []  # checked against the host after the timed run
             failed = 0
             lock = threading.Lock()
+            all_done = threading.Event()
+            outstanding = len(work)
             _freeze_heap()
             agent_cpu0 = client.stats()["cpu_ns"]
             routed0 = dict(tok.policy.routed) if p == "auto" else {}
-            cpu0 = _cpu_s()
-            start = time.perf_counter() + 0.01
 
             def finished(future: Any, due: float, texts: list[bytes]) -> None:
-                nonlocal failed
+                nonlocal failed, outstanding
                 done_at = time.perf_counter()
-                if future.exception() is not None:
-                    with lock:
-                        failed += 1
-                    return
-                crc = zlib.crc32(future.result().ids)  # every placement pays it alike
+                crc = zlib.crc32(future.result().ids) if future.exception() is None else None  # alike everywhere
                 with lock:
-                    lat.append((done_at - (start + due)) * 1e6)
-                    crcs.append((texts, crc))
+                    if crc is None:
+                        failed += 1
+                    else:
+                        lat.append((done_at - (start + due)) * 1e6)
+                        crcs.append((texts, crc))
+                    outstanding -= 1
+                    if outstanding == 0:
+                        all_done.set()
 
-            futures = []
-            for due, texts in work:
-                delay = start + due - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                future = tok.submit(texts)
-                future.add_done_callback(lambda f, due=due, texts=texts: finished(f, due, texts))
-                futures.append(future)
-            for future in futures:
-                try:
-                    future.result()
-                except Exception:  # noqa: BLE001 - counted by its callback, the run goes on
-                    pass
+            def submit(i: int) -> None:
+                # The future is not kept: the batch (and its slots) goes once its callback has run.
+                tok.submit(work[i]).add_done_callback(lambda f, due=arrivals[i], texts=work[i]: finished(f, due, texts))
+
+            cpu0 = _cpu_s()
+            start = time.perf_counter() + 0.01
+            _dispatch(start, arrivals, submit)
+            # Every future ends within the tokenizer's timeout (failing if need be); the margin is for slack.
+            if not all_done.wait(seconds + tok.timeout + 5):
+                raise TimeoutError(f"load test {model} {p} at {rate:.0f} req/s: {outstanding} requests never ended")
             wall = time.perf_counter() - start
-            cpu = _cpu_s() - cpu0
-            agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e9
-            with lock:
-                done = len(lat)
+            cpu = (_cpu_s() - cpu0) * 1e6
+            agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
             host = pipe.tok["host"]
             differ = sum(zlib.crc32(host.encode_batch(t).ids) != crc for t, crc in crcs)
             routed = {k: v - routed0[k] for k, v in tok.policy.routed.items()} if p == "auto" else {}
-            results.add("load", p, {"model": model, "payload_bytes": payload, "offered_rps": rate,
-                                    "host_threads": SUBMIT_THREADS},
-                        {"throughput_rps": done / wall, "latency_us": summarize(lat),
-                         "consumer_cpu_us_per_request": cpu * 1e6 / max(done, 1),
-                         "agent_cpu_us_per_request": agent_cpu * 1e6 / max(done, 1)},
+            results.add("load", p, params, _load_metrics(lat, wall, cpu, floor, agent_cpu),
                         {"requests": len(work), "failed": failed, "ids_differ": differ, "routed": routed})
             progress()
+        # The same schedule driven by C++ (a native server's shape): what the Python layer costs.
+        floor = _core.bench_open_loop_arrivals(arrivals)["cpu_s"] * 1e6 / len(arrivals)
+        host = pipe.tok["host"]
+        for p in NATIVE_PLACEMENTS:
+            texts = [texts_for(payload, 1)[0].encode() for _ in arrivals]
+            agent_cpu0 = client.stats()["cpu_ns"]
+            timeout = pipe.tok[p].timeout
+            r = (_core.bench_open_loop_host(host._local._core, texts, arrivals, SUBMIT_THREADS, timeout) if p == "host"
+                 else _core.bench_open_loop_agent(client.connection, pipe.tok[p]._remote, texts, arrivals, timeout))
+            agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
+            differ = sum(int(sum_) != _core.checksum(host.encode_batch([t]).ids.tobytes())
+                         for t, sum_ in zip(texts, r["checksums"]) if sum_ != 0)
+            results.add("load_native", p, params,
+                        _load_metrics(list(r["latency_us"]), r["wall_s"], r["cpu_s"] * 1e6, floor, agent_cpu),
+                        {"requests": len(texts), "failed": r["failed"], "ids_differ": differ})
+            progress()
+
+
+def _load_metrics(lat: list[float], wall: float, cpu_us: float, floor_us: float, agent_cpu_us: float) -> dict[str, Any]:
+    done = max(len(lat), 1)
+    return {"throughput_rps": len(lat) / wall, "latency_us": summarize(lat),
+            "consumer_cpu_us_per_request": cpu_us / done, "arrival_cpu_us_per_request": floor_us,
+            "consumer_cpu_net_us_per_request": max(cpu_us / done - floor_us, 0.0),
+            "agent_cpu_us_per_request": agent_cpu_us / done}
+
+
+def _dispatch(start: float, arrivals: list[float], submit: Any) -> None:
+    """Calls submit(i) at each arrival time (seconds after `start`, a perf_counter time)."""
+    for i, due in enumerate(arrivals):
+        delay = start + due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        submit(i)
 
 
 def _freeze_heap() -> None:
@@ -386,7 +423,7 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
         results.meta["agent_args"] = args
     try:
         client = connect(agent, spin_us=0)  # a waiting consumer sleeps: its CPU is what we measure
-        cells = len(models) * (len(payloads) + len(batches) + 1) + len(models) * len(rates_frac) * len(PLACEMENTS)
+        cells = len(models) * (len(payloads) + len(batches) + 1) + len(models) * len(rates_frac) * (len(PLACEMENTS) + len(NATIVE_PLACEMENTS))
         bar = _Progress(cells * 1, progress)
         for model in models:
             embedder = make_embedder(embed, GPT2_VOCAB if model == "gpt2" else 30522)
@@ -495,21 +532,42 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
             threads = load[0]["params"].get("host_threads")
             lines += ["", "### Load: Poisson arrivals, 8 KB, open loop: each request submitted at its arrival "
                       f"(`submit()`; host and auto tokenize on {threads} pool threads), latency from the arrival", "",
-                      "| offered req/s | placement | throughput req/s | p50 µs | p99 µs | consumer CPU µs/req | "
-                      "agent CPU µs/req | routed (auto) | failed | ids differ |", "|---|---|---|---|---|---|---|---|---|---|"]
-            for r in load:
-                m = r["metrics"]
-                lines.append(f"| {r['params']['offered_rps']:.0f} | {r['impl']} | {m['throughput_rps']:.0f} | "
-                             f"{m['latency_us']['p50']:.0f} | {m['latency_us']['p99']:.0f} | "
-                             f"{m['consumer_cpu_us_per_request']:.1f} | {m['agent_cpu_us_per_request']:.1f} | "
-                             f"{r['correctness'].get('routed') or ''} | {r['correctness']['failed']} | "
-                             f"{r['correctness']['ids_differ']} |")
+                      "Consumer CPU is the whole process's (getrusage); *net* takes out the load generator's own "
+                      "cost per arrival (its sleep and wake-up), measured at each rate by the same schedule with "
+                      "nothing submitted.", ""] + _load_table(load)
+        native = [r for r in rows if r["case"] == "load_native" and r["params"]["model"] == model]
+        if native:
+            lines += ["", "### The same load from C++ (a native server's shape; `outboard::RemoteTokenizer` and "
+                      f"`Tokenizer` on {native[0]['params'].get('host_threads')} threads): what the Python layer "
+                      "costs above", ""] + _load_table(native)
         if directory is not None:
             charts += _charts(rows, model, directory)
         lines.append("")
     for c in charts:
         lines.append(f"![{c.stem}](charts/{c.name})")
     return "\n".join(lines) + "\n"
+
+
+def _load_table(load: list[dict[str, Any]]) -> list[str]:
+    lines = ["| offered req/s | placement | throughput req/s | p50 µs | p99 µs | consumer CPU µs/req | "
+             "net of arrivals | ÷ host: raw (net) | agent CPU µs/req | routed (auto) | failed | ids differ |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    host_cpu = {r["params"]["offered_rps"]: r["metrics"] for r in load if r["impl"] == "host"}
+    for r in load:
+        m = r["metrics"]
+        h = host_cpu.get(r["params"]["offered_rps"])
+        net = m.get("consumer_cpu_net_us_per_request")
+        ratio = (f"{m['consumer_cpu_us_per_request'] / h['consumer_cpu_us_per_request']:.2f} "
+                 f"({net / h['consumer_cpu_net_us_per_request']:.2f})"
+                 if h and net is not None and h.get("consumer_cpu_net_us_per_request") else "—")
+        lines.append(f"| {r['params']['offered_rps']:.0f} | {r['impl']} | {m['throughput_rps']:.0f} | "
+                     f"{m['latency_us']['p50']:.0f} | {m['latency_us']['p99']:.0f} | "
+                     f"{m['consumer_cpu_us_per_request']:.1f} | "
+                     + (f"{net:.1f} (arrival {m['arrival_cpu_us_per_request']:.1f})" if net is not None else "—")
+                     + f" | {ratio} | {m['agent_cpu_us_per_request']:.1f} | "
+                     f"{r['correctness'].get('routed') or ''} | {r['correctness']['failed']} | "
+                     f"{r['correctness']['ids_differ']} |")
+    return lines
 
 
 def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Path]:
@@ -553,15 +611,16 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
     ax.legend()
     save(fig, "payload")
 
-    load = [r for r in rows if r["case"] == "load" and r["params"]["model"] == model]
+    load = [r for r in rows if r["case"] in ("load", "load_native") and r["params"]["model"] == model]
     if load:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-        for p in PLACEMENTS:
+        for case, p in [("load", p) for p in PLACEMENTS] + [("load_native", p) for p in NATIVE_PLACEMENTS]:
             pts = [(r["metrics"]["throughput_rps"], r["metrics"]["latency_us"]["p99"],
                     r["metrics"]["consumer_cpu_us_per_request"], r["params"]["offered_rps"]) for r in load
-                   if r["impl"] == p]
-            a1.plot([x[0] for x in pts], [x[1] for x in pts], marker="o", label=p)
-            a2.plot([x[3] for x in pts], [x[2] for x in pts], marker="o", label=p)
+                   if r["impl"] == p and r["case"] == case]
+            style = dict(marker="o", label=p) if case == "load" else dict(marker="x", linestyle="--", label=f"{p} (C++)")
+            a1.plot([x[0] for x in pts], [x[1] for x in pts], **style)
+            a2.plot([x[3] for x in pts], [x[2] for x in pts], **style)
         a1.set_xlabel("throughput req/s")
         a1.set_ylabel("p99 latency µs")
         a1.set_yscale("log")

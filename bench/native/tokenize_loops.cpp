@@ -1,0 +1,174 @@
+#include <sys/resource.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "bench/native/loops.h"
+#include "bench/native/timing.h"
+#include "outboard/checksum.h"
+
+namespace outboard::bench {
+namespace {
+
+double process_cpu_s() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+         static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+}
+
+uint64_t ids_checksum(std::span<const int32_t> ids) {
+  return checksum({reinterpret_cast<const uint8_t*>(ids.data()), ids.size_bytes()});
+}
+
+// Sleeps until each arrival (as a server sleeps until a request comes in) and
+// calls hand_on(i) then; returns the start, in now_ns() time.
+template <typename HandOn>
+uint64_t dispatch(std::span<const double> arrivals_s, HandOn&& hand_on) {
+  const auto start = std::chrono::steady_clock::now() + std::chrono::milliseconds(10);
+  for (size_t i = 0; i < arrivals_s.size(); ++i) {
+    std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<int64_t>(arrivals_s[i] * 1e9)));
+    hand_on(i);
+  }
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
+}
+
+// Results recorded by whichever thread finishes request i.
+struct Tally {
+  explicit Tally(std::span<const double> arrivals_s) : arrivals(arrivals_s), done_ns(arrivals_s.size()) {
+    out.checksums.assign(arrivals_s.size(), 0);
+  }
+  void finish(size_t i, std::span<const int32_t> ids) {
+    done_ns[i] = now_ns();
+    out.checksums[i] = ids_checksum(ids);
+    count(false);
+  }
+  void fail() { count(true); }
+  void count(bool failed) {
+    std::lock_guard lock(mu);
+    out.failed += failed;
+    if (++finished == arrivals.size()) all_done.notify_all();
+  }
+  bool wait(double timeout_s) {
+    std::unique_lock lock(mu);
+    return all_done.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return finished == arrivals.size(); });
+  }
+  OpenLoop result(uint64_t start_ns, double cpu0) {
+    out.cpu_s = process_cpu_s() - cpu0;
+    uint64_t last = start_ns;
+    for (size_t i = 0; i < arrivals.size(); ++i) {
+      if (done_ns[i] == 0) continue;  // failed
+      last = std::max(last, done_ns[i]);
+      out.latency_us.push_back(static_cast<double>(done_ns[i] - start_ns) / 1e3 - arrivals[i] * 1e6);
+    }
+    out.wall_s = static_cast<double>(last - start_ns) / 1e9;
+    return std::move(out);
+  }
+
+  std::span<const double> arrivals;
+  std::vector<uint64_t> done_ns;  // 0: failed
+  OpenLoop out;
+  std::mutex mu;
+  std::condition_variable all_done;
+  size_t finished = 0;
+};
+
+Status never_ended(std::string_view placement, const Tally& t) {
+  return {Code::kTimedOut, std::string(placement) + " open loop: " + std::to_string(t.arrivals.size() - t.finished) +
+                               " of " + std::to_string(t.arrivals.size()) + " requests never ended"};
+}
+
+}  // namespace
+
+OpenLoop open_loop_arrivals(std::span<const double> arrivals_s) {
+  const double cpu0 = process_cpu_s();
+  const uint64_t start = dispatch(arrivals_s, [](size_t) {});
+  OpenLoop out;
+  out.cpu_s = process_cpu_s() - cpu0;
+  out.wall_s = static_cast<double>(now_ns() - start) / 1e9;
+  return out;
+}
+
+Result<OpenLoop> open_loop_host(const Tokenizer& tokenizer, std::span<const std::string_view> texts,
+                                std::span<const double> arrivals_s, unsigned threads, double timeout_s) {
+  if (texts.size() != arrivals_s.size()) return Status(Code::kInvalidArgument, "one text per arrival");
+  Tally tally(arrivals_s);
+  std::mutex mu;
+  std::condition_variable ready;
+  std::deque<size_t> queue;
+  bool closing = false;
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(threads, 1u); ++t) {
+    pool.emplace_back([&] {
+      std::vector<int32_t> ids;
+      while (true) {
+        size_t i;
+        {
+          std::unique_lock lock(mu);
+          ready.wait(lock, [&] { return closing || !queue.empty(); });
+          if (queue.empty()) return;
+          i = queue.front();
+          queue.pop_front();
+        }
+        ids.clear();
+        if (tokenizer.encode(texts[i], ids).ok()) tally.finish(i, ids);
+        else tally.fail();
+      }
+    });
+  }
+  const double cpu0 = process_cpu_s();
+  const uint64_t start = dispatch(arrivals_s, [&](size_t i) {
+    {
+      std::lock_guard lock(mu);
+      queue.push_back(i);
+    }
+    ready.notify_one();
+  });
+  const bool ended = tally.wait(timeout_s);
+  {
+    std::lock_guard lock(mu);
+    closing = true;
+  }
+  ready.notify_all();
+  for (auto& t : pool) t.join();
+  if (!ended) return never_ended("host", tally);
+  return tally.result(start, cpu0);
+}
+
+Result<OpenLoop> open_loop_agent(Connection& c, RemoteTokenizer& tokenizer, std::span<const std::string_view> texts,
+                                 std::span<const double> arrivals_s, double timeout_s) {
+  if (texts.size() != arrivals_s.size()) return Status(Code::kInvalidArgument, "one text per arrival");
+  Tally tally(arrivals_s);
+  std::atomic<size_t> completed{0};
+  const Deadline end = deadline_in(arrivals_s.empty() ? timeout_s : arrivals_s.back() + timeout_s);
+  // Completions run on the thread that progresses the connection: this one.
+  std::thread collector([&] {
+    (void)c.wait_until(end, [&] { return completed.load(std::memory_order_relaxed) == texts.size(); });
+  });
+  const double cpu0 = process_cpu_s();
+  Status submit_failed;
+  const uint64_t start = dispatch(arrivals_s, [&](size_t i) {
+    auto done = [&, i](Result<EncodedBatch> r) {
+      if (r.ok() && r.value().errors()[0].ok()) tally.finish(i, r.value().ids());
+      else tally.fail();
+      completed.fetch_add(1, std::memory_order_relaxed);
+    };
+    Status st = tokenizer.submit(texts.subspan(i, 1), {}, deadline_in(timeout_s), done);
+    if (!st.ok()) {
+      if (submit_failed.ok()) submit_failed = st;
+      tally.fail();
+      completed.fetch_add(1, std::memory_order_relaxed);
+      c.wake();
+    }
+  });
+  collector.join();
+  if (!submit_failed.ok()) return submit_failed;
+  if (!tally.wait(0)) return never_ended("agent", tally);
+  return tally.result(start, cpu0);
+}
+
+}  // namespace outboard::bench
