@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -205,7 +206,7 @@ uint64_t RemoteTokenizer::max_ids(std::string_view text, const EncodeOptions& op
 
 struct RemoteTokenizer::Request {
   std::shared_ptr<EncodedBatch::Slots> slots;
-  std::vector<uint8_t> bytes;
+  Buffer bytes;  // the message itself: submit() sends it without another copy
   size_t texts = 0;
 };
 
@@ -235,13 +236,19 @@ Result<RemoteTokenizer::Request> RemoteTokenizer::prepare(std::span<const std::s
   h.flags = (e.allow_special ? wire::kAllowSpecial : 0) | (e.ordinary ? wire::kOrdinary : 0) |
             (e.utf8 == Utf8Policy::kReplace ? wire::kUtf8Replace : 0) |
             (e.add_special_tokens ? wire::kAddSpecialTokens : 0);
-  wire::Writer w;
-  w.bytes.reserve(1 + sizeof h + texts.size() * sizeof(uint64_t) + bytes);
-  w.put(wire::kEncode);
-  w.put(h);
-  for (std::string_view t : texts) w.put(static_cast<uint64_t>(t.size()));
-  for (std::string_view t : texts) w.put_bytes(t);
-  req.bytes = std::move(w.bytes);
+  req.bytes = Buffer(1 + sizeof h + texts.size() * sizeof(uint64_t) + bytes);
+  uint8_t* out = req.bytes.data();
+  auto put = [&out](const void* p, size_t n) {
+    if (n != 0) std::memcpy(out, p, n);
+    out += n;
+  };
+  put(&wire::kEncode, 1);
+  put(&h, sizeof h);
+  for (std::string_view t : texts) {
+    const uint64_t size = t.size();
+    put(&size, sizeof size);
+  }
+  for (std::string_view t : texts) put(t.data(), t.size());
   return req;
 }
 
@@ -284,7 +291,7 @@ Result<EncodedBatch> RemoteTokenizer::finish(const Buffer& reply, std::shared_pt
 Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_view> texts, const OffloadOptions& options,
                                                    Deadline deadline) {
   OB_ASSIGN_OR_RETURN(Request req, prepare(texts, options, deadline));
-  OB_ASSIGN_OR_RETURN(Buffer reply, call(connection_, req.bytes, deadline));
+  OB_ASSIGN_OR_RETURN(Buffer reply, call(connection_, req.bytes.span(), deadline));
   return finish(reply, std::move(req.slots), req.texts);
 }
 
@@ -292,7 +299,7 @@ Status RemoteTokenizer::submit(std::span<const std::string_view> texts, const Of
                                Deadline deadline, EncodeDone done) {
   OB_ASSIGN_OR_RETURN(Request req, prepare(texts, options, deadline));
   return connection_.submit(
-      kService, Buffer::copy_of(req.bytes), deadline,
+      kService, std::move(req.bytes), deadline,
       [slots = std::move(req.slots), n = req.texts, done = std::move(done)](Result<Buffer> reply) {
         if (!reply.ok()) return done(reply.status());
         done(finish(reply.value(), slots, n));
