@@ -600,6 +600,12 @@ NB_MODULE(_core, m) {
            "connection) for one; result is encode_batch's tuple, or (code, message).");
 
   m.def("checksum", [](nb::bytes data) { return checksum(view(data)); }, "data"_a);
+  m.def(
+      "checksum",
+      [](nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> a) {
+        return checksum({static_cast<const uint8_t*>(a.data()), a.nbytes()});
+      },
+      "array"_a, "checksum() of a contiguous array's bytes, read in place (the ids of a batch, say).");
   m.def("pattern", [](size_t size, uint64_t seed) {
     Buffer b(size);
     fill_pattern(b.span(), seed);

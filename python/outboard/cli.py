@@ -147,8 +147,13 @@ def cmd_bench_tokenize(args: argparse.Namespace) -> int:
     unknown = [m for m in models if m not in tokenize.MODELS]
     if unknown:
         raise BadConfig(f"--models: unknown {unknown}; choose from {', '.join(tokenize.MODELS)}")
+    try:
+        load_payloads = [int(x) for x in args.load_payloads.split(",")] if args.load_payloads else None
+    except ValueError:
+        raise BadConfig(f"--load-payloads: '{args.load_payloads}' is not a list of byte counts") from None
     tokenize.run(quick=args.quick, out=args.out, agent=args.agent, agent_cores=args.agent_cores,
-                 consumer_cores=args.consumer_cores, models=models, progress=not args.no_progress, embed=args.embed)
+                 consumer_cores=args.consumer_cores, models=models, progress=not args.no_progress, embed=args.embed,
+                 load_payloads=load_payloads)
     return 0
 
 
@@ -202,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-cores", help="cores for the local agent (default: the upper half)")
     p.add_argument("--consumer-cores", help="cores for this process (default: the lower half)")
     p.add_argument("--models", default="gpt2,bert-base-uncased", help="gpt2, bert-base-uncased or both")
+    p.add_argument("--load-payloads", metavar="BYTES,...",
+                   help="payloads of the load test, each one of the payload sweep's (default 8192)")
     p.add_argument("--embed", choices=("auto", "numpy", "torch"), default="auto",
                    help="where the embedding lookup runs: torch on CUDA when present (auto), or numpy on the CPU")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

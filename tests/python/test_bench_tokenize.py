@@ -107,6 +107,7 @@ def test_native_open_loops_give_the_in_process_ids_for_every_request(start_agent
     texts[5] = b""  # no ids at all
     arrivals = [i * 0.0005 for i in range(len(texts))]
     expected = [_core.checksum(local.encode(t).tobytes()) for t in texts]
+    assert [_core.checksum(local.encode(t)) for t in texts] == expected  # read in place, same digest
     try:
         floor = _core.bench_open_loop_arrivals(arrivals)
         assert floor["cpu_s"] > 0 and floor["wall_s"] >= arrivals[-1]

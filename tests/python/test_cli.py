@@ -88,7 +88,7 @@ def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
     for stage in ("acquire", "tokenize", "transfer", "embed", "total", "consumer_cpu", "agent_cpu"):
         assert all(f"{stage}_us" in x["metrics"] for x in single)
     assert sorted(p.name for p in (out / "charts").iterdir()) == sorted(
-        f"{m}-{c}.png" for m in ("gpt2", "bert-base-uncased") for c in ("stages", "payload", "load"))
+        f"{m}-{c}.png" for m in ("gpt2", "bert-base-uncased") for c in ("stages", "payload", "load-8KB"))
     meta = json.loads((out / "meta.json").read_text())
     assert meta["consumer_cores"] and meta["agent_cores"]
     assert meta["embed_device"] == "cpu (numpy)" or meta["embed_device"].startswith("cuda (torch")
@@ -167,3 +167,11 @@ def test_failing_command_still_stops_its_agent() -> None:
     assert "exceeds max_msg_size 67108864 B" in r.stderr, r.stderr
     pid = int(re.search(r"local agent \(pid (\d+)\)", r.stdout).group(1))
     assert not pid_alive(pid)
+
+
+def test_bench_tokenize_refuses_a_load_payload_outside_the_sweep(tmp_path) -> None:
+    r = run("bench", "tokenize", "--quick", "--load-payloads", "8192,5000", "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and "load payloads [8192, 5000]" in r.stderr and "65536" in r.stderr
+    r = run("bench", "tokenize", "--quick", "--load-payloads", "8k", "--out", str(tmp_path / "y"))
+    assert r.returncode == 2 and "--load-payloads: '8k'" in r.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

@@ -25,13 +25,13 @@ import random
 import resource
 import threading
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .. import _core
+from ..errors import BadConfig
 from ..offload import SUBMIT_THREADS
 from .harness import summarize
 
@@ -283,7 +283,7 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
             tok = pipe.tok[p]
             work = [[x.encode() for x in texts_for(payload, 1)] for _ in arrivals]
             lat: list[float] = []
-            crcs: list[tuple[list[bytes], int]] = []  # checked against the host after the timed run
+            sums: list[tuple[list[bytes], int]] = []  # checked against the host after the timed run
             failed = 0
             lock = threading.Lock()
             all_done = threading.Event()
@@ -295,13 +295,14 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
             def finished(future: Any, due: float, texts: list[bytes]) -> None:
                 nonlocal failed, outstanding
                 done_at = time.perf_counter()
-                crc = zlib.crc32(future.result().ids) if future.exception() is None else None  # alike everywhere
+                # xxh3 in place: ~4 us for 64 KB of ids (zlib.crc32 took 16, charged to every placement)
+                digest = _core.checksum(future.result().ids) if future.exception() is None else None
                 with lock:
-                    if crc is None:
+                    if digest is None:
                         failed += 1
                     else:
                         lat.append((done_at - (start + due)) * 1e6)
-                        crcs.append((texts, crc))
+                        sums.append((texts, digest))
                     outstanding -= 1
                     if outstanding == 0:
                         all_done.set()
@@ -320,7 +321,7 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
             cpu = (_cpu_s() - cpu0) * 1e6
             agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
             host = pipe.tok["host"]
-            differ = sum(zlib.crc32(host.encode_batch(t).ids) != crc for t, crc in crcs)
+            differ = sum(_core.checksum(host.encode_batch(t).ids) != digest for t, digest in sums)
             routed = {k: v - routed0[k] for k, v in tok.policy.routed.items()} if p == "auto" else {}
             results.add("load", p, params, _load_metrics(lat, wall, cpu, floor, agent_cpu),
                         {"requests": len(work), "failed": failed, "ids_differ": differ, "routed": routed})
@@ -335,7 +336,7 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
             r = (_core.bench_open_loop_host(host._local._core, texts, arrivals, SUBMIT_THREADS, timeout) if p == "host"
                  else _core.bench_open_loop_agent(client.connection, pipe.tok[p]._remote, texts, arrivals, timeout))
             agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
-            differ = sum(int(sum_) != _core.checksum(host.encode_batch([t]).ids.tobytes())
+            differ = sum(int(sum_) != _core.checksum(host.encode_batch([t]).ids)
                          for t, sum_ in zip(texts, r["checksums"]) if sum_ != 0)
             results.add("load_native", p, params,
                         _load_metrics(list(r["latency_us"]), r["wall_s"], r["cpu_s"] * 1e6, floor, agent_cpu),
@@ -378,7 +379,7 @@ def _cores(spec: str | None, default: list[int]) -> list[int]:
 
 
 def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | None, consumer_cores: str | None,
-        models: list[str], progress: bool = True, embed: str = "auto") -> Path:
+        models: list[str], progress: bool = True, embed: str = "auto", load_payloads: list[int] | None = None) -> Path:
     from .. import LocalAgent, connect, corpus
     from .output import Results, run_dir
 
@@ -387,6 +388,9 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
     consumer = _cores(consumer_cores, cores[:half] if len(cores) >= 2 else cores)
     agent_side = _cores(agent_cores, cores[half:] if len(cores) >= 2 else cores)
     payloads = [1024, 8192, 65536] if quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+    load_payloads = load_payloads or [8192]
+    if any(p not in payloads for p in load_payloads):
+        raise BadConfig(f"load payloads {load_payloads}: each must be one of the payload sweep's {payloads}")
     batches = [1, 8] if quick else [1, 4, 8, 16, 32]
     requests = 40 if quick else 300
     rates_frac = [0.25, 0.5, 1.0] if quick else [0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
@@ -394,6 +398,7 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
     directory = run_dir("tokenize", out)
     command = ("outboard bench tokenize" + (" --quick" if quick else "") + f" --models {','.join(models)}"
                + (f" --embed {embed}" if embed != "auto" else "")
+               + (f" --load-payloads {','.join(map(str, load_payloads))}" if load_payloads != [8192] else "")
                + f" --agent-cores {','.join(map(str, agent_side))} --consumer-cores {','.join(map(str, consumer))}")
     results = Results(directory, "tokenize", {
         "consumer_cores": consumer, "agent_cores": agent_side if agent is None else "remote", "models": models,
@@ -423,7 +428,8 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
         results.meta["agent_args"] = args
     try:
         client = connect(agent, spin_us=0)  # a waiting consumer sleeps: its CPU is what we measure
-        cells = len(models) * (len(payloads) + len(batches) + 1) + len(models) * len(rates_frac) * (len(PLACEMENTS) + len(NATIVE_PLACEMENTS))
+        cells = len(models) * (len(payloads) + len(batches) + 1) + len(models) * len(load_payloads) * len(
+            rates_frac) * (len(PLACEMENTS) + len(NATIVE_PLACEMENTS))
         bar = _Progress(cells * 1, progress)
         for model in models:
             embedder = make_embedder(embed, GPT2_VOCAB if model == "gpt2" else 30522)
@@ -438,14 +444,13 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
                 bar.step()
             single_requests(results, pipe, model, "random-words", 8192, 1, requests, word_texts, lambda: None)
             bar.step()
-            host = [r for r in results.rows if r["case"] == "single" and r["impl"] == "host"
-                    and r["params"] == {"model": model, "workload": "corpus", "payload_bytes": 8192, "batch": 1}]
-            service_us = host[-1]["metrics"]["acquire_us"]["p50"] + host[-1]["metrics"]["tokenize_us"]["p50"] \
-                + host[-1]["metrics"]["transfer_us"]["p50"]
-            capacity = len(consumer) * 1e6 / service_us  # requests/s the consumer's cores can tokenize
-            results.meta.setdefault("host_capacity_rps", {})[model] = capacity
-            load_test(results, client, pipe, model, 8192, [f * capacity for f in rates_frac], seconds,
-                      corpus_texts, bar.step)
+            for size in load_payloads:
+                host = _single(results.rows, model, payload=size)["host"]["metrics"]
+                service_us = host["acquire_us"]["p50"] + host["tokenize_us"]["p50"] + host["transfer_us"]["p50"]
+                capacity = len(consumer) * 1e6 / service_us  # requests/s the consumer's cores can tokenize
+                results.meta.setdefault("host_capacity_rps", {}).setdefault(model, {})[str(size)] = capacity
+                load_test(results, client, pipe, model, size, [f * capacity for f in rates_frac], seconds,
+                          corpus_texts, bar.step)
             for t in pipe.tok.values():
                 t.close()
         client.close()
@@ -527,25 +532,31 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
             c = _single(rows, model, batch=b)
             lines.append(f"| {b} | " + " | ".join(f"{c[p]['metrics']['total_us']['p50']:.0f}" if p in c else "—"
                                                   for p in PLACEMENTS) + " |")
-        load = [r for r in rows if r["case"] == "load" and r["params"]["model"] == model]
-        if load:
+        for size in _load_payloads(rows, model):
+            load = [r for r in rows if r["case"] == "load" and r["params"]["model"] == model
+                    and r["params"]["payload_bytes"] == size]
             threads = load[0]["params"].get("host_threads")
-            lines += ["", "### Load: Poisson arrivals, 8 KB, open loop: each request submitted at its arrival "
-                      f"(`submit()`; host and auto tokenize on {threads} pool threads), latency from the arrival", "",
-                      "Consumer CPU is the whole process's (getrusage); *net* takes out the load generator's own "
+            lines += ["", f"### Load: Poisson arrivals, {size // 1024} KB, open loop: each request submitted at its "
+                      f"arrival (`submit()`; host and auto tokenize on {threads} pool threads), latency from the arrival",
+                      "", "Consumer CPU is the whole process's (getrusage); *net* takes out the load generator's own "
                       "cost per arrival (its sleep and wake-up), measured at each rate by the same schedule with "
                       "nothing submitted.", ""] + _load_table(load)
-        native = [r for r in rows if r["case"] == "load_native" and r["params"]["model"] == model]
-        if native:
-            lines += ["", "### The same load from C++ (a native server's shape; `outboard::RemoteTokenizer` and "
-                      f"`Tokenizer` on {native[0]['params'].get('host_threads')} threads): what the Python layer "
-                      "costs above", ""] + _load_table(native)
+            native = [r for r in rows if r["case"] == "load_native" and r["params"]["model"] == model
+                      and r["params"]["payload_bytes"] == size]
+            if native:
+                lines += ["", f"### The same {size // 1024} KB load from C++ (a native server's shape; "
+                          f"`outboard::RemoteTokenizer` and `Tokenizer` on {native[0]['params'].get('host_threads')} "
+                          "threads): what the Python layer costs above", ""] + _load_table(native)
         if directory is not None:
             charts += _charts(rows, model, directory)
         lines.append("")
     for c in charts:
         lines.append(f"![{c.stem}](charts/{c.name})")
     return "\n".join(lines) + "\n"
+
+
+def _load_payloads(rows: list[dict[str, Any]], model: str) -> list[int]:
+    return sorted({r["params"]["payload_bytes"] for r in rows if r["case"] == "load" and r["params"]["model"] == model})
 
 
 def _load_table(load: list[dict[str, Any]]) -> list[str]:
@@ -611,8 +622,9 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
     ax.legend()
     save(fig, "payload")
 
-    load = [r for r in rows if r["case"] in ("load", "load_native") and r["params"]["model"] == model]
-    if load:
+    for size in _load_payloads(rows, model):
+        load = [r for r in rows if r["case"] in ("load", "load_native") and r["params"]["model"] == model
+                and r["params"]["payload_bytes"] == size]
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
         for case, p in [("load", p) for p in PLACEMENTS] + [("load_native", p) for p in NATIVE_PLACEMENTS]:
             pts = [(r["metrics"]["throughput_rps"], r["metrics"]["latency_us"]["p99"],
@@ -624,10 +636,10 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
         a1.set_xlabel("throughput req/s")
         a1.set_ylabel("p99 latency µs")
         a1.set_yscale("log")
-        a1.set_title("throughput vs p99")
+        a1.set_title(f"{size // 1024} KB: throughput vs p99")
         a2.set_xlabel("offered req/s")
         a2.set_ylabel("consumer CPU µs / request")
-        a2.set_title("consumer CPU per request")
+        a2.set_title(f"{size // 1024} KB: consumer CPU per request")
         a1.legend()
-        save(fig, "load")
+        save(fig, f"load-{size // 1024}KB")
     return paths
