@@ -24,11 +24,15 @@ uint64_t ids_checksum(std::span<const int32_t> ids) {
   return checksum({reinterpret_cast<const uint8_t*>(ids.data()), ids.size_bytes()});
 }
 
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// A moment just ahead, so the first arrivals are not already late.
+SteadyTime start_soon() { return std::chrono::steady_clock::now() + std::chrono::milliseconds(10); }
+
 // Sleeps until each arrival (as a server sleeps until a request comes in) and
 // calls hand_on(i) then; returns the start, in now_ns() time.
 template <typename HandOn>
-uint64_t dispatch(std::span<const double> arrivals_s, HandOn&& hand_on) {
-  const auto start = std::chrono::steady_clock::now() + std::chrono::milliseconds(10);
+uint64_t dispatch(SteadyTime start, std::span<const double> arrivals_s, HandOn&& hand_on) {
   for (size_t i = 0; i < arrivals_s.size(); ++i) {
     std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<int64_t>(arrivals_s[i] * 1e9)));
     hand_on(i);
@@ -86,7 +90,7 @@ Status never_ended(std::string_view placement, const Tally& t) {
 
 OpenLoop open_loop_arrivals(std::span<const double> arrivals_s) {
   const double cpu0 = process_cpu_s();
-  const uint64_t start = dispatch(arrivals_s, [](size_t) {});
+  const uint64_t start = dispatch(start_soon(), arrivals_s, [](size_t) {});
   OpenLoop out;
   out.cpu_s = process_cpu_s() - cpu0;
   out.wall_s = static_cast<double>(now_ns() - start) / 1e9;
@@ -121,7 +125,7 @@ Result<OpenLoop> open_loop_host(const Tokenizer& tokenizer, std::span<const std:
     });
   }
   const double cpu0 = process_cpu_s();
-  const uint64_t start = dispatch(arrivals_s, [&](size_t i) {
+  const uint64_t start = dispatch(start_soon(), arrivals_s, [&](size_t i) {
     {
       std::lock_guard lock(mu);
       queue.push_back(i);
@@ -142,33 +146,43 @@ Result<OpenLoop> open_loop_host(const Tokenizer& tokenizer, std::span<const std:
 Result<OpenLoop> open_loop_agent(Connection& c, RemoteTokenizer& tokenizer, std::span<const std::string_view> texts,
                                  std::span<const double> arrivals_s, double timeout_s) {
   if (texts.size() != arrivals_s.size()) return Status(Code::kInvalidArgument, "one text per arrival");
-  Tally tally(arrivals_s);
-  std::atomic<size_t> completed{0};
-  const Deadline end = deadline_in(arrivals_s.empty() ? timeout_s : arrivals_s.back() + timeout_s);
+  // Shared with the completions: should the wait below give up, one may still
+  // come (at its request's deadline) after this call has returned.
+  struct State {
+    explicit State(std::span<const double> arrivals) : tally(arrivals) {}
+    Tally tally;
+    std::atomic<size_t> completed{0};
+  };
+  auto state = std::make_shared<State>(arrivals_s);
+  const SteadyTime begin = start_soon();
+  // Every request ends by its own deadline; the second is slack for the tick that ends it.
+  const Deadline end = Deadline::after(begin - std::chrono::steady_clock::now() +
+                                       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
+                                           (arrivals_s.empty() ? 0 : arrivals_s.back()) + timeout_s + 1)));
   // Completions run on the thread that progresses the connection: this one.
-  std::thread collector([&] {
-    (void)c.wait_until(end, [&] { return completed.load(std::memory_order_relaxed) == texts.size(); });
+  std::thread collector([&c, &state, n = texts.size(), end] {
+    (void)c.wait_until(end, [&] { return state->completed.load(std::memory_order_relaxed) == n; });
   });
   const double cpu0 = process_cpu_s();
   Status submit_failed;
-  const uint64_t start = dispatch(arrivals_s, [&](size_t i) {
-    auto done = [&, i](Result<EncodedBatch> r) {
-      if (r.ok() && r.value().errors()[0].ok()) tally.finish(i, r.value().ids());
-      else tally.fail();
-      completed.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t start = dispatch(begin, arrivals_s, [&](size_t i) {
+    auto done = [state, i](Result<EncodedBatch> r) {
+      if (r.ok() && r.value().errors()[0].ok()) state->tally.finish(i, r.value().ids());
+      else state->tally.fail();
+      state->completed.fetch_add(1, std::memory_order_relaxed);
     };
     Status st = tokenizer.submit(texts.subspan(i, 1), {}, deadline_in(timeout_s), done);
     if (!st.ok()) {
       if (submit_failed.ok()) submit_failed = st;
-      tally.fail();
-      completed.fetch_add(1, std::memory_order_relaxed);
-      c.wake();
+      state->tally.fail();
+      state->completed.fetch_add(1, std::memory_order_relaxed);
     }
   });
+  c.wake();  // the last completions may have run here, in submit(): the collector re-checks
   collector.join();
   if (!submit_failed.ok()) return submit_failed;
-  if (!tally.wait(0)) return never_ended("agent", tally);
-  return tally.result(start, cpu0);
+  if (!state->tally.wait(0)) return never_ended("agent", state->tally);
+  return state->tally.result(start, cpu0);
 }
 
 }  // namespace outboard::bench
