@@ -49,7 +49,10 @@ class Client:
         agent placement). ``placement``: "agent", "host" or "auto" (per batch; see AutoPolicy).
         ``output``: a writable 1-D int32 array of yours (pinned host memory for a GPU's copy, say) that
         the agent's ids land in; it is held while any batch views it, and a batch that does not fit
-        gets memory of the tokenizer's own. Host batches return arrays of their own."""
+        gets memory of the tokenizer's own. Host batches return arrays of their own. On one host with
+        UCX 1.13 the agent reaches only the tokenizer's own memory (UCX-allocated) with one-sided
+        writes: into ``output`` they are emulated with messages this process copies, so pass it only
+        when the ids must be in that memory (a GPU's pinned buffer)."""
         return OffloadTokenizer(self, name, placement=placement, policy=policy, timeout=timeout, output=output)
 
     def stats(self) -> dict[str, Any]:
