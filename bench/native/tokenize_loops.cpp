@@ -81,8 +81,13 @@ struct Tally {
   size_t finished = 0;
 };
 
-Status never_ended(std::string_view placement, const Tally& t) {
-  return {Code::kTimedOut, std::string(placement) + " open loop: " + std::to_string(t.arrivals.size() - t.finished) +
+Status never_ended(std::string_view placement, Tally& t) {
+  size_t finished;
+  {
+    std::lock_guard lock(t.mu);  // late completions may still count
+    finished = t.finished;
+  }
+  return {Code::kTimedOut, std::string(placement) + " open loop: " + std::to_string(t.arrivals.size() - finished) +
                                " of " + std::to_string(t.arrivals.size()) + " requests never ended"};
 }
 
