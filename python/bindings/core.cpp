@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -409,7 +410,14 @@ NB_MODULE(_core, m) {
         "connection"_a, "notify"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a,
         "Get round trips, or write-with-notify answered by the agent: (samples in µs, mismatches).");
 
-  const auto open_loop_dict = [](bench::OpenLoop v) {
+  // Runs an open loop without the GIL; its figures as a dict of arrays and numbers.
+  const auto open_loop = [](const std::function<Result<bench::OpenLoop>()>& run) {
+    Result<bench::OpenLoop> r = Status{};
+    {
+      nb::gil_scoped_release release;
+      r = run();
+    }
+    bench::OpenLoop v = unwrap(std::move(r));
     nb::dict d;
     d["latency_us"] = to_numpy(std::move(v.latency_us));
     d["checksums"] = to_numpy(std::move(v.checksums));
@@ -419,38 +427,23 @@ NB_MODULE(_core, m) {
     return d;
   };
   m.def("bench_open_loop_arrivals",
-        [open_loop_dict](std::vector<double> arrivals) {
-          bench::OpenLoop v;
-          {
-            nb::gil_scoped_release release;
-            v = bench::open_loop_arrivals(arrivals);
-          }
-          return open_loop_dict(std::move(v));
+        [open_loop](std::vector<double> arrivals) {
+          return open_loop([&]() -> Result<bench::OpenLoop> { return bench::open_loop_arrivals(arrivals); });
         },
         "arrivals"_a, "The load generator alone: wakes at each arrival (s from the start), hands on nothing.");
   m.def("bench_open_loop_host",
-        [open_loop_dict](const Tokenizer& tok, nb::list texts, std::vector<double> arrivals, unsigned threads,
-                         double timeout) {
+        [open_loop](const Tokenizer& tok, nb::list texts, std::vector<double> arrivals, unsigned threads,
+                    double timeout) {
           std::vector<std::string_view> views = text_views(texts);
-          Result<bench::OpenLoop> r = Status{};
-          {
-            nb::gil_scoped_release release;
-            r = bench::open_loop_host(tok, views, arrivals, threads, timeout);
-          }
-          return open_loop_dict(unwrap(std::move(r)));
+          return open_loop([&] { return bench::open_loop_host(tok, views, arrivals, threads, timeout); });
         },
         "tokenizer"_a, "texts"_a, "arrivals"_a, "threads"_a, "timeout"_a,
         "Open loop, each text tokenized in this process on `threads` native threads.");
   m.def("bench_open_loop_agent",
-        [open_loop_dict](Connection& c, RemoteTokenizer& tok, nb::list texts, std::vector<double> arrivals,
-                         double timeout) {
+        [open_loop](Connection& c, RemoteTokenizer& tok, nb::list texts, std::vector<double> arrivals,
+                    double timeout) {
           std::vector<std::string_view> views = text_views(texts);
-          Result<bench::OpenLoop> r = Status{};
-          {
-            nb::gil_scoped_release release;
-            r = bench::open_loop_agent(c, tok, views, arrivals, timeout);
-          }
-          return open_loop_dict(unwrap(std::move(r)));
+          return open_loop([&] { return bench::open_loop_agent(c, tok, views, arrivals, timeout); });
         },
         "connection"_a, "tokenizer"_a, "texts"_a, "arrivals"_a, "timeout"_a,
         "Open loop, each text submitted natively to the agent.");

@@ -268,6 +268,7 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
     The dispatcher's own waking at each arrival is the load generator's cost, not the tokenizer's:
     it is measured per rate by the same schedule with nothing submitted, and reported beside (and
     taken out of) each placement's consumer CPU."""
+    host = pipe.tok["host"]  # the reference for every placement's ids
     for rate in rates:
         params = {"model": model, "payload_bytes": payload, "offered_rps": rate, "host_threads": SUBMIT_THREADS}
         rng = random.Random(int(rate * 1000))
@@ -320,7 +321,6 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
             wall = time.perf_counter() - start
             cpu = (_cpu_s() - cpu0) * 1e6
             agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
-            host = pipe.tok["host"]
             differ = sum(_core.checksum(host.encode_batch(t).ids) != digest for t, digest in sums)
             routed = {k: v - routed0[k] for k, v in tok.policy.routed.items()} if p == "auto" else {}
             results.add("load", p, params, _load_metrics(lat, wall, cpu, floor, agent_cpu),
@@ -328,7 +328,6 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
             progress()
         # The same schedule driven by C++ (a native server's shape): what the Python layer costs.
         floor = _core.bench_open_loop_arrivals(arrivals)["cpu_s"] * 1e6 / len(arrivals)
-        host = pipe.tok["host"]
         for p in NATIVE_PLACEMENTS:
             texts = [texts_for(payload, 1)[0].encode() for _ in arrivals]
             agent_cpu0 = client.stats()["cpu_ns"]
