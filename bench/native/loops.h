@@ -86,10 +86,6 @@ struct OneSidedLatency {
 Result<OneSidedLatency> one_sided_latency(Connection& c, bool notify, size_t size, size_t iterations, size_t warmup,
                                           double timeout_s, const Interrupt& interrupt);
 
-}  // namespace outboard::bench
-
-namespace outboard::bench {
-
 /// An open-loop load run, as a C++ inference server would drive it: request i
 /// (one text) arrives `arrivals_s[i]` seconds after the start and one
 /// dispatcher thread hands it on at that moment, whatever is still running.
@@ -98,7 +94,7 @@ struct OpenLoop {
   std::vector<uint64_t> checksums;  ///< per request: checksum() of its ids' bytes (0 if it failed)
   uint64_t failed = 0;
   double wall_s = 0;  ///< start to the last completion
-  double cpu_s = 0;   ///< this process's CPU over the run, all threads (getrusage)
+  double cpu_s = 0;   ///< this process's CPU over the run, all threads
 };
 /// The load generator alone: it wakes at every arrival and hands on nothing.
 /// Its CPU is the floor every placement pays.

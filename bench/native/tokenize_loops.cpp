@@ -1,5 +1,3 @@
-#include <sys/resource.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -9,16 +7,12 @@
 #include "bench/native/loops.h"
 #include "bench/native/timing.h"
 #include "outboard/checksum.h"
+#include "outboard/clock.h"
 
 namespace outboard::bench {
 namespace {
 
-double process_cpu_s() {
-  rusage r{};
-  getrusage(RUSAGE_SELF, &r);
-  return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
-         static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
-}
+double process_cpu_s() { return static_cast<double>(process_cpu_ns()) / 1e9; }
 
 uint64_t ids_checksum(std::span<const int32_t> ids) {
   return checksum({reinterpret_cast<const uint8_t*>(ids.data()), ids.size_bytes()});

@@ -532,16 +532,14 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
             lines.append(f"| {b} | " + " | ".join(f"{c[p]['metrics']['total_us']['p50']:.0f}" if p in c else "—"
                                                   for p in PLACEMENTS) + " |")
         for size in _load_payloads(rows, model):
-            load = [r for r in rows if r["case"] == "load" and r["params"]["model"] == model
-                    and r["params"]["payload_bytes"] == size]
+            load = _load_rows(rows, model, size, "load")
             threads = load[0]["params"].get("host_threads")
             lines += ["", f"### Load: Poisson arrivals, {size // 1024} KB, open loop: each request submitted at its "
                       f"arrival (`submit()`; host and auto tokenize on {threads} pool threads), latency from the arrival",
                       "", "Consumer CPU is the whole process's (getrusage); *net* takes out the load generator's own "
                       "cost per arrival (its sleep and wake-up), measured at each rate by the same schedule with "
                       "nothing submitted.", ""] + _load_table(load)
-            native = [r for r in rows if r["case"] == "load_native" and r["params"]["model"] == model
-                      and r["params"]["payload_bytes"] == size]
+            native = _load_rows(rows, model, size, "load_native")
             if native:
                 lines += ["", f"### The same {size // 1024} KB load from C++ (a native server's shape; "
                           f"`outboard::RemoteTokenizer` and `Tokenizer` on {native[0]['params'].get('host_threads')} "
@@ -556,6 +554,11 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
 
 def _load_payloads(rows: list[dict[str, Any]], model: str) -> list[int]:
     return sorted({r["params"]["payload_bytes"] for r in rows if r["case"] == "load" and r["params"]["model"] == model})
+
+
+def _load_rows(rows: list[dict[str, Any]], model: str, size: int, *cases: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["case"] in cases and r["params"]["model"] == model
+            and r["params"]["payload_bytes"] == size]
 
 
 def _load_table(load: list[dict[str, Any]]) -> list[str]:
@@ -622,8 +625,7 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
     save(fig, "payload")
 
     for size in _load_payloads(rows, model):
-        load = [r for r in rows if r["case"] in ("load", "load_native") and r["params"]["model"] == model
-                and r["params"]["payload_bytes"] == size]
+        load = _load_rows(rows, model, size, "load", "load_native")
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
         for case, p in [("load", p) for p in PLACEMENTS] + [("load_native", p) for p in NATIVE_PLACEMENTS]:
             pts = [(r["metrics"]["throughput_rps"], r["metrics"]["latency_us"]["p99"],
