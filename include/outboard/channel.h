@@ -11,27 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "outboard/buffer.h"
 #include "outboard/clock.h"
 #include "outboard/status.h"
 
 namespace outboard {
-
-/// Owned, uninitialised-on-allocation bytes. Move-only.
-class Buffer {
- public:
-  Buffer() = default;
-  explicit Buffer(size_t size);
-  static Buffer copy_of(std::span<const uint8_t> bytes);
-  [[nodiscard]] uint8_t* data() { return data_.get(); }
-  [[nodiscard]] const uint8_t* data() const { return data_.get(); }
-  [[nodiscard]] size_t size() const { return size_; }
-  [[nodiscard]] std::span<const uint8_t> span() const { return {data_.get(), size_}; }
-  [[nodiscard]] std::span<uint8_t> span() { return {data_.get(), size_}; }
-
- private:
-  std::unique_ptr<uint8_t[]> data_;
-  size_t size_ = 0;
-};
 
 /// Limits and timing of one side of a channel. Each is a command-line option
 /// of the agent and a key of its --json file (names in the comments).

@@ -13,15 +13,6 @@ using channel::FrameHeader;
 using channel::FrameType;
 using channel::Lock;
 
-// ------------------------------------------------------------------ Buffer
-
-Buffer::Buffer(size_t size) : data_(std::make_unique_for_overwrite<uint8_t[]>(size)), size_(size) {}
-Buffer Buffer::copy_of(std::span<const uint8_t> bytes) {
-  Buffer b(bytes.size());
-  if (!bytes.empty()) std::memcpy(b.data(), bytes.data(), bytes.size());
-  return b;
-}
-
 // -------------------------------------------------------------------- Impl
 
 Connection::Impl::Impl(std::shared_ptr<channel::Hub> h, const ChannelConfig& c)
@@ -312,7 +303,7 @@ Status Connection::Impl::acquire(uint64_t bytes, Deadline deadline, bool wait, L
 
 // ---- sending
 
-void Connection::Impl::post(FrameHeader h, std::span<const uint8_t> data, transport::DoneFn done) {
+void Connection::Impl::stamp(FrameHeader& h, size_t bytes) {
   h.dst = peer_id;
   h.seq = next_tx_seq++;
   h.credit_msgs = return_msgs;
@@ -321,9 +312,18 @@ void Connection::Impl::post(FrameHeader h, std::span<const uint8_t> data, transp
   return_bytes = 0;
   if (counters && (h.type == FrameType::kMessage || h.type == FrameType::kResponse)) {
     ++counters->messages_out;
-    counters->bytes_out += data.size();
+    counters->bytes_out += bytes;
   }
+}
+
+void Connection::Impl::post(FrameHeader h, std::span<const uint8_t> data, transport::DoneFn done) {
+  stamp(h, data.size());
   data_ep.send(as_bytes(h), data, std::move(done));
+}
+
+void Connection::Impl::post(FrameHeader h, Buffer data) {
+  stamp(h, data.size());
+  data_ep.send(as_bytes(h), std::move(data));
 }
 
 Status Connection::Impl::wait_done(Lock& lock, Deadline deadline, const CompletionPtr& op, const char* what) {
@@ -362,16 +362,16 @@ void Connection::Impl::respond(uint64_t id, Result<Buffer> result) {
   if (result.ok() && result.value().size() > peer_max_msg)
     result = Status(Code::kTooBig, "response of " + std::to_string(result.value().size()) +
                                        " B exceeds the client's max_msg_size " + std::to_string(peer_max_msg) + " B");
-  auto holder = std::make_shared<Buffer>();
+  Buffer body;
   if (result.ok()) {
-    *holder = std::move(result).value();
+    body = std::move(result).value();
   } else {
     Status st = result.status();
     h.status = static_cast<int8_t>(st.code());
-    *holder = Buffer::copy_of({reinterpret_cast<const uint8_t*>(st.message().data()), st.message().size()});
+    body = Buffer::copy_of({reinterpret_cast<const uint8_t*>(st.message().data()), st.message().size()});
     if (counters) ++counters->errors;
   }
-  post(h, holder->span(), [holder](Status) {});
+  post(h, std::move(body));
 }
 
 void Connection::Impl::acknowledge(uint64_t seq) {
@@ -390,8 +390,7 @@ void Connection::Impl::shut_down(const Status& why) {
   FrameHeader h;
   h.type = FrameType::kClose;
   h.status = static_cast<int8_t>(why.code());
-  auto msg = std::make_shared<std::string>(why.message());
-  post(h, {reinterpret_cast<const uint8_t*>(msg->data()), msg->size()}, [msg](Status) {});
+  post(h, Buffer::copy_of({reinterpret_cast<const uint8_t*>(why.message().data()), why.message().size()}));
 }
 
 // -------------------------------------------------------------- Connection
@@ -479,11 +478,10 @@ Status Connection::try_send(std::span<const uint8_t> payload, std::string_view s
   OB_RETURN_IF_ERROR(impl_->check_open());
   OB_ASSIGN_OR_RETURN(uint32_t index, impl_->service_index(service));
   OB_RETURN_IF_ERROR(impl_->acquire(payload.size(), Deadline::now(), false, &lock));
-  auto copy = std::make_shared<Buffer>(Buffer::copy_of(payload));
   FrameHeader h;
   h.type = FrameType::kMessage;
   h.service = index;
-  impl_->post(h, copy->span(), [copy](Status) {});
+  impl_->post(h, Buffer::copy_of(payload));
   return {};
 }
 
@@ -511,15 +509,15 @@ Result<uint32_t> Connection::Impl::service_index(std::string_view service) const
                                      " (offered: " + (known.empty() ? "none" : known) + ")");
 }
 
-Status Connection::Impl::start_request(std::string_view service, Buffer payload, Deadline deadline,
-                                       ResponseFn fn, bool wait, Lock* lock) {
+Result<uint64_t> Connection::Impl::start_request(std::string_view service, Buffer payload, Deadline deadline,
+                                                 ResponseFn fn, bool wait, Lock* lock) {
   OB_RETURN_IF_ERROR(check_open());
-  if (service.empty()) return {Code::kInvalidArgument, "request without a service name"};
+  if (service.empty()) return Status(Code::kInvalidArgument, "request without a service name");
   OB_ASSIGN_OR_RETURN(uint32_t index, service_index(service));
   if (pending.size() >= config.max_outstanding_requests)
-    return {Code::kAgain, std::to_string(pending.size()) +
-                              " requests outstanding reach max_outstanding_requests " +
-                              std::to_string(config.max_outstanding_requests)};
+    return Status(Code::kAgain, std::to_string(pending.size()) +
+                                    " requests outstanding reach max_outstanding_requests " +
+                                    std::to_string(config.max_outstanding_requests));
   OB_RETURN_IF_ERROR(acquire(payload.size(), deadline, wait, lock));
   uint64_t id = next_request_id++;
   pending[id] = {std::move(fn), deadline.at()};
@@ -528,37 +526,49 @@ Status Connection::Impl::start_request(std::string_view service, Buffer payload,
   h.type = FrameType::kRequest;
   h.id = id;
   h.service = index;
-  auto holder = std::make_shared<Buffer>(std::move(payload));
-  post(h, holder->span(), [holder](Status) {});
-  return {};
+  post(h, std::move(payload));
+  return id;
+}
+
+void Connection::Impl::forget_request(uint64_t id) {
+  auto it = pending.find(id);
+  if (it == pending.end()) return;
+  deadlines.erase({it->second.deadline, id});
+  pending.erase(it);
 }
 
 Status Connection::submit(std::string_view service, Buffer payload, Deadline deadline, ResponseFn on_response,
                           Credit credit) {
   Lock lock(impl_->hub->mutex());
   return impl_->start_request(service, std::move(payload), deadline, std::move(on_response),
-                              credit == Credit::kWait, &lock);
+                              credit == Credit::kWait, &lock)
+      .status();
 }
 
 Result<Buffer> Connection::request(std::string_view service, std::span<const uint8_t> payload,
                                    Deadline deadline) {
   Lock lock(impl_->hub->mutex());
+  // On this stack: the callback is forgotten below if it has not run, so a
+  // pointer fits std::function's inline storage and nothing is allocated.
   struct Answer {
     bool done = false;
-    Result<Buffer> result = Status(Code::kTimedOut, "no response before the deadline");
-  };
-  auto answer = std::make_shared<Answer>();
-  OB_RETURN_IF_ERROR(impl_->start_request(service, Buffer::copy_of(payload), deadline,
-                                          [answer](Result<Buffer> r) {
-                                            answer->result = std::move(r);
-                                            answer->done = true;
-                                          },
-                                          true, &lock));
+    Result<Buffer> result = Buffer();
+  } answer;
+  OB_ASSIGN_OR_RETURN(uint64_t id, impl_->start_request(service, Buffer::copy_of(payload), deadline,
+                                                        [a = &answer](Result<Buffer> r) {
+                                                          a->result = std::move(r);
+                                                          a->done = true;
+                                                        },
+                                                        true, &lock));
   // The request's own deadline (checked by the hub) completes it; the grace
   // period only guards against a missed tick.
   impl_->hub->wait_until(lock, Deadline::after(deadline.at() - Clock::now() + std::chrono::seconds(1)),
-                         impl_->config.spin_us, [&] { return answer->done; });
-  return std::move(answer->result);
+                         impl_->config.spin_us, [&] { return answer.done; });
+  if (!answer.done) {
+    impl_->forget_request(id);
+    return Status(Code::kTimedOut, "no response before the deadline");
+  }
+  return std::move(answer.result);
 }
 
 unsigned Connection::progress() {

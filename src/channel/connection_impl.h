@@ -47,12 +47,16 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   // Sending (lock held). Credited frames must first acquire().
   Status acquire(uint64_t bytes, Deadline deadline, bool wait, channel::Lock* lock);
   void post(channel::FrameHeader h, std::span<const uint8_t> data, transport::DoneFn done);
+  /// As post(), the endpoint keeping `data` until UCX is done with it.
+  void post(channel::FrameHeader h, Buffer data);
   Status wait_done(channel::Lock& lock, Deadline deadline, const CompletionPtr& op, const char* what);
   Status wait_polled(channel::Lock& lock, Deadline deadline, const transport::PolledOp& op, const char* what);
   /// Index of `service` in the peer's list; kNoService for "" (kNotFound if unknown).
   Result<uint32_t> service_index(std::string_view service) const;
-  Status start_request(std::string_view service, Buffer payload, Deadline deadline, ResponseFn fn,
-                       bool wait, channel::Lock* lock);
+  /// Sends a request; its id, by which forget_request() drops its callback.
+  Result<uint64_t> start_request(std::string_view service, Buffer payload, Deadline deadline, ResponseFn fn,
+                                 bool wait, channel::Lock* lock);
+  void forget_request(uint64_t id);
   /// Agent side: answers request `id` (once; later answers are ignored).
   void respond(uint64_t id, Result<Buffer> result);
   /// Agent side: one-way message `seq` handled; returns its credit once.
@@ -122,6 +126,8 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   void deliver(const channel::FrameHeader& h, Buffer data, const Status& error);
   void drain();
   void complete_request(uint64_t id, Result<Buffer> result);
+  /// Sequence number and returned credits on an outgoing frame.
+  void stamp(channel::FrameHeader& h, size_t bytes);
   void maybe_return_credits();
 };
 

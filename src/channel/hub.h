@@ -12,7 +12,6 @@
 #pragma once
 
 #include <atomic>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -95,7 +94,7 @@ class Hub {
     Status error;
   };
   void run(Deferred& d);
-  std::deque<Deferred> deferred_;
+  std::vector<Deferred> deferred_;
   unsigned polls_ = 0;
   uint64_t next_tick_ns_ = 0;
 };

@@ -46,13 +46,18 @@ Status from_ucs(ucs_status_t s, const std::string& what) {
   return {code, what + ": " + ucs_status_string(s)};
 }
 
-// Heap state of one non-blocking operation: its callback and, for AM sends,
-// the header (UCX 1.13 reads it until completion).
+}  // namespace
+
+// Heap state of one non-blocking operation: its callback, the header of an
+// AM send (UCX 1.13 reads it until completion) and the data it keeps alive.
 struct Op {
   DoneFn done;
+  Buffer owned;
   size_t header_len = 0;
   uint8_t header[kMaxAmHeader];
 };
+
+namespace {
 
 void finish(Op* op, ucs_status_t s, const char* what) {
   DoneFn done = std::move(op->done);
@@ -172,7 +177,17 @@ void Endpoint::send(std::span<const uint8_t> header, std::span<const uint8_t> da
                                        " B exceeds " + std::to_string(kMaxAmHeader) + " B"});
     return;
   }
-  auto* op = new Op{std::move(done)};
+  start_send(header, data, new Op{std::move(done)}, want_reply_ep);
+}
+
+void Endpoint::send(std::span<const uint8_t> header, Buffer data) {
+  if (!ep_ || state_->failed || header.size() > kMaxAmHeader) return;  // as a send whose callback ignores errors
+  auto* op = new Op{nullptr, std::move(data)};
+  start_send(header, op->owned.span(), op, false);
+}
+
+void Endpoint::start_send(std::span<const uint8_t> header, std::span<const uint8_t> data, Op* op,
+                          bool want_reply_ep) {
   op->header_len = header.size();
   std::memcpy(op->header, header.data(), header.size());
   ucp_request_param_t p = op_param(op);

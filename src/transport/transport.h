@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "outboard/buffer.h"
 #include "outboard/status.h"
 
 struct ucp_context;
@@ -127,6 +128,9 @@ class Endpoint {
   /// until `done` runs (UCX picks eager or zero-copy rendezvous by size).
   void send(std::span<const uint8_t> header, std::span<const uint8_t> data, DoneFn done,
             bool want_reply_ep = false);
+  /// Sends `data`, kept here until UCX is done with it: no callback, and no
+  /// allocation when the send completes in place (small messages do).
+  void send(std::span<const uint8_t> header, Buffer data);
   /// One-sided write/read at `offset` of the remote region; errors with
   /// kOutOfRange (nothing transferred) when outside it. No callback and no
   /// allocation: shared-memory operations usually complete in place, and
@@ -146,6 +150,7 @@ class Endpoint {
  private:
   friend struct WorkerAccess;
   static Result<PolledOp> polled(void* status_ptr, const char* what);
+  void start_send(std::span<const uint8_t> header, std::span<const uint8_t> data, struct Op* op, bool want_reply_ep);
   ucp_ep* ep_ = nullptr;
   State* state_ = nullptr;  // owned; outlives the ep until the close completes
 };
