@@ -2,11 +2,23 @@
 // DPU's Arm cores as well as on a spare core of the host.
 #include <csignal>
 #include <cstdio>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "outboard/agent.h"
 #include "outboard/log.h"
 
 namespace {
+// Message buffers cycle through the same sizes. With glibc's defaults a
+// burst of 64 KiB messages freed at once was trimmed back to the OS and
+// faulted in again for the next: ~9k brk calls and ~30k page faults a second
+// on the agent while streaming. Keeping that much freed heap instead (and
+// serving buffers up to kHeapMmapBytes from it) gave 10-50% more streaming
+// throughput in interleaved runs.
+constexpr int kHeapKeepBytes = 64 << 20;
+constexpr int kHeapMmapBytes = 4 << 20;
+
 outboard::Agent* g_agent = nullptr;
 void on_signal(int) {
   if (g_agent) g_agent->stop();
@@ -14,6 +26,10 @@ void on_signal(int) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(__GLIBC__)
+  mallopt(M_TRIM_THRESHOLD, kHeapKeepBytes);
+  mallopt(M_MMAP_THRESHOLD, kHeapMmapBytes);
+#endif
   auto options = outboard::agent_options();
   outboard::Status st = options.parse(argc, argv);
   if (options.help_requested()) {
