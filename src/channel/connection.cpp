@@ -13,6 +13,11 @@ using channel::FrameHeader;
 using channel::FrameType;
 using channel::Lock;
 
+namespace {
+// A graceful close's whole budget: the last messages flushed, both endpoints closed.
+constexpr int64_t kCloseTimeoutMs = 1000;
+}  // namespace
+
 // -------------------------------------------------------------------- Impl
 
 Connection::Impl::Impl(std::shared_ptr<channel::Hub> h, const ChannelConfig& c)
@@ -605,10 +610,18 @@ void Connection::close() {
   FrameHeader h;
   h.type = FrameType::kClose;
   impl_->post(h, {}, nullptr);
+  const Deadline deadline = Deadline::after_ms(kCloseTimeoutMs);
   auto op = std::make_shared<Completion>();
   impl_->data_ep.flush(completer(op));
-  impl_->hub->wait_until(lock, Deadline::after_ms(1000), 0, [&] { return op->done; });
+  impl_->hub->wait_until(lock, deadline, 0, [&] { return op->done; });
+  // Both endpoints' closes finish here, while the peer is there to answer.
+  // Left to a later progress (the last connection's destructor, say), a
+  // TCP close whose peer had since exited tripped an assertion in UCX 1.13.
+  auto open = std::make_shared<int>(2);  // outlives this call if the deadline passes
+  impl_->data_ep.close(false, [open](Status) { --*open; });
+  impl_->boot_ep.close(false, [open](Status) { --*open; });
   impl_->fail(Status(Code::kNotConnected, "connection closed by this side"));
+  impl_->hub->wait_until(lock, deadline, 0, [&] { return *open == 0; });
 }
 
 bool Connection::is_open() const {

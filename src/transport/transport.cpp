@@ -99,6 +99,7 @@ void put_u64(Bytes& b, uint64_t v) { b.insert(b.end(), reinterpret_cast<uint8_t*
 struct Endpoint::State {
   std::unordered_set<void*>* closing = nullptr;  // the worker's in-flight closes
   FailFn fail;
+  DoneFn on_closed;  // close()'s callback, once the close completes
   bool closed = false;
   bool failed = false;
 };
@@ -113,11 +114,13 @@ void ep_error_cb(void* arg, ucp_ep_h ep, ucs_status_t status) {
   if (state->fail) state->fail(from_ucs(status, "peer endpoint failed"));
 }
 
-void ep_close_cb(void* request, ucs_status_t, void* user_data) {
+void ep_close_cb(void* request, ucs_status_t s, void* user_data) {
   auto* state = static_cast<Endpoint::State*>(user_data);
   state->closing->erase(request);
+  DoneFn done = std::move(state->on_closed);
   delete state;
   ucp_request_free(request);
+  if (done) done(from_ucs(s, "endpoint close"));
 }
 
 ucp_ep_params_t ep_params(Endpoint::State* state, bool peer_failure = true) {
@@ -149,8 +152,11 @@ void Endpoint::on_failure(FailFn fail) {
   if (state_) state_->fail = std::move(fail);
 }
 
-void Endpoint::close(bool force) {
-  if (!ep_) return;
+void Endpoint::close(bool force, DoneFn done) {
+  if (!ep_) {
+    if (done) done({});
+    return;
+  }
   state_->closed = true;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -158,10 +164,13 @@ void Endpoint::close(bool force) {
   p.cb.send = ep_close_cb;
   p.user_data = state_;
   ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &p);
-  if (r == nullptr || UCS_PTR_IS_ERR(r))
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) {
     delete state_;
-  else
+    if (done) done(from_ucs(UCS_PTR_STATUS(r), "endpoint close"));
+  } else {
+    state_->on_closed = std::move(done);
     state_->closing->insert(r);
+  }
   ep_ = nullptr;
   state_ = nullptr;
 }

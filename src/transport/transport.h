@@ -142,8 +142,9 @@ class Endpoint {
   Result<RemoteKey> import_region(std::span<const uint8_t> descriptor);
   /// The lanes UCX chose, as ucp_ep_print_info prints them.
   [[nodiscard]] std::string lanes() const;
-  /// Starts a non-blocking close; `force` after the peer failed.
-  void close(bool force);
+  /// Starts a non-blocking close; `force` after the peer failed. `done`
+  /// runs when it has completed (at once if it completed in place).
+  void close(bool force, DoneFn done = nullptr);
 
   struct State;  // internal: failure callback and flags, shared with UCX callbacks
 
