@@ -1,29 +1,18 @@
 // The tokenize service and its client against an in-process agent over real
 // UCX, with a small WordPiece vocabulary written by the test.
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <optional>
 #include <thread>
 
 #include "../agent_fixture.h"
+#include "../temp_file.h"
 #include "outboard/tokenize_client.h"
 
 namespace outboard {
 namespace {
 
-namespace fs = std::filesystem;
-
-// Per process: ctest runs tests as parallel processes, and a shared file is
-// truncated under a reader.
-std::string vocab_file() {
-  fs::path p = fs::temp_directory_path() / ("outboard_tokenize_service_vocab_" + std::to_string(getpid()) + ".txt");
-  std::ofstream(p) << "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld\n##s\nthe\ncat\n##ty\n,\n.\n";
-  return p.string();
-}
+constexpr std::string_view kVocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld\n##s\nthe\ncat\n##ty\n,\n.\n";
 
 // Param: the agent's tokenize workers; 0 tokenizes on its progress thread.
 class TokenizeServiceTest : public testing::AgentFixture, public ::testing::WithParamInterface<uint32_t> {
@@ -35,7 +24,6 @@ class TokenizeServiceTest : public testing::AgentFixture, public ::testing::With
     start_agent(config);
     conn_ = connect();
     ASSERT_TRUE(conn_);
-    path_ = vocab_file();
     auto local = Tokenizer::bert_wordpiece(path_);
     ASSERT_TRUE(local.ok()) << local.status().to_string();
     local_ = std::make_unique<Tokenizer>(std::move(local).value());
@@ -59,7 +47,8 @@ class TokenizeServiceTest : public testing::AgentFixture, public ::testing::With
   }
 
   std::unique_ptr<Connection> conn_;
-  std::string path_;
+  testing::TempFile vocab_{"tokenize_service_vocab.txt", kVocab};
+  const std::string path_ = vocab_.string();
   std::unique_ptr<Tokenizer> local_;
   std::unique_ptr<RemoteTokenizer> remote_;
 };

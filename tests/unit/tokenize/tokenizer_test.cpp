@@ -1,25 +1,18 @@
 #include "outboard/tokenizer.h"
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
+
+#include "../temp_file.h"
 
 namespace outboard {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Per process: ctest runs tests as parallel processes, and a shared file is
-// truncated under a reader.
-fs::path write(const std::string& name, const std::string& content) {
-  fs::path p = fs::temp_directory_path() / ("outboard_tok_" + std::to_string(getpid()) + "_" + name);
-  std::ofstream(p, std::ios::binary) << content;
-  return p;
-}
+testing::TempFile write(std::string_view name, std::string_view content) { return {name, content}; }
 
 // The real GPT-2 ranks, from the cache `make test` fills (outboard vocab fetch).
 std::string gpt2_path() {
