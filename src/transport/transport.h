@@ -128,8 +128,8 @@ class Endpoint {
   /// until `done` runs (UCX picks eager or zero-copy rendezvous by size).
   void send(std::span<const uint8_t> header, std::span<const uint8_t> data, DoneFn done,
             bool want_reply_ep = false);
-  /// Sends `data`, kept here until UCX is done with it: no callback, and no
-  /// allocation when the send completes in place (small messages do).
+  /// Sends `data`, kept in the operation until UCX is done with it: no
+  /// separate holder or callback to allocate.
   void send(std::span<const uint8_t> header, Buffer data);
   /// One-sided write/read at `offset` of the remote region; errors with
   /// kOutOfRange (nothing transferred) when outside it. No callback and no
