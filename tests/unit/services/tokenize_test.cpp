@@ -24,10 +24,10 @@ class TokenizeServiceTest : public testing::AgentFixture, public ::testing::With
     start_agent(config);
     conn_ = connect();
     ASSERT_TRUE(conn_);
-    auto local = Tokenizer::bert_wordpiece(path_);
+    auto local = Tokenizer::bert_wordpiece(vocab_.string());
     ASSERT_TRUE(local.ok()) << local.status().to_string();
     local_ = std::make_unique<Tokenizer>(std::move(local).value());
-    auto remote = RemoteTokenizer::open(*conn_, path_, Deadline::after_ms(5000), /*pool_ids=*/64);
+    auto remote = RemoteTokenizer::open(*conn_, vocab_.string(), Deadline::after_ms(5000), /*pool_ids=*/64);
     ASSERT_TRUE(remote.ok()) << remote.status().to_string();
     remote_ = std::move(remote).value();
   }
@@ -48,7 +48,6 @@ class TokenizeServiceTest : public testing::AgentFixture, public ::testing::With
 
   std::unique_ptr<Connection> conn_;
   testing::TempFile vocab_{"tokenize_service_vocab.txt", kVocab};
-  const std::string path_ = vocab_.string();
   std::unique_ptr<Tokenizer> local_;
   std::unique_ptr<RemoteTokenizer> remote_;
 };
@@ -200,7 +199,7 @@ TEST_P(TokenizeServiceTest, ASlabAddedForAPeakIsUnboundOnceEmpty) {
 TEST_P(TokenizeServiceTest, IdsLandInTheCallersMemoryWhichIsHeldWhileABatchViewsIt) {
   auto memory = std::make_shared<std::vector<int32_t>>(32, -1);
   std::weak_ptr<std::vector<int32_t>> alive = memory;
-  auto opened = RemoteTokenizer::open(*conn_, path_, Deadline::after_ms(5000), OutputMemory{*memory, memory});
+  auto opened = RemoteTokenizer::open(*conn_, vocab_.string(), Deadline::after_ms(5000), OutputMemory{*memory, memory});
   ASSERT_TRUE(opened.ok()) << opened.status().to_string();
   auto remote = std::move(opened).value();
   EXPECT_EQ(remote->registered_bytes(), 32 * sizeof(int32_t));
@@ -230,7 +229,7 @@ TEST_P(TokenizeServiceTest, IdsLandInTheCallersMemoryWhichIsHeldWhileABatchViews
   EXPECT_TRUE(alive.expired());
 
   std::span<int32_t> none;
-  auto empty = RemoteTokenizer::open(*conn_, path_, Deadline::after_ms(5000), OutputMemory{none, nullptr});
+  auto empty = RemoteTokenizer::open(*conn_, vocab_.string(), Deadline::after_ms(5000), OutputMemory{none, nullptr});
   EXPECT_EQ(empty.status().code(), Code::kInvalidArgument);
 }
 
