@@ -67,6 +67,9 @@ struct ExecutorCore {
 
   alignas(64) std::atomic<uint32_t> sleeping{0};
   std::atomic<uint32_t> searching{0};
+  // A caller that executes is asleep in wait()/progress(); cleared by the one
+  // push that wakes it, so a stream of pushes costs one wake-up, not many.
+  std::atomic<bool> caller_asleep{false};
   std::atomic<bool> stop{false};
   alignas(64) std::atomic<uint32_t> in_flight{0};
   alignas(64) std::atomic<uint32_t> completion_epoch{0};  // futex word for wait()/drain()
@@ -84,14 +87,22 @@ struct ExecutorCore {
 
   // ------------------------------------------------------------ scheduling
   void wake_one() {
-    if (sleeping.load(std::memory_order_relaxed) == 0) return;
-    for (size_t i = 0; i < config.threads; ++i) {
-      uint32_t s = kSleeping;
-      if (workers[i]->sleep.compare_exchange_strong(s, kNotified)) {
-        futex_wake(workers[i]->sleep, 1);
-        return;
+    if (sleeping.load(std::memory_order_relaxed) != 0) {
+      for (size_t i = 0; i < config.threads; ++i) {
+        uint32_t s = kSleeping;
+        if (workers[i]->sleep.compare_exchange_strong(s, kNotified)) {
+          futex_wake(workers[i]->sleep, 1);
+          return;
+        }
       }
     }
+    if (caller_asleep.load(std::memory_order_relaxed) && caller_asleep.exchange(false)) wake_waiters();
+  }
+
+  // Someone would take work handed to them: a worker or caller spinning or asleep.
+  bool has_idle() const {
+    return sleeping.load(std::memory_order_relaxed) + searching.load(std::memory_order_relaxed) != 0 ||
+           caller_asleep.load(std::memory_order_relaxed);
   }
 
   void wake_waiters() {
@@ -106,16 +117,16 @@ struct ExecutorCore {
       injected_size.store(static_cast<uint32_t>(injected.size()), std::memory_order_relaxed);
     }
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    wake_one();
-    // Without workers, callers sleeping in wait() are the executor.
+    // Without workers, callers sleeping in wait() are the executor: wake all.
     if (config.threads == 0) wake_waiters();
+    else wake_one();
   }
 
   void push(Worker* self, const Item& item) {
     if (self && self->deque.push(item)) {
       // A missed wake-up here costs parallelism, not progress: the pusher
       // runs its own deque dry before it sleeps.
-      if (sleeping.load(std::memory_order_relaxed) != 0) wake_one();
+      if (sleeping.load(std::memory_order_relaxed) != 0 || caller_asleep.load(std::memory_order_relaxed)) wake_one();
       return;
     }
     push_injected(item);
@@ -283,7 +294,7 @@ struct ExecutorCore {
       const std::span<const NodeId> roots = r->layout->roots();
       while (a < b) {
         // Hand half of the remaining roots to idle threads.
-        if (b - a > 1 && sleeping.load(std::memory_order_relaxed) + searching.load(std::memory_order_relaxed) != 0) {
+        if (b - a > 1 && has_idle()) {
           uint32_t mid = a + (b - a) / 2;
           push(self, {r, mid, b});
           b = mid;
@@ -477,8 +488,8 @@ class HelperScope {
     core_.helper_taken.store(false, std::memory_order_release);
     if (!worker_->deque.empty()) {
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      core_.wake_one();
       if (core_.config.threads == 0) core_.wake_waiters();
+      else core_.wake_one();
     }
   }
   HelperScope(const HelperScope&) = delete;
@@ -505,12 +516,21 @@ class HelperScope {
 void idle_wait(ExecutorCore& core, const std::function<bool()>& done, Deadline deadline) {
   // Work is a reason to stop waiting only for a caller that executes it.
   auto wake = [&] { return done() || (core.config.callers_execute && core.has_work()); };
+  // A spinning caller that executes counts as searching, so that workers
+  // split their root ranges with it as they would with an idle worker.
+  const bool searches = core.config.callers_execute;
+  if (searches) core.searching.fetch_add(1, std::memory_order_relaxed);
   uint64_t until = now_ns() + uint64_t{core.config.spin_us} * 1000;
-  while (now_ns() < until) {
-    if (wake()) return;
-    for (int i = 0; i < 32; ++i) detail::cpu_relax();
+  bool woke = false;
+  while (!woke && now_ns() < until) {
+    woke = wake();
+    for (int i = 0; !woke && i < 32; ++i) detail::cpu_relax();
   }
+  if (searches) core.searching.fetch_sub(1, std::memory_order_relaxed);
+  if (woke) return;
   core.waiters.fetch_add(1, std::memory_order_seq_cst);
+  // Set before the last look for work: a push after it wakes this caller.
+  if (searches) core.caller_asleep.store(true, std::memory_order_seq_cst);
   uint32_t epoch = core.completion_epoch.load(std::memory_order_seq_cst);
   if (!wake()) {
     Deadline cap = Deadline::after(detail::kIdleRecheck);

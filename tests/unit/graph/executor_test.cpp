@@ -224,6 +224,31 @@ TEST(Executor, ABlockingNodeHitsTheDeadlineAndTheRunGoesOn) {
   EXPECT_EQ(ex->drain(Deadline::now()).code(), Code::kOk);
 }
 
+TEST(Executor, AWaitingCallerIsHandedHalfOfTheRootsAWorkerIsRunning) {
+  // Independent 2 ms nodes. The worker takes the root range while the caller
+  // is elsewhere; once the caller waits (asleep after a 5 µs spin), the
+  // worker hands it half of the roots left, as it would to an idle worker.
+  constexpr uint32_t kNodes = 32;
+  const auto caller = std::this_thread::get_id();
+  std::atomic<uint32_t> by_caller{0}, by_worker{0};
+  auto g = Graph::create("roots");
+  for (uint32_t i = 0; i < kNodes; ++i)
+    ASSERT_TRUE(g->add_user("n" + std::to_string(i), [&](void*) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      (std::this_thread::get_id() == caller ? by_caller : by_worker).fetch_add(1);
+      return Status();
+    }).ok());
+  ASSERT_TRUE(g->freeze().ok());
+  auto ex = Executor::create({.threads = 1, .spin_us = 5}).value();
+  auto inst = Instance::create(g).value();
+  ASSERT_TRUE(ex->submit(*inst).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(ex->wait(*inst, soon()).ok());
+  EXPECT_EQ(by_caller + by_worker, kNodes);
+  EXPECT_GE(by_caller, kNodes / 8) << "the waiting caller ran " << by_caller << " of " << kNodes;
+  EXPECT_GE(by_worker, kNodes / 8);
+}
+
 TEST(Executor, GraphDroppedByItsOwnerLivesWhileInstancesDo) {
   std::atomic<int> ran{0};
   std::unique_ptr<Instance> inst;
