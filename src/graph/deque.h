@@ -68,6 +68,12 @@ class WorkDeque {
     return top_.compare_exchange_strong(t, t + 1, std::memory_order_seq_cst, std::memory_order_relaxed);
   }
 
+  /// Any thread: the top index, and how many items there are (a snapshot).
+  [[nodiscard]] int64_t top() const { return top_.load(std::memory_order_relaxed); }
+  [[nodiscard]] int64_t size() const {
+    return bottom_.load(std::memory_order_relaxed) - top_.load(std::memory_order_relaxed);
+  }
+
   [[nodiscard]] bool empty() const {
     return top_.load(std::memory_order_relaxed) >= bottom_.load(std::memory_order_relaxed);
   }
