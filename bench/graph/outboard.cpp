@@ -26,7 +26,7 @@ class OutboardRunner final : public Runner {
  public:
   OutboardRunner(unsigned threads, unsigned engine_threads) {
     Stopwatch t0;
-    executor_ = og::Executor::create({.threads = threads - 1, .engine_threads = engine_threads, .spin_us = 50})
+    executor_ = og::Executor::create({.threads = threads - 1, .engine_threads = engine_threads})
                     .value();
     startup_ns_ = t0.wall_ns();
   }

@@ -205,8 +205,10 @@ struct ExecutorConfig {
   unsigned engine_threads = 0;
   /// Instances submitted and not yet complete; submit() past it is kAgain.
   uint32_t max_in_flight = 1u << 20;
-  /// How long an idle worker looks for work before it sleeps.
-  uint32_t spin_us = 50;
+  /// How long an idle worker looks for work before it sleeps. Waking a
+  /// sleeping one costs tens of µs on a VM, longer than a burst of small
+  /// instances takes: 50 µs left a worker asleep between such bursts.
+  uint32_t spin_us = 200;
   CompletionMode completion = CompletionMode::kInline;
   /// Callers of wait()/progress() execute ready tasks (no hand-off to a
   /// sleeping worker). A body they run delays their return past the deadline;

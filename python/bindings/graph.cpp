@@ -2,6 +2,7 @@
 // with the GIL (the slow path); engine nodes run natively without it.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -137,11 +138,11 @@ void bind_graph(nb::module_& m) {
 
   nb::class_<PyExecutor>(m, "Executor")
       .def_static("create",
-                  [](unsigned threads, unsigned engine_threads, uint32_t max_in_flight, uint32_t spin_us,
-                     const std::string& completion, bool callers_execute) {
+                  [](unsigned threads, unsigned engine_threads, uint32_t max_in_flight,
+                     std::optional<uint32_t> spin_us, const std::string& completion, bool callers_execute) {
                     graph::ExecutorConfig c{.threads = threads, .engine_threads = engine_threads,
-                                            .max_in_flight = max_in_flight, .spin_us = spin_us,
-                                            .callers_execute = callers_execute};
+                                            .max_in_flight = max_in_flight, .callers_execute = callers_execute};
+                    if (spin_us) c.spin_us = *spin_us;
                     if (completion == "queued") c.completion = graph::CompletionMode::kQueued;
                     else if (completion != "inline")
                       raise({Code::kInvalidArgument, "completion '" + completion + "' is not inline or queued"});

@@ -122,10 +122,11 @@ class Instance:
 
 
 class Executor:
-    """Runs instances on ``threads`` workers (0: inside :meth:`progress`/:meth:`wait` calls)."""
+    """Runs instances on ``threads`` workers (0: inside :meth:`progress`/:meth:`wait` calls).
+    ``spin_us``: how long an idle worker polls before it sleeps (None: the library's default)."""
 
     def __init__(self, threads: int = 0, *, engine_threads: int = 0, max_in_flight: int = 1 << 20,
-                 spin_us: int = 50, completion: str = "inline", callers_execute: bool = True) -> None:
+                 spin_us: int | None = None, completion: str = "inline", callers_execute: bool = True) -> None:
         self._e = _core.Executor.create(threads, engine_threads, max_in_flight, spin_us, completion,
                                         callers_execute)
 
