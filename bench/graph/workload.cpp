@@ -12,6 +12,15 @@
 
 namespace outboard::bench::graph {
 
+namespace {
+constexpr auto kCalibrationWarmup = std::chrono::milliseconds(200);
+
+void spin_iterations(uint64_t iterations) {
+  uint64_t x = 0;
+  for (uint64_t i = 0; i < iterations; ++i) asm volatile("" : "+r"(x) : "r"(i));
+}
+}  // namespace
+
 Stopwatch::Stopwatch() : wall0_(now_ns()), cpu0_(process_cpu_ns()) {}
 uint64_t Stopwatch::wall_ns() const { return now_ns() - wall0_; }
 uint64_t Stopwatch::cpu_ns() const { return process_cpu_ns() - cpu0_; }
@@ -63,26 +72,30 @@ Body parse_body(const std::string& name) {
   throw std::invalid_argument("unknown body '" + name + "' (empty, 1us, 10us, seed)");
 }
 
-void Workload::spin(uint64_t iterations) const {
-  uint64_t x = 0;
-  for (uint64_t i = 0; i < iterations; ++i) asm volatile("" : "+r"(x) : "r"(i));
+
+double calibrate_spin() {
+  // After kCalibrationWarmup of spinning (a fresh process runs slow at first
+  // here, which gave bodies ±15% apart from one process to the next), the
+  // fastest of 15 timings of 200k iterations.
+  using Clock = std::chrono::steady_clock;
+  for (auto end = Clock::now() + kCalibrationWarmup; Clock::now() < end;) spin_iterations(100000);
+  double ns_per_iter = 1e9;
+  for (int i = 0; i < 15; ++i) {
+    auto t0 = Clock::now();
+    spin_iterations(200000);
+    ns_per_iter = std::min(ns_per_iter, std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / 2e5);
+  }
+  return ns_per_iter;
 }
 
-Workload::Workload(Dag dag, Body body) : dag_(std::move(dag)), body_(body) {
+Workload::Workload(Dag dag, Body body, double ns_per_iteration) : dag_(std::move(dag)), body_(body) {
   if (body_ == Body::kSeed && dag_.pattern != "seed") throw std::invalid_argument("body 'seed' needs pattern 'seed'");
   if (sodium_init() < 0) throw std::runtime_error("libsodium failed to initialise");
   if (body_ == Body::kSpin1us || body_ == Body::kSpin10us) {
     double target = body_ == Body::kSpin1us ? 1000 : 10000;
-    // Calibrate: the median of 9 timings of 1M iterations.
-    std::vector<double> ns_per_iter;
-    for (int i = 0; i < 9; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      spin(1000000);
-      ns_per_iter.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / 1e6);
-    }
-    std::nth_element(ns_per_iter.begin(), ns_per_iter.begin() + 4, ns_per_iter.end());
-    spin_iterations_ = static_cast<uint64_t>(target / ns_per_iter[4]);
-    body_ns_ = spin_iterations_ * ns_per_iter[4];
+    if (ns_per_iteration <= 0) ns_per_iteration = calibrate_spin();
+    spin_iterations_ = static_cast<uint64_t>(target / ns_per_iteration);
+    body_ns_ = double(spin_iterations_) * ns_per_iteration;
   }
 }
 
@@ -124,7 +137,7 @@ void Workload::task(InstanceData& d, uint32_t node) {
   }
   for (uint32_t q : dag_.preds[node])
     if (d.stamps[q] != d.run) errors_.fetch_add(1, std::memory_order_relaxed);
-  if (body_ != Body::kEmpty) spin(spin_iterations_);
+  if (body_ != Body::kEmpty) spin_iterations(spin_iterations_);
   d.stamps[node] = d.run;
   executed_.fetch_add(1, std::memory_order_relaxed);
 }

@@ -44,9 +44,14 @@ struct InstanceData {
 enum class Body { kEmpty, kSpin1us, kSpin10us, kSeed };
 Body parse_body(const std::string& name);  // throws std::invalid_argument
 
+/// ns per iteration of the calibrated spin, measured in this process.
+double calibrate_spin();
+
 class Workload {
  public:
-  Workload(Dag dag, Body body);
+  /// Spin bodies use `ns_per_iteration` when given (a suite passes one figure
+  /// to every process, so all runtimes run the same bodies), else calibrate.
+  Workload(Dag dag, Body body, double ns_per_iteration = 0);
   const Dag& dag() const { return dag_; }
   Body body() const { return body_; }
   /// Calibrated duration of one body, ns (0 for empty).
@@ -68,7 +73,6 @@ class Workload {
   void reset_counts() { executed_ = 0, errors_ = 0; }
 
  private:
-  void spin(uint64_t iterations) const;
   Dag dag_;
   Body body_;
   uint64_t spin_iterations_ = 0;

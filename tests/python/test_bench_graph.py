@@ -64,3 +64,12 @@ def test_offload_runs_the_seed_graph_on_a_real_agent_with_latencies(tmp_path: Pa
 def test_the_binary_fails_loudly_on_a_bad_cell() -> None:
     with pytest.raises(RuntimeError, match="unknown pattern 'ring'"):
         graph.run_cell("outboard", {"pattern": "ring", "n": 8, "mode": "M2", "K": 1, "threads": 1}, 1)
+
+
+def test_spin_bodies_are_sized_by_the_calibration_passed_to_every_runtime() -> None:
+    assert 0 < graph.calibrate_spin() < 100  # ns per iteration of an integer loop
+    cell = {"pattern": "chain", "n": 4, "mode": "M2", "K": 2, "threads": 1, "body": "1us"}
+    for runtime in ("outboard", "tbb"):
+        rows = graph.run_cell(runtime, cell, 1, ns_per_iteration=0.5)
+        assert float(rows[0]["body_ns"]) == 1000.0  # 2000 iterations of 0.5 ns, the same for both
+        assert rows[0]["check"] == "ok"

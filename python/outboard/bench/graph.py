@@ -2,9 +2,12 @@
 thread-per-task pthreads and sequential order, in the reference protocol (task-graphs.md §6).
 
 Every cell runs ``outboard-graph-bench`` (one native binary, one file per runtime) once per
-runtime, runtimes interleaved; that process warms up twice, then times R repetitions in-process
-(CLOCK_MONOTONIC) and checks each one: the task counter equals K·n, every task saw its
+runtime, runtimes interleaved; that process warms up (2 runs and at least 200 ms: a fresh process
+runs slow at first on these VMs), then times R repetitions in-process (CLOCK_MONOTONIC) and checks
+each one: the task counter equals K·n, every task saw its
 predecessors' stamps for the current run, and the seed graph's digests and copies are right.
+The 1 µs and 10 µs spin bodies are sized from one calibration per run, so every runtime spins the
+same number of iterations.
 Columns are medians (p50) and minima over the repetitions. ``threads`` counts every thread that
 executes tasks, the caller included: Outboard runs threads−1 workers and its waiting caller
 helps (TBB's caller joins its arena likewise; OpenMP's master thread is one of its team).
@@ -44,11 +47,23 @@ def _cell_args(p: dict[str, Any]) -> list[str]:
             "--threads", str(p["threads"]), "--body", p.get("body", "empty"), "--window", str(p.get("window", 8))]
 
 
-def run_cell(runtime: str, p: dict[str, Any], reps: int, agent: str | None = None) -> list[dict[str, str]]:
-    """The binary's CSV rows for one cell; raises with its stderr on failure."""
+def calibrate_spin() -> float:
+    """ns per iteration of the spin bodies on this machine, measured once for a whole run."""
+    r = subprocess.run([executable(), "--calibrate"], capture_output=True, text=True, timeout=CELL_TIMEOUT_S)
+    if r.returncode != 0:
+        raise RuntimeError(f"outboard-graph-bench --calibrate exited {r.returncode}: {r.stderr.strip()[-400:]}")
+    return float(r.stdout)
+
+
+def run_cell(runtime: str, p: dict[str, Any], reps: int, agent: str | None = None,
+             ns_per_iteration: float | None = None) -> list[dict[str, str]]:
+    """The binary's CSV rows for one cell; raises with its stderr on failure. ``ns_per_iteration``
+    sizes the spin bodies (else each process calibrates its own)."""
     cmd = [executable(), "--header", "--runtime", runtime, *_cell_args(p), "--reps", str(reps)]
     if agent:
         cmd += ["--agent", agent]
+    if ns_per_iteration:
+        cmd += ["--ns-per-iteration", repr(ns_per_iteration)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=CELL_TIMEOUT_S)
     rows = list(csv.DictReader(r.stdout.splitlines()))
     if r.returncode != 0 and not rows:
@@ -62,7 +77,8 @@ def _reps(env: GraphEnv) -> int:
 
 def _measure(runtime: str):
     def measure(env: GraphEnv, p: dict[str, Any]) -> Measurement:
-        rows = run_cell(runtime, p, _reps(env), env.agent_address if runtime == "offload" else None)
+        spin = env.ns_per_iteration() if p.get("body") in ("1us", "10us") else None
+        rows = run_cell(runtime, p, _reps(env), env.agent_address if runtime == "offload" else None, spin)
         tasks = int(rows[0]["K"]) * int(rows[0]["n"])
         threads, body_ns = int(rows[0]["threads"]), float(rows[0]["body_ns"])
         wall = [float(r["wall_ns"]) for r in rows]
@@ -193,12 +209,19 @@ SUITE = Suite(
 
 
 class GraphEnv:
-    """The options, and an agent for the offload case: --agent's, else a local one started here."""
+    """The options, an agent for the offload case (--agent's, else a local one started here), and
+    the spin calibration that every runtime's bodies share."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
         self.agent_address: str | None = options.agent
         self._agent: LocalAgent | None = None
+        self._ns_per_iteration: float | None = None
+
+    def ns_per_iteration(self) -> float:
+        if self._ns_per_iteration is None:
+            self._ns_per_iteration = calibrate_spin()
+        return self._ns_per_iteration
 
     def __enter__(self) -> GraphEnv:
         if self.agent_address is None and (not self.options.cases or "offload" in self.options.cases):
