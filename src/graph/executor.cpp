@@ -526,6 +526,9 @@ class HelperScope {
   HelperScope(const HelperScope&) = delete;
   HelperScope& operator=(const HelperScope&) = delete;
 
+  /// The slot this thread executes in, or null (then it pushes to the shared queue).
+  Worker* worker() const { return enabled_ ? worker_ : nullptr; }
+
   bool run_one() {
     Item item;
     if (!enabled_) return false;
@@ -630,7 +633,11 @@ Status Executor::submit(Instance& instance) {
                               std::to_string(c.config.max_in_flight)};
   }
   r->submitted.fetch_add(1, std::memory_order_relaxed);
-  c.start(r, detail::tls_core == &c ? detail::tls_worker : nullptr);
+  // A caller that executes queues the run on its own slot, as TBB's caller
+  // spawns into its own deque: it usually waits next and then runs the
+  // instance where its data is, while an idle worker still steals it.
+  HelperScope helper(c);
+  c.start(r, helper.worker());
   return {};
 }
 
