@@ -35,7 +35,9 @@ constexpr unsigned kProgressBudget = 1u << 16;
 // A thief leaves a victim's oldest item to its owner until it has waited this
 // long: taking it at once moves fine-grained work, its join counters and its
 // data between cores for nothing (random DAG, run in sequence, 2 threads: 51
-// -> 36 ns per task; 1 µs bodies lose about 2%).
+// -> 36 ns per task; 1 µs bodies lose about 2%). After a steal of roots (a
+// whole instance, or half a run of roots: coarse work) the wait for the next
+// item runs from that steal, so a thief back from it steals again at once.
 constexpr uint64_t kStealPatienceNs = 300;
 // ...unless the victim holds more than this many items: a backlog.
 constexpr int64_t kStealBacklogItems = 64;
@@ -58,7 +60,8 @@ struct Worker {
   WorkDeque deque;
   alignas(64) std::atomic<uint32_t> sleep{kAwake};  // futex word
   uint64_t rng = 0;
-  // Per victim: the top index of the oldest item this thread saw there, and since when.
+  // Per victim: the top index of the oldest item this thread saw there (or
+  // the next one after a steal of roots there), and since when.
   struct Seen {
     int64_t top = -1;
     uint64_t since_ns = 0;
@@ -166,7 +169,10 @@ struct ExecutorCore {
       size_t v = (start + i) % n;
       Worker* victim = workers[v].get();
       if (victim == self || (self && !patient_enough(victim->deque, self->seen[v]))) continue;
-      if (victim->deque.steal(out)) return true;
+      if (victim->deque.steal(out)) {
+        if (self && out.last != 0) self->seen[v] = {victim->deque.top(), now_ns()};
+        return true;
+      }
     }
     return false;
   }
