@@ -53,7 +53,8 @@ int usage(const char* why) {
                "usage: outboard-graph-bench --runtime outboard|tbb|omp|pthread|sequential|offload --pattern "
                "chain|independent|tree|fanin|random|seed [--n N] [--mode M1|M2|M3|M4|sync] [--instances K] "
                "[--threads T] [--window W] [--engine-threads E] [--body empty|1us|10us|seed] [--reps R] "
-               "[--warmup W] [--warmup-ms MS] [--ns-per-iteration X] [--agent HOST:PORT (offload)] [--header]\n"
+               "[--warmup W] [--warmup-ms MS] [--ns-per-iteration X] [--timeline FILE (outboard, M3)] "
+               "[--agent HOST:PORT (offload)] [--header]\n"
                "       outboard-graph-bench --calibrate   (prints the spin body's ns per iteration)\n",
                why);
   return 2;
@@ -65,7 +66,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> opt{{"n", "256"}, {"mode", "M2"}, {"instances", "100"}, {"threads", "1"},
                                          {"window", "8"}, {"engine-threads", "0"}, {"body", "empty"},
                                          {"reps", "10"}, {"warmup", "2"}, {"warmup-ms", "200"},
-                                         {"ns-per-iteration", "0"}};
+                                         {"ns-per-iteration", "0"}, {"timeline", ""}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--header") {
@@ -99,6 +100,9 @@ int main(int argc, char** argv) {
                                      : rt == "offload"    ? (opt.count("agent") ? make_offload(opt["agent"]) : nullptr)
                                                           : nullptr;
     if (!runner) return usage(("unknown runtime " + rt + " (offload needs --agent)").c_str());
+    const std::string timeline = opt["timeline"];
+    if (!timeline.empty() && (rt != "outboard" || cell.mode != "M3"))
+      return usage("--timeline needs --runtime outboard and --mode M3");
     const int reps = std::stoi(opt["reps"]), warmup = std::stoi(opt["warmup"]);
     // Warm-up runs until both W runs and MS milliseconds have passed: a fresh
     // process on these VMs runs its first ~100 ms slow and erratic (a single
@@ -121,6 +125,25 @@ int main(int argc, char** argv) {
         check = "FAIL executed " + std::to_string(w.executed()) + " of " + std::to_string(K * n) + ", " +
                 std::to_string(w.errors()) + " errors";
       if (r >= 0) rows.push_back({m, check, load});
+    }
+    // One more run with per-node timing on: when each node of each instance
+    // ran, relative to the first start, and its predecessors for checking.
+    if (!timeline.empty()) {
+      cell.record_timeline = true;
+      w.reset_counts();
+      Measure m = runner->run(w, cell);
+      if (w.executed() != K * n || w.errors() != 0) throw std::runtime_error("the timeline run failed its check");
+      uint64_t t0 = UINT64_MAX;
+      for (const Span& s : m.timeline) t0 = std::min(t0, s.start_ns);
+      std::ofstream out(timeline);
+      out << "instance,node,start_ns,end_ns,preds\n";
+      for (const Span& s : m.timeline) {
+        out << s.instance << ',' << s.node << ',' << s.start_ns - t0 << ',' << s.end_ns - t0 << ',';
+        const auto& preds = w.dag().preds[s.node];
+        for (size_t i = 0; i < preds.size(); ++i) out << (i ? ";" : "") << preds[i];
+        out << '\n';
+      }
+      if (!out) throw std::runtime_error("could not write " + timeline);
     }
     // Idle CPU: what the pool burns over 200 ms with nothing to do.
     Stopwatch idle;

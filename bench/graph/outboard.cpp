@@ -3,6 +3,7 @@
 // caller, which executes while it waits (as TBB's caller does).
 #include <atomic>
 #include <chrono>
+#include <span>
 
 #include "bench/graph/workload.h"
 #include "outboard/graph.h"
@@ -65,6 +66,8 @@ class OutboardRunner final : public Runner {
     }
     m.create_ns = t0.wall_ns();
     m.state_bytes = g->instance_state_bytes();
+    if (cell.record_timeline)
+      for (auto& inst : insts) check(inst->enable_timing(true));
 
     t0 = Stopwatch();
     if (cell.mode == "M3") {
@@ -98,6 +101,12 @@ class OutboardRunner final : public Runner {
       throw std::invalid_argument("unknown mode '" + cell.mode + "'");
     }
     m.wall_ns = t0.wall_ns(), m.cpu_ns = t0.cpu_ns();
+    if (cell.record_timeline)
+      for (uint32_t i = 0; i < count; ++i) {
+        std::span<const og::NodeTiming> t = insts[i]->timing();
+        for (uint32_t node = 0; node < t.size(); ++node)
+          m.timeline.push_back({i, node, t[node].start_ns, t[node].end_ns});
+      }
     return m;
   }
 

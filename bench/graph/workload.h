@@ -87,6 +87,7 @@ struct Cell {
   unsigned threads = 1;  // threads executing tasks, the caller included
   unsigned window = 8;   // M4
   unsigned engine_threads = 0;
+  bool record_timeline = false;  // outboard: per-node start and end of the run, in Measure::timeline
 };
 
 /// Wall and process CPU time since construction.
@@ -100,6 +101,12 @@ class Stopwatch {
   uint64_t wall0_, cpu0_;
 };
 
+/// When one node of one instance ran (now_ns()).
+struct Span {
+  uint32_t instance, node;
+  uint64_t start_ns, end_ns;
+};
+
 /// One timed repetition.
 struct Measure {
   uint64_t wall_ns = 0;    // executing the K instances (M1: building too)
@@ -108,6 +115,7 @@ struct Measure {
   uint64_t build_ns = 0;   // building the graph(s), outside wall_ns except M1
   uint64_t create_ns = 0;  // creating instances / copies, outside wall_ns
   size_t state_bytes = 0;  // per-instance run state, where the runtime exposes it
+  std::vector<Span> timeline;  // with Cell::record_timeline
 };
 
 /// A runtime under test. Thread mode: single.

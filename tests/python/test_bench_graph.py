@@ -21,14 +21,16 @@ def test_every_runtime_ran_and_every_run_was_checked(quick_run: Path) -> None:
     rows, meta = report.load(quick_run)
     assert meta["failed"] == {}
     assert {r["impl"] for r in rows} == {*graph.RUNTIMES, "offload"}
-    assert {r["case"] for r in rows} == {"overhead", "seed_modes", "seed_instances", "bodies", "offload"}
+    assert {r["case"] for r in rows} == {"overhead", "seed_modes", "seed_instances", "bodies", "timeline", "offload"}
     for r in rows:
         assert r["correctness"]["ok"], r
+        if r["case"] == "timeline":
+            continue  # one run, its own metrics (below)
         m = r["metrics"]
         assert m["repetitions"] == 3
         assert 0 < m["per_task_ns"]["min"] <= m["per_task_ns"]["p50"]
         assert r["correctness"]["tasks_per_rep"] == r["params"]["K"] * (3 if r["params"]["pattern"] == "seed" else r["params"]["n"])
-    ours = [r for r in rows if r["impl"] == "outboard"]
+    ours = [r for r in rows if r["impl"] == "outboard" and r["case"] != "timeline"]
     assert all(r["metrics"]["state_bytes"] > 0 for r in ours)
     # Only single-threaded cells have the single-threaded baselines; the reason is recorded.
     assert any("threads 1 only" in why for why in meta["skipped"].values())
@@ -36,12 +38,30 @@ def test_every_runtime_ran_and_every_run_was_checked(quick_run: Path) -> None:
 
 def test_ratios_and_report(quick_run: Path) -> None:
     rows, _ = report.load(quick_run)
-    for case in graph.SUITE.cases:
+    for case in (c for c in graph.SUITE.cases if c.reference):
         r = harness.ratios(rows, case)
         assert r and all(v > 0 for v in r.values()), case.name
     text = (quick_run / "report.md").read_text()
     assert "outboard / tbb" in text and "outboard / pthread" in text
     assert (quick_run / "charts" / "overhead-per_task_ns-p50.png").stat().st_size > 0
+
+
+def test_the_timeline_has_every_node_of_every_instance_after_its_predecessors(quick_run: Path) -> None:
+    rows, _ = report.load(quick_run)
+    (row,) = [r for r in rows if r["case"] == "timeline"]
+    p, m = row["params"], row["metrics"]
+    spans = row["series"]["timeline"]
+    assert m["nodes"] == len(spans) == p["K"] * p["n"]
+    assert {(s[0], s[1]) for s in spans} == {(i, n) for i in range(p["K"]) for n in range(p["n"])}
+    assert all(0 <= s[2] <= s[3] for s in spans)
+    assert row["correctness"]["ok"], row["correctness"]  # no node began before a predecessor ended
+    assert m["busy_us"] >= p["K"] * p["n"] * 0.9  # 1 µs bodies
+    assert 0 < m["parallelism"] <= p["threads"] + 0.05
+    png = quick_run / "charts" / "timeline-timeline.png"
+    assert png.stat().st_size > 0
+    png.unlink()
+    report.write(quick_run)  # `outboard report DIR` redraws it from results.jsonl
+    assert png.stat().st_size > 0
 
 
 def test_offload_runs_the_seed_graph_on_a_real_agent_with_latencies(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import csv
 import subprocess
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from .._agent import LocalAgent, find_executable
@@ -56,10 +58,10 @@ def calibrate_spin() -> float:
 
 
 def run_cell(runtime: str, p: dict[str, Any], reps: int, agent: str | None = None,
-             ns_per_iteration: float | None = None) -> list[dict[str, str]]:
+             ns_per_iteration: float | None = None, extra: tuple[str, ...] = ()) -> list[dict[str, str]]:
     """The binary's CSV rows for one cell; raises with its stderr on failure. ``ns_per_iteration``
     sizes the spin bodies (else each process calibrates its own)."""
-    cmd = [executable(), "--header", "--runtime", runtime, *_cell_args(p), "--reps", str(reps)]
+    cmd = [executable(), "--header", "--runtime", runtime, *_cell_args(p), "--reps", str(reps), *extra]
     if agent:
         cmd += ["--agent", agent]
     if ns_per_iteration:
@@ -101,6 +103,25 @@ def _measure(runtime: str):
         failures = [r["check"] for r in rows if r["check"] != "ok"]
         return Measurement(metrics, not failures, {"tasks_per_rep": tasks, "failures": failures[:3]})
     return measure
+
+
+def _measure_timeline(env: GraphEnv, p: dict[str, Any]) -> Measurement:
+    """One more run of the cell with per-node timing on: every node's span, checked against its
+    predecessors' (none may start before they all ended)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "timeline.csv"
+        run_cell("outboard", p, 1, ns_per_iteration=env.ns_per_iteration() if p["body"] != "empty" else None,
+                 extra=("--timeline", str(path)))
+        rows = list(csv.DictReader(path.read_text().splitlines()))
+    spans = [[int(r["instance"]), int(r["node"]), int(r["start_ns"]), int(r["end_ns"])] for r in rows]
+    end = {(s[0], s[1]): s[3] for s in spans}
+    early = [f"instance {r['instance']} node {r['node']}" for r, s in zip(rows, spans)
+             if any(end[(s[0], int(q))] > s[2] for q in r["preds"].split(";") if q)]
+    span_ns = max(s[3] for s in spans) - min(s[2] for s in spans)
+    busy_ns = sum(s[3] - s[2] for s in spans)
+    metrics = {"nodes": len(spans), "span_us": span_ns / 1e3, "busy_us": busy_ns / 1e3,
+               "parallelism": busy_ns / span_ns if span_ns else 0.0}
+    return Measurement(metrics, not early, {"started_before_a_predecessor_ended": early[:3]}, {"timeline": spans})
 
 
 def _unavailable(runtime: str):
@@ -174,6 +195,16 @@ BODIES = Case(
     notes="Core-time overhead per task = (threads · wall − K · n · body) / (K · n); a spinning idle worker "
           "shows up there and in CPU ns/task.")
 
+TIMELINE = Case(
+    "timeline", "When each node ran: K instances of a random DAG in flight at once (per-node timing on)",
+    sweep={"pattern": ["random"], "n": [64], "K": [4], "body": ["1us"], "mode": ["M3"], "threads": [2]},
+    impls=[Impl("outboard", _measure_timeline)],
+    columns=[Column("nodes", "nodes", 0), Column("span µs", "span_us", 1), Column("busy µs", "busy_us", 1),
+             Column("average parallelism", "parallelism", 2)],
+    notes="Instance::enable_timing records each node's start and end (now_ns()) in its instance; the chart "
+          "draws one run from them. Average parallelism = the nodes' summed time / the span. The check: "
+          "no node started before all its predecessors ended.")
+
 OFFLOAD = Case(
     "offload", "Seed graph offloaded to the agent (outboard bench graph --offload): SHA ‖ DMA there, check here",
     sweep={"pattern": ["seed"], "body": ["seed"], "mode": ["M3", "M4", "sync"], "K": [1, 10, 100, 300, 500, 1000],
@@ -196,11 +227,12 @@ OFFLOAD = Case(
 
 SUITE = Suite(
     name="graph", title="Task graphs: build once, run many instances (DOCA Graph's model) vs TBB, OpenMP, pthreads",
-    cases=[OVERHEAD, SEED_MODES, SEED_INSTANCES, BODIES, OFFLOAD],
+    cases=[OVERHEAD, SEED_MODES, SEED_INSTANCES, BODIES, TIMELINE, OFFLOAD],
     charts=[Chart("overhead", "n", "per_task_ns.p50", "ns per task, empty bodies", "ns", logy=True,
                   split=["pattern", "mode", "threads"]),
             Chart("seed_instances", "K", "per_instance_ns.p50", "seed graph: ns per instance vs K", "ns",
                   logy=True, split=["mode"]),
+            Chart("timeline", "K", "span_us", "Nodes of instances in flight", "", kind="timeline"),
             Chart("offload", "K", "latency_p50_ns.p50", "offloaded seed graph: latency p50 vs K", "ns",
                   logy=True, split=["mode"])],
     setup=lambda options: GraphEnv(options),

@@ -29,11 +29,13 @@ OURS = "outboard"
 class Measurement:
     """What one implementation measured in one cell. Metrics are numbers or order statistics
     ({"p50": .., "p90": .., ...}); their unit is part of the name (``one_way_us``, ``mib_s``).
-    ``ok`` is the correctness check on the very data that was timed."""
+    ``ok`` is the correctness check on the very data that was timed. ``series``: raw data a chart
+    draws from (a timeline), kept in the row so that ``outboard report`` can redraw it."""
 
     metrics: dict[str, Any]
     ok: bool
     correctness: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ class Chart:
     logy: bool = False
     #: Other parameters that split the lines (one line per impl and value).
     split: Sequence[str] = ()
+    #: "line" (metric against x), or "timeline": the spans in a row's series["timeline"] as bars.
+    kind: str = "line"
 
 
 @dataclass(frozen=True)
@@ -242,4 +246,5 @@ def _measure(results: Results, case: Case, impl: Impl, env: Any, params: dict[st
     except Exception as e:  # a peer or cell failing is recorded, the run goes on
         results.meta["failed"][where] = f"{type(e).__name__}: {e}"
         return
-    results.add(case.name, impl.name, {**params, "repeat": rep}, m.metrics, {"ok": m.ok, **m.correctness})
+    results.add(case.name, impl.name, {**params, "repeat": rep}, m.metrics, {"ok": m.ok, **m.correctness},
+                m.series)

@@ -39,9 +39,11 @@ class Results:
         self._file = open(directory / "results.jsonl", "w")
 
     def add(self, case: str, impl: str, params: dict[str, Any], metrics: dict[str, Any],
-            correct: dict[str, Any]) -> dict[str, Any]:
+            correct: dict[str, Any], series: dict[str, Any] | None = None) -> dict[str, Any]:
         row = {"suite": self.suite, "case": case, "impl": impl, "params": params, "metrics": metrics,
                "correctness": correct}
+        if series:
+            row["series"] = series
         self.rows.append(row)
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()

@@ -134,6 +134,8 @@ def draw(chart: Any, case: Case, rows: Sequence[Mapping[str, Any]], directory: P
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if chart.kind == "timeline":
+        return _draw_timeline(plt, chart, case, rows, directory)
     lines: dict[str, list[tuple[float, float]]] = {}
     for key, by_impl in _cells(rows, case).items():
         params = dict(key)
@@ -160,13 +162,38 @@ def draw(chart: Any, case: Case, rows: Sequence[Mapping[str, Any]], directory: P
     ax.set_title(chart.title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    return _save(plt, fig, directory, f"{case.name}-{chart.metric.replace('.', '-')}.png")
+
+
+def _save(plt: Any, fig: Any, directory: Path, name: str) -> Path:
     out = directory / "charts"
     out.mkdir(exist_ok=True)
-    path = out / f"{case.name}-{chart.metric.replace('.', '-')}.png"
+    path = out / name
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _draw_timeline(plt: Any, chart: Any, case: Case, rows: Sequence[Mapping[str, Any]],
+                   directory: Path) -> Path | None:
+    """One row of bars per instance: when each of its nodes ran (the case's first row that has spans)."""
+    row = next((r for r in rows if r["case"] == case.name and r.get("series", {}).get("timeline")), None)
+    if row is None:
+        return None
+    spans = row["series"]["timeline"]  # [instance, node, start_ns, end_ns]
+    instances = sorted({s[0] for s in spans})
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(instances) + 1.6))
+    colors = plt.get_cmap("tab10")
+    for i in instances:
+        bars = [(s[2] / 1e3, max(s[3] - s[2], 1) / 1e3) for s in spans if s[0] == i]
+        ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=colors(i % 10), edgecolor="black", linewidth=0.3)
+    params = ", ".join(f"{k} {v}" for k, v in row["params"].items() if k != "repeat")
+    ax.set_yticks(instances, [f"instance {i}" for i in instances])
+    ax.set_xlabel("µs since the first node started")
+    ax.set_title(f"{chart.title} ({row['impl']}: {params})")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(plt, fig, directory, f"{case.name}-timeline.png")
 
 
 def summary(directory: Path, suite: Suite | None = None) -> str:
