@@ -83,7 +83,7 @@ struct ExecutorCore {
 
   alignas(64) std::atomic<uint32_t> sleeping{0};
   std::atomic<uint32_t> searching{0};
-  // A caller that executes is asleep in wait()/progress(); cleared by the one
+  // A caller that executes is asleep in wait() or drain(); cleared by the one
   // push that wakes it, so a stream of pushes costs one wake-up, not many.
   std::atomic<bool> caller_asleep{false};
   std::atomic<bool> stop{false};
