@@ -72,7 +72,6 @@ Body parse_body(const std::string& name) {
   throw std::invalid_argument("unknown body '" + name + "' (empty, 1us, 10us, seed)");
 }
 
-
 double calibrate_spin() {
   // After kCalibrationWarmup of spinning (a fresh process runs slow at first
   // here, which gave bodies ±15% apart from one process to the next), the

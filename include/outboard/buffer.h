@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 
 namespace outboard {
 
@@ -13,6 +14,9 @@ class Buffer {
   Buffer() = default;
   explicit Buffer(size_t size);
   static Buffer copy_of(std::span<const uint8_t> bytes);
+  static Buffer copy_of(std::string_view text) {
+    return copy_of({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  }
   [[nodiscard]] uint8_t* data() { return data_.get(); }
   [[nodiscard]] const uint8_t* data() const { return data_.get(); }
   [[nodiscard]] size_t size() const { return size_; }

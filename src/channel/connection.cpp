@@ -373,7 +373,7 @@ void Connection::Impl::respond(uint64_t id, Result<Buffer> result) {
   } else {
     Status st = result.status();
     h.status = static_cast<int8_t>(st.code());
-    body = Buffer::copy_of({reinterpret_cast<const uint8_t*>(st.message().data()), st.message().size()});
+    body = Buffer::copy_of(st.message());
     if (counters) ++counters->errors;
   }
   post(h, std::move(body));
@@ -395,7 +395,7 @@ void Connection::Impl::shut_down(const Status& why) {
   FrameHeader h;
   h.type = FrameType::kClose;
   h.status = static_cast<int8_t>(why.code());
-  post(h, Buffer::copy_of({reinterpret_cast<const uint8_t*>(why.message().data()), why.message().size()}));
+  post(h, Buffer::copy_of(why.message()));
 }
 
 // -------------------------------------------------------------- Connection

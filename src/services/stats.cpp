@@ -9,7 +9,7 @@ class Stats final : public Service {
   std::string name() const override { return "stats"; }
   void handle(ServiceRequest r) override {
     std::string json = snapshot_();
-    r.responder.respond(Buffer::copy_of({reinterpret_cast<const uint8_t*>(json.data()), json.size()}));
+    r.responder.respond(Buffer::copy_of(json));
   }
 
  private:

@@ -4,8 +4,8 @@ thread-per-task pthreads and sequential order, in the reference protocol (task-g
 Every cell runs ``outboard-graph-bench`` (one native binary, one file per runtime) once per
 runtime, runtimes interleaved; that process warms up (2 runs and at least 200 ms: a fresh process
 runs slow at first on these VMs), then times R repetitions in-process (CLOCK_MONOTONIC) and checks
-each one: the task counter equals K·n, every task saw its
-predecessors' stamps for the current run, and the seed graph's digests and copies are right.
+each one: the task counter equals K·n, every task saw its predecessors' stamps for the current run,
+and the seed graph's digests and copies are right.
 The 1 µs and 10 µs spin bodies are sized from one calibration per run, so every runtime spins the
 same number of iterations.
 Columns are medians (p50) and minima over the repetitions. ``threads`` counts every thread that
@@ -31,6 +31,8 @@ PTHREAD_MAX_TASKS = 20_000
 #: Tasks per cell (K·n) at most, as the protocol caps a point.
 MAX_TASKS = 1 << 22
 RUNTIMES = ["outboard", "tbb", "omp", "pthread", "sequential"]
+#: Bodies that spin a calibrated number of iterations.
+SPIN_BODIES = ("1us", "10us")
 #: Modes of the offloaded seed graph: all K in flight, a window, one at a time.
 OFFLOAD_MODES = ("M3", "M4", "sync")
 
@@ -77,10 +79,15 @@ def _reps(env: GraphEnv) -> int:
     return 3 if env.options.quick else 10
 
 
+def _spin(env: GraphEnv, p: dict[str, Any]) -> float | None:
+    """The run's spin calibration for a cell with spin bodies, else None."""
+    return env.ns_per_iteration() if p.get("body") in SPIN_BODIES else None
+
+
 def _measure(runtime: str):
     def measure(env: GraphEnv, p: dict[str, Any]) -> Measurement:
-        spin = env.ns_per_iteration() if p.get("body") in ("1us", "10us") else None
-        rows = run_cell(runtime, p, _reps(env), env.agent_address if runtime == "offload" else None, spin)
+        rows = run_cell(runtime, p, _reps(env), env.agent_address if runtime == "offload" else None,
+                        _spin(env, p))
         tasks = int(rows[0]["K"]) * int(rows[0]["n"])
         threads, body_ns = int(rows[0]["threads"]), float(rows[0]["body_ns"])
         wall = [float(r["wall_ns"]) for r in rows]
@@ -110,8 +117,7 @@ def _measure_timeline(env: GraphEnv, p: dict[str, Any]) -> Measurement:
     predecessors' (none may start before they all ended)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "timeline.csv"
-        run_cell("outboard", p, 1, ns_per_iteration=env.ns_per_iteration() if p["body"] != "empty" else None,
-                 extra=("--timeline", str(path)))
+        run_cell("outboard", p, 1, ns_per_iteration=_spin(env, p), extra=("--timeline", str(path)))
         rows = list(csv.DictReader(path.read_text().splitlines()))
     spans = [[int(r["instance"]), int(r["node"]), int(r["start_ns"]), int(r["end_ns"])] for r in rows]
     end = {(s[0], s[1]): s[3] for s in spans}
