@@ -26,7 +26,9 @@ constexpr size_t kMaxAmHeader = 128;
 // 1.75 -> 1.0 sleeps and ~8 us less client CPU on the 2-core VM).
 constexpr size_t kEagerMaxBytes = 64 << 10;
 
-Status from_ucs(ucs_status_t s, const std::string& what) {
+// `what` is a view: the hot paths (put, get, completions) pass literals and
+// build no string unless the call failed.
+Status from_ucs(ucs_status_t s, std::string_view what) {
   if (s == UCS_OK) return {};
   Code code = Code::kIoError;
   switch (s) {
@@ -43,7 +45,7 @@ Status from_ucs(ucs_status_t s, const std::string& what) {
     case UCS_ERR_BUSY: code = Code::kAgain; break;
     default: break;
   }
-  return {code, what + ": " + ucs_status_string(s)};
+  return {code, std::string(what) + ": " + ucs_status_string(s)};
 }
 
 }  // namespace
@@ -417,6 +419,7 @@ Result<std::shared_ptr<Worker>> Worker::sibling() { return create(shared_); }
 Result<std::shared_ptr<Worker>> Worker::create(std::shared_ptr<Shared> shared) {
   std::shared_ptr<Worker> w(new Worker());
   w->shared_ = std::move(shared);
+  w->mu_ = &w->shared_->mu;
   w->context_ = w->shared_->context;
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -455,8 +458,6 @@ Result<std::shared_ptr<Worker>> Worker::create(std::shared_ptr<Shared> shared) {
   OB_LOG_DBG("ucx worker ready, address %zu B", w->address_.size());
   return w;
 }
-
-std::recursive_mutex& Worker::mutex() { return shared_->mu; }
 
 Worker::~Worker() {
   constexpr int64_t kCloseDrainMs = 1000;

@@ -186,7 +186,7 @@ class Worker {
   Result<std::shared_ptr<Worker>> sibling();
   ~Worker();
 
-  [[nodiscard]] std::recursive_mutex& mutex();
+  [[nodiscard]] std::recursive_mutex& mutex() { return *mu_; }
   /// Drives UCX; returns the number of events handled (0 when idle).
   unsigned progress();
   /// A file descriptor that becomes readable when progress() has work.
@@ -224,6 +224,7 @@ class Worker {
   Result<MemoryRegion> map(void* data, size_t size, bool allocate);
 
   std::shared_ptr<Shared> shared_;
+  std::recursive_mutex* mu_ = nullptr;  // shared_->mu, inline for the per-operation lock
   std::unordered_set<void*> closing_;  // endpoint-close requests still in flight
   ucp_context* context_ = nullptr;
   ucp_worker* worker_ = nullptr;
