@@ -567,8 +567,8 @@ Result<Buffer> Connection::request(std::string_view service, std::span<const uin
                                                         true, &lock));
   // The request's own deadline (checked by the hub) completes it; the grace
   // period only guards against a missed tick.
-  impl_->hub->wait_until(lock, Deadline::after(deadline.at() - Clock::now() + std::chrono::seconds(1)),
-                         impl_->config.spin_us, [&] { return answer.done; });
+  impl_->hub->wait_until(lock, deadline.extended(std::chrono::seconds(1)), impl_->config.spin_us,
+                         [&] { return answer.done; });
   if (!answer.done) {
     impl_->forget_request(id);
     return Status(Code::kTimedOut, "no response before the deadline");

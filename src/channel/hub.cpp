@@ -197,8 +197,9 @@ bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std:
     // this process in. Each costs about a round, and a longer round is
     // latency for the next arrival.
     if ((idle & 15) != 15) continue;
-    const uint64_t now = now_ns();
-    if (deadline.expired()) return false;
+    const Clock::time_point t = Clock::now();
+    if (deadline.expired_at(t)) return false;
+    const uint64_t now = static_cast<uint64_t>(std::chrono::nanoseconds(t.time_since_epoch()).count());
     if (busy) spin_end = now + spin_ns;  // busy again: keep polling before sleeping
     busy = false;
     if (now >= spin_end) {
