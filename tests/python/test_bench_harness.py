@@ -78,6 +78,23 @@ def test_ratio_is_ours_over_reference_of_medians_per_cell() -> None:
     assert r == {(("size", 1),): pytest.approx(5.0 / 2.0)}
 
 
+def test_a_second_implementation_gets_its_own_ratio_beside_the_goals(tmp_path: Path) -> None:
+    case = Case("fake", "Fake", {"size": [1]},
+                [_fake_impl(harness.OURS, 3.0), _fake_impl("ours like peer", 4.0), _fake_impl("peer", 2.0)],
+                [Column("p50", "lat_us.p50")], reference="peer", ratio_metric="lat_us.p50",
+                ours="ours like peer", also_ratio=(harness.OURS,))
+    suite = Suite("fake", "Fake", [case], [], setup=lambda options: nullcontext(None))
+    d = harness.run(suite, Options(out=str(tmp_path / "two"), progress=False))
+    rows = [json.loads(line) for line in (d / "results.jsonl").read_text().splitlines()]
+    assert harness.ratios(rows, case) == {(("size", 1),): pytest.approx(4.0 / 2.0)}
+    assert harness.ratios(rows, case, harness.OURS) == {(("size", 1),): pytest.approx(3.0 / 2.0)}
+    text = (d / "report.md").read_text()
+    assert "| size | impl | p50 | check | ratio / peer (lower is better) |" in text
+    assert "| 1 | ours like peer | 4.00 | ok | **2.00×** |" in text  # the goal's ratio, bold
+    assert "| 1 | outboard | 3.00 | ok | 1.50× |" in text
+    assert "| 1 | peer | 2.00 | ok |  |" in text
+
+
 def test_report_has_tables_ratios_and_charts(fake_run: Path) -> None:
     text = (fake_run / "report.md").read_text()
     assert "| size | impl | p50 | p99 | rate | check | outboard / peer (lower is better) |" in text

@@ -65,8 +65,10 @@ class Case:
     reference: str | None = None
     ratio_metric: str | None = None
     lower_is_better: bool = True
-    #: The implementation whose ratio to the reference the case reports.
+    #: The implementation whose ratio to the reference the case reports (the goal's ratio).
     ours: str = OURS
+    #: Other implementations whose ratio to the reference is shown beside it.
+    also_ratio: Sequence[str] = ()
     notes: str = ""
 
     def cells(self, quick: bool) -> list[dict[str, Any]]:
@@ -133,11 +135,14 @@ def median(values: Sequence[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def ratios(rows: Sequence[Mapping[str, Any]], case: Case) -> dict[tuple[tuple[str, Any], ...], float]:
-    """ours / reference of the case's ratio metric per cell: each side's median over the repeats
-    of this run. Cells where either side is missing or failed its check have no ratio."""
+def ratios(rows: Sequence[Mapping[str, Any]], case: Case,
+           impl: str | None = None) -> dict[tuple[tuple[str, Any], ...], float]:
+    """`impl` (default: the case's ours) / reference of the case's ratio metric per cell: each side's
+    median over the repeats of this run. Cells where either side is missing or failed its check have
+    no ratio."""
     if not case.reference or not case.ratio_metric:
         return {}
+    impl = impl or case.ours
     by: dict[tuple[str, tuple[tuple[str, Any], ...]], list[float]] = {}
     for r in rows:
         if r["case"] != case.name or not r["correctness"].get("ok", False):
@@ -146,9 +151,9 @@ def ratios(rows: Sequence[Mapping[str, Any]], case: Case) -> dict[tuple[tuple[st
         if v is not None:
             by.setdefault((r["impl"], cell_key(r["params"])), []).append(v)
     out = {}
-    for (impl, key), values in by.items():
+    for (name, key), values in by.items():
         ref = by.get((case.reference, key))
-        if impl == case.ours and ref and median(ref) > 0:
+        if name == impl and ref and median(ref) > 0:
             out[key] = median(values) / median(ref)
     return out
 

@@ -68,9 +68,10 @@ def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if not cells:
         return []
     swept = [k for k, _ in next(iter(cells))]
-    ratio = ratios(rows, case)
+    ratio = {impl: ratios(rows, case, impl) for impl in (case.ours, *case.also_ratio)}
     better = "lower" if case.lower_is_better else "higher"
-    ratio_head = [f"{case.ours} / {case.reference} ({better} is better)"] if case.reference else []
+    over = case.ours if not case.also_ratio else "ratio"
+    ratio_head = [f"{over} / {case.reference} ({better} is better)"] if case.reference else []
     head = [*swept, "impl", *(c.label for c in case.columns), "check", *ratio_head]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, by_impl in cells.items():
@@ -80,7 +81,8 @@ def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
             values = [_fmt(_median_metric(impl_rows, c.metric), c.digits) for c in case.columns]
             extra = []
             if case.reference:
-                extra = [f"**{ratio[key]:.2f}×**" if impl == case.ours and key in ratio else ""]
+                r = ratio.get(impl, {}).get(key)
+                extra = ["" if r is None else f"**{r:.2f}×**" if impl == case.ours else f"{r:.2f}×"]
             lines.append("| " + " | ".join([*(_param(params[k]) for k in swept), impl, *values,
                                              "ok" if ok else "**FAILED**", *extra]) + " |")
     return lines
