@@ -107,4 +107,13 @@ Result<OpenLoop> open_loop_host(const Tokenizer& tokenizer, std::span<const std:
 Result<OpenLoop> open_loop_agent(Connection& c, RemoteTokenizer& tokenizer, std::span<const std::string_view> texts,
                                  std::span<const double> arrivals_s, double timeout_s);
 
+/// A cache line passed back and forth between threads pinned to `core_a`
+/// and `core_b`: one-way time per batch of round trips. kTimedOut when the
+/// batches take longer than `timeout_s` (the other core busy elsewhere).
+struct CoreToCore {
+  std::vector<double> one_way_ns;  ///< one per batch
+};
+Result<CoreToCore> core_to_core(int core_a, int core_b, size_t batches, size_t round_trips_per_batch,
+                                double timeout_s);
+
 }  // namespace outboard::bench

@@ -426,6 +426,17 @@ NB_MODULE(_core, m) {
     d["cpu_s"] = v.cpu_s;
     return d;
   };
+  m.def("bench_core_to_core",
+        [](int core_a, int core_b, size_t batches, size_t round_trips, double timeout) {
+          Result<bench::CoreToCore> r = Status{};
+          {
+            nb::gil_scoped_release release;
+            r = bench::core_to_core(core_a, core_b, batches, round_trips, timeout);
+          }
+          return to_numpy(unwrap(std::move(r)).one_way_ns);
+        },
+        "core_a"_a, "core_b"_a, "batches"_a, "round_trips"_a, "timeout"_a,
+        "One-way ns per batch of cache-line round trips between threads pinned to the two cores.");
   m.def("bench_open_loop_arrivals",
         [open_loop](std::vector<double> arrivals) {
           return open_loop([&]() -> Result<bench::OpenLoop> { return bench::open_loop_arrivals(arrivals); });

@@ -59,8 +59,11 @@ def test_results_rows_follow_the_schema(fake_run: Path) -> None:
 def test_meta_records_machine_run_and_skips(fake_run: Path) -> None:
     meta = json.loads((fake_run / "meta.json").read_text())
     for key in ("host", "cpu", "cores", "kernel", "transport", "git", "started", "load_before", "load_after",
-                "command", "repeat"):
+                "core_to_core_before", "core_to_core_after", "command", "repeat"):
         assert key in meta, key
+    if meta["core_to_core_before"]:  # two cores or more: the report says what a cache line took
+        a, b = meta["core_to_core_before"]["cores"]
+        assert f"a cache line from core {a} to core {b} in " in (fake_run / "report.md").read_text()
     assert meta["command"] == "outboard bench fake --repeat 2"
     assert any("absent" in where and why == "not installed here" for where, why in meta["skipped"].items())
 

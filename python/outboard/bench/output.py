@@ -35,7 +35,8 @@ class Results:
         self.suite = suite
         self.rows: list[dict[str, Any]] = []
         self.meta = {**machine.describe(), "suite": suite, "git": git_revision(),
-                     "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_before": os.getloadavg(), **extra_meta}
+                     "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_before": os.getloadavg(),
+                     "core_to_core_before": machine.core_to_core(), **extra_meta}
         self._file = open(directory / "results.jsonl", "w")
 
     def add(self, case: str, impl: str, params: dict[str, Any], metrics: dict[str, Any],
@@ -52,4 +53,5 @@ class Results:
     def close(self) -> None:
         self._file.close()
         self.meta["load_after"] = os.getloadavg()
+        self.meta["core_to_core_after"] = machine.core_to_core()
         (self.dir / "meta.json").write_text(json.dumps(self.meta, indent=2))

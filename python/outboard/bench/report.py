@@ -121,13 +121,24 @@ def render(suite: Suite, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, A
     return "\n".join(lines)
 
 
+def _core_to_core(meta: Mapping[str, Any]) -> str:
+    before, after = meta.get("core_to_core_before"), meta.get("core_to_core_after")
+    if not before:
+        return ""
+    a, b = before["cores"]
+    text = f"; a cache line from core {a} to core {b} in {before['p50_ns']:.0f} ns before"
+    return text + (f", {after['p50_ns']:.0f} ns after" if after else "")
+
+
 def _machine_line(meta: Mapping[str, Any]) -> str:
     before = meta.get("load_before", [0])[0]
     after = meta.get("load_after", [before])[0]
     return (f"{meta.get('cpu', '?')}, {meta.get('cores', '?')} cores ({meta.get('virtualization', '?')}), "
             f"kernel {meta.get('kernel', '?')}, {meta.get('transport', '')}; load {before:.2f} before, "
-            f"{after:.2f} after; started {meta.get('started', '?')}. A small VM is noisy: compare ratios "
-            "within this run, not absolute figures across machines. Values are medians over repeats.")
+            f"{after:.2f} after{_core_to_core(meta)}; started {meta.get('started', '?')}. A small VM is noisy: "
+            "compare ratios within this run, not absolute figures across machines (the core-to-core time, "
+            "which the host's placement of the vCPUs sets, moves every figure between processes). Values are "
+            "medians over repeats.")
 
 
 def draw(chart: Any, case: Case, rows: Sequence[Mapping[str, Any]], directory: Path) -> Path | None:
