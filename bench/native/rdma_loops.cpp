@@ -1,9 +1,11 @@
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "bench/native/loops.h"
 #include "bench/native/timing.h"
 #include "outboard/checksum.h"
+#include "services/builtin.h"
 
 namespace outboard::bench {
 namespace {
@@ -130,6 +132,54 @@ Result<OneSidedLatency> one_sided_latency(Connection& c, bool notify, size_t siz
     if (!ok) ++out.mismatches;
     if (i % kInterruptEvery == kInterruptEvery - 1 && interrupt) OB_RETURN_IF_ERROR(interrupt());
   }
+  return out;
+}
+
+Result<OneSidedLatency> signal_ping_pong(Connection& c, size_t size, size_t iterations, size_t warmup,
+                                         double timeout_s, const Interrupt& interrupt) {
+  using services::kMirrorSlotsAt;
+  constexpr size_t kSlots = 64;  // rotate slots so consecutive pings carry distinct bytes
+  if (size == 0) return Status(Code::kInvalidArgument, "a ping needs at least one byte");
+  const uint64_t bytes = kMirrorSlotsAt + kSlots * size;
+  OB_ASSIGN_OR_RETURN(RemoteRegion agent, agent_region(c, bytes, timeout_s));
+  // UCX-allocated, so the agent's puts land directly (registered user memory
+  // is reached only through UCX's emulation on shared memory in 1.13).
+  OB_ASSIGN_OR_RETURN(Region mine, c.allocate_memory(bytes));
+  std::memset(mine.data(), 0, bytes);
+  std::vector<uint8_t> pings(kSlots * size);
+  fill_pattern(pings, 11000 + size);
+  const uint64_t total = warmup + iterations;
+  std::vector<uint8_t> start(1 + 32);
+  start[0] = 'M';
+  const uint64_t args[4] = {size, kSlots, total, static_cast<uint64_t>(timeout_s * 1000)};
+  std::memcpy(start.data() + 1, args, sizeof args);
+  std::span<const uint8_t> desc = mine.descriptor();
+  start.insert(start.end(), desc.begin(), desc.end());
+  // The mirror answers once every ping is mirrored (or on failure).
+  std::optional<Result<Buffer>> answer;
+  OB_RETURN_IF_ERROR(c.submit("memory", Buffer::copy_of(std::span<const uint8_t>(start)), deadline_in(timeout_s),
+                              [&answer](Result<Buffer> r) { answer = std::move(r); }, Connection::Credit::kWait));
+  OneSidedLatency out;
+  out.samples_us.reserve(iterations);
+  for (uint64_t i = 1; i <= total && !answer; ++i) {
+    const size_t s = (i - 1) % kSlots;
+    const uint64_t at = kMirrorSlotsAt + s * size;
+    const uint8_t* ping = pings.data() + s * size;
+    Deadline deadline = deadline_in(timeout_s);
+    uint64_t t0 = now_ns();
+    OB_RETURN_IF_ERROR(c.put_signal(agent, at, {ping, size}, 0, i, deadline));
+    OB_RETURN_IF_ERROR(c.wait_signal(mine, 0, i, deadline));
+    uint64_t t1 = now_ns();
+    if (std::memcmp(mine.data() + at, ping, size) != 0) ++out.mismatches;
+    std::memset(mine.data() + at, 0, size);  // the slot's next pong must bring the bytes again
+    if (i > warmup) out.samples_us.push_back(static_cast<double>(t1 - t0) / 1000.0);
+    if (i % kInterruptEvery == 0 && interrupt) OB_RETURN_IF_ERROR(interrupt());
+  }
+  if (!c.wait_until(deadline_in(timeout_s), [&answer] { return answer.has_value(); }))
+    return Status(Code::kTimedOut, "the agent's mirror did not answer after the last ping");
+  if (!answer->ok()) return answer->status().with_context("agent mirror");
+  if (answer->value().size() != 8) return Status(Code::kIoError, "mirror answered " +
+                                                     std::to_string(answer->value().size()) + " bytes, not 8");
   return out;
 }
 

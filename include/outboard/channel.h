@@ -153,6 +153,17 @@ class Connection {
   /// Orders one-sided operations: those issued after it complete at the
   /// peer after those issued before it (cheaper than flush; no waiting).
   [[nodiscard]] Status fence();
+  /// Put `src` at `offset`, then the 8-byte `signal` at `signal_offset`
+  /// (a multiple of 8), ordered so that a peer that sees the signal sees the
+  /// data (OpenSHMEM's put_signal): the peer polls memory, no message. Both
+  /// ranges are checked before anything is sent. Returns as put() does.
+  [[nodiscard]] Status put_signal(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
+                                  uint64_t signal_offset, uint64_t signal, Deadline deadline);
+  /// Until the 8-byte word at `offset` (a multiple of 8) of our `region`
+  /// holds at least `at_least`, as a peer's put_signal() leaves it. Busy-polls
+  /// (a peer's put raises no event), progressing the connection as it goes;
+  /// kTimedOut at the deadline, naming the word's value.
+  [[nodiscard]] Status wait_signal(const Region& region, uint64_t offset, uint64_t at_least, Deadline deadline);
   /// Put, then a notification (kNotify with `cookie`) that the peer receives
   /// only after the data is visible in its region: in its receive() queue, or
   /// handed to the named service of an agent.

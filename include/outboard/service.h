@@ -57,6 +57,11 @@ class ServiceHost {
   /// how a service's own worker threads hand results back (answers,
   /// one-sided writes) without contending for the channel.
   virtual void post(std::function<void()> fn) = 0;
+  /// Calls `poll` on every round of the progress thread until it returns
+  /// false: for watching memory that peers write with one-sided puts, which
+  /// raises no event. The progress thread busy-polls (a core) while any is
+  /// registered. Thread mode: the progress thread.
+  virtual void add_poller(std::function<bool()> poll) = 0;
 };
 
 class Service {

@@ -327,6 +327,29 @@ NB_MODULE(_core, m) {
              check(st);
            },
            "region"_a, "offset"_a, "data"_a, "cookie"_a, "timeout"_a, "service"_a = "")
+      .def("put_signal",
+           [](Connection& c, const RemoteRegion& r, uint64_t offset, nb::bytes data, uint64_t signal_offset,
+              uint64_t signal, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.put_signal(r, offset, view(data), signal_offset, signal, deadline_in(timeout));
+             }
+             check(st);
+           },
+           "region"_a, "offset"_a, "data"_a, "signal_offset"_a, "signal"_a, "timeout"_a,
+           "Put, then the 8-byte signal, ordered: a peer polling the signal word sees the data.")
+      .def("wait_signal",
+           [](Connection& c, const PyRegion& r, uint64_t offset, uint64_t at_least, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.wait_signal(r.region, offset, at_least, deadline_in(timeout));
+             }
+             check(st);
+           },
+           "region"_a, "offset"_a, "at_least"_a, "timeout"_a,
+           "Busy-polls until the 8-byte word at offset of our region is at least at_least (a peer's put_signal).")
       .def("fence", [](Connection& c) { check(c.fence()); });
 
   // Native benchmark loops (bench/native): the GIL is released while they run.
@@ -409,6 +432,19 @@ NB_MODULE(_core, m) {
         },
         "connection"_a, "notify"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a,
         "Get round trips, or write-with-notify answered by the agent: (samples in µs, mismatches).");
+
+  m.def("bench_signal_ping_pong",
+        [interrupt](Connection& c, size_t size, size_t iterations, size_t warmup, double timeout) {
+          Result<bench::OneSidedLatency> r = Status{};
+          {
+            nb::gil_scoped_release release;
+            r = bench::signal_ping_pong(c, size, iterations, warmup, timeout, interrupt);
+          }
+          bench::OneSidedLatency v = unwrap(std::move(r));
+          return nb::make_tuple(to_numpy(std::move(v.samples_us)), v.mismatches);
+        },
+        "connection"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a,
+        "put_signal ping-pongs mirrored by the agent polling memory: (round trips in µs, mismatches).");
 
   // Runs an open loop without the GIL; its figures as a dict of arrays and numbers.
   const auto open_loop = [](const std::function<Result<bench::OpenLoop>()>& run) {

@@ -110,6 +110,7 @@ std::string default_vocab_dir() {
 class HubHost final : public ServiceHost {
  public:
   void post(std::function<void()> fn) override { hub->post(std::move(fn)); }
+  void add_poller(std::function<bool()> poll) override { hub->add_poller(std::move(poll)); }
   std::shared_ptr<channel::Hub> hub;
 };
 

@@ -163,6 +163,7 @@ unsigned Hub::progress() {
     batch.clear();
     if (deferred_.empty()) deferred_.swap(batch);  // keep the capacity: no allocation per round
   }
+  if (!pollers_.empty() && !in_pollers_) run_pollers();
   // The clock is read every 16th round: timers here are tens of
   // microseconds and coarser, and a round that finds nothing is ~50 ns.
   if ((++polls_ & 15) != 0) return n;
@@ -180,6 +181,15 @@ unsigned Hub::progress() {
     for (auto& c : live) c->tick(t);
   }
   return n;
+}
+
+void Hub::run_pollers() {
+  in_pollers_ = true;
+  polling_.swap(pollers_);  // pollers added meanwhile land in pollers_
+  for (auto& poll : polling_)
+    if (poll()) pollers_.push_back(std::move(poll));
+  polling_.clear();
+  in_pollers_ = false;
 }
 
 bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std::function<bool()>& done) {
@@ -202,7 +212,7 @@ bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std:
     const uint64_t now = static_cast<uint64_t>(std::chrono::nanoseconds(t.time_since_epoch()).count());
     if (busy) spin_end = now + spin_ns;  // busy again: keep polling before sleeping
     busy = false;
-    if (now >= spin_end) {
+    if (now >= spin_end && pollers_.empty()) {
       sleep(lock, std::min(deadline.remaining_ms(), kMaxSleepMs));
       continue;
     }

@@ -56,7 +56,13 @@ class Hub {
     deferred_.push_back(Deferred{{}, std::move(conn), h, std::move(data), std::move(error)});
   }
 
-  /// Worker progress, deferred work, request-deadline checks. Lock held.
+  /// Runs `poll` on every progress() round (lock held) until it returns
+  /// false. Memory written by a peer's one-sided put raises no event, so
+  /// while any poller is registered wait_until() busy-polls, never sleeps.
+  /// Pollers do not run inside a progress() nested in one of them.
+  void add_poller(std::function<bool()> poll) { pollers_.push_back(std::move(poll)); }
+
+  /// Worker progress, deferred work, pollers, request-deadline checks. Lock held.
   unsigned progress();
   /// Runs `fn` on whichever thread next progresses the hub. Thread mode:
   /// any thread, without the hub's lock (a busy progress thread barely
@@ -95,6 +101,10 @@ class Hub {
   };
   void run(Deferred& d);
   std::vector<Deferred> deferred_;
+  void run_pollers();
+  std::vector<std::function<bool()>> pollers_;
+  std::vector<std::function<bool()>> polling_;  // the round's pollers, while they run
+  bool in_pollers_ = false;
   unsigned polls_ = 0;
   uint64_t next_tick_ns_ = 0;
 };

@@ -1,5 +1,7 @@
 // One-sided data path of a Connection: registered regions, put/get,
-// flush and write-with-notify.
+// flush, write-with-notify and put-with-signal.
+#include <atomic>
+
 #include "channel/connection_impl.h"
 
 namespace outboard {
@@ -108,6 +110,54 @@ Status Connection::fence() {
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(impl_->check_open());
   return impl_->hub->worker().fence();
+}
+
+namespace {
+
+Status check_signal_word(uint64_t offset, uint64_t size, const char* whose) {
+  if (offset % 8 != 0)
+    return {Code::kInvalidArgument, "signal offset " + std::to_string(offset) + " is not a multiple of 8"};
+  if (offset > size || size - offset < 8)
+    return {Code::kOutOfRange, "signal word at offset " + std::to_string(offset) + " exceeds " + whose +
+                                   " region of " + std::to_string(size) + " B"};
+  return {};
+}
+
+}  // namespace
+
+Status Connection::put_signal(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
+                              uint64_t signal_offset, uint64_t signal, Deadline deadline) {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(check_region(*impl_, region));
+  OB_RETURN_IF_ERROR(check_signal_word(signal_offset, region.size(), "remote"));
+  transport::PolledOp data;
+  if (!src.empty()) {
+    OB_ASSIGN_OR_RETURN(data, impl_->data_ep.put(region.impl().key, offset, src));
+  }
+  OB_RETURN_IF_ERROR(impl_->hub->worker().fence());
+  OB_ASSIGN_OR_RETURN(transport::PolledOp flag, impl_->data_ep.put(region.impl().key, signal_offset,
+                                                                   {reinterpret_cast<const uint8_t*>(&signal), 8}));
+  OB_RETURN_IF_ERROR(impl_->wait_polled(lock, deadline, data, "put_signal's data"));
+  return impl_->wait_polled(lock, deadline, flag, "put_signal's signal");
+}
+
+Status Connection::wait_signal(const Region& region, uint64_t offset, uint64_t at_least, Deadline deadline) {
+  OB_RETURN_IF_ERROR(check_signal_word(offset, region.size(), "local"));
+  // Regions are page-aligned and the offset a multiple of 8: an aligned word.
+  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(region.data() + offset));
+  // Between memory checks: progress (puts over TCP arrive as messages) every
+  // 64th spin, the clock every 1024th.
+  for (uint32_t spins = 1;; ++spins) {
+    if (word.load(std::memory_order_acquire) >= at_least) return {};
+    if (spins % 64 != 0) continue;
+    Lock lock(impl_->hub->mutex());
+    OB_RETURN_IF_ERROR(impl_->check_open());
+    impl_->hub->progress();
+    if (spins % 1024 == 0 && deadline.expired())
+      return {Code::kTimedOut, "signal word at offset " + std::to_string(offset) + " is " +
+                                   std::to_string(word.load()) + ", not yet " + std::to_string(at_least) +
+                                   ", at the deadline"};
+  }
 }
 
 Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,

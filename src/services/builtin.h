@@ -20,7 +20,18 @@ std::unique_ptr<Service> make_stats(std::function<std::string()> snapshot);
 /// writes the pattern into the client's region with notify. A client's
 /// write-with-notify into the region is answered with a one-way message of
 /// u64 cookie, u64 checksum of the notified bytes.
+/// 'M' u64 size u64 slots u64 pings u64 idle_ms + the client's descriptor ->
+/// mirrors pings, as perftest's write_lat peer does: ping i (from 1) is the
+/// client's put_signal of `size` bytes into slot (i-1) % slots (at
+/// kMirrorSlotsAt + slot * size of the region) with the word at 0 set to i;
+/// the agent, polling that word, puts the slot back at the same offset of the
+/// client's region with the same signal. Answers u64 pings when all are
+/// mirrored; kTimedOut when no ping comes for idle_ms.
 std::unique_ptr<Service> make_memory(uint64_t max_region_size);
+/// Where a mirror's slots start in both regions (the signal word is at 0).
+inline constexpr uint64_t kMirrorSlotsAt = 64;
+/// The longest a mirror may wait for a ping (its idle_ms is capped to it).
+inline constexpr uint64_t kMirrorMaxIdleMs = 60'000;
 /// `sink`: absorbs one-way messages, tallying per connection their count,
 /// bytes and digest (checksum_chain over the messages in order, from
 /// kChecksumChainSeed). A request answers u64 count, u64 bytes, u64 digest

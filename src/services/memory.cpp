@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -17,11 +18,73 @@ bool read_u64(std::span<const uint8_t>& in, uint64_t& v) {
 
 Buffer u64_buffer(uint64_t v) { return Buffer::copy_of({reinterpret_cast<const uint8_t*>(&v), 8}); }
 
+// A mirror session: answers each ping of one client from a poller on the
+// progress thread, until all are answered, the client goes quiet or leaves.
+struct Mirror {
+  std::shared_ptr<Connection> peer;
+  RemoteRegion remote;
+  Responder responder;
+  std::shared_ptr<Region> region;  // kept while the session runs, whatever the service does
+  const uint8_t* base = nullptr;   // region->data()
+  uint64_t size = 0, slots = 0, pings = 0, idle_ms = 0;
+  uint64_t next = 1;              // the ping awaited
+  uint64_t answered_at_check = 0; // `next` at the last idle check
+  uint64_t checked_ns = 0;
+  uint32_t polls = 0;
+  std::atomic<bool> over{false};  // answered, failed, its client left or the service is going
+
+  // One poll: false once the session is over (answered or failed).
+  bool poll() {
+    if (over) return false;
+    const uint64_t signal = std::atomic_ref<const uint64_t>(*reinterpret_cast<const uint64_t*>(base))
+                                .load(std::memory_order_acquire);
+    if (signal < next) return (++polls % 1024 != 0) || still_waiting();
+    if (signal > next) {
+      return finish({Code::kInvalidArgument, "mirror: ping " + std::to_string(signal) + " came before ping " +
+                                                 std::to_string(next) + " was answered"});
+    }
+    const uint64_t at = kMirrorSlotsAt + ((next - 1) % slots) * size;
+    Status st = peer->put_signal(remote, at, {base + at, size}, 0, next, Deadline::after_ms(kPutTimeoutMs));
+    if (!st.ok()) return finish(st.with_context("mirror: answer to ping " + std::to_string(next)));
+    if (next++ == pings) return finish({});
+    return true;
+  }
+
+  bool still_waiting() {
+    const uint64_t now = now_ns();
+    if (next != answered_at_check || checked_ns == 0) {
+      answered_at_check = next;
+      checked_ns = now;
+      return true;
+    }
+    if (now - checked_ns < idle_ms * 1'000'000) return true;
+    return finish({Code::kTimedOut, "mirror: no ping " + std::to_string(next) + " within " +
+                                        std::to_string(idle_ms) + " ms"});
+  }
+
+  bool finish(const Status& st) {
+    if (st.ok()) responder.respond(u64_buffer(pings));
+    else responder.fail(st);
+    over = true;
+    return false;
+  }
+
+  static constexpr int64_t kPutTimeoutMs = 5000;
+};
+
 class Memory final : public Service {
  public:
   explicit Memory(uint64_t max_region_size) : max_(max_region_size) {}
+  ~Memory() override {
+    for (auto& [id, m] : mirrors_) m->over = true;
+  }
   std::string name() const override { return "memory"; }
-  void on_disconnect(uint32_t id) override { regions_.erase(id); }
+  void attach(ServiceHost& host) override { host_ = &host; }
+  void on_disconnect(uint32_t id) override {
+    if (auto m = mirrors_.find(id); m != mirrors_.end()) m->second->over = true;
+    mirrors_.erase(id);
+    regions_.erase(id);
+  }
 
   void handle(ServiceRequest r) override {
     if (r.notification) return notified(r);
@@ -33,6 +96,8 @@ class Memory final : public Service {
     switch (op) {
       case 'A': {
         if (!read_u64(in, a)) break;
+        if (mirroring(r.peer->id()))
+          return r.responder.fail({Code::kBadState, "a mirror session is using this connection's region"});
         if (a > max_)
           return r.responder.fail({Code::kTooBig, "region of " + std::to_string(a) + " B exceeds max_region_size " +
                                                       std::to_string(max_) + " B (agent option --max-region-size)"});
@@ -40,7 +105,7 @@ class Memory final : public Service {
         if (!region.ok()) return r.responder.fail(region.status());
         auto desc = region.value().descriptor();
         Buffer out = Buffer::copy_of(desc);
-        regions_[r.peer->id()] = std::move(region).value();
+        regions_[r.peer->id()] = std::make_shared<Region>(std::move(region).value());
         return r.responder.respond(std::move(out));
       }
       case 'P': {
@@ -73,6 +138,10 @@ class Memory final : public Service {
         if (!st.ok()) return r.responder.fail(st);
         return r.responder.respond(u64_buffer(checksum(data)));
       }
+      case 'M': {
+        if (!read_u64(in, a) || !read_u64(in, b) || !read_u64(in, c) || !read_u64(in, d)) break;
+        return mirror(r, a, b, c, d, in);
+      }
       default:
         return r.responder.fail({Code::kInvalidArgument, std::string("unknown memory request '") + op + "'"});
     }
@@ -93,15 +162,48 @@ class Memory final : public Service {
     r.responder.respond({});
   }
 
+  void mirror(ServiceRequest& r, uint64_t size, uint64_t slots, uint64_t pings, uint64_t idle_ms,
+              std::span<const uint8_t> descriptor) {
+    if (mirroring(r.peer->id()))
+      return r.responder.fail({Code::kBadState, "a mirror session is already running on this connection"});
+    Region* region = find(r);
+    if (!region) return;
+    if (size == 0 || slots == 0 || pings == 0)
+      return r.responder.fail({Code::kInvalidArgument, "mirror needs a size, slots and pings of at least 1"});
+    if (slots > (region->size() - std::min<uint64_t>(region->size(), kMirrorSlotsAt)) / size)
+      return r.responder.fail({Code::kOutOfRange, "mirror of " + std::to_string(slots) + " slots of " +
+                                                      std::to_string(size) + " B after the signal word exceeds "
+                                                      "the region of " + std::to_string(region->size()) + " B"});
+    auto remote = r.peer->import_region(descriptor);
+    if (!remote.ok()) return r.responder.fail(remote.status());
+    auto m = std::make_shared<Mirror>();
+    m->peer = r.peer;
+    m->remote = std::move(remote).value();
+    m->responder = r.responder;
+    m->region = regions_.at(r.peer->id());
+    m->base = region->data();
+    m->size = size, m->slots = slots, m->pings = pings;
+    m->idle_ms = std::min(std::max<uint64_t>(idle_ms, 1), kMirrorMaxIdleMs);
+    mirrors_[r.peer->id()] = m;  // an ended session's entry stays until the next 'M' or the disconnect
+    host_->add_poller([m] { return m->poll(); });
+  }
+
+  bool mirroring(uint32_t id) const {
+    auto it = mirrors_.find(id);
+    return it != mirrors_.end() && !it->second->over;
+  }
+
   Region* find(const ServiceRequest& r) {
     auto it = regions_.find(r.peer->id());
-    if (it != regions_.end()) return &it->second;
+    if (it != regions_.end()) return it->second.get();
     r.responder.fail({Code::kNotFound, "no region allocated on this connection (send 'A' first)"});
     return nullptr;
   }
 
   uint64_t max_;
-  std::unordered_map<uint32_t, Region> regions_;
+  ServiceHost* host_ = nullptr;
+  std::unordered_map<uint32_t, std::shared_ptr<Region>> regions_;
+  std::unordered_map<uint32_t, std::shared_ptr<Mirror>> mirrors_;
 };
 
 }  // namespace

@@ -91,3 +91,34 @@ def test_fence_orders_puts(client: outboard.Client) -> None:
         conn.fence()
     conn.flush(10.0)
     assert conn.get(remote, 0, 4096, 10.0) == bytes([49]) * 4096
+
+
+def test_put_signal_pings_come_back_from_the_agents_mirror(client: outboard.Client) -> None:
+    conn, size, slots, pings = client.connection, 200, 3, 30
+    remote = conn.import_region(client.request("memory", op("A", 64 + slots * size)))
+    mine = conn.allocate_memory(64 + slots * size)
+    mine.array()[:] = 0
+    answers = []
+    conn.submit("memory", op("M", size, slots, pings, 5000, tail=mine.descriptor), 10.0,
+                lambda response, error: answers.append((response, error)))
+    for i in range(1, pings + 1):
+        at, data = 64 + (i - 1) % slots * size, _core.pattern(size, seed=i)
+        conn.put_signal(remote, at, data, 0, i, 10.0)
+        conn.wait_signal(mine, 0, i, 10.0)
+        assert mine.array()[at:at + size].tobytes() == data
+    while not answers:
+        conn.progress()
+    assert answers == [(struct.pack("<Q", pings), None)]
+
+
+def test_wait_signal_times_out_and_bad_offsets_are_refused(client: outboard.Client) -> None:
+    conn = client.connection
+    mine = conn.allocate_memory(4096)
+    mine.array()[:] = 0
+    with pytest.raises(errors.TimedOut, match="is 0, not yet 5"):
+        conn.wait_signal(mine, 0, 5, 0.05)
+    remote = conn.import_region(client.request("memory", op("A", 4096)))
+    with pytest.raises(errors.InvalidArgument, match="not a multiple of 8"):
+        conn.put_signal(remote, 0, b"x", 3, 1, 10.0)
+    with pytest.raises(errors.OutOfRange):
+        conn.put_signal(remote, 0, b"x", 4096, 1, 10.0)

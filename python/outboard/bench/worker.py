@@ -71,9 +71,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                     "msg_per_s": summarize([t["messages"] / t["seconds"] for t in trials]),
                     "verified": all(t["verified"] for t in trials)}
         elif op == "one_sided_lat":
-            samples, mismatches = _core.bench_one_sided_latency(client.connection, spec["notify"], size,
-                                                                int(spec["iterations"]), int(spec["warmup"]),
-                                                                OP_TIMEOUT_S)
+            if spec.get("mirror"):
+                samples, mismatches = _core.bench_signal_ping_pong(client.connection, size, int(spec["iterations"]),
+                                                                   int(spec["warmup"]), OP_TIMEOUT_S)
+            else:
+                samples, mismatches = _core.bench_one_sided_latency(client.connection, spec["notify"], size,
+                                                                    int(spec["iterations"]), int(spec["warmup"]),
+                                                                    OP_TIMEOUT_S)
             out |= {"rtt_us": summarize(samples), "one_way_us": summarize(samples / 2), "mismatches": int(mismatches)}
         else:
             raise ValueError(f"unknown worker op '{op}'")

@@ -1,5 +1,7 @@
 // One-sided data path against a real agent's memory service.
 #include <cstring>
+#include <optional>
+#include <thread>
 
 #include "../agent_fixture.h"
 #include "outboard/checksum.h"
@@ -100,6 +102,142 @@ TEST_F(RegionTest, ImportRejectsGarbageDescriptors) {
   EXPECT_EQ(c->import_region(junk).status().code(), Code::kInvalidArgument);
   auto r = c->request("memory", op('W', {1, 0, 10, 1}, junk).span(), soon());
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+}
+
+// The agent's memory mirror (services/builtin.h): its slots start at 64,
+// the signal word is at 0 of both regions.
+constexpr uint64_t kSlotsAt = 64;
+
+// A mirror polls from the agent's progress thread, which then never sleeps:
+// once the session is over, the agent (in this process) must go idle again.
+double busy_fraction_while_idle() {
+  const uint64_t cpu0 = process_cpu_ns(), t0 = now_ns();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  return static_cast<double>(process_cpu_ns() - cpu0) / static_cast<double>(now_ns() - t0);
+}
+
+Buffer mirror_op(uint64_t size, uint64_t slots, uint64_t pings, uint64_t idle_ms, const Region& mine) {
+  return op('M', {size, slots, pings, idle_ms}, mine.descriptor());
+}
+
+TEST_F(RegionTest, PutSignalPingsAreMirroredByAnAgentPollingMemory) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  constexpr uint64_t kSize = 300, kSlots = 4, kPings = 200;
+  auto desc = c->request("memory", op('A', {kSlotsAt + kSlots * kSize}).span(), soon());
+  ASSERT_TRUE(desc.ok());
+  auto agent = c->import_region(desc.value().span());
+  ASSERT_TRUE(agent.ok());
+  auto mine = c->allocate_memory(kSlotsAt + kSlots * kSize);
+  ASSERT_TRUE(mine.ok()) << mine.status().to_string();
+  std::memset(mine.value().data(), 0, mine.value().size());
+  std::optional<Result<Buffer>> answer;
+  ASSERT_TRUE(c->submit("memory", mirror_op(kSize, kSlots, kPings, 10000, mine.value()), soon(),
+                        [&](Result<Buffer> r) { answer = std::move(r); })
+                  .ok());
+  std::vector<uint8_t> ping(kSize);
+  for (uint64_t i = 1; i <= kPings; ++i) {
+    fill_pattern(ping, i);  // every ping its own bytes
+    const uint64_t at = kSlotsAt + ((i - 1) % kSlots) * kSize;
+    ASSERT_TRUE(c->put_signal(agent.value(), at, ping, 0, i, soon()).ok());
+    Status st = c->wait_signal(mine.value(), 0, i, soon());
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(std::memcmp(mine.value().data() + at, ping.data(), kSize), 0) << "ping " << i;
+  }
+  ASSERT_TRUE(c->wait_until(soon(), [&] { return answer.has_value(); }));
+  ASSERT_TRUE(answer->ok()) << answer->status().to_string();
+  EXPECT_EQ(as_u64(answer->value()), kPings);
+  EXPECT_LT(busy_fraction_while_idle(), 0.5);
+}
+
+TEST_F(RegionTest, PutSignalChecksBothRangesBeforeWritingAnything) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  auto desc = c->request("memory", op('A', {4096}).span(), soon());
+  ASSERT_TRUE(desc.ok());
+  auto remote = c->import_region(desc.value().span());
+  ASSERT_TRUE(remote.ok());
+  ASSERT_TRUE(c->request("memory", op('P', {3}).span(), soon()).ok());
+  auto before = c->request("memory", op('S', {0, 4096}).span(), soon());
+  std::vector<uint8_t> data(100, 0xcd);
+
+  Status st = c->put_signal(remote.value(), 0, data, 12, 1, soon());
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.message(), "signal offset 12 is not a multiple of 8");
+  st = c->put_signal(remote.value(), 0, data, 4096, 1, soon());
+  EXPECT_EQ(st.code(), Code::kOutOfRange);
+  EXPECT_EQ(st.message(), "signal word at offset 4096 exceeds remote region of 4096 B");
+  EXPECT_EQ(c->put_signal(remote.value(), 4000, data, 0, 1, soon()).code(), Code::kOutOfRange);  // the data
+  auto after = c->request("memory", op('S', {0, 4096}).span(), soon());
+  EXPECT_EQ(as_u64(before.value()), as_u64(after.value()));
+}
+
+TEST_F(RegionTest, WaitSignalTimesOutNamingTheWord) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  auto mine = c->allocate_memory(4096);
+  ASSERT_TRUE(mine.ok());
+  std::memset(mine.value().data(), 0, 4096);
+  Status st = c->wait_signal(mine.value(), 8, 1, Deadline::after_ms(50));
+  EXPECT_EQ(st.code(), Code::kTimedOut);
+  EXPECT_EQ(st.message(), "signal word at offset 8 is 0, not yet 1, at the deadline");
+  EXPECT_EQ(c->wait_signal(mine.value(), 4, 1, soon()).code(), Code::kInvalidArgument);
+  EXPECT_EQ(c->wait_signal(mine.value(), 4096, 1, soon()).code(), Code::kOutOfRange);
+}
+
+TEST_F(RegionTest, AMirrorThatHearsNothingEndsAndHarmsNoOtherClient) {
+  auto c = connect(), other = connect();
+  ASSERT_TRUE(c && other);
+  ASSERT_TRUE(c->request("memory", op('A', {kSlotsAt + 64}).span(), soon()).ok());
+  auto mine = c->allocate_memory(kSlotsAt + 64);
+  ASSERT_TRUE(mine.ok());
+  std::optional<Result<Buffer>> answer;
+  ASSERT_TRUE(c->submit("memory", mirror_op(64, 1, 10, 200, mine.value()), soon(),
+                        [&](Result<Buffer> r) { answer = std::move(r); })
+                  .ok());
+  // While it waits: a second mirror or a new region on that connection is
+  // refused, and another client is served.
+  auto again = c->request("memory", mirror_op(64, 1, 10, 200, mine.value()).span(), soon());
+  EXPECT_EQ(again.status().code(), Code::kBadState);
+  EXPECT_EQ(c->request("memory", op('A', {64}).span(), soon()).status().code(), Code::kBadState);
+  std::vector<uint8_t> hello(32, 7);
+  EXPECT_TRUE(other->request("echo", hello, soon()).ok());
+  ASSERT_TRUE(c->wait_until(soon(), [&] { return answer.has_value(); }));
+  EXPECT_EQ(answer->status().code(), Code::kTimedOut);
+  EXPECT_EQ(answer->status().message(), "mirror: no ping 1 within 200 ms");
+  EXPECT_TRUE(c->request("echo", hello, soon()).ok());  // the connection is unharmed
+}
+
+TEST_F(RegionTest, MirrorRequestsOutsideTheRegionAreRefused) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  auto mine = c->allocate_memory(4096);
+  ASSERT_TRUE(mine.ok());
+  auto none = c->request("memory", mirror_op(64, 1, 1, 100, mine.value()).span(), soon());
+  EXPECT_EQ(none.status().code(), Code::kNotFound);  // no region yet
+  ASSERT_TRUE(c->request("memory", op('A', {4096}).span(), soon()).ok());
+  auto big = c->request("memory", mirror_op(1024, 4, 1, 100, mine.value()).span(), soon());
+  EXPECT_EQ(big.status().code(), Code::kOutOfRange);
+  EXPECT_EQ(big.status().message(),
+            "mirror of 4 slots of 1024 B after the signal word exceeds the region of 4096 B");
+  auto empty = c->request("memory", mirror_op(0, 1, 1, 100, mine.value()).span(), soon());
+  EXPECT_EQ(empty.status().code(), Code::kInvalidArgument);
+}
+
+TEST_F(RegionTest, AMirrorWhoseClientLeavesIsDropped) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->request("memory", op('A', {kSlotsAt + 64}).span(), soon()).ok());
+  auto mine = c->allocate_memory(kSlotsAt + 64);
+  ASSERT_TRUE(mine.ok());
+  ASSERT_TRUE(c->submit("memory", mirror_op(64, 1, 10, 60000, mine.value()), soon(), [](Result<Buffer>) {}).ok());
+  ASSERT_TRUE(c->request("echo", std::vector<uint8_t>(8, 1), soon()).ok());  // the mirror is running
+  c->close();
+  auto next = connect();
+  ASSERT_TRUE(next);
+  ASSERT_TRUE(next->request("memory", op('A', {kSlotsAt + 64}).span(), soon()).ok());
+  EXPECT_TRUE(next->request("echo", std::vector<uint8_t>(8, 2), soon()).ok());
+  EXPECT_LT(busy_fraction_while_idle(), 0.5);  // the left client's mirror stopped polling
 }
 
 }  // namespace
