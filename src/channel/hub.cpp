@@ -167,7 +167,7 @@ unsigned Hub::progress() {
   // The clock is read every 16th round: timers here are tens of
   // microseconds and coarser, and a round that finds nothing is ~50 ns.
   if ((++polls_ & 15) != 0) return n;
-  const uint64_t now = now_ns();
+  const uint64_t now = clock_ns_ = now_ns();
   if (now >= next_control_ns_) {  // by time only: an idle spin must not poll TCP each round
     next_control_ns_ = now + kControlIntervalNs;
     n += control_->progress();
@@ -205,11 +205,11 @@ bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std:
     }
     // Every 16th idle round only: the clock, and letting other threads of
     // this process in. Each costs about a round, and a longer round is
-    // latency for the next arrival.
+    // latency for the next arrival. The clock is the one progress() read
+    // within the last 16 rounds.
     if ((idle & 15) != 15) continue;
-    const Clock::time_point t = Clock::now();
-    if (deadline.expired_at(t)) return false;
-    const uint64_t now = static_cast<uint64_t>(std::chrono::nanoseconds(t.time_since_epoch()).count());
+    const uint64_t now = clock_ns_;
+    if (deadline.expired_at(Clock::time_point(std::chrono::nanoseconds(now)))) return false;
     if (busy) spin_end = now + spin_ns;  // busy again: keep polling before sleeping
     busy = false;
     if (now >= spin_end && pollers_.empty()) {

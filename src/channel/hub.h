@@ -106,6 +106,7 @@ class Hub {
   std::vector<std::function<bool()>> polling_;  // the round's pollers, while they run
   bool in_pollers_ = false;
   unsigned polls_ = 0;
+  uint64_t clock_ns_ = 0;  // now_ns() at progress()'s last clock read (every 16th round)
   uint64_t next_tick_ns_ = 0;
 };
 
