@@ -357,15 +357,19 @@ NB_MODULE(_core, m) {
     check_signals();
     return Status{};
   };
+  // A latency loop run without the GIL: (samples in µs, mismatches).
+  const auto samples = [](const auto& run) {
+    decltype(run()) r = Status{};
+    {
+      nb::gil_scoped_release release;
+      r = run();
+    }
+    auto v = unwrap(std::move(r));
+    return nb::make_tuple(to_numpy(std::move(v.samples_us)), v.mismatches);
+  };
   m.def("bench_round_trips",
-        [interrupt](Connection& c, size_t size, size_t iterations, size_t warmup, double timeout) {
-          Result<bench::RoundTrips> r = Status{};
-          {
-            nb::gil_scoped_release release;
-            r = bench::round_trips(c, size, iterations, warmup, timeout, interrupt);
-          }
-          bench::RoundTrips v = unwrap(std::move(r));
-          return nb::make_tuple(to_numpy(std::move(v.samples_us)), v.mismatches);
+        [interrupt, samples](Connection& c, size_t size, size_t iterations, size_t warmup, double timeout) {
+          return samples([&] { return bench::round_trips(c, size, iterations, warmup, timeout, interrupt); });
         },
         "connection"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a,
         "Round trips to `echo`: (samples in µs, mismatched responses).");
@@ -421,27 +425,17 @@ NB_MODULE(_core, m) {
         "connections"_a, "put"_a, "size"_a, "ops"_a, "iterations"_a, "warmup"_a, "reuse_buffer"_a, "timeout"_a,
         "perftest-shaped put/get bandwidth into the agent's memory service regions, verified.");
   m.def("bench_one_sided_latency",
-        [interrupt](Connection& c, bool notify, size_t size, size_t iterations, size_t warmup, double timeout) {
-          Result<bench::OneSidedLatency> r = Status{};
-          {
-            nb::gil_scoped_release release;
-            r = bench::one_sided_latency(c, notify, size, iterations, warmup, timeout, interrupt);
-          }
-          bench::OneSidedLatency v = unwrap(std::move(r));
-          return nb::make_tuple(to_numpy(std::move(v.samples_us)), v.mismatches);
+        [interrupt, samples](Connection& c, bool notify, size_t size, size_t iterations, size_t warmup,
+                             double timeout) {
+          return samples(
+              [&] { return bench::one_sided_latency(c, notify, size, iterations, warmup, timeout, interrupt); });
         },
         "connection"_a, "notify"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a,
         "Get round trips, or write-with-notify answered by the agent: (samples in µs, mismatches).");
 
   m.def("bench_signal_ping_pong",
-        [interrupt](Connection& c, size_t size, size_t iterations, size_t warmup, double timeout) {
-          Result<bench::OneSidedLatency> r = Status{};
-          {
-            nb::gil_scoped_release release;
-            r = bench::signal_ping_pong(c, size, iterations, warmup, timeout, interrupt);
-          }
-          bench::OneSidedLatency v = unwrap(std::move(r));
-          return nb::make_tuple(to_numpy(std::move(v.samples_us)), v.mismatches);
+        [interrupt, samples](Connection& c, size_t size, size_t iterations, size_t warmup, double timeout) {
+          return samples([&] { return bench::signal_ping_pong(c, size, iterations, warmup, timeout, interrupt); });
         },
         "connection"_a, "size"_a, "iterations"_a, "warmup"_a, "timeout"_a,
         "put_signal ping-pongs mirrored by the agent polling memory: (round trips in µs, mismatches).");

@@ -31,6 +31,16 @@ uint64_t as_u64(const Buffer& b) {
   return v;
 }
 
+// The agent's `memory` region of `size` bytes for `c`, imported.
+RemoteRegion agent_region(Connection& c, uint64_t size) {
+  auto desc = c.request("memory", op('A', {size}).span(), soon());
+  EXPECT_TRUE(desc.ok()) << desc.status().to_string();
+  if (!desc.ok()) return {};
+  auto remote = c.import_region(desc.value().span());
+  EXPECT_TRUE(remote.ok()) << remote.status().to_string();
+  return remote.ok() ? std::move(remote).value() : RemoteRegion();
+}
+
 TEST_F(RegionTest, PutThenGetRoundTripsAndAgentSeesTheBytes) {
   auto c = connect();
   ASSERT_TRUE(c);
@@ -57,19 +67,17 @@ TEST_F(RegionTest, PutThenGetRoundTripsAndAgentSeesTheBytes) {
 TEST_F(RegionTest, OutOfBoundsAccessIsAnErrorAndWritesNothing) {
   auto c = connect();
   ASSERT_TRUE(c);
-  auto desc = c->request("memory", op('A', {4096}).span(), soon());
-  ASSERT_TRUE(desc.ok());
-  auto remote = c->import_region(desc.value().span());
-  ASSERT_TRUE(remote.ok());
+  RemoteRegion remote = agent_region(*c, 4096);
+  ASSERT_EQ(remote.size(), 4096u);
   ASSERT_TRUE(c->request("memory", op('P', {5}).span(), soon()).ok());
   auto before = c->request("memory", op('S', {0, 4096}).span(), soon());
 
   std::vector<uint8_t> data(100, 0xab);
-  Status st = c->put(remote.value(), 4000, data, soon());
+  Status st = c->put(remote, 4000, data, soon());
   EXPECT_EQ(st.code(), Code::kOutOfRange);
   EXPECT_EQ(st.message(), "put of 100 B at offset 4000 exceeds remote region of 4096 B");
-  EXPECT_EQ(c->put(remote.value(), UINT64_MAX - 10, data, soon()).code(), Code::kOutOfRange);
-  EXPECT_EQ(c->get(remote.value(), 4097, std::span<uint8_t>(data.data(), 0), soon()).code(), Code::kOutOfRange);
+  EXPECT_EQ(c->put(remote, UINT64_MAX - 10, data, soon()).code(), Code::kOutOfRange);
+  EXPECT_EQ(c->get(remote, 4097, std::span<uint8_t>(data.data(), 0), soon()).code(), Code::kOutOfRange);
   auto after = c->request("memory", op('S', {0, 4096}).span(), soon());
   EXPECT_EQ(as_u64(before.value()), as_u64(after.value()));
   EXPECT_TRUE(c->request("echo", data, soon()).ok());  // connection unharmed
@@ -124,10 +132,8 @@ TEST_F(RegionTest, PutSignalPingsAreMirroredByAnAgentPollingMemory) {
   auto c = connect();
   ASSERT_TRUE(c);
   constexpr uint64_t kSize = 300, kSlots = 4, kPings = 200;
-  auto desc = c->request("memory", op('A', {kSlotsAt + kSlots * kSize}).span(), soon());
-  ASSERT_TRUE(desc.ok());
-  auto agent = c->import_region(desc.value().span());
-  ASSERT_TRUE(agent.ok());
+  RemoteRegion agent = agent_region(*c, kSlotsAt + kSlots * kSize);
+  ASSERT_GT(agent.size(), 0u);
   auto mine = c->allocate_memory(kSlotsAt + kSlots * kSize);
   ASSERT_TRUE(mine.ok()) << mine.status().to_string();
   std::memset(mine.value().data(), 0, mine.value().size());
@@ -139,7 +145,7 @@ TEST_F(RegionTest, PutSignalPingsAreMirroredByAnAgentPollingMemory) {
   for (uint64_t i = 1; i <= kPings; ++i) {
     fill_pattern(ping, i);  // every ping its own bytes
     const uint64_t at = kSlotsAt + ((i - 1) % kSlots) * kSize;
-    ASSERT_TRUE(c->put_signal(agent.value(), at, ping, 0, i, soon()).ok());
+    ASSERT_TRUE(c->put_signal(agent, at, ping, 0, i, soon()).ok());
     Status st = c->wait_signal(mine.value(), 0, i, soon());
     ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_EQ(std::memcmp(mine.value().data() + at, ping.data(), kSize), 0) << "ping " << i;
@@ -153,21 +159,19 @@ TEST_F(RegionTest, PutSignalPingsAreMirroredByAnAgentPollingMemory) {
 TEST_F(RegionTest, PutSignalChecksBothRangesBeforeWritingAnything) {
   auto c = connect();
   ASSERT_TRUE(c);
-  auto desc = c->request("memory", op('A', {4096}).span(), soon());
-  ASSERT_TRUE(desc.ok());
-  auto remote = c->import_region(desc.value().span());
-  ASSERT_TRUE(remote.ok());
+  RemoteRegion remote = agent_region(*c, 4096);
+  ASSERT_EQ(remote.size(), 4096u);
   ASSERT_TRUE(c->request("memory", op('P', {3}).span(), soon()).ok());
   auto before = c->request("memory", op('S', {0, 4096}).span(), soon());
   std::vector<uint8_t> data(100, 0xcd);
 
-  Status st = c->put_signal(remote.value(), 0, data, 12, 1, soon());
+  Status st = c->put_signal(remote, 0, data, 12, 1, soon());
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_EQ(st.message(), "signal offset 12 is not a multiple of 8");
-  st = c->put_signal(remote.value(), 0, data, 4096, 1, soon());
+  st = c->put_signal(remote, 0, data, 4096, 1, soon());
   EXPECT_EQ(st.code(), Code::kOutOfRange);
   EXPECT_EQ(st.message(), "signal word at offset 4096 exceeds remote region of 4096 B");
-  EXPECT_EQ(c->put_signal(remote.value(), 4000, data, 0, 1, soon()).code(), Code::kOutOfRange);  // the data
+  EXPECT_EQ(c->put_signal(remote, 4000, data, 0, 1, soon()).code(), Code::kOutOfRange);  // the data
   auto after = c->request("memory", op('S', {0, 4096}).span(), soon());
   EXPECT_EQ(as_u64(before.value()), as_u64(after.value()));
 }
