@@ -5,7 +5,8 @@ each iteration posts 512 operations, then waits for their completion; 2048 itera
 GPUNetIO vs ib_write_bw comparison's parameters); 1..N endpoints. Latency: a read is a round
 trip (perftest's read_lat convention); a write is half a round trip of a put_signal ping-pong
 with the agent polling memory (perftest's write_lat), and of a write-with-notify the agent answers
-with the checksum of what landed. Every cell verifies the bytes on the other side. Peer: ucx_perftest ucp_put_bw / ucp_get / ucp_put_lat in the same run.
+with the checksum of what landed. Every cell verifies the bytes on the other side. Peer:
+ucx_perftest ucp_put_bw / ucp_get / ucp_put_lat in the same run.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ ENDPOINTS = Case(
           "connection ends an iteration.")
 
 WRITE_LAT = Case(
-    "write_lat", "write_lat: write-with-notify answered by the agent (RTT/2), vs ucx_perftest ucp_put_lat",
+    "write_lat", "write_lat: put_signal ping-pong and write-with-notify (RTT/2), vs ucx_perftest ucp_put_lat",
     sweep={**TRANSPORT_SWEEP, "size": SIZES}, quick={"transport": ["shm"], "size": [64, 4096]},
     impls=[Impl(OURS_PING_PONG, _ours_lat(False, mirror=True), transport_unavailable),
            Impl(OURS, _ours_lat(True), transport_unavailable), Impl("ucx_perftest", _peer_put_lat, peer_unavailable)],
