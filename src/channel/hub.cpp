@@ -194,8 +194,8 @@ void Hub::run_pollers() {
 
 bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std::function<bool()>& done) {
   const uint64_t spin_ns = uint64_t{spin_us} * 1000;
-  uint64_t spin_end = now_ns() + spin_ns;
-  bool busy = false;
+  uint64_t spin_end = 0;
+  bool busy = true;  // so the first clock check starts the spin (no clock read here)
   for (unsigned idle = 0;; ++idle) {
     if (done()) return true;
     if (progress() != 0) {
