@@ -239,21 +239,17 @@ Result<PolledOp> Endpoint::polled(void* r, const char* what) {
 
 PolledOp& PolledOp::operator=(PolledOp&& o) noexcept {
   if (this != &o) {
-    if (request_) ucp_request_free(request_);
+    if (request_) release();
     request_ = std::exchange(o.request_, nullptr);
   }
   return *this;
 }
 
-PolledOp::~PolledOp() {
-  if (request_) ucp_request_free(request_);
-}
+void PolledOp::release() { ucp_request_free(request_); }
 
-bool PolledOp::done() const { return !request_ || ucp_request_check_status(request_) != UCS_INPROGRESS; }
+bool PolledOp::request_done() const { return ucp_request_check_status(request_) != UCS_INPROGRESS; }
 
-Status PolledOp::status(const char* what) const {
-  return from_ucs(request_ ? ucp_request_check_status(request_) : UCS_OK, what);
-}
+Status PolledOp::request_status(const char* what) const { return from_ucs(ucp_request_check_status(request_), what); }
 
 void Endpoint::flush(DoneFn done) {
   if (!ep_ || state_->failed) {

@@ -101,13 +101,19 @@ class PolledOp {
   PolledOp& operator=(PolledOp&& o) noexcept;
   PolledOp(const PolledOp&) = delete;
   PolledOp& operator=(const PolledOp&) = delete;
-  ~PolledOp();
-  [[nodiscard]] bool done() const;
-  [[nodiscard]] Status status(const char* what) const;
+  // Inline: most operations on shared memory complete in place (no request).
+  ~PolledOp() {
+    if (request_) release();
+  }
+  [[nodiscard]] bool done() const { return !request_ || request_done(); }
+  [[nodiscard]] Status status(const char* what) const { return request_ ? request_status(what) : Status(); }
 
  private:
   friend class Endpoint;
   explicit PolledOp(void* request) : request_(request) {}
+  void release();
+  [[nodiscard]] bool request_done() const;
+  [[nodiscard]] Status request_status(const char* what) const;
   void* request_ = nullptr;  // null: completed in place (failures never make a PolledOp)
 };
 
