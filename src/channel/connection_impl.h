@@ -54,8 +54,10 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   /// Index of `service` in the peer's list; kNoService for "" (kNotFound if unknown).
   Result<uint32_t> service_index(std::string_view service) const;
   /// Sends a request; its id, by which forget_request() drops its callback.
+  /// `fn_is_trivial`: `fn` only records the result (it never blocks or calls
+  /// back in), so the response may complete it inside UCX's callback.
   Result<uint64_t> start_request(std::string_view service, Buffer payload, Deadline deadline, ResponseFn fn,
-                                 bool wait, channel::Lock* lock);
+                                 bool wait, channel::Lock* lock, bool fn_is_trivial = false);
   void forget_request(uint64_t id);
   /// Agent side: answers request `id` (once; later answers are ignored).
   void respond(uint64_t id, Result<Buffer> result);
@@ -109,7 +111,11 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   struct Pending {
     ResponseFn fn;
     Clock::time_point deadline;
+    bool trivial = false;  // start_request()'s fn_is_trivial
   };
+  /// Deliveries of this connection queued in the hub: while any is, a frame
+  /// must queue behind it, whatever its kind.
+  uint32_t deferred_deliveries = 0;
   uint64_t next_request_id = 1;
   std::unordered_map<uint64_t, Pending> pending;
   std::set<std::pair<Clock::time_point, uint64_t>> deadlines;

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "channel/connection_impl.h"
 #include "outboard/log.h"
@@ -124,6 +125,14 @@ uint32_t Hub::add(Connection::Impl* conn) {
 void Hub::remove(uint32_t id) { conns_.erase(id); }
 
 void Hub::on_am(transport::IncomingAm& am) {
+  // Inside UCX's callback: from ucp_worker_progress, or from a send on the
+  // `self` transport (an agent in this process), which delivers at once.
+  const bool outer = std::exchange(in_ucx_, true);
+  handle_am(am);
+  in_ucx_ = outer;
+}
+
+void Hub::handle_am(transport::IncomingAm& am) {
   if (am.header.size() != sizeof(FrameHeader)) {
     OB_LOG_WARN("dropped a frame with a %zu B header (expected %zu B)", am.header.size(), sizeof(FrameHeader));
     return;

@@ -64,6 +64,9 @@ class Hub {
 
   /// Worker progress, deferred work, pollers, request-deadline checks. Lock held.
   unsigned progress();
+  /// True while UCX runs our handler of an incoming frame, where nothing
+  /// may block or progress. Lock held.
+  [[nodiscard]] bool in_ucx_callback() const { return in_ucx_; }
   /// Runs `fn` on whichever thread next progresses the hub. Thread mode:
   /// any thread, without the hub's lock (a busy progress thread barely
   /// releases it); wakes a thread sleeping in wait_until().
@@ -78,6 +81,7 @@ class Hub {
       int wake_fd);
   unsigned run_posted();
   void on_am(transport::IncomingAm& am);
+  void handle_am(transport::IncomingAm& am);
   /// Sleeps until an event or `timeout_ms`, the lock released meanwhile.
   void sleep(Lock& lock, int timeout_ms);
 
@@ -105,6 +109,7 @@ class Hub {
   std::vector<std::function<bool()>> pollers_;
   std::vector<std::function<bool()>> polling_;  // the round's pollers, while they run
   bool in_pollers_ = false;
+  bool in_ucx_ = false;
   unsigned polls_ = 0;
   uint64_t clock_ns_ = 0;  // now_ns() at progress()'s last clock read (every 16th round)
   uint64_t next_tick_ns_ = 0;

@@ -1,6 +1,7 @@
 #include <random>
 
 #include "../agent_fixture.h"
+#include "channel/hub.h"
 #include "outboard/checksum.h"
 
 namespace outboard {
@@ -157,6 +158,40 @@ TEST_F(ConnectionTest, AsyncRequestsCompleteThroughProgress) {
   Deadline d = soon();
   while (done < 100 && !d.expired()) c->wait(Deadline::after_ms(10));
   EXPECT_EQ(done, 100);
+}
+
+// A blocking request's answer completes inside UCX's callback; an async one's
+// callback may block (here: a request of its own), so it must run from
+// progress, and messages must keep their order around both.
+TEST_F(ConnectionTest, BlockingAsyncAndOneWayTrafficInterleaveInOrder) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  auto hub = channel::Hub::get({});  // the process's, which the connection uses
+  ASSERT_TRUE(hub.ok());
+  int async_done = 0;
+  auto text = [](const Buffer& b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); };
+  for (int i = 0; i < 100; ++i) {
+    const std::string m = "msg" + std::to_string(i), a = "async" + std::to_string(i), b = "block" + std::to_string(i);
+    ASSERT_TRUE(c->submit("echo", Buffer::copy_of(bytes(a)), soon(), [&, a](Result<Buffer> r) {
+                   ASSERT_TRUE(r.ok());
+                   EXPECT_EQ(text(r.value()), a);
+                   EXPECT_FALSE(hub.value()->in_ucx_callback()) << "an async callback ran inside UCX's";
+                   auto nested = c->request("echo", bytes("nested"), soon());
+                   ASSERT_TRUE(nested.ok()) << nested.status().to_string();
+                   EXPECT_EQ(text(nested.value()), "nested");
+                   ++async_done;
+                 }).ok());
+    ASSERT_TRUE(c->send(bytes(m), soon(), "echo").ok());  // echo reflects it back
+    auto r = c->request("echo", bytes(b), soon());
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(text(r.value()), b);
+    auto in = c->receive(soon());
+    ASSERT_TRUE(in.ok()) << in.status().to_string();
+    EXPECT_EQ(text(in.value().data), m);
+  }
+  Deadline d = soon();
+  while (async_done < 100 && !d.expired()) c->wait(Deadline::after_ms(10));
+  EXPECT_EQ(async_done, 100);
 }
 
 // A service that answers only when told to (a stand-in for slow work).
