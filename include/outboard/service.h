@@ -73,6 +73,10 @@ class Service {
   [[nodiscard]] virtual std::string name() const = 0;
   /// Must not block for long: every client waits while it runs.
   virtual void handle(ServiceRequest request) = 0;
+  /// True when handle() never blocks, waits or progresses (it answers, sends
+  /// with try_send() and computes briefly): the agent may then call it from
+  /// inside UCX's receive callback, a deferral less per request.
+  [[nodiscard]] virtual bool handles_inline() const { return false; }
   /// A client connection closed; drop its per-connection state.
   virtual void on_disconnect(uint32_t /*connection_id*/) {}
 };

@@ -179,15 +179,17 @@ Status Agent::start() {
     OB_RETURN_IF_ERROR(pin_to_cores(cores));
   }
   std::vector<std::string> names;
+  std::vector<bool> inline_ok;
   for (auto& [name, s] : impl_->services) {
     names.push_back(name);
+    inline_ok.push_back(s->handles_inline());
     impl_->by_index.push_back(s.get());
   }
   Impl* impl = impl_.get();
   OB_ASSIGN_OR_RETURN(
       impl_->server,
       channel::Server::listen(
-          impl_->config.listen, impl_->config.channel, names,
+          impl_->config.listen, impl_->config.channel, names, inline_ok,
           [impl](Connection::Impl& c, const channel::FrameHeader& h, Buffer p) { impl->dispatch(c, h, std::move(p)); },
           [impl](uint32_t id) {
             for (auto& [name, s] : impl->services) s->on_disconnect(id);

@@ -105,15 +105,9 @@ void Connection::Impl::on_frame(const FrameHeader& h, transport::IncomingAm& am)
     if (credited && am.length > config.max_msg_size)
       error = Status(Code::kTooBig, "message of " + std::to_string(am.length) + " B exceeds max_msg_size " +
                                         std::to_string(config.max_msg_size) + " B");
-    // The answer to a blocking request() completes here, inside UCX's
-    // callback: its callback only records the result, and nothing of this
-    // connection is queued ahead of it. (~20 ns of a 64 B round trip's
-    // ~300 ns one way, measured.)
-    if (h.type == FrameType::kResponse && deferred_deliveries == 0) {
-      auto it = pending.find(h.id);
-      if (it != pending.end() && it->second.trivial) return deliver(h, Buffer::copy_of({am.data, am.length}), error);
-    }
-    defer_deliver(h, error.ok() ? Buffer::copy_of({am.data, am.length}) : Buffer(), error);
+    Buffer data = error.ok() ? Buffer::copy_of({am.data, am.length}) : Buffer();
+    if (deliverable_inline(h)) return deliver(h, std::move(data), error);
+    defer_deliver(h, std::move(data), error);
     return;
   }
   RxFrame& f = reorder[h.seq];
@@ -151,6 +145,27 @@ void Connection::Impl::drain() {
     reorder.erase(reorder.begin());
     ++next_rx_seq;
     defer_deliver(f.h, std::move(f.data), f.error);
+  }
+}
+
+// Inside UCX's callback nothing may block or progress. A frame is handed on
+// there (a queued delivery and a second pass less: ~25 ns of a 64 B round
+// trip's ~300 ns one way on each side, measured) only when nothing of this
+// connection is queued ahead of it, and when it is the answer to a blocking
+// request() (whose callback only records it) or is for a service whose
+// handle() never blocks.
+bool Connection::Impl::deliverable_inline(const FrameHeader& h) const {
+  if (deferred_deliveries != 0) return false;
+  switch (h.type) {
+    case FrameType::kResponse: {
+      auto it = pending.find(h.id);
+      return it != pending.end() && it->second.trivial;
+    }
+    case FrameType::kRequest:
+    case FrameType::kMessage:
+      return on_service && h.service < inline_services.size() && inline_services[h.service];
+    default:
+      return false;
   }
 }
 

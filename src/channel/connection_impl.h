@@ -116,6 +116,10 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   /// Deliveries of this connection queued in the hub: while any is, a frame
   /// must queue behind it, whatever its kind.
   uint32_t deferred_deliveries = 0;
+  /// Agent side, by service index: its frames may be handled inside UCX's callback.
+  std::vector<bool> inline_services;
+  /// Whether frame `h`, next in order, may be delivered inside UCX's callback.
+  [[nodiscard]] bool deliverable_inline(const channel::FrameHeader& h) const;
   uint64_t next_request_id = 1;
   std::unordered_map<uint64_t, Pending> pending;
   std::set<std::pair<Clock::time_point, uint64_t>> deadlines;

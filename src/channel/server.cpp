@@ -8,6 +8,7 @@ namespace outboard::channel {
 
 Result<std::unique_ptr<Server>> Server::listen(const std::string& address, const ChannelConfig& config,
                                                std::vector<std::string> services,
+                                               std::vector<bool> inline_services,
                                                Connection::Impl::ServiceFn on_service,
                                                std::function<void(uint32_t)> on_closed) {
   OB_ASSIGN_OR_RETURN(auto host_port, transport::parse_host_port(address));
@@ -16,6 +17,7 @@ Result<std::unique_ptr<Server>> Server::listen(const std::string& address, const
   s->hub_ = std::move(hub);
   s->config_ = config;
   s->services_ = std::move(services);
+  s->inline_services_ = std::move(inline_services);
   s->on_service_ = std::move(on_service);
   s->on_closed_ = std::move(on_closed);
   Lock lock(s->hub_->mutex());
@@ -73,6 +75,7 @@ void Server::accept(ucp_ep* reply_ep, std::span<const uint8_t> hello) {
   conn->on_service = on_service_;
   conn->on_closed = on_closed_;
   conn->local_services = services_;
+  conn->inline_services = inline_services_;
   conn->peer_id = peer_id;
   conn->peer_max_msg = max_msg;
   conn->send_msgs = window_msgs;

@@ -23,8 +23,10 @@ struct Counters {
 
 class Server {
  public:
+  /// `inline_services[i]`: service i's frames may be handed to `on_service`
+  /// inside UCX's receive callback (Service::handles_inline()).
   static Result<std::unique_ptr<Server>> listen(const std::string& address, const ChannelConfig& config,
-                                                std::vector<std::string> services,
+                                                std::vector<std::string> services, std::vector<bool> inline_services,
                                                 Connection::Impl::ServiceFn on_service,
                                                 std::function<void(uint32_t)> on_closed);
   ~Server();
@@ -45,6 +47,7 @@ class Server {
   std::shared_ptr<Hub> hub_;
   ChannelConfig config_;
   std::vector<std::string> services_;
+  std::vector<bool> inline_services_;
   Connection::Impl::ServiceFn on_service_;
   std::function<void(uint32_t)> on_closed_;
   transport::Listener listener_;

@@ -12,6 +12,7 @@ namespace {
 class Echo final : public Service {
  public:
   std::string name() const override { return "echo"; }
+  bool handles_inline() const override { return true; }  // answers, or try_send() and waits for credit
   void on_disconnect(uint32_t id) override { backlog_.erase(id); }
 
   void handle(ServiceRequest r) override {

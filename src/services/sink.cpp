@@ -15,6 +15,7 @@ class Sink final : public Service {
   std::string name() const override { return "sink"; }
   void on_disconnect(uint32_t id) override { tallies_.erase(id); }
 
+  bool handles_inline() const override { return true; }  // tallies and answers
   void handle(ServiceRequest r) override {
     Tally& t = tallies_[r.peer->id()];
     if (!r.responder.expects_response()) {

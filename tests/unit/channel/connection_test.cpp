@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <random>
 
 #include "../agent_fixture.h"
@@ -192,6 +193,38 @@ TEST_F(ConnectionTest, BlockingAsyncAndOneWayTrafficInterleaveInOrder) {
   Deadline d = soon();
   while (async_done < 100 && !d.expired()) c->wait(Deadline::after_ms(10));
   EXPECT_EQ(async_done, 100);
+}
+
+// Records whether handle() ran inside UCX's receive callback.
+class Witness final : public Service {
+ public:
+  explicit Witness(bool handles_inline) : inline_(handles_inline) {}
+  std::string name() const override { return "witness"; }
+  bool handles_inline() const override { return inline_; }
+  void handle(ServiceRequest r) override {
+    inside.push_back(channel::Hub::get({}).value()->in_ucx_callback());
+    r.responder.respond(std::move(r.payload));
+  }
+  const bool inline_;
+  std::vector<bool> inside;
+};
+
+TEST_F(ConnectionTest, OnlyServicesThatNeverBlockRunInsideUcxCallbacks) {
+  for (bool handles_inline : {false, true}) {
+    stop_agent();
+    auto service = std::make_unique<Witness>(handles_inline);
+    Witness* w = service.get();
+    start_agent({}, std::move(service));
+    auto c = connect();
+    ASSERT_TRUE(c);
+    for (int i = 0; i < 50; ++i) ASSERT_TRUE(c->request("witness", bytes("x"), soon()).ok());
+    ASSERT_EQ(w->inside.size(), 50u);
+    const auto inside = std::count(w->inside.begin(), w->inside.end(), true);
+    if (handles_inline)
+      EXPECT_GT(inside, 0) << "a service that never blocks is still deferred";
+    else
+      EXPECT_EQ(inside, 0) << "a service that may block ran inside UCX's callback";
+  }
 }
 
 // A service that answers only when told to (a stand-in for slow work).
