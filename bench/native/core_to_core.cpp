@@ -2,8 +2,8 @@
 // costs to reach another here. On the 2-core VMs we measure on it moves from
 // run to run (the host places the two vCPUs near or far), and every
 // cross-process figure moves with it, so the suites record it beside them.
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "bench/native/loops.h"

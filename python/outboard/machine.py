@@ -30,7 +30,7 @@ def _virtualization() -> str:
         return "vm (hypervisor flag)" if " hypervisor" in flags else "unknown"
 
 
-#: The probe's shape: ~50 ms even when the two cores are far apart (~0.5 µs one way).
+#: The probe's shape: ~25 ms even when the two cores are far apart (~0.5 µs one way).
 CORE_TO_CORE_BATCHES, CORE_TO_CORE_ROUND_TRIPS, CORE_TO_CORE_TIMEOUT_S = 25, 1000, 5.0
 
 

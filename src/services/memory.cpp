@@ -27,8 +27,8 @@ struct Mirror {
   std::shared_ptr<Region> region;  // kept while the session runs, whatever the service does
   const uint8_t* base = nullptr;   // region->data()
   uint64_t size = 0, slots = 0, pings = 0, idle_ms = 0;
-  uint64_t next = 1;              // the ping awaited
-  uint64_t answered_at_check = 0; // `next` at the last idle check
+  uint64_t next = 1;               // the ping awaited
+  uint64_t answered_at_check = 0;  // `next` at the last idle check
   uint64_t checked_ns = 0;
   uint32_t polls = 0;
   std::atomic<bool> over{false};  // answered, failed, its client left or the service is going
