@@ -149,10 +149,7 @@ Result<OneSidedLatency> signal_ping_pong(Connection& c, size_t size, size_t iter
   std::vector<uint8_t> pings(kSlots * size);
   fill_pattern(pings, 11000 + size);
   const uint64_t total = warmup + iterations;
-  std::vector<uint8_t> start(1 + 32);
-  start[0] = 'M';
-  const uint64_t args[4] = {size, kSlots, total, static_cast<uint64_t>(timeout_s * 1000)};
-  std::memcpy(start.data() + 1, args, sizeof args);
+  std::vector<uint8_t> start = request_bytes('M', {size, kSlots, total, static_cast<uint64_t>(timeout_s * 1000)});
   std::span<const uint8_t> desc = mine.descriptor();
   start.insert(start.end(), desc.begin(), desc.end());
   // The mirror answers once every ping is mirrored (or on failure).

@@ -25,7 +25,6 @@ struct Mirror {
   RemoteRegion remote;
   Responder responder;
   std::shared_ptr<Region> region;  // kept while the session runs, whatever the service does
-  const uint8_t* base = nullptr;   // region->data()
   uint64_t size = 0, slots = 0, pings = 0, idle_ms = 0;
   uint64_t next = 1;               // the ping awaited
   uint64_t answered_at_check = 0;  // `next` at the last idle check
@@ -36,6 +35,7 @@ struct Mirror {
   // One poll: false once the session is over (answered or failed).
   bool poll() {
     if (over) return false;
+    const uint8_t* base = region->data();
     const uint64_t signal = std::atomic_ref<const uint64_t>(*reinterpret_cast<const uint64_t*>(base))
                                 .load(std::memory_order_acquire);
     if (signal < next) return (++polls % 1024 != 0) || still_waiting();
@@ -110,14 +110,14 @@ class Memory final : public Service {
       }
       case 'P': {
         if (!read_u64(in, a)) break;
-        Region* region = find(r);
+        auto region = find(r);
         if (!region) return;
         fill_pattern({region->data(), region->size()}, a);
         return r.responder.respond(Buffer());
       }
       case 'S': {
         if (!read_u64(in, a) || !read_u64(in, b)) break;
-        Region* region = find(r);
+        auto region = find(r);
         if (!region) return;
         if (a > region->size() || b > region->size() - a)
           return r.responder.fail({Code::kOutOfRange, "checksum of " + std::to_string(b) + " B at offset " +
@@ -151,7 +151,7 @@ class Memory final : public Service {
  private:
   // Proves the data was visible when the notification arrived.
   void notified(const ServiceRequest& r) {
-    Region* region = find(r);
+    auto region = find(r);
     if (!region) return;
     const Notification& n = *r.notification;
     if (n.offset > region->size() || n.length > region->size() - n.offset)
@@ -166,7 +166,7 @@ class Memory final : public Service {
               std::span<const uint8_t> descriptor) {
     if (mirroring(r.peer->id()))
       return r.responder.fail({Code::kBadState, "a mirror session is already running on this connection"});
-    Region* region = find(r);
+    auto region = find(r);
     if (!region) return;
     if (size == 0 || slots == 0 || pings == 0)
       return r.responder.fail({Code::kInvalidArgument, "mirror needs a size, slots and pings of at least 1"});
@@ -180,8 +180,7 @@ class Memory final : public Service {
     m->peer = r.peer;
     m->remote = std::move(remote).value();
     m->responder = r.responder;
-    m->region = regions_.at(r.peer->id());
-    m->base = region->data();
+    m->region = std::move(region);
     m->size = size, m->slots = slots, m->pings = pings;
     m->idle_ms = std::min(std::max<uint64_t>(idle_ms, 1), kMirrorMaxIdleMs);
     mirrors_[r.peer->id()] = m;  // an ended session's entry stays until the next 'M' or the disconnect
@@ -193,9 +192,9 @@ class Memory final : public Service {
     return it != mirrors_.end() && !it->second->over;
   }
 
-  Region* find(const ServiceRequest& r) {
+  std::shared_ptr<Region> find(const ServiceRequest& r) {
     auto it = regions_.find(r.peer->id());
-    if (it != regions_.end()) return it->second.get();
+    if (it != regions_.end()) return it->second;
     r.responder.fail({Code::kNotFound, "no region allocated on this connection (send 'A' first)"});
     return nullptr;
   }
