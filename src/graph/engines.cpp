@@ -7,7 +7,18 @@
 #include "outboard/graph.h"
 
 namespace outboard::graph {
+
+uint64_t Engine::estimated_ns(const void*) const { return kUnknownCost; }
+
 namespace {
+// Rough single-core rates, for estimated_ns() only.
+constexpr double kSha256BytesPerNs = 0.4;
+constexpr double kCopyBytesPerNs = 8;
+
+uint64_t ns_for(size_t bytes, double bytes_per_ns) {
+  double ns = static_cast<double>(bytes) / bytes_per_ns;
+  return ns >= static_cast<double>(kUnknownCost) ? kUnknownCost : static_cast<uint64_t>(ns);
+}
 
 class Sha256Engine final : public Engine {
  public:
@@ -21,6 +32,9 @@ class Sha256Engine final : public Engine {
     crypto_hash_sha256(t->digest, static_cast<const unsigned char*>(t->src), t->len);
     return {};
   }
+  uint64_t estimated_ns(const void* task) const override {
+    return task ? ns_for(static_cast<const Sha256Task*>(task)->len, kSha256BytesPerNs) : kUnknownCost;
+  }
 };
 
 class CopyEngine final : public Engine {
@@ -31,6 +45,9 @@ class CopyEngine final : public Engine {
     if (!t || (t->len && (!t->src || !t->dst))) return {Code::kInvalidArgument, "dma task without buffers"};
     if (t->len) std::memcpy(t->dst, t->src, t->len);
     return {};
+  }
+  uint64_t estimated_ns(const void* task) const override {
+    return task ? ns_for(static_cast<const CopyTask*>(task)->len, kCopyBytesPerNs) : kUnknownCost;
   }
 };
 

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -41,6 +42,9 @@ constexpr unsigned kProgressBudget = 1u << 16;
 constexpr uint64_t kStealPatienceNs = 300;
 // ...unless the victim holds more than this many items: a backlog.
 constexpr int64_t kStealBacklogItems = 64;
+// A run of at most this many roots is kept when its engine tasks together
+// cost less than a hand-off (kHandOffNs); longer runs are not summed.
+constexpr uint32_t kCheapRunMax = 8;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -333,13 +337,31 @@ struct ExecutorCore {
         // Hand half of the remaining roots to idle threads.
         if (b - a > 1 && has_idle()) {
           uint32_t mid = a + (b - a) / 2;
-          push(self, {r, mid, b});
-          b = mid;
+          if (worth_handing_off(r, roots.subspan(mid, b - mid))) {
+            push(self, {r, mid, b});
+            b = mid;
+          }
         }
         run_chain(r, roots[a++], self, sinks);
       }
     }
     if (sinks != 0) finish_sinks(r, sinks, self);
+  }
+
+  // Whether another thread should run these roots: not when they are a few
+  // engine tasks that together cost less than moving them there (the seed's
+  // 1 KiB copy beside its SHA-256: taken by the other core, its destination
+  // then crosses back to the check).
+  static bool worth_handing_off(const InstanceRun* r, std::span<const NodeId> roots) {
+    if (roots.size() > kCheapRunMax) return true;
+    uint64_t ns = 0;
+    for (NodeId node : roots) {
+      const HotNode& h = r->layout->hot[node];
+      if (h.kind != NodeKind::kEngine) return true;
+      ns += std::min(h.engine->estimated_ns(r->data[node]), kHandOffNs);
+      if (ns >= kHandOffNs) return true;
+    }
+    return false;
   }
 
   void finish_sinks(InstanceRun* r, uint32_t sinks, Worker* self) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <climits>
 #include <condition_variable>
 #include <mutex>
 #include <cstring>
@@ -247,6 +248,58 @@ TEST(Executor, AWaitingCallerIsHandedHalfOfTheRootsAWorkerIsRunning) {
   EXPECT_EQ(by_caller + by_worker, kNodes);
   EXPECT_GE(by_caller, kNodes / 8) << "the waiting caller ran " << by_caller << " of " << kNodes;
   EXPECT_GE(by_worker, kNodes / 8);
+}
+
+// An engine that records the thread that ran it, spins a while, and says
+// what it costs.
+class RecordingEngine final : public Engine {
+ public:
+  RecordingEngine(std::chrono::microseconds spin, uint64_t estimate) : spin_(spin), estimate_(estimate) {}
+  std::string_view name() const override { return "recording"; }
+  Status run(void* task) const override {
+    *static_cast<std::thread::id*>(task) = std::this_thread::get_id();
+    for (auto end = std::chrono::steady_clock::now() + spin_; std::chrono::steady_clock::now() < end;) {
+    }
+    return Status();
+  }
+  uint64_t estimated_ns(const void*) const override { return estimate_; }
+
+ private:
+  std::chrono::microseconds spin_;
+  uint64_t estimate_;
+};
+
+// Two roots, a long engine task of unknown cost beside a short one that says
+// it costs `estimate`, run `runs` times with a worker spinning: how many runs
+// ran the short one on another thread than the long one (counting stops at
+// `enough`).
+int handed_off_runs(uint64_t estimate, int runs, int enough = INT_MAX) {
+  RecordingEngine slow(std::chrono::microseconds(500), kUnknownCost), quick(std::chrono::microseconds(0), estimate);
+  auto g = Graph::create("two roots");
+  NodeId a = g->add_engine("slow", slow).value();
+  NodeId b = g->add_engine("quick", quick).value();
+  EXPECT_TRUE(g->freeze().ok());
+  auto ex = Executor::create({.threads = 1}).value();
+  auto inst = Instance::create(g).value();
+  std::thread::id ran_on[2];
+  EXPECT_TRUE(inst->set_data(a, &ran_on[0]).ok());
+  EXPECT_TRUE(inst->set_data(b, &ran_on[1]).ok());
+  int apart = 0;
+  for (int i = 0; i < runs && apart < enough; ++i) {
+    EXPECT_TRUE(ex->submit(*inst).ok());
+    EXPECT_TRUE(ex->wait(*inst, soon()).ok());
+    apart += ran_on[0] != ran_on[1];
+  }
+  return apart;
+}
+
+TEST(Executor, EngineTasksCheaperThanAHandOffStayWithTheirSiblings) {
+  // Taken by the idle worker, the short task's buffers would cross the cores
+  // twice for a gain of its few ns.
+  EXPECT_EQ(handed_off_runs(kHandOffNs / 10, 20), 0);
+  // One that costs more than the move is handed to the idle worker (in some
+  // run: on a loaded machine the worker may not be scheduled in time).
+  EXPECT_EQ(handed_off_runs(kHandOffNs * 10, 400, 1), 1);
 }
 
 TEST(Executor, GraphDroppedByItsOwnerLivesWhileInstancesDo) {
