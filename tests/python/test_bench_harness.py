@@ -79,6 +79,8 @@ def test_ratio_is_ours_over_reference_of_medians_per_cell() -> None:
             row("outboard", 4, 0, 8.0)]  # no peer measurement, no ratio
     r = harness.ratios(rows, FAKE_CASE)
     assert r == {(("size", 1),): pytest.approx(5.0 / 2.0)}
+    # Paired by repeat (repeat 2 has no peer measurement): the run's own noise band around the ratio.
+    assert harness.ratio_spread(rows, FAKE_CASE) == {(("size", 1),): (pytest.approx(1.5), pytest.approx(2.5))}
 
 
 def test_a_second_implementation_gets_its_own_ratio_beside_the_goals(tmp_path: Path) -> None:
@@ -100,8 +102,9 @@ def test_a_second_implementation_gets_its_own_ratio_beside_the_goals(tmp_path: P
 
 def test_report_has_tables_ratios_and_charts(fake_run: Path) -> None:
     text = (fake_run / "report.md").read_text()
-    assert "| size | impl | p50 | p99 | rate | check | outboard / peer (lower is better) |" in text
-    assert "**1.40×**" in text  # size 1: median(3, 4) / median(2, 3)
+    assert ("| size | impl | p50 | p99 | rate | check | outboard / peer (lower is better; in brackets, its lowest "
+            "and highest in one repeat) |") in text
+    assert "**1.40×** (1.33–1.50)" in text  # size 1: median(3, 4) / median(2, 3); repeats 3 / 2 and 4 / 3
     assert "absent" in text and "not installed here" in text  # skipped, with the reason
     assert "![Fake latency](charts/fake-lat_us-p50.png)" in text
     assert (fake_run / "charts" / "fake-lat_us-p50.png").stat().st_size > 1000

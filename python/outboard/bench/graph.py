@@ -199,7 +199,9 @@ BODIES = Case(
              Column("overhead core-ns/task", "core_overhead_ns.p50", 0), Column("CPU ns/task", "cpu_per_task_ns.p50", 0)],
     reference="tbb", ratio_metric="per_task_ns.p50",
     notes="Core-time overhead per task = (threads · wall − K · n · body) / (K · n); a spinning idle worker "
-          "shows up there and in CPU ns/task.")
+          "shows up there and in CPU ns/task. A 10 µs body is 99% of a task or more, so runtimes differ here by "
+          "about as much as repeats of one runtime do: the bracketed range (with --repeat) says whether a "
+          "ratio is ahead of that noise.")
 
 TIMELINE = Case(
     "timeline", "When each node ran: K instances of a random DAG in flight at once (per-node timing on)",

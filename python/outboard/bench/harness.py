@@ -135,26 +135,51 @@ def median(values: Sequence[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def ratios(rows: Sequence[Mapping[str, Any]], case: Case,
-           impl: str | None = None) -> dict[tuple[tuple[str, Any], ...], float]:
+Cell = tuple[tuple[str, Any], ...]
+
+
+def _ratio_samples(rows: Sequence[Mapping[str, Any]], case: Case) -> dict[tuple[str, Cell], dict[int, list[float]]]:
+    """The case's ratio metric by (impl, cell), then by repeat, from rows that passed their check."""
+    by: dict[tuple[str, Cell], dict[int, list[float]]] = {}
+    for r in rows:
+        if r["case"] != case.name or not r["correctness"].get("ok", False):
+            continue
+        v = get(r["metrics"], case.ratio_metric or "")
+        if v is not None:
+            repeats = by.setdefault((r["impl"], cell_key(r["params"])), {})
+            repeats.setdefault(int(r["params"].get("repeat", 0)), []).append(v)
+    return by
+
+
+def ratios(rows: Sequence[Mapping[str, Any]], case: Case, impl: str | None = None) -> dict[Cell, float]:
     """`impl` (default: the case's ours) / reference of the case's ratio metric per cell: each side's
     median over the repeats of this run. Cells where either side is missing or failed its check have
     no ratio."""
     if not case.reference or not case.ratio_metric:
         return {}
-    impl = impl or case.ours
-    by: dict[tuple[str, tuple[tuple[str, Any], ...]], list[float]] = {}
-    for r in rows:
-        if r["case"] != case.name or not r["correctness"].get("ok", False):
-            continue
-        v = get(r["metrics"], case.ratio_metric)
-        if v is not None:
-            by.setdefault((r["impl"], cell_key(r["params"])), []).append(v)
+    by = _ratio_samples(rows, case)
     out = {}
-    for (name, key), values in by.items():
-        ref = by.get((case.reference, key))
-        if name == impl and ref and median(ref) > 0:
-            out[key] = median(values) / median(ref)
+    for (name, key), repeats in by.items():
+        ref = [v for vs in by.get((case.reference, key), {}).values() for v in vs]
+        if name == (impl or case.ours) and ref and median(ref) > 0:
+            out[key] = median([v for vs in repeats.values() for v in vs]) / median(ref)
+    return out
+
+
+def ratio_spread(rows: Sequence[Mapping[str, Any]], case: Case,
+                 impl: str | None = None) -> dict[Cell, tuple[float, float]]:
+    """Per cell measured in two or more repeats: the lowest and highest ratio of `impl` to the
+    reference within one repeat (the two measured back to back). A spread across 1 means this run
+    cannot tell them apart."""
+    if not case.reference or not case.ratio_metric:
+        return {}
+    by = _ratio_samples(rows, case)
+    out = {}
+    for (name, key), repeats in by.items():
+        ref = {rep: median(vs) for rep, vs in by.get((case.reference, key), {}).items()}
+        paired = [median(vs) / ref[rep] for rep, vs in repeats.items() if ref.get(rep, 0) > 0]
+        if name == (impl or case.ours) and len(paired) >= 2:
+            out[key] = (min(paired), max(paired))
     return out
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import suite_module
-from .harness import Case, Suite, cell_key, get, median, ratios
+from .harness import Case, Suite, cell_key, get, median, ratio_spread, ratios
 
 
 def load(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -69,9 +69,11 @@ def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
         return []
     swept = [k for k, _ in next(iter(cells))]
     ratio = {impl: ratios(rows, case, impl) for impl in (case.ours, *case.also_ratio)}
+    spread = {impl: ratio_spread(rows, case, impl) for impl in ratio}
     better = "lower" if case.lower_is_better else "higher"
     over = case.ours if not case.also_ratio else "ratio"
-    ratio_head = [f"{over} / {case.reference} ({better} is better)"] if case.reference else []
+    band = "; in brackets, its lowest and highest in one repeat" if any(spread.values()) else ""
+    ratio_head = [f"{over} / {case.reference} ({better} is better{band})"] if case.reference else []
     head = [*swept, "impl", *(c.label for c in case.columns), "check", *ratio_head]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, by_impl in cells.items():
@@ -82,7 +84,11 @@ def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
             extra = []
             if case.reference:
                 r = ratio.get(impl, {}).get(key)
-                extra = ["" if r is None else f"**{r:.2f}×**" if impl == case.ours else f"{r:.2f}×"]
+                text = "" if r is None else f"**{r:.2f}×**" if impl == case.ours else f"{r:.2f}×"
+                if r is not None and key in spread.get(impl, {}):
+                    lo, hi = spread[impl][key]
+                    text += f" ({lo:.2f}–{hi:.2f})"
+                extra = [text]
             lines.append("| " + " | ".join([*(_param(params[k]) for k in swept), impl, *values,
                                              "ok" if ok else "**FAILED**", *extra]) + " |")
     return lines
