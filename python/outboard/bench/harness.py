@@ -125,7 +125,11 @@ def get(metrics: Mapping[str, Any], path: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def cell_key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+#: A cell: its swept parameters, sorted, without the repeat.
+Cell = tuple[tuple[str, Any], ...]
+
+
+def cell_key(params: Mapping[str, Any]) -> Cell:
     return tuple(sorted((k, v) for k, v in params.items() if k != "repeat"))
 
 
@@ -133,9 +137,6 @@ def median(values: Sequence[float]) -> float:
     s = sorted(values)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-
-Cell = tuple[tuple[str, Any], ...]
 
 
 def _ratio_samples(rows: Sequence[Mapping[str, Any]], case: Case) -> dict[tuple[str, Cell], dict[int, list[float]]]:
