@@ -9,7 +9,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 OUTBOARD = str(Path(sys.executable).parent / "outboard")
 
@@ -99,18 +102,33 @@ def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
     assert "Published (BF3-Bench, **another machine**" in (out / "report.md").read_text()
 
 
+@contextmanager
+def interruptible(*args: str, **kwargs: Any) -> Iterator[subprocess.Popen[str]]:
+    """`outboard ARGS` as a terminal starts it. A test runner started as a shell's background job
+    inherits SIGINT ignored, and Python then installs no handler for it, so the child gets the
+    default back. Killed at the end if still running, so a failure leaves nothing spinning."""
+    p = subprocess.Popen([OUTBOARD, *args], text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_interrupted_benchmark_stops_its_agent(tmp_path) -> None:
-    p = subprocess.Popen([OUTBOARD, "bench", "channel", "--out", str(tmp_path / "x"), "--no-progress"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    agents: list[int] = []
-    while not agents and time.monotonic() < deadline:
-        agents = agents_of(p.pid)
-        time.sleep(0.05)
-    assert agents, "no agent started"
-    time.sleep(1.0)
-    p.send_signal(signal.SIGINT)
-    assert p.wait(30) == 130
+    with interruptible("bench", "channel", "--out", str(tmp_path / "x"), "--no-progress",
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as p:
+        deadline = time.monotonic() + 30
+        agents: list[int] = []
+        while not agents and time.monotonic() < deadline:
+            agents = agents_of(p.pid)
+            time.sleep(0.05)
+        assert agents, "no agent started"
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) == 130
     deadline = time.monotonic() + 5
     while any(pid_alive(a) for a in agents) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -124,14 +142,13 @@ def test_tcp_transport_is_honoured_through_ucx_tls() -> None:
 
 
 def test_interrupt_stops_the_local_agent() -> None:
-    p = subprocess.Popen([OUTBOARD, "latency", "--iterations", "100000000", "--sizes", "64"],
-                         stdout=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    pid = int(re.search(r"pid (\d+)", line).group(1))
-    assert pid_alive(pid)
-    time.sleep(0.3)
-    p.send_signal(signal.SIGINT)
-    assert p.wait(15) == 130
+    with interruptible("latency", "--iterations", "100000000", "--sizes", "64", stdout=subprocess.PIPE) as p:
+        line = p.stdout.readline()
+        pid = int(re.search(r"pid (\d+)", line).group(1))
+        assert pid_alive(pid)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(15) == 130
     deadline = time.monotonic() + 5
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
