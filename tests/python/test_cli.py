@@ -104,9 +104,9 @@ def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
 
 @contextmanager
 def interruptible(*args: str, **kwargs: Any) -> Iterator[subprocess.Popen[str]]:
-    """`outboard ARGS` as a terminal starts it. A test runner started as a shell's background job
-    inherits SIGINT ignored, and Python then installs no handler for it, so the child gets the
-    default back. Killed at the end if still running, so a failure leaves nothing spinning."""
+    """`outboard ARGS` as a terminal starts it: a process started with SIGINT ignored (a shell's
+    background job, for one) keeps ignoring it, as Python then installs no handler, so the child
+    gets the default back. Killed at the end if still running, so a failure leaves nothing spinning."""
     p = subprocess.Popen([OUTBOARD, *args], text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
     try:

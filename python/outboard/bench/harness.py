@@ -161,8 +161,10 @@ def ratios(rows: Sequence[Mapping[str, Any]], case: Case, impl: str | None = Non
     by = _ratio_samples(rows, case)
     out = {}
     for (name, key), repeats in by.items():
+        if name != (impl or case.ours):
+            continue
         ref = [v for vs in by.get((case.reference, key), {}).values() for v in vs]
-        if name == (impl or case.ours) and ref and median(ref) > 0:
+        if ref and median(ref) > 0:
             out[key] = median([v for vs in repeats.values() for v in vs]) / median(ref)
     return out
 
@@ -177,9 +179,11 @@ def ratio_spread(rows: Sequence[Mapping[str, Any]], case: Case,
     by = _ratio_samples(rows, case)
     out = {}
     for (name, key), repeats in by.items():
+        if name != (impl or case.ours):
+            continue
         ref = {rep: median(vs) for rep, vs in by.get((case.reference, key), {}).items()}
         paired = [median(vs) / ref[rep] for rep, vs in repeats.items() if ref.get(rep, 0) > 0]
-        if name == (impl or case.ours) and len(paired) >= 2:
+        if len(paired) >= 2:
             out[key] = (min(paired), max(paired))
     return out
 
