@@ -139,33 +139,34 @@ def median(values: Sequence[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def _ratio_samples(rows: Sequence[Mapping[str, Any]], case: Case) -> dict[tuple[str, Cell], dict[int, list[float]]]:
-    """The case's ratio metric by (impl, cell), then by repeat, from rows that passed their check."""
+def _paired(rows: Sequence[Mapping[str, Any]], case: Case,
+            impl: str | None) -> Iterator[tuple[Cell, dict[int, list[float]], dict[int, list[float]]]]:
+    """Per cell that both `impl` (default: the case's ours) and the reference measured, from rows
+    that passed their check: each side's ratio-metric values by repeat."""
+    if not case.reference or not case.ratio_metric:
+        return
     by: dict[tuple[str, Cell], dict[int, list[float]]] = {}
     for r in rows:
         if r["case"] != case.name or not r["correctness"].get("ok", False):
             continue
-        v = get(r["metrics"], case.ratio_metric or "")
+        v = get(r["metrics"], case.ratio_metric)
         if v is not None:
             repeats = by.setdefault((r["impl"], cell_key(r["params"])), {})
             repeats.setdefault(int(r["params"].get("repeat", 0)), []).append(v)
-    return by
+    for (name, key), ours in by.items():
+        if name == (impl or case.ours) and (case.reference, key) in by:
+            yield key, ours, by[(case.reference, key)]
 
 
 def ratios(rows: Sequence[Mapping[str, Any]], case: Case, impl: str | None = None) -> dict[Cell, float]:
     """`impl` (default: the case's ours) / reference of the case's ratio metric per cell: each side's
     median over the repeats of this run. Cells where either side is missing or failed its check have
     no ratio."""
-    if not case.reference or not case.ratio_metric:
-        return {}
-    by = _ratio_samples(rows, case)
     out = {}
-    for (name, key), repeats in by.items():
-        if name != (impl or case.ours):
-            continue
-        ref = [v for vs in by.get((case.reference, key), {}).values() for v in vs]
-        if ref and median(ref) > 0:
-            out[key] = median([v for vs in repeats.values() for v in vs]) / median(ref)
+    for key, ours, ref in _paired(rows, case, impl):
+        theirs = median([v for vs in ref.values() for v in vs])
+        if theirs > 0:
+            out[key] = median([v for vs in ours.values() for v in vs]) / theirs
     return out
 
 
@@ -174,15 +175,9 @@ def ratio_spread(rows: Sequence[Mapping[str, Any]], case: Case,
     """Per cell measured in two or more repeats: the lowest and highest ratio of `impl` to the
     reference within one repeat (the two measured back to back). A spread across 1 means this run
     cannot tell them apart."""
-    if not case.reference or not case.ratio_metric:
-        return {}
-    by = _ratio_samples(rows, case)
     out = {}
-    for (name, key), repeats in by.items():
-        if name != (impl or case.ours):
-            continue
-        ref = {rep: median(vs) for rep, vs in by.get((case.reference, key), {}).items()}
-        paired = [median(vs) / ref[rep] for rep, vs in repeats.items() if ref.get(rep, 0) > 0]
+    for key, ours, ref in _paired(rows, case, impl):
+        paired = [median(vs) / median(ref[rep]) for rep, vs in ours.items() if rep in ref and median(ref[rep]) > 0]
         if len(paired) >= 2:
             out[key] = (min(paired), max(paired))
     return out
