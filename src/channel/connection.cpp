@@ -89,15 +89,19 @@ void Connection::Impl::tick(Clock::time_point now) {
     if (it == pending.end()) continue;
     auto fn = std::move(it->second.fn);
     pending.erase(it);
-    fn(Status(Code::kTimedOut, "request " + std::to_string(id) + " to " + peer_address +
-                                   " got no response before its deadline"));
+    fn(response_timeout(id));
   }
+}
+
+Status Connection::Impl::response_timeout(uint64_t id) const {
+  return {Code::kTimedOut, "request " + std::to_string(id) + " to " + peer_address + " got no response before its deadline"};
 }
 
 // ---- receiving
 
-void Connection::Impl::on_frame(const FrameHeader& h, transport::IncomingAm& am) {
+void Connection::Impl::on_frame(FrameHeader h, transport::IncomingAm& am) {
   if (state == State::kClosed) return;
+  h.seq = channel::extend_seq(next_rx_seq, h.seq);
   const bool credited = h.type == FrameType::kMessage || h.type == FrameType::kRequest;
   if (h.seq == next_rx_seq && !am.rendezvous && reorder.empty()) {
     ++next_rx_seq;
@@ -159,7 +163,7 @@ bool Connection::Impl::deliverable_inline(const FrameHeader& h) const {
   switch (h.type) {
     case FrameType::kResponse: {
       auto it = pending.find(h.id);
-      return it != pending.end() && it->second.trivial;
+      return it != pending.end() && it->second.blocking;
     }
     case FrameType::kRequest:
     case FrameType::kMessage:
@@ -280,7 +284,7 @@ void Connection::Impl::complete_request(uint64_t id, Result<Buffer> result) {
     return;
   }
   auto fn = std::move(it->second.fn);
-  deadlines.erase({it->second.deadline, id});
+  if (!it->second.blocking) deadlines.erase({it->second.deadline, id});
   pending.erase(it);
   fn(std::move(result));
 }
@@ -348,12 +352,17 @@ void Connection::Impl::stamp(FrameHeader& h, size_t bytes) {
 
 void Connection::Impl::post(FrameHeader h, std::span<const uint8_t> data, transport::DoneFn done) {
   stamp(h, data.size());
-  data_ep.send(as_bytes(h), data, std::move(done));
+  data_ep.send(channel::encode(h).span(), data, std::move(done));
 }
 
 void Connection::Impl::post(FrameHeader h, Buffer data) {
   stamp(h, data.size());
-  data_ep.send(as_bytes(h), std::move(data));
+  data_ep.send(channel::encode(h).span(), std::move(data));
+}
+
+void Connection::Impl::post_copy(FrameHeader h, std::span<const uint8_t> data) {
+  stamp(h, data.size());
+  data_ep.send_copy(channel::encode(h).span(), data);
 }
 
 Status Connection::Impl::wait_done(Lock& lock, Deadline deadline, const CompletionPtr& op, const char* what) {
@@ -460,7 +469,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   auto hello = std::make_shared<std::vector<uint8_t>>(std::move(w.out()));
   FrameHeader h;
   h.type = FrameType::kHello;
-  impl->boot_ep.send(as_bytes(h), *hello, [hello](Status) {}, /*want_reply_ep=*/true);
+  impl->boot_ep.send(channel::encode(h).span(), *hello, [hello](Status) {}, /*want_reply_ep=*/true);
   Deadline deadline = Deadline::after_ms(config.connect_timeout_ms);
   if (!hub->wait_until(lock, deadline, config.spin_us,
                        [&] { return impl->state != Impl::State::kConnecting; })) {
@@ -539,8 +548,8 @@ Result<uint32_t> Connection::Impl::service_index(std::string_view service) const
                                      " (offered: " + (known.empty() ? "none" : known) + ")");
 }
 
-Result<uint64_t> Connection::Impl::start_request(std::string_view service, Buffer payload, Deadline deadline,
-                                                 ResponseFn fn, bool wait, Lock* lock, bool fn_is_trivial) {
+Result<uint64_t> Connection::Impl::open_request(std::string_view service, size_t bytes, Deadline deadline,
+                                                ResponseFn fn, bool wait, Lock* lock, bool blocking, FrameHeader& h) {
   OB_RETURN_IF_ERROR(check_open());
   if (service.empty()) return Status(Code::kInvalidArgument, "request without a service name");
   OB_ASSIGN_OR_RETURN(uint32_t index, service_index(service));
@@ -548,31 +557,32 @@ Result<uint64_t> Connection::Impl::start_request(std::string_view service, Buffe
     return Status(Code::kAgain, std::to_string(pending.size()) +
                                     " requests outstanding reach max_outstanding_requests " +
                                     std::to_string(config.max_outstanding_requests));
-  OB_RETURN_IF_ERROR(acquire(payload.size(), deadline, wait, lock));
+  OB_RETURN_IF_ERROR(acquire(bytes, deadline, wait, lock));
   uint64_t id = next_request_id++;
-  pending[id] = {std::move(fn), deadline.at(), fn_is_trivial};
-  deadlines.insert({deadline.at(), id});
-  FrameHeader h;
+  pending[id] = {std::move(fn), deadline.at(), blocking};
+  if (!blocking) deadlines.insert({deadline.at(), id});
   h.type = FrameType::kRequest;
   h.id = id;
   h.service = index;
-  post(h, std::move(payload));
   return id;
 }
 
 void Connection::Impl::forget_request(uint64_t id) {
   auto it = pending.find(id);
   if (it == pending.end()) return;
-  deadlines.erase({it->second.deadline, id});
+  if (!it->second.blocking) deadlines.erase({it->second.deadline, id});
   pending.erase(it);
 }
 
 Status Connection::submit(std::string_view service, Buffer payload, Deadline deadline, ResponseFn on_response,
                           Credit credit) {
   Lock lock(impl_->hub->mutex());
-  return impl_->start_request(service, std::move(payload), deadline, std::move(on_response),
-                              credit == Credit::kWait, &lock)
-      .status();
+  FrameHeader h;
+  OB_RETURN_IF_ERROR(impl_->open_request(service, payload.size(), deadline, std::move(on_response),
+                                         credit == Credit::kWait, &lock, /*blocking=*/false, h)
+                         .status());
+  impl_->post(h, std::move(payload));
+  return {};
 }
 
 Result<Buffer> Connection::request(std::string_view service, std::span<const uint8_t> payload,
@@ -584,19 +594,18 @@ Result<Buffer> Connection::request(std::string_view service, std::span<const uin
     bool done = false;
     Result<Buffer> result = Buffer();
   } answer;
-  OB_ASSIGN_OR_RETURN(uint64_t id, impl_->start_request(service, Buffer::copy_of(payload), deadline,
-                                                        [a = &answer](Result<Buffer> r) {
-                                                          a->result = std::move(r);
-                                                          a->done = true;
-                                                        },
-                                                        true, &lock, /*fn_is_trivial=*/true));
-  // The request's own deadline (checked by the hub) completes it; the grace
-  // period only guards against a missed tick.
-  impl_->hub->wait_until(lock, deadline.extended(std::chrono::seconds(1)), impl_->config.spin_us,
-                         [&] { return answer.done; });
-  if (!answer.done) {
+  FrameHeader h;
+  OB_ASSIGN_OR_RETURN(uint64_t id, impl_->open_request(service, payload.size(), deadline,
+                                                       [a = &answer](Result<Buffer> r) {
+                                                         a->result = std::move(r);
+                                                         a->done = true;
+                                                       },
+                                                       true, &lock, /*blocking=*/true, h));
+  impl_->post_copy(h, payload);
+  if (!impl_->hub->wait_until(lock, deadline, impl_->config.spin_us, [&] { return answer.done; }) &&
+      !answer.done) {
     impl_->forget_request(id);
-    return Status(Code::kTimedOut, "no response before the deadline");
+    return impl_->response_timeout(id);
   }
   return std::move(answer.result);
 }

@@ -38,26 +38,31 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   ~Impl();
 
   // Incoming frames, from the hub (lock held).
-  void on_frame(const channel::FrameHeader& h, transport::IncomingAm& am);
+  void on_frame(channel::FrameHeader h, transport::IncomingAm& am);
   // Marks the connection closed for `why`, fails everything pending.
   void fail(const Status& why);
   // Expires request deadlines.
   void tick(Clock::time_point now);
+  Status response_timeout(uint64_t id) const;
 
   // Sending (lock held). Credited frames must first acquire().
   Status acquire(uint64_t bytes, Deadline deadline, bool wait, channel::Lock* lock);
   void post(channel::FrameHeader h, std::span<const uint8_t> data, transport::DoneFn done);
   /// As post(), the endpoint keeping `data` until UCX is done with it.
   void post(channel::FrameHeader h, Buffer data);
+  /// As post(); `data` is copied only if UCX cannot send it at once.
+  void post_copy(channel::FrameHeader h, std::span<const uint8_t> data);
   Status wait_done(channel::Lock& lock, Deadline deadline, const CompletionPtr& op, const char* what);
   Status wait_polled(channel::Lock& lock, Deadline deadline, const transport::PolledOp& op, const char* what);
   /// Index of `service` in the peer's list; kNoService for "" (kNotFound if unknown).
   Result<uint32_t> service_index(std::string_view service) const;
-  /// Sends a request; its id, by which forget_request() drops its callback.
-  /// `fn_is_trivial`: `fn` only records the result (it never blocks or calls
+  /// Registers a request of `bytes` and fills the header that sends it;
+  /// its id, by which forget_request() drops its callback.
+  /// `blocking`: the caller waits for it on this thread and watches the
+  /// deadline itself; `fn` only records the result (it never blocks or calls
   /// back in), so the response may complete it inside UCX's callback.
-  Result<uint64_t> start_request(std::string_view service, Buffer payload, Deadline deadline, ResponseFn fn,
-                                 bool wait, channel::Lock* lock, bool fn_is_trivial = false);
+  Result<uint64_t> open_request(std::string_view service, size_t bytes, Deadline deadline, ResponseFn fn, bool wait,
+                                channel::Lock* lock, bool blocking, channel::FrameHeader& h);
   void forget_request(uint64_t id);
   /// Agent side: answers request `id` (once; later answers are ignored).
   void respond(uint64_t id, Result<Buffer> result);
@@ -111,7 +116,7 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   struct Pending {
     ResponseFn fn;
     Clock::time_point deadline;
-    bool trivial = false;  // start_request()'s fn_is_trivial
+    bool blocking = false;  // open_request()'s: no entry in `deadlines`
   };
   /// Deliveries of this connection queued in the hub: while any is, a frame
   /// must queue behind it, whatever its kind.

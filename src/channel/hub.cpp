@@ -133,15 +133,16 @@ void Hub::on_am(transport::IncomingAm& am) {
 }
 
 void Hub::handle_am(transport::IncomingAm& am) {
-  if (am.header.size() != sizeof(FrameHeader)) {
-    OB_LOG_WARN("dropped a frame with a %zu B header (expected %zu B)", am.header.size(), sizeof(FrameHeader));
-    return;
-  }
   FrameHeader h;
-  std::memcpy(&h, am.header.data(), sizeof h);
-  if (h.version != kWireVersion) {
-    OB_LOG_WARN("dropped a frame of wire version %u (this side speaks %u)", h.version, kWireVersion);
-    return;
+  switch (decode(am.header, h)) {
+    case DecodeError::kNone:
+      break;
+    case DecodeError::kVersion:
+      OB_LOG_WARN("dropped a frame of wire version %u (this side speaks %u)", am.header[0], kWireVersion);
+      return;
+    case DecodeError::kMalformed:
+      OB_LOG_WARN("dropped a frame with a malformed %zu B header", am.header.size());
+      return;
   }
   if (h.type == FrameType::kHello) {
     if (hello_) hello_(h, am);  // copies what it needs and defers the rest

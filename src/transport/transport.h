@@ -137,6 +137,8 @@ class Endpoint {
   /// Sends `data`, kept in the operation until UCX is done with it: no
   /// separate holder or callback to allocate.
   void send(std::span<const uint8_t> header, Buffer data);
+  /// As send(header, Buffer): `data` is copied only if UCX cannot send it at once.
+  void send_copy(std::span<const uint8_t> header, std::span<const uint8_t> data);
   /// One-sided write/read at `offset` of the remote region; errors with
   /// kOutOfRange (nothing transferred) when outside it. No callback and no
   /// allocation: shared-memory operations usually complete in place, and
@@ -157,6 +159,8 @@ class Endpoint {
  private:
   friend struct WorkerAccess;
   static Result<PolledOp> polled(void* status_ptr, const char* what);
+  /// Sends a small message if UCX can complete it in place; false otherwise.
+  bool send_now(std::span<const uint8_t> header, std::span<const uint8_t> data);
   void start_send(std::span<const uint8_t> header, std::span<const uint8_t> data, struct Op* op, bool want_reply_ep);
   ucp_ep* ep_ = nullptr;
   State* state_ = nullptr;  // owned; outlives the ep until the close completes
