@@ -74,9 +74,8 @@ void Connection::Impl::fail(const Status& why) {
   open_messages.clear();
   credit_waiters.clear();
   auto failed = std::move(pending);
-  pending.clear();
   deadlines.clear();
-  for (auto& [id, p] : failed) p.fn(why);
+  failed.for_each([&why](uint64_t, Pending& p) { p.fn(why); });
   if (counters) ++counters->disconnects;
   if (on_closed) on_closed(local_id);
 }
@@ -85,11 +84,7 @@ void Connection::Impl::tick(Clock::time_point now) {
   while (!deadlines.empty() && deadlines.begin()->first <= now) {
     uint64_t id = deadlines.begin()->second;
     deadlines.erase(deadlines.begin());
-    auto it = pending.find(id);
-    if (it == pending.end()) continue;
-    auto fn = std::move(it->second.fn);
-    pending.erase(it);
-    fn(response_timeout(id));
+    if (auto p = pending.take(id)) p->fn(response_timeout(id));
   }
 }
 
@@ -162,8 +157,8 @@ bool Connection::Impl::deliverable_inline(const FrameHeader& h) const {
   if (deferred_deliveries != 0) return false;
   switch (h.type) {
     case FrameType::kResponse: {
-      auto it = pending.find(h.id);
-      return it != pending.end() && it->second.blocking;
+      const Pending* p = pending.find(h.id);
+      return p && p->blocking;
     }
     case FrameType::kRequest:
     case FrameType::kMessage:
@@ -278,15 +273,13 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
 }
 
 void Connection::Impl::complete_request(uint64_t id, Result<Buffer> result) {
-  auto it = pending.find(id);
-  if (it == pending.end()) {
+  auto p = pending.take(id);
+  if (!p) {
     OB_LOG_DBG("connection %u: late response to request %lu dropped", local_id, static_cast<unsigned long>(id));
     return;
   }
-  auto fn = std::move(it->second.fn);
-  if (!it->second.blocking) deadlines.erase({it->second.deadline, id});
-  pending.erase(it);
-  fn(std::move(result));
+  if (!p->blocking) deadlines.erase({p->deadline, id});
+  p->fn(std::move(result));
 }
 
 // ---- credits
@@ -389,11 +382,9 @@ Status Connection::Impl::wait_polled(Lock& lock, Deadline deadline, const transp
 }
 
 void Connection::Impl::respond(uint64_t id, Result<Buffer> result) {
-  auto open = open_requests.find(id);
-  if (open == open_requests.end()) return;
-  uint64_t request_bytes = open->second;
-  open_requests.erase(open);
-  consumed(request_bytes);
+  auto request_bytes = open_requests.take(id);
+  if (!request_bytes) return;
+  consumed(*request_bytes);
   if (state != State::kOpen) return;
   FrameHeader h;
   h.type = FrameType::kResponse;
@@ -414,17 +405,13 @@ void Connection::Impl::respond(uint64_t id, Result<Buffer> result) {
 }
 
 void Connection::Impl::acknowledge(uint64_t seq) {
-  auto open = open_messages.find(seq);
-  if (open == open_messages.end()) return;
-  uint64_t bytes = open->second;
-  open_messages.erase(open);
-  consumed(bytes);
+  if (auto bytes = open_messages.take(seq)) consumed(*bytes);
 }
 
 void Connection::Impl::shut_down(const Status& why) {
   if (state != State::kOpen) return;
   std::vector<uint64_t> open;
-  for (const auto& [id, bytes] : open_requests) open.push_back(id);
+  open_requests.for_each([&open](uint64_t id, uint64_t) { open.push_back(id); });
   for (uint64_t id : open) respond(id, why);
   FrameHeader h;
   h.type = FrameType::kClose;
@@ -559,7 +546,7 @@ Result<uint64_t> Connection::Impl::open_request(std::string_view service, size_t
                                     std::to_string(config.max_outstanding_requests));
   OB_RETURN_IF_ERROR(acquire(bytes, deadline, wait, lock));
   uint64_t id = next_request_id++;
-  pending[id] = {std::move(fn), deadline.at(), blocking};
+  pending.emplace(id, {std::move(fn), deadline.at(), blocking});
   if (!blocking) deadlines.insert({deadline.at(), id});
   h.type = FrameType::kRequest;
   h.id = id;
@@ -568,10 +555,8 @@ Result<uint64_t> Connection::Impl::open_request(std::string_view service, size_t
 }
 
 void Connection::Impl::forget_request(uint64_t id) {
-  auto it = pending.find(id);
-  if (it == pending.end()) return;
-  if (!it->second.blocking) deadlines.erase({it->second.deadline, id});
-  pending.erase(it);
+  auto p = pending.take(id);
+  if (p && !p->blocking) deadlines.erase({p->deadline, id});
 }
 
 Status Connection::submit(std::string_view service, Buffer payload, Deadline deadline, ResponseFn on_response,

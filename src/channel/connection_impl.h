@@ -5,9 +5,9 @@
 #include <deque>
 #include <map>
 #include <set>
-#include <unordered_map>
 
 #include "channel/hub.h"
+#include "util/id_map.h"
 
 namespace outboard::channel {
 struct Counters;
@@ -126,11 +126,11 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   /// Whether frame `h`, next in order, may be delivered inside UCX's callback.
   [[nodiscard]] bool deliverable_inline(const channel::FrameHeader& h) const;
   uint64_t next_request_id = 1;
-  std::unordered_map<uint64_t, Pending> pending;
+  IdMap<Pending> pending;
   std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
   // Agent side, id -> payload bytes (the credit returned with the answer):
-  std::unordered_map<uint64_t, uint64_t> open_requests;  // not yet answered
-  std::unordered_map<uint64_t, uint64_t> open_messages;  // one-way by seq, not yet acknowledged
+  IdMap<uint64_t> open_requests;  // not yet answered
+  IdMap<uint64_t> open_messages;  // one-way by seq, not yet acknowledged
   std::vector<std::function<void()>> credit_waiters;
 
   /// The hub runs a deferred delivery (dropped if the connection closed meanwhile).
