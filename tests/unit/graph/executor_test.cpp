@@ -1,5 +1,6 @@
 // Running instances: every pattern in every thread mode, many instances in
 // flight, reuse, failures, sub-graphs, engines, deadlines, completions.
+#include <algorithm>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <poll.h>
@@ -300,6 +301,56 @@ TEST(Executor, EngineTasksCheaperThanAHandOffStayWithTheirSiblings) {
   // One that costs more than the move is handed to the idle worker (in some
   // run: on a loaded machine the worker may not be scheduled in time).
   EXPECT_EQ(handed_off_runs(kHandOffNs * 10, 400, 1), 1);
+}
+
+// A root that fans out to user nodes spinning `body` each, run `runs` times
+// on a worker and the waiting caller: in how many of the runs after the
+// first `warmup` some child ran on another thread than the root (counting
+// stops at `enough`).
+int runs_with_stolen_children(std::chrono::nanoseconds body, int runs, int warmup, int enough = INT_MAX) {
+  constexpr int kChildren = 32;  // below the backlog that is stolen at once
+  std::thread::id ran_on[kChildren + 1];
+  auto g = Graph::create("fan-out");
+  auto record = [&](int i) {
+    return [&ran_on, i, body](void*) {
+      ran_on[i] = std::this_thread::get_id();
+      for (auto end = std::chrono::steady_clock::now() + body; std::chrono::steady_clock::now() < end;) {
+      }
+      return Status();
+    };
+  };
+  NodeId root = g->add_user("root", record(0)).value();
+  for (int i = 1; i <= kChildren; ++i) {
+    NodeId c = g->add_user("c" + std::to_string(i), record(i)).value();
+    EXPECT_TRUE(g->add_dependency(root, c).ok());
+  }
+  EXPECT_TRUE(g->freeze().ok());
+  auto ex = Executor::create({.threads = 1}).value();
+  auto inst = Instance::create(g).value();
+  int apart = 0;
+  for (int r = 0; r < runs && apart < enough; ++r) {
+    EXPECT_TRUE(ex->submit(*inst).ok());
+    EXPECT_TRUE(ex->wait(*inst, soon()).ok());
+    if (r >= warmup) apart += std::any_of(ran_on + 1, ran_on + kChildren + 1, [&](auto id) { return id != ran_on[0]; });
+  }
+  return apart;
+}
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;  // every node then runs longer than a hand-off costs
+#else
+constexpr bool kSanitized = false;
+#endif
+
+TEST(Executor, ThievesLeaveCrumbsAloneAndTakeRealWork) {
+  // Empty children: each steal brings a chain shorter than a hand-off, so the
+  // idle thread's patience grows until the root's thread runs its ~30 ns of
+  // children before the thief would take one. (A fixed 300 ns patience took
+  // some in most runs.) A run where the owner is descheduled may still lose one.
+  if (!kSanitized) EXPECT_LE(runs_with_stolen_children(std::chrono::nanoseconds(0), 300, 100), 20);
+  // 20 µs children bring real work: the idle thread takes some (in some run:
+  // on a loaded machine it may not be scheduled in time).
+  EXPECT_EQ(runs_with_stolen_children(std::chrono::microseconds(20), 400, 10, 1), 1);
 }
 
 TEST(Executor, GraphDroppedByItsOwnerLivesWhileInstancesDo) {
