@@ -184,7 +184,7 @@ struct ExecutorCore {
       if (victim == self || (self && !patient_enough(victim->deque, self->seen[v], self->patience_ns))) continue;
       if (victim->deque.steal(out)) {
         if (self && out.last != 0) self->seen[v] = {victim->deque.top(), now_ns()};
-        if (self && out.last == 0) self->stole_at_ns = now_ns();
+        else if (self) self->stole_at_ns = now_ns();
         return true;
       }
     }
@@ -192,7 +192,7 @@ struct ExecutorCore {
   }
 
   // Whether a thief may steal from `victim`: its oldest item (a top index
-  // names one item for as long as it is there) has waited kStealPatienceNs
+  // names one item for as long as it is there) has waited `patience_ns`
   // since the thief first saw it, or the victim has a backlog.
   static bool patient_enough(const WorkDeque& victim, Worker::Seen& seen, uint64_t patience_ns) {
     int64_t size = victim.size();
