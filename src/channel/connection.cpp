@@ -587,8 +587,9 @@ Result<Buffer> Connection::request(std::string_view service, std::span<const uin
                                                        },
                                                        true, &lock, /*blocking=*/true, h));
   impl_->post_copy(h, payload);
-  if (!impl_->hub->wait_until(lock, deadline, impl_->config.spin_us, [&] { return answer.done; }) &&
-      !answer.done) {
+  // The last progress before the deadline may still have completed it.
+  impl_->hub->wait_until(lock, deadline, impl_->config.spin_us, [&] { return answer.done; });
+  if (!answer.done) {
     impl_->forget_request(id);
     return impl_->response_timeout(id);
   }

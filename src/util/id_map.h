@@ -33,10 +33,6 @@ class IdMap {
   [[nodiscard]] size_t size() const { return size_; }
   [[nodiscard]] bool empty() const { return size_ == 0; }
 
-  T* find(uint64_t id) {
-    size_t i = locate(id);
-    return i == kAbsent ? nullptr : &*slots_[i].value;
-  }
   const T* find(uint64_t id) const {
     size_t i = locate(id);
     return i == kAbsent ? nullptr : &*slots_[i].value;
@@ -63,8 +59,6 @@ class IdMap {
     remove_at(i);
     return out;
   }
-
-  bool erase(uint64_t id) { return take(id).has_value(); }
 
   void clear() {
     for (auto& s : slots_) s.value.reset();

@@ -177,7 +177,8 @@ def ratio_spread(rows: Sequence[Mapping[str, Any]], case: Case,
     cannot tell them apart."""
     out = {}
     for key, ours, ref in _paired(rows, case, impl):
-        paired = [median(vs) / median(ref[rep]) for rep, vs in ours.items() if rep in ref and median(ref[rep]) > 0]
+        theirs = {rep: median(vs) for rep, vs in ref.items()}
+        paired = [median(vs) / theirs[rep] for rep, vs in ours.items() if theirs.get(rep, 0) > 0]
         if len(paired) >= 2:
             out[key] = (min(paired), max(paired))
     return out

@@ -39,7 +39,7 @@ void agree_with_unordered_map(const std::function<uint64_t(std::mt19937_64&, uin
       ASSERT_EQ(map.find(id), nullptr);
     } else {
       uint64_t id = live.empty() ? 0 : live[rng() % live.size()];
-      uint64_t* v = map.find(id);
+      const uint64_t* v = map.find(id);
       ASSERT_EQ(v != nullptr, ref.count(id) == 1);
       if (v) {
         ASSERT_EQ(*v, ref.at(id));
@@ -48,7 +48,7 @@ void agree_with_unordered_map(const std::function<uint64_t(std::mt19937_64&, uin
     ASSERT_EQ(map.size(), ref.size());
     // Keep the tables at the sizes the channel sees: tens to thousands.
     while (live.size() > 3000) {
-      ASSERT_TRUE(map.erase(live.back()));
+      ASSERT_TRUE(map.take(live.back()).has_value());
       ref.erase(live.back());
       live.pop_back();
     }
