@@ -92,9 +92,10 @@ class RemoteTokenizer {
   /// connection (Connection::progress, wait_until or any blocking call), and
   /// must not block. The texts are copied before it returns. With no credit
   /// free (the agent's window full of batches) it waits for some, within the
-  /// deadline.
+  /// deadline; with Credit::kFail it returns kAgain at once, nothing sent and
+  /// `done` never run, so an event loop is never held up.
   [[nodiscard]] Status submit(std::span<const std::string_view> texts, const OffloadOptions& options, Deadline deadline,
-                              EncodeDone done);
+                              EncodeDone done, Connection::Credit credit = Connection::Credit::kWait);
   [[nodiscard]] size_t vocab_size() const { return vocab_size_; }
   /// Memory registered for ids: the first `pool_ids` slots, plus slabs added
   /// for peaks until they are empty and the next batch unbinds them.

@@ -115,7 +115,7 @@ class Completions {
   explicit Completions(Connection& c) : conn_(c), queue_(std::make_shared<Queue>()) {}
 
   void submit(RemoteTokenizer& t, uint64_t token, std::span<const std::string_view> texts, const OffloadOptions& o,
-              Deadline deadline) {
+              Deadline deadline, Connection::Credit credit) {
     auto done = [q = queue_, token, &conn = conn_](Result<EncodedBatch> r) {
       {
         std::lock_guard lock(q->mu);
@@ -124,7 +124,7 @@ class Completions {
       // Finished by another thread's progress: the collector may be asleep.
       if (std::this_thread::get_id() != q->collector.load(std::memory_order_relaxed)) conn.wake();
     };
-    check(t.submit(texts, o, deadline, std::move(done)));
+    check(t.submit(texts, o, deadline, std::move(done), credit));
   }
 
   nb::list collect(double timeout) {
@@ -140,6 +140,22 @@ class Completions {
       std::lock_guard lock(queue_->mu);
       ready.swap(queue_->done);
     }
+    return to_python(std::move(ready));
+  }
+
+  // What an event loop calls once it has progressed the connection itself.
+  nb::list take() {
+    std::vector<std::pair<uint64_t, Result<EncodedBatch>>> ready;
+    queue_->collector.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    {
+      std::lock_guard lock(queue_->mu);
+      ready.swap(queue_->done);
+    }
+    return to_python(std::move(ready));
+  }
+
+ private:
+  static nb::list to_python(std::vector<std::pair<uint64_t, Result<EncodedBatch>>> ready) {
     nb::list out;
     for (auto& [token, r] : ready) {
       const bool ok = r.ok();
@@ -150,7 +166,6 @@ class Completions {
     return out;
   }
 
- private:
   struct Queue {
     std::mutex mu;
     std::atomic<std::thread::id> collector;
@@ -244,6 +259,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("event_fd", &Connection::event_fd)
       .def("arm",
            [](Connection& c) {
+             nb::gil_scoped_release release;  // arm() progresses first
              Status st = c.arm();
              if (st.code() == Code::kAgain) return false;
              check(st);
@@ -617,21 +633,28 @@ NB_MODULE(_core, m) {
       .def(
           "submit",
           [](RemoteTokenizer& t, Completions& into, uint64_t token, nb::list texts, bool allow_special, bool ordinary,
-             std::string_view utf8, bool add_special_tokens, uint32_t max_len, uint64_t capacity, double timeout) {
+             std::string_view utf8, bool add_special_tokens, uint32_t max_len, uint64_t capacity, double timeout,
+             bool wait_credit) {
             std::vector<std::string_view> views = text_views(texts);
             OffloadOptions o{encode_options(allow_special, ordinary, utf8, add_special_tokens), max_len, capacity};
             nb::gil_scoped_release release;  // a new slab may take a round trip
-            into.submit(t, token, views, o, deadline_in(timeout));
+            into.submit(t, token, views, o, deadline_in(timeout),
+                        wait_credit ? Connection::Credit::kWait : Connection::Credit::kFail);
           },
           "completions"_a, "token"_a, "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
           "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "timeout"_a = 10.0,
-          "encode_batch without waiting: the result is collected from `completions` under `token`.");
+          "wait_credit"_a = true,
+          "encode_batch without waiting: the result is collected from `completions` under `token`. Without "
+          "wait_credit, raises Again (nothing sent) when the agent's window is full.");
 
   nb::class_<Completions>(m, "Completions")
       .def(nb::init<Connection&>(), "connection"_a, nb::keep_alive<1, 2>())
       .def("collect", &Completions::collect, "timeout"_a,
            "[(token, ok, result)] of batches finished since the last call, waiting up to `timeout` s (driving the "
-           "connection) for one; result is encode_batch's tuple, or (code, message).");
+           "connection) for one; result is encode_batch's tuple, or (code, message).")
+      .def("take", &Completions::take,
+           "collect() for an event loop that progresses the connection itself: what is ready, never waiting. "
+           "Batches finished by other threads wake the connection's event_fd.");
 
   m.def("checksum", [](nb::bytes data) { return checksum(view(data)); }, "data"_a);
   m.def(

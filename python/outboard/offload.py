@@ -5,6 +5,7 @@
     batch = tok.encode_batch(texts, max_len=2048)
     batch.ids, batch.offsets                     # np.int32 view of the registered buffer, np.uint64
     future = tok.submit(texts)                   # overlap: concurrent.futures.Future[Batch]
+    batch = await tok.encode_batch_async(texts)  # asyncio: agent batches finish on the loop itself
 
 ``host`` tokenizes in this process, ``agent`` on the agent, and ``auto`` routes each batch by
 what it measures (see :class:`AutoPolicy`). Every placement gives the same ids and the same
@@ -14,10 +15,13 @@ too long, no room in the output buffer) fails alone.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 import numpy as np
 
 from . import _core
-from .errors import ConnectionReset, Error, InvalidArgument, NotConnected, ShutDown, TimedOut, TooBig, from_code
+from .errors import Again, ConnectionReset, Error, InvalidArgument, NotConnected, ShutDown, TimedOut, TooBig, from_code
 from .tokenizer import Tokenizer, Utf8Policy
 
 if TYPE_CHECKING:
@@ -43,6 +47,9 @@ MAX_TEXT_BYTES = 16 << 20
 SUBMIT_THREADS = 4
 #: Seconds the collector of agent batches stays after the last one finished.
 COLLECT_WAIT_S = 0.2
+#: Seconds between an event loop's checks of its agent batches' deadlines and of the agent's
+#: liveness, while it has any (events wake it at once; these need the clock).
+LOOP_WATCH_S = 0.05
 #: Errors after which the agent is presumed gone: auto stops routing to it.
 _AGENT_DOWN = (ConnectionReset, NotConnected, ShutDown, TimedOut)
 
@@ -223,14 +230,44 @@ class OffloadTokenizer:
             try:
                 batch = self._encode("agent", texts, **args)
             except Exception as e:
-                self.policy.done("agent", nbytes, 0.0, e)
-                if not isinstance(e, _AGENT_DOWN) or self._local is None:
+                if not self._redo_on_host(e, nbytes):
                     raise
-                self.policy.choose(nbytes)  # the agent failed: this batch is redone here
                 return self._host_for_policy(texts, args, nbytes)
             self.policy.done("agent", nbytes, _agent_service_s(batch, start))
             return batch
         return self._host_for_policy(texts, args, nbytes)
+
+    async def encode_batch_async(self, texts: Sequence[Text], *, max_len: int | None = None,
+                                 allowed_special: Literal["all"] | Collection[str] = (), utf8: Utf8Policy = "strict",
+                                 add_special_tokens: bool = False, capacity: int | None = None) -> Batch:
+        """encode_batch() for asyncio, never blocking the loop. A batch for the agent is sent at once
+        and finished on the loop itself, which watches the connection's event fd: no thread hand-off
+        per batch. When the agent's window is full it waits for credit without blocking. Host
+        batches run on the submit pool; ``auto`` routes as encode_batch() does."""
+        texts = list(texts)
+        args = self._options(max_len, allowed_special, utf8, add_special_tokens, capacity)
+        loop = asyncio.get_running_loop()
+        if self.placement == "host":
+            return await loop.run_in_executor(self._pool(), functools.partial(self._encode, "host", texts, **args))
+        if self.placement == "agent":
+            return await self._agent_async(loop, texts, args)
+        assert self.policy is not None
+        nbytes = sum(len(t) for t in texts)
+        if self.policy.choose(nbytes) == "agent":
+            start = time.perf_counter()
+            try:
+                batch = await self._agent_async(loop, texts, args)
+            except Exception as e:
+                if not self._redo_on_host(e, nbytes):
+                    raise
+            else:
+                self.policy.done("agent", nbytes, _agent_service_s(batch, start))
+                return batch
+        return await loop.run_in_executor(self._pool(), self._host_for_policy, texts, args, nbytes)
+
+    async def _agent_async(self, loop: asyncio.AbstractEventLoop, texts: list[Text], args: dict[str, Any]) -> Batch:
+        assert self._remote is not None and self._client is not None
+        return await _LoopCompletions.of(loop, self._client.connection).encode(self, texts, args)
 
     def submit(self, texts: Sequence[Text], *, max_len: int | None = None,
                allowed_special: Literal["all"] | Collection[str] = (), utf8: Utf8Policy = "strict",
@@ -257,11 +294,9 @@ class OffloadTokenizer:
                 policy.done("agent", nbytes, _agent_service_s(f.result(), start))
                 outer.set_result(f.result())
                 return
-            policy.done("agent", nbytes, 0.0, failed)
-            if not (isinstance(failed, _AGENT_DOWN) and self._local is not None):
+            if not self._redo_on_host(failed, nbytes):
                 outer.set_exception(failed)
                 return
-            policy.choose(nbytes)  # host now: the agent is presumed down
             redo = self._pool().submit(self._host_for_policy, texts, args, nbytes)
 
             def redone(r: Future[Batch]) -> None:
@@ -272,6 +307,16 @@ class OffloadTokenizer:
             redo.add_done_callback(redone)
         self._submit_to("agent", texts, args).add_done_callback(agent_done)
         return outer
+
+    def _redo_on_host(self, failed: BaseException, nbytes: int) -> bool:
+        """Counts an agent batch that failed; True when it is to be redone here (the agent is
+        presumed down), routed to the host."""
+        assert self.policy is not None
+        self.policy.done("agent", nbytes, 0.0, failed)
+        if not (isinstance(failed, _AGENT_DOWN) and self._local is not None):
+            return False
+        self.policy.choose(nbytes)
+        return True
 
     def _host_for_policy(self, texts: list[Text], args: dict[str, Any], nbytes: int) -> Batch:
         # Timed where it runs: the policy wants service time, and adds queueing from its own counts.
@@ -307,14 +352,19 @@ class OffloadTokenizer:
                 self._collector = threading.Thread(target=self._collect, name="outboard-collect")
                 self._collector.start()
         try:
-            self._remote.submit(self._completions, token, texts, allow_special=args["allow"], utf8=args["utf8"],
-                                add_special_tokens=args["add_special_tokens"], max_len=args["max_len"],
-                                capacity=args["capacity"], timeout=self.timeout)
+            self._send(self._completions, token, texts, args, self.timeout, wait_credit=True)
         except Error as e:
             with self._lock:
                 self._futures.pop(token, None)
             future.set_exception(e)
         return future
+
+    def _send(self, completions: _core.Completions, token: int, texts: list[Text], args: dict[str, Any],
+              timeout: float, *, wait_credit: bool) -> None:
+        assert self._remote is not None
+        self._remote.submit(completions, token, texts, allow_special=args["allow"], utf8=args["utf8"],
+                            add_special_tokens=args["add_special_tokens"], max_len=args["max_len"],
+                            capacity=args["capacity"], timeout=timeout, wait_credit=wait_credit)
 
     def close(self) -> None:
         """Waits for submitted batches (each bounded by ``timeout``), then stops the submit threads."""
@@ -367,6 +417,110 @@ class OffloadTokenizer:
         assert self._local is not None
         return _host_batch(self._local, texts, max_len=max_len, allow=allow, utf8=utf8,
                            add_special_tokens=add_special_tokens, capacity=capacity)
+
+
+class _LoopCompletions:
+    """The agent batches of one event loop, finished on the loop: it watches the channel's event fd
+    while any are out (and LOOP_WATCH_S after: registering it per batch would cost more than the
+    batch), and progresses the connection itself when that is readable. One per loop and event fd,
+    because the fd is the process's channel hub, shared by every connection."""
+
+    _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, _LoopCompletions]] = (
+        weakref.WeakKeyDictionary())
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop, connection: _core.Connection) -> _LoopCompletions:
+        per_fd = cls._of.setdefault(loop, {})
+        fd = connection.event_fd
+        if fd not in per_fd:
+            per_fd[fd] = cls(loop, connection)
+        return per_fd[fd]
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, connection: _core.Connection) -> None:
+        self.loop = loop
+        self.connection = connection
+        self.fd = connection.event_fd
+        self.completions = _core.Completions(connection)
+        self.futures: dict[int, asyncio.Future[Batch]] = {}
+        self.credit: list[tuple[float, asyncio.Future[bool]]] = []  # (deadline, waiter): no window left
+        self.next_token = 0
+        self.watch: asyncio.TimerHandle | None = None
+        self.waits_for_credit = 0  # times a batch found the agent's window full
+
+    async def encode(self, tok: OffloadTokenizer, texts: list[Text], args: dict[str, Any]) -> Batch:
+        deadline = time.monotonic() + tok.timeout
+        token, self.next_token = self.next_token, self.next_token + 1
+        while True:
+            try:
+                tok._send(self.completions, token, texts, args, max(deadline - time.monotonic(), 0.0),
+                          wait_credit=False)
+                break
+            except Again:
+                # The agent's window is full: credit comes back with its next answers.
+                self.waits_for_credit += 1
+                waiter: asyncio.Future[bool] = self.loop.create_future()
+                self.credit.append((deadline, waiter))
+                self._watch()
+                if not await waiter:
+                    raise TimedOut(f"batch of {len(texts)} texts: no credit from the agent within the timeout of "
+                                   f"{tok.timeout:g} s (its window stayed full of batches)") from None
+        future: asyncio.Future[Batch] = self.loop.create_future()
+        self.futures[token] = future
+        self._watch()
+        return await future
+
+    def _watch(self) -> None:
+        if self.watch is None:
+            self.loop.add_reader(self.fd, self._ready)
+            self.watch = self.loop.call_later(LOOP_WATCH_S, self._tick)
+
+    def _tick(self) -> None:
+        if not self.futures and not self.credit:  # idle for a while: let go of the fd and the connection
+            self._unwatch()
+            del self._of[self.loop][self.fd]
+            return
+        # Request deadlines and the agent's liveness are checked every 16th round of progress.
+        for _ in range(16):
+            self.connection.progress()
+        self.watch = self.loop.call_later(LOOP_WATCH_S, self._tick)
+        self._ready()
+
+    def _ready(self) -> None:
+        for _ in range(64):  # then let the loop's other work in, and come back
+            try:
+                armed = self.connection.arm()  # False: it progressed and found work
+            except Error as e:  # the fd cannot be armed: nothing of ours would ever finish
+                return self._fail_all(e)
+            for token, ok, result in self.completions.take():
+                future = self.futures.pop(token, None)
+                if future is None or future.done():  # its task was cancelled
+                    continue
+                if ok:
+                    future.set_result(_agent_batch(result))
+                else:
+                    future.set_exception(from_code(*result))
+            if armed:
+                break
+        else:
+            self.loop.call_soon(self._ready)
+        # What came in may have returned credit: the batches waiting for some try again.
+        now, waiting, self.credit = time.monotonic(), self.credit, []
+        for deadline, waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(now < deadline)
+
+    def _fail_all(self, error: Error) -> None:
+        for future in [*self.futures.values(), *(waiter for _, waiter in self.credit)]:
+            if not future.done():
+                future.set_exception(error)
+        self.futures.clear()
+        self.credit.clear()
+
+    def _unwatch(self) -> None:
+        if self.watch is not None:
+            self.loop.remove_reader(self.fd)
+            self.watch.cancel()
+            self.watch = None
 
 
 def _output_memory(output: np.ndarray | None) -> np.ndarray | None:

@@ -296,7 +296,7 @@ Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_v
 }
 
 Status RemoteTokenizer::submit(std::span<const std::string_view> texts, const OffloadOptions& options,
-                               Deadline deadline, EncodeDone done) {
+                               Deadline deadline, EncodeDone done, Connection::Credit credit) {
   OB_ASSIGN_OR_RETURN(Request req, prepare(texts, options, deadline));
   return connection_.submit(
       kService, std::move(req.bytes), deadline,
@@ -304,7 +304,7 @@ Status RemoteTokenizer::submit(std::span<const std::string_view> texts, const Of
         if (!reply.ok()) return done(reply.status());
         done(finish(reply.value(), slots, n));
       },
-      Connection::Credit::kWait);
+      credit);
 }
 
 }  // namespace outboard
