@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "outboard/channel.h"
@@ -114,6 +115,26 @@ Result<OpenLoop> open_loop_host(const Tokenizer& tokenizer, std::span<const std:
 /// takes the completions (the ids are read in place, where the agent put them).
 Result<OpenLoop> open_loop_agent(Connection& c, RemoteTokenizer& tokenizer, std::span<const std::string_view> texts,
                                  std::span<const double> arrivals_s, double timeout_s);
+
+/// A timerfd for event loops: readable from the CLOCK_MONOTONIC time given to
+/// set() (Python's time.monotonic_ns()) until clear(). It wakes an asyncio
+/// load test at each arrival the way a request's socket would, to the
+/// nanosecond (a loop's own timers round their waits up to milliseconds).
+class ArrivalTimer {
+ public:
+  static Result<ArrivalTimer> create();
+  ArrivalTimer(ArrivalTimer&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  ArrivalTimer& operator=(ArrivalTimer&&) = delete;
+  ~ArrivalTimer();
+  [[nodiscard]] int fd() const { return fd_; }
+  [[nodiscard]] Status set(uint64_t monotonic_ns);
+  /// Consumes the expiry, so the fd is no longer readable.
+  void clear();
+
+ private:
+  explicit ArrivalTimer(int fd) : fd_(fd) {}
+  int fd_;
+};
 
 /// A cache line passed back and forth between threads pinned to `core_a`
 /// and `core_b`: one-way time per batch of round trips. kTimedOut when the

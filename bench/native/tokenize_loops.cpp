@@ -1,4 +1,9 @@
+#include <sys/timerfd.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -182,6 +187,31 @@ Result<OpenLoop> open_loop_agent(Connection& c, RemoteTokenizer& tokenizer, std:
   if (!submit_failed.ok()) return submit_failed;
   if (!state->tally.wait(0)) return never_ended("agent", state->tally);
   return state->tally.result(start, cpu0);
+}
+
+Result<ArrivalTimer> ArrivalTimer::create() {
+  const int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0) return Status(Code::kIoError, std::string("timerfd_create: ") + std::strerror(errno));
+  return ArrivalTimer(fd);
+}
+
+ArrivalTimer::~ArrivalTimer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status ArrivalTimer::set(uint64_t monotonic_ns) {
+  itimerspec when{};
+  when.it_value.tv_sec = static_cast<time_t>(monotonic_ns / 1'000'000'000);
+  when.it_value.tv_nsec = static_cast<long>(monotonic_ns % 1'000'000'000);
+  if (when.it_value.tv_sec == 0 && when.it_value.tv_nsec == 0) when.it_value.tv_nsec = 1;  // zero would disarm it
+  if (timerfd_settime(fd_, TFD_TIMER_ABSTIME, &when, nullptr) != 0)
+    return Status(Code::kIoError, std::string("timerfd_settime: ") + std::strerror(errno));
+  return {};
+}
+
+void ArrivalTimer::clear() {
+  uint64_t expirations;
+  [[maybe_unused]] ssize_t r = ::read(fd_, &expirations, sizeof expirations);
 }
 
 }  // namespace outboard::bench

@@ -656,6 +656,13 @@ NB_MODULE(_core, m) {
            "collect() for an event loop that progresses the connection itself: what is ready, never waiting. "
            "Batches finished by other threads wake the connection's event_fd.");
 
+  nb::class_<bench::ArrivalTimer>(m, "ArrivalTimer")
+      .def("__init__", [](bench::ArrivalTimer* t) { new (t) bench::ArrivalTimer(unwrap(bench::ArrivalTimer::create())); })
+      .def_prop_ro("fd", &bench::ArrivalTimer::fd)
+      .def("set", [](bench::ArrivalTimer& t, uint64_t ns) { check(t.set(ns)); }, "monotonic_ns"_a,
+           "Readable from time.monotonic_ns() == monotonic_ns on.")
+      .def("clear", &bench::ArrivalTimer::clear);
+
   m.def("checksum", [](nb::bytes data) { return checksum(view(data)); }, "data"_a);
   m.def(
       "checksum",

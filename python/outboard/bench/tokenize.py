@@ -19,6 +19,7 @@ also net of the load generator's own cost per arrival, and of the agent (its sta
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import random
@@ -31,12 +32,13 @@ from typing import Any
 import numpy as np
 
 from .. import _core
-from ..errors import BadConfig
+from ..errors import BadConfig, Error
 from ..offload import SUBMIT_THREADS
 from .harness import summarize
 
 PLACEMENTS = ("host", "agent", "auto")
 NATIVE_PLACEMENTS = ("host", "agent")  # the load test driven from C++ too (auto's policy is Python)
+ASYNCIO_PLACEMENTS = ("host", "agent")  # and from an asyncio server
 DIM = 768
 GPT2_VOCAB = 50257
 POSITIONS = 2048  # the published sequence length; longer texts wrap around the position table
@@ -261,13 +263,15 @@ def single_requests(results: Any, pipe: Pipeline, model: str, workload: str, pay
 
 def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: int, rates: list[float],
               seconds: float, texts_for: Any, progress: Any) -> None:
-    """Open loop: one dispatcher submits each request at its Poisson arrival time, whatever is still
-    running (a server does not wait for one request before taking the next), and latency runs from
-    the scheduled arrival to the future's completion. Texts arrive as UTF-8 bytes, as off a socket.
+    """Open loop, each request submitted at its Poisson arrival time, whatever is still running (a
+    server does not wait for one request before taking the next); latency runs from the scheduled
+    arrival to the ids in hand. Texts arrive as UTF-8 bytes, as off a socket. Two server shapes:
+    threads (one dispatcher thread calls submit(), futures finish on the tokenizer's threads) and
+    asyncio (a task per request awaits encode_batch_async()).
 
-    The dispatcher's own waking at each arrival is the load generator's cost, not the tokenizer's:
-    it is measured per rate by the same schedule with nothing submitted, and reported beside (and
-    taken out of) each placement's consumer CPU."""
+    Waking at each arrival is the load generator's cost, not the tokenizer's: it is measured per
+    rate and shape by the same schedule with nothing submitted, and reported beside (and taken out
+    of) each placement's consumer CPU."""
     host = pipe.tok["host"]  # the reference for every placement's ids
     for rate in rates:
         params = {"model": model, "payload_bytes": payload, "offered_rps": rate, "host_threads": SUBMIT_THREADS}
@@ -276,56 +280,27 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
         while t < seconds:
             t += rng.expovariate(rate)
             arrivals.append(t)
-        _freeze_heap()
-        cpu0 = _cpu_s()
-        _dispatch(time.perf_counter(), arrivals, lambda _: None)
-        floor = (_cpu_s() - cpu0) * 1e6 / len(arrivals)
-        for p in PLACEMENTS:
-            tok = pipe.tok[p]
-            work = [[x.encode() for x in texts_for(payload, 1)] for _ in arrivals]
-            lat: list[float] = []
-            sums: list[tuple[list[bytes], int]] = []  # checked against the host after the timed run
-            failed = 0
-            lock = threading.Lock()
-            all_done = threading.Event()
-            outstanding = len(work)
+        for case, placements, open_loop in (("load", PLACEMENTS, _open_loop_threads),
+                                            ("load_asyncio", ASYNCIO_PLACEMENTS, _open_loop_asyncio)):
             _freeze_heap()
-            agent_cpu0 = client.stats()["cpu_ns"]
-            routed0 = dict(tok.policy.routed) if p == "auto" else {}
-
-            def finished(future: Any, due: float, texts: list[bytes]) -> None:
-                nonlocal failed, outstanding
-                done_at = time.perf_counter()
-                # xxh3 in place: ~4 us for 64 KB of ids (zlib.crc32 took 16, charged to every placement)
-                digest = _core.checksum(future.result().ids) if future.exception() is None else None
-                with lock:
-                    if digest is None:
-                        failed += 1
-                    else:
-                        lat.append((done_at - (start + due)) * 1e6)
-                        sums.append((texts, digest))
-                    outstanding -= 1
-                    if outstanding == 0:
-                        all_done.set()
-
-            def submit(i: int) -> None:
-                # The future is not kept: the batch (and its slots) goes once its callback has run.
-                tok.submit(work[i]).add_done_callback(lambda f, due=arrivals[i], texts=work[i]: finished(f, due, texts))
-
-            cpu0 = _cpu_s()
-            start = time.perf_counter() + 0.01
-            _dispatch(start, arrivals, submit)
-            # Every future ends within the tokenizer's timeout (failing if need be); the margin is for slack.
-            if not all_done.wait(seconds + tok.timeout + 5):
-                raise TimeoutError(f"load test {model} {p} at {rate:.0f} req/s: {outstanding} requests never ended")
-            wall = time.perf_counter() - start
-            cpu = (_cpu_s() - cpu0) * 1e6
-            agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
-            differ = sum(_core.checksum(host.encode_batch(t).ids) != digest for t, digest in sums)
-            routed = {k: v - routed0[k] for k, v in tok.policy.routed.items()} if p == "auto" else {}
-            results.add("load", p, params, _load_metrics(lat, wall, cpu, floor, agent_cpu),
-                        {"requests": len(work), "failed": failed, "ids_differ": differ, "routed": routed})
-            progress()
+            floor = open_loop(None, [[] for _ in arrivals], arrivals, 0.0)[4] / len(arrivals)
+            for p in placements:
+                tok = pipe.tok[p]
+                work = [[x.encode() for x in texts_for(payload, 1)] for _ in arrivals]
+                _freeze_heap()
+                agent_cpu0 = client.stats()["cpu_ns"]
+                routed0 = dict(tok.policy.routed) if p == "auto" else {}
+                # Every request ends within the tokenizer's timeout (failing if need be); the margin is for slack.
+                lat, sums, failed, wall, cpu = open_loop(tok, work, arrivals, seconds + tok.timeout + 5)
+                if len(lat) + failed < len(work):
+                    raise TimeoutError(f"load test {model} {p} ({case}) at {rate:.0f} req/s: "
+                                       f"{len(work) - len(lat) - failed} requests never ended")
+                agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
+                differ = sum(_core.checksum(host.encode_batch(t).ids) != digest for t, digest in sums)
+                routed = {k: v - routed0[k] for k, v in tok.policy.routed.items()} if p == "auto" else {}
+                results.add(case, p, params, _load_metrics(lat, wall, cpu, floor, agent_cpu),
+                            {"requests": len(work), "failed": failed, "ids_differ": differ, "routed": routed})
+                progress()
         # The same schedule driven by C++ (a native server's shape): what the Python layer costs.
         floor = _core.bench_open_loop_arrivals(arrivals)["cpu_s"] * 1e6 / len(arrivals)
         for p in NATIVE_PLACEMENTS:
@@ -351,13 +326,107 @@ def _load_metrics(lat: list[float], wall: float, cpu_us: float, floor_us: float,
             "agent_cpu_us_per_request": agent_cpu_us / done}
 
 
-def _dispatch(start: float, arrivals: list[float], submit: Any) -> None:
-    """Calls submit(i) at each arrival time (seconds after `start`, a perf_counter time)."""
+#: What an open loop returns: latencies (µs) and (texts, ids checksum) of the requests that
+#: succeeded, how many failed, wall seconds from the first arrival, consumer CPU µs in all.
+OpenLoop = tuple[list[float], list[tuple[list[bytes], int]], int, float, float]
+
+
+def _open_loop_threads(tok: Any, work: list[list[bytes]], arrivals: list[float], limit_s: float) -> OpenLoop:
+    """One dispatcher thread sleeps until each arrival and calls submit() (nothing with tok None);
+    the futures' callbacks take the ids."""
+    lat: list[float] = []
+    sums: list[tuple[list[bytes], int]] = []
+    failed = 0
+    outstanding = len(work) if tok is not None else 0
+    lock = threading.Lock()
+    all_done = threading.Event()
+
+    def finished(future: Any, due: float, texts: list[bytes]) -> None:
+        nonlocal failed, outstanding
+        done_at = time.perf_counter()
+        # xxh3 in place: ~4 us for 64 KB of ids (zlib.crc32 took 16, charged to every placement)
+        digest = _core.checksum(future.result().ids) if future.exception() is None else None
+        with lock:
+            if digest is None:
+                failed += 1
+            else:
+                lat.append((done_at - (start + due)) * 1e6)
+                sums.append((texts, digest))
+            outstanding -= 1
+            if outstanding == 0:
+                all_done.set()
+
+    def submit(i: int) -> None:
+        # The future is not kept: the batch (and its slots) goes once its callback has run.
+        tok.submit(work[i]).add_done_callback(lambda f, due=arrivals[i], texts=work[i]: finished(f, due, texts))
+
+    cpu0 = _cpu_s()
+    start = time.perf_counter() + 0.01
     for i, due in enumerate(arrivals):
         delay = start + due - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-        submit(i)
+        if tok is not None:
+            submit(i)
+    if tok is not None:
+        all_done.wait(limit_s)
+    with lock:  # what ended by now; a late callback must not change it under the caller
+        return list(lat), list(sums), failed, time.perf_counter() - start, (_cpu_s() - cpu0) * 1e6
+
+
+def _open_loop_asyncio(tok: Any, work: list[list[bytes]], arrivals: list[float], limit_s: float) -> OpenLoop:
+    """An asyncio server: a timerfd wakes the loop at each arrival, as a request's socket would (the
+    loop's own timers round their waits up to milliseconds), and a task per request awaits
+    encode_batch_async() (nothing with tok None)."""
+    lat: list[float] = []
+    sums: list[tuple[list[bytes], int]] = []
+    failed = 0
+    start = time.monotonic_ns() + 10_000_000
+    due = [start + int(a * 1e9) for a in arrivals]
+
+    async def request(i: int) -> None:
+        nonlocal failed
+        try:
+            batch = await tok.encode_batch_async(work[i])
+        except Error:
+            failed += 1
+            return
+        lat.append((time.monotonic_ns() - due[i]) / 1e3)
+        sums.append((work[i], _core.checksum(batch.ids)))
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        timer = _core.ArrivalTimer()
+        arrived = loop.create_future()
+        running: set[asyncio.Task[None]] = set()
+        nxt = 0
+
+        def ready() -> None:
+            nonlocal nxt
+            timer.clear()
+            now = time.monotonic_ns()
+            while nxt < len(due) and due[nxt] <= now:
+                if tok is not None:
+                    task = loop.create_task(request(nxt))
+                    running.add(task)  # the loop keeps only a weak reference
+                    task.add_done_callback(running.discard)
+                nxt += 1
+            if nxt < len(due):
+                timer.set(due[nxt])
+            elif not arrived.done():
+                loop.remove_reader(timer.fd)
+                arrived.set_result(None)
+
+        loop.add_reader(timer.fd, ready)
+        timer.set(due[0])
+        await arrived
+        if running:
+            await asyncio.wait(running, timeout=limit_s)
+
+    cpu0 = _cpu_s()
+    if due:
+        asyncio.run(serve())
+    return lat, sums, failed, (time.monotonic_ns() - start) / 1e9, (_cpu_s() - cpu0) * 1e6
 
 
 def _freeze_heap() -> None:
@@ -428,7 +497,7 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
     try:
         client = connect(agent, spin_us=0)  # a waiting consumer sleeps: its CPU is what we measure
         cells = len(models) * (len(payloads) + len(batches) + 1) + len(models) * len(load_payloads) * len(
-            rates_frac) * (len(PLACEMENTS) + len(NATIVE_PLACEMENTS))
+            rates_frac) * (len(PLACEMENTS) + len(ASYNCIO_PLACEMENTS) + len(NATIVE_PLACEMENTS))
         bar = _Progress(cells * 1, progress)
         for model in models:
             embedder = make_embedder(embed, GPT2_VOCAB if model == "gpt2" else 30522)
@@ -539,6 +608,11 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
                       "", "Consumer CPU is the whole process's (getrusage); *net* takes out the load generator's own "
                       "cost per arrival (its sleep and wake-up), measured at each rate by the same schedule with "
                       "nothing submitted.", ""] + _load_table(load)
+            shaped = _load_rows(rows, model, size, "load_asyncio")
+            if shaped:
+                lines += ["", f"### The same {size // 1024} KB load from an asyncio server (a task per request awaits "
+                          "`encode_batch_async()`; agent batches finish on the loop, host ones on the pool; a "
+                          "timerfd wakes the loop at each arrival, as a request's socket would)", ""] + _load_table(shaped)
             native = _load_rows(rows, model, size, "load_native")
             if native:
                 lines += ["", f"### The same {size // 1024} KB load from C++ (a native server's shape; "
@@ -625,13 +699,16 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
     save(fig, "payload")
 
     for size in _load_payloads(rows, model):
-        load = _load_rows(rows, model, size, "load", "load_native")
+        load = _load_rows(rows, model, size, "load", "load_asyncio", "load_native")
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-        for case, p in [("load", p) for p in PLACEMENTS] + [("load_native", p) for p in NATIVE_PLACEMENTS]:
+        shapes = {"load": (PLACEMENTS, dict(marker="o"), ""),
+                  "load_asyncio": (ASYNCIO_PLACEMENTS, dict(marker="s", linestyle=":"), " (asyncio)"),
+                  "load_native": (NATIVE_PLACEMENTS, dict(marker="x", linestyle="--"), " (C++)")}
+        for case, p in [(case, p) for case, (places, _, _) in shapes.items() for p in places]:
             pts = [(r["metrics"]["throughput_rps"], r["metrics"]["latency_us"]["p99"],
                     r["metrics"]["consumer_cpu_us_per_request"], r["params"]["offered_rps"]) for r in load
                    if r["impl"] == p and r["case"] == case]
-            style = dict(marker="o", label=p) if case == "load" else dict(marker="x", linestyle="--", label=f"{p} (C++)")
+            style = dict(shapes[case][1], label=p + shapes[case][2])
             a1.plot([x[0] for x in pts], [x[1] for x in pts], **style)
             a2.plot([x[3] for x in pts], [x[2] for x in pts], **style)
         a1.set_xlabel("throughput req/s")
