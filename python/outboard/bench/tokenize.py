@@ -93,6 +93,8 @@ class Embedder:
         self.word = rng.standard_normal((vocab, DIM), dtype=np.float32)
         self.pos = rng.standard_normal((POSITIONS, DIM), dtype=np.float32)
         self.device = "cpu (numpy)"
+        #: Whether agent batches must land in memory of the embedder's own (page-locked, for a GPU).
+        self.pinned = False
 
     def host_buffer(self, ids: int) -> np.ndarray:
         """Consumer memory that ids are put in (by the host's copy, or the agent's write)."""
@@ -127,6 +129,7 @@ class TorchEmbedder:
         self.word = torch.randn((vocab, DIM), generator=gen).to(self.cuda)
         self.pos = torch.randn((POSITIONS, DIM), generator=gen).to(self.cuda)
         self.device = f"cuda (torch {torch.__version__}, {torch.cuda.get_device_name()})"
+        self.pinned = True
         self._pinned: list[tuple[int, int, Any]] = []  # (address, bytes, tensor) of each host buffer
         self._positions = torch.arange(1 << 16, device=self.cuda) % POSITIONS  # grows for longer texts
 
@@ -195,9 +198,11 @@ class Pipeline:
     def __init__(self, client: Any, model: str, embedder: Embedder | TorchEmbedder) -> None:
         self.embed = embedder
         self.buffer = embedder.host_buffer(self.IDS)  # where the host placement's ids are copied
-        # Agent batches land in consumer memory too: a buffer per tokenizer (each manages its own).
-        self.tok = {p: client.tokenizer(model, placement=p,
-                                        output=None if p == "host" else embedder.host_buffer(self.IDS))
+        # Agent batches land in this process's memory: for a GPU, pinned buffers of the embedder's (one per
+        # tokenizer); else the tokenizer's own registered memory, which UCX 1.13 writes one-sidedly on one
+        # host (into other memory its puts arrive as messages this process copies).
+        self.tok = {p: client.tokenizer(model, placement=p, output=embedder.host_buffer(self.IDS)
+                                        if p != "host" and embedder.pinned else None)
                     for p in PLACEMENTS}
 
     def request(self, placement: str, texts: list[str], *, embed: bool = True) -> dict[str, Any]:
