@@ -240,10 +240,11 @@ class OffloadTokenizer:
     async def encode_batch_async(self, texts: Sequence[Text], *, max_len: int | None = None,
                                  allowed_special: Literal["all"] | Collection[str] = (), utf8: Utf8Policy = "strict",
                                  add_special_tokens: bool = False, capacity: int | None = None) -> Batch:
-        """encode_batch() for asyncio, never blocking the loop. A batch for the agent is sent at once
-        and finished on the loop itself, which watches the connection's event fd: no thread hand-off
-        per batch. When the agent's window is full it waits for credit without blocking. Host
-        batches run on the submit pool; ``auto`` routes as encode_batch() does."""
+        """encode_batch() for asyncio. A batch for the agent is sent at once and finished on the loop
+        itself, which watches the connection's event fd: no thread hand-off per batch. The loop never
+        waits for the agent's answer, nor for credit when the agent's window is full; the one round
+        trip it may wait for is the registration of more id memory, when a peak needs it (as in
+        submit()). Host batches run on the submit pool; ``auto`` routes as encode_batch() does."""
         texts = list(texts)
         args = self._options(max_len, allowed_special, utf8, add_special_tokens, capacity)
         loop = asyncio.get_running_loop()
