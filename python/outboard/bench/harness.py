@@ -23,6 +23,14 @@ from .output import Results, run_dir
 
 #: The implementation that is ours in every suite; ratios are ours / peer.
 OURS = "outboard"
+#: Before each round of a cell (every implementation once) the harness times a cache line between
+#: two cores. Above this many times the run's best, the VM is in its slow state (the host placed
+#: the vCPUs apart), which moves every figure between threads and processes: the harness waits for
+#: it to pass, probing every SLOW_STATE_PROBE_S for at most SLOW_STATE_WAIT_S, and does not wait
+#: again until a probe finds the state gone (one that lasts is recorded, not waited out per round).
+SLOW_STATE_FACTOR = 2.0
+SLOW_STATE_WAIT_S = 20.0
+SLOW_STATE_PROBE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -194,6 +202,60 @@ def summarize(samples: Sequence[float], digits: int = 4) -> dict[str, float]:
             | {"count": int(s["count"]), "avg": round(sum(values) / max(len(values), 1), digits)})
 
 
+class MachineWatch:
+    """The machine's state before each round: ``probe`` gives the core-to-core time in ns (None
+    with fewer than two cores); slow states are waited out as SLOW_STATE_FACTOR says."""
+
+    def __init__(self, probe: Callable[[], float | None], sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.probe, self.sleep, self.clock = probe, sleep, clock
+        self.best: float | None = None
+        self.waited_s = 0.0
+        self._lasting = False  # the last wait ended with the state still slow
+
+    def settle(self) -> float | None:
+        """Core-to-core ns once the state is normal, or when waiting gave up."""
+        ns = self._probe()
+        if ns is None:
+            return None
+        if self._slow(ns) and not self._lasting:
+            start = self.clock()
+            while self._slow(ns) and self.clock() - start < SLOW_STATE_WAIT_S:
+                self.sleep(SLOW_STATE_PROBE_S)
+                ns = self._probe()
+            self.waited_s += self.clock() - start
+        self._lasting = self._slow(ns)
+        return ns
+
+    def _probe(self) -> float | None:
+        ns = self.probe()
+        if ns is not None:
+            self.best = ns if self.best is None else min(self.best, ns)
+        return ns
+
+    def _slow(self, ns: float | None) -> bool:
+        return ns is not None and ns > SLOW_STATE_FACTOR * (self.best or ns)
+
+
+def _core_to_core_ns() -> float | None:
+    from .. import machine
+
+    c2c = machine.core_to_core()
+    return None if c2c is None else float(c2c["p50_ns"])
+
+
+def slow_rounds(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, Cell, int, float]]:
+    """(case, cell, repeat, core-to-core ns) of the rounds measured in the slow state, judged against
+    the run's best probe (a state that looked normal early may be slow against a later, better one)."""
+    probes = [r["metrics"]["core_to_core_ns"] for r in rows if "core_to_core_ns" in r["metrics"]]
+    if not probes:
+        return []
+    limit = SLOW_STATE_FACTOR * min(probes)
+    seen = {(r["case"], cell_key(r["params"]), int(r["params"].get("repeat", 0))): r["metrics"]["core_to_core_ns"]
+            for r in rows if r["metrics"].get("core_to_core_ns", 0) > limit}
+    return [(case, key, rep, ns) for (case, key, rep), ns in seen.items()]
+
+
 class _Progress:
     """A one-line progress bar on stderr (a terminal only)."""
 
@@ -227,8 +289,9 @@ def command_line(suite: Suite, options: Options) -> str:
     return shlex.join(parts)
 
 
-def run(suite: Suite, options: Options) -> Path:
-    """Runs the suite; returns the directory holding results.jsonl, meta.json, report.md, charts/."""
+def run(suite: Suite, options: Options, watch: MachineWatch | None = None) -> Path:
+    """Runs the suite; returns the directory holding results.jsonl, meta.json, report.md, charts/.
+    ``watch``: the machine's state before each round (default: the core-to-core probe)."""
     from . import report
 
     directory = run_dir(suite.name, options.out)
@@ -239,16 +302,19 @@ def run(suite: Suite, options: Options) -> Path:
     })
     plan = [(case, params) for case in cases for params in case.cells(options.quick)]
     bar = _Progress(sum(len(c.impls) for c, _ in plan) * options.repeat, options.progress)
+    watch = watch or MachineWatch(_core_to_core_ns)
     try:
         with suite.setup(options) as env:
             try:
                 for case, params in plan:
                     for rep in range(options.repeat):
+                        state = watch.settle()
                         for impl in _rotated(case.impls, rep):
                             bar.step(f"{case.name} {impl.name} {params}")
-                            _measure(results, case, impl, env, params, rep)
+                            _measure(results, case, impl, env, params, rep, state)
             finally:  # what the measurements saw (transports in use), even after Ctrl-C
                 results.meta.update(suite.describe(env))
+                results.meta["slow_state_waited_s"] = round(watch.waited_s, 1)
     finally:
         bar.close()
         results.close()
@@ -264,7 +330,8 @@ def _rotated(impls: Sequence[Impl], k: int) -> Iterator[Impl]:
         yield impls[(i + k) % n]
 
 
-def _measure(results: Results, case: Case, impl: Impl, env: Any, params: dict[str, Any], rep: int) -> None:
+def _measure(results: Results, case: Case, impl: Impl, env: Any, params: dict[str, Any], rep: int,
+             core_to_core_ns: float | None) -> None:
     where = f"{case.name}/{impl.name} {params}"
     reason = impl.unavailable(env, params)
     if reason:
@@ -277,5 +344,5 @@ def _measure(results: Results, case: Case, impl: Impl, env: Any, params: dict[st
     except Exception as e:  # a peer or cell failing is recorded, the run goes on
         results.meta["failed"][where] = f"{type(e).__name__}: {e}"
         return
-    results.add(case.name, impl.name, {**params, "repeat": rep}, m.metrics, {"ok": m.ok, **m.correctness},
-                m.series)
+    metrics = m.metrics if core_to_core_ns is None else {**m.metrics, "core_to_core_ns": core_to_core_ns}
+    results.add(case.name, impl.name, {**params, "repeat": rep}, metrics, {"ok": m.ok, **m.correctness}, m.series)

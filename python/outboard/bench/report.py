@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import suite_module
+from . import harness, suite_module
 from .harness import Case, Suite, cell_key, get, median, ratio_spread, ratios
 
 
@@ -120,6 +120,15 @@ def render(suite: Suite, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, A
                 if png:
                     lines += ["", f"![{chart.title}](charts/{png.name})"]
         lines.append("")
+    slow = harness.slow_rounds(rows)
+    if slow:
+        lines += ["## Measured in the VM's slow state", "",
+                  f"Rounds whose core-to-core probe read over {harness.SLOW_STATE_FACTOR:g}× the run's best, after "
+                  f"waiting up to {harness.SLOW_STATE_WAIT_S:g} s for it to pass "
+                  f"({meta.get('slow_state_waited_s', 0)} s waited in all); their figures between threads and "
+                  "processes are slower for every implementation alike:", ""]
+        lines += [f"- {case} {', '.join(f'{k}={_param(v)}' for k, v in key)}, repeat {rep}: {ns:.0f} ns"
+                  for case, key, rep, ns in slow] + [""]
     for title, key in (("Skipped", "skipped"), ("Failed", "failed")):
         if meta.get(key):
             lines += [f"## {title}", ""] + [f"- {where}: {why}" for where, why in meta[key].items()] + [""]
