@@ -123,7 +123,7 @@ def render(suite: Suite, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, A
     slow = harness.slow_rounds(rows)
     if slow:
         lines += ["## Measured in the VM's slow state", "",
-                  f"Rounds whose core-to-core probe read over {harness.SLOW_STATE_FACTOR:g}× the run's best, after "
+                  f"Rounds whose core-to-core probe read over {harness.SLOW_STATE_FACTOR:g}× the run's median, after "
                   f"waiting up to {harness.SLOW_STATE_WAIT_S:g} s for it to pass "
                   f"({meta.get('slow_state_waited_s', 0)} s waited in all); their figures between threads and "
                   "processes are slower for every implementation alike:", ""]
