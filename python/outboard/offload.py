@@ -104,8 +104,10 @@ class AutoPolicy:
     Per placement it keeps an exponentially weighted service time per input byte, from the batches
     that went there (queueing left out: the agent reports its own, and host batches are timed on
     their pool thread). The agent's estimate grows with the batches this process has in flight to it
-    (its queue, drained by ``agent_workers`` tokenize threads; the agent reports how many), the
-    host's with its batches on the host (drained by at most SUBMIT_THREADS, the submit pool) and
+    (its queue, drained by ``agent_workers`` tokenize threads; the agent reports how many), but only
+    by the part of each that the agent reports working (tokenizing, putting the ids): the transfer
+    and this process's side of a batch overlap other batches. The host's estimate grows with its
+    batches on the host (drained by at most SUBMIT_THREADS, the submit pool) and
     with this process's CPU use (a busy consumer tokenizes slowly and delays its own work). The
     agent is chosen while its estimate is within ``slack`` of the host's: offloading is preferred
     because it frees the consumer's CPU, unless the agent is clearly slower (saturated) — then
@@ -124,6 +126,7 @@ class AutoPolicy:
         self.explore_after = explore_after
         self._lock = threading.Lock()
         self._ns_per_byte: dict[str, float] = {}
+        self._agent_work_per_byte = 0.0  # the part of the agent's estimate that it reports working
         self._measured: dict[str, float] = {}  # placement -> when it last answered
         self._in_flight = {"host": 0, "agent": 0}
         self._agent_down_until = 0.0
@@ -149,14 +152,17 @@ class AutoPolicy:
             elif len(self._ns_per_byte) < 2:  # a burst before both have answered: by queue length
                 choice = "agent" if agent_queue <= host_queue else "host"
             else:
-                agent = self._ns_per_byte["agent"] * (1 + agent_queue)
+                agent = self._ns_per_byte["agent"] + self._agent_work_per_byte * agent_queue
                 host = self._ns_per_byte["host"] * (1 + host_queue) / max(0.1, 1 - self._busy / cores)
                 choice = "agent" if agent <= self.slack * host else "host"
             self._in_flight[choice] += 1
             self.routed[choice] += 1
             return choice
 
-    def done(self, placement: str, nbytes: int, seconds: float, failed: BaseException | None = None) -> None:
+    def done(self, placement: str, nbytes: int, seconds: float, failed: BaseException | None = None, *,
+             work_s: float | None = None) -> None:
+        """A batch ended: ``seconds`` of service (queueing left out); for the agent, ``work_s`` of
+        them it reports working on the batch (default: all)."""
         with self._lock:
             self._in_flight[placement] -= 1
             if failed is not None:
@@ -169,6 +175,10 @@ class AutoPolicy:
             old = self._ns_per_byte.get(placement)
             stale = now - last >= self.explore_after  # an old estimate is replaced, not averaged
             self._ns_per_byte[placement] = per_byte if old is None or stale else old + self.weight * (per_byte - old)
+            if placement == "agent":
+                work = min(seconds if work_s is None else work_s, seconds) * 1e9 / max(nbytes, 1)
+                self._agent_work_per_byte = (work if old is None or stale else self._agent_work_per_byte
+                                             + self.weight * (work - self._agent_work_per_byte))
 
     def _sample_cpu(self) -> None:
         cpu, wall = time.process_time(), time.perf_counter()
@@ -233,7 +243,7 @@ class OffloadTokenizer:
                 if not self._redo_on_host(e, nbytes):
                     raise
                 return self._host_for_policy(texts, args, nbytes)
-            self.policy.done("agent", nbytes, _agent_service_s(batch, start))
+            _agent_done(self.policy, nbytes, batch, start)
             return batch
         return self._host_for_policy(texts, args, nbytes)
 
@@ -262,7 +272,7 @@ class OffloadTokenizer:
                 if not self._redo_on_host(e, nbytes):
                     raise
             else:
-                self.policy.done("agent", nbytes, _agent_service_s(batch, start))
+                _agent_done(self.policy, nbytes, batch, start)
                 return batch
         return await loop.run_in_executor(self._pool(), self._host_for_policy, texts, args, nbytes)
 
@@ -292,7 +302,7 @@ class OffloadTokenizer:
         def agent_done(f: Future[Batch]) -> None:
             failed = f.exception()
             if failed is None:
-                policy.done("agent", nbytes, _agent_service_s(f.result(), start))
+                _agent_done(policy, nbytes, f.result(), start)
                 outer.set_result(f.result())
                 return
             if not self._redo_on_host(failed, nbytes):
@@ -540,9 +550,12 @@ def _output_memory(output: np.ndarray | None) -> np.ndarray | None:
     return output
 
 
-def _agent_service_s(batch: Batch, sent: float) -> float:
-    """The agent's share of a batch's latency: its own queue is left out (the policy counts that)."""
-    return time.perf_counter() - sent - batch.agent.get("queue_ns", 0) / 1e9
+def _agent_done(policy: AutoPolicy, nbytes: int, batch: Batch, sent: float) -> None:
+    """Tells the policy an agent batch's service: its latency less the agent's own queue (the policy
+    counts that), and the part the agent reports working (tokenizing, putting the ids)."""
+    timing = batch.agent
+    policy.done("agent", nbytes, time.perf_counter() - sent - timing.get("queue_ns", 0) / 1e9,
+                work_s=(timing["tokenize_ns"] + timing["put_ns"]) / 1e9 if timing else None)
 
 
 def _agent_batch(native: tuple[Any, ...]) -> Batch:

@@ -259,6 +259,20 @@ def test_auto_explores_each_placement_and_refreshes_one_not_heard_from_lately() 
     assert policy.routed == {"agent": 5, "host": 3}
 
 
+def test_auto_charges_the_agents_queue_only_with_the_time_the_agent_works() -> None:
+    # Agent: 300 ns/B of service, of which it reported 50 working; host: 250 ns/B; slack 1.5 (375).
+    policy = AutoPolicy(slack=1.5, explore_after=60)
+    policy._sample_cpu = lambda: None  # unit test: this process's own CPU use left out
+    policy._cores = 1
+    assert policy.choose(1000) == "agent"  # exploring each placement first
+    policy.done("agent", 1000, 300e-6, work_s=50e-6)
+    assert policy.choose(1000) == "host"
+    policy.done("host", 1000, 250e-6)
+    # With n batches out, the agent's estimate is 300 + 50 n: one out (350) still goes there, two
+    # (400) spill. Charging the whole 300 per batch out would have spilled at the first.
+    assert [policy.choose(1000) for _ in range(3)] == ["agent", "agent", "host"]
+
+
 def test_auto_counts_a_batch_the_agent_refuses_as_done(start_agent) -> None:
     agent = start_agent("--max-batch-texts", "2")
     with outboard.connect(agent.address) as c:
