@@ -268,7 +268,7 @@ class OffloadTokenizer:
             start = time.perf_counter()
             try:
                 batch = await self._agent_async(loop, texts, args)
-            except Exception as e:
+            except BaseException as e:  # cancelled too: the policy counts the batch as ended
                 if not self._redo_on_host(e, nbytes):
                     raise
             else:

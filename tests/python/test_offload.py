@@ -453,8 +453,9 @@ def test_async_and_threaded_batches_of_several_tokenizers_share_the_loop(client:
     bert.close()
 
 
-def test_a_cancelled_async_batch_leaves_the_others_alone(client: outboard.Client) -> None:
-    tok = client.tokenizer("gpt2")
+@pytest.mark.parametrize("placement", ["agent", "auto"])
+def test_a_cancelled_async_batch_leaves_the_others_alone(client: outboard.Client, placement: str) -> None:
+    tok = client.tokenizer("gpt2", placement=placement, policy=AutoPolicy(slack=1e9))  # auto: the agent
     local = outboard.Tokenizer.gpt2()
     texts = _texts()
 
@@ -472,6 +473,8 @@ def test_a_cancelled_async_batch_leaves_the_others_alone(client: outboard.Client
 
     for t, b in zip(texts, asyncio.run(main())):
         assert np.array_equal(b[0], local.encode(t))
+    if placement == "auto":  # the cancelled batch counts as ended: no phantom queue at the agent
+        assert tok.policy._in_flight == {"host": 0, "agent": 0}
     tok.close()
 
 
