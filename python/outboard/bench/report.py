@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import harness, suite_module
-from .harness import Case, Suite, cell_key, get, median, ratio_spread, ratios
+from . import suite_module
+from .harness import (SLOW_STATE_FACTOR, SLOW_STATE_WAIT_S, Case, Suite, cell_key, get, median, ratio_spread,
+                      ratios, slow_rounds)
 
 
 def load(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -120,13 +121,13 @@ def render(suite: Suite, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, A
                 if png:
                     lines += ["", f"![{chart.title}](charts/{png.name})"]
         lines.append("")
-    slow = harness.slow_rounds(rows)
+    slow = slow_rounds(rows)
     if slow:
         lines += ["## Measured in the VM's slow state", "",
-                  f"Rounds whose core-to-core probe read over {harness.SLOW_STATE_FACTOR:g}× the run's median, after "
-                  f"waiting up to {harness.SLOW_STATE_WAIT_S:g} s for it to pass "
+                  f"Rounds whose core-to-core probe read over {SLOW_STATE_FACTOR:g}× the run's median, after "
+                  f"waiting up to {SLOW_STATE_WAIT_S:g} s for it to pass "
                   f"({meta.get('slow_state_waited_s', 0)} s waited in all); their figures between threads and "
-                  "processes are slower for every implementation alike:", ""]
+                  "processes are slower for every implementation, not by the same factor:", ""]
         lines += [f"- {case} {', '.join(f'{k}={_param(v)}' for k, v in key)}, repeat {rep}: {ns:.0f} ns"
                   for case, key, rep, ns in slow] + [""]
     for title, key in (("Skipped", "skipped"), ("Failed", "failed")):

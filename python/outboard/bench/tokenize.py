@@ -288,7 +288,7 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
         for case, placements, open_loop in (("load", PLACEMENTS, _open_loop_threads),
                                             ("load_asyncio", ASYNCIO_PLACEMENTS, _open_loop_asyncio)):
             _freeze_heap()
-            floor = open_loop(None, [[] for _ in arrivals], arrivals, 0.0)[4] / len(arrivals)
+            floor = open_loop(None, [], arrivals, 0.0)[4] / len(arrivals)
             for p in placements:
                 tok = pipe.tok[p]
                 work = [[x.encode() for x in texts_for(payload, 1)] for _ in arrivals]
@@ -342,7 +342,7 @@ def _open_loop_threads(tok: Any, work: list[list[bytes]], arrivals: list[float],
     lat: list[float] = []
     sums: list[tuple[list[bytes], int]] = []
     failed = 0
-    outstanding = len(work) if tok is not None else 0
+    outstanding = len(work)
     lock = threading.Lock()
     all_done = threading.Event()
 
