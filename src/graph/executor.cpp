@@ -47,6 +47,17 @@ constexpr uint64_t kStealPatienceNs = 300;  // a thread's first
 // bodies 583 -> 570: TBB's 575).
 constexpr uint64_t kMinStealPatienceNs = 50;
 constexpr uint64_t kMaxStealPatienceNs = 4000;
+// A chain's time is not its worth: stealing fine-grained work makes the
+// thief's and the victim's tasks contend for the same lines, and that
+// slowdown made steals look long and worth more of them (binary tree of
+// 256, run in sequence, 2 threads: the median of 300 runs read 28-30 ns per
+// task in 6 of 27 processes, 21-22 in the rest; 21-22 in all 27 since). So a
+// stolen chain is worth its tasks at the thread's fastest recent pace per
+// task, which contention cannot lower. The pace is sampled on one in
+// kPaceSampleEvery of a thread's own items and on every steal; "recent" is
+// this window of samples and the one before.
+constexpr uint32_t kPaceSampleEvery = 256;
+constexpr uint32_t kPaceWindow = 256;
 // ...unless the victim holds more than this many items: a backlog.
 constexpr int64_t kStealBacklogItems = 64;
 // A run of at most this many roots is kept when its engine tasks together
@@ -80,6 +91,21 @@ struct Worker {
   std::vector<Seen> seen;
   uint64_t patience_ns = kStealPatienceNs;
   uint64_t stole_at_ns = 0;  // set by a steal of one item, until it has run
+  // Fastest ns per task in this window of pace samples and in the last one.
+  struct Pace {
+    double window_best = 1e300;
+    double last_best = 1e300;
+    uint32_t samples = 0;
+    uint32_t tick = 0;
+    double best() const { return std::min(window_best, last_best); }
+    void add(double ns_per_task) {
+      window_best = std::min(window_best, ns_per_task);
+      if (++samples == kPaceWindow) {
+        last_best = std::exchange(window_best, 1e300);
+        samples = 0;
+      }
+    }
+  } pace;
   std::thread thread;
 };
 
@@ -260,21 +286,29 @@ struct ExecutorCore {
     return next;
   }
 
-  void run_chain(InstanceRun* r, NodeId node, Worker* self, uint32_t& sinks) {
+  // Returns how many nodes it ran.
+  uint32_t run_chain(InstanceRun* r, NodeId node, Worker* self, uint32_t& sinks) {
     const GraphLayout& g = *r->layout;
-    for (;;) {
+    for (uint32_t tasks = 1;; ++tasks) {
       const HotNode& h = g.hot[node];
       if (!r->failed.load(std::memory_order_relaxed)) {
-        if (h.kind == NodeKind::kEngine && !engine_threads.empty()) return push_engine({r, node, 0});
-        if (h.kind == NodeKind::kSubgraph) return start_sub(r, node, self);
+        // Handed on, not run here.
+        if (h.kind == NodeKind::kEngine && !engine_threads.empty()) {
+          push_engine({r, node, 0});
+          return tasks - 1;
+        }
+        if (h.kind == NodeKind::kSubgraph) {
+          start_sub(r, node, self);
+          return tasks - 1;
+        }
         if (h.kind == NodeKind::kAsync) {
-          if (!start_async(r, node, h)) return;
+          if (!start_async(r, node, h)) return tasks;
         } else {
           run_body(r, node, h);
         }
       }
       node = advance(r, node, self, sinks);
-      if (node == kNoNode) return;
+      if (node == kNoNode) return tasks;
     }
   }
 
@@ -335,21 +369,28 @@ struct ExecutorCore {
     if (sinks != 0) finish_sinks(r, sinks, self);
   }
 
-  // execute(), and for a stolen item, the thief's patience adapted to how
-  // long its chain ran.
+  // execute(), timed now and then for the thread's pace; for a stolen item,
+  // the thief's patience adapted to what its chain was worth.
   void run_found(const Item& item, Worker* self) {
-    if (!self || self->stole_at_ns == 0) return execute(item, self);
-    uint64_t t0 = std::exchange(self->stole_at_ns, 0);
-    execute(item, self);
-    self->patience_ns = now_ns() - t0 < kHandOffNs ? std::min(self->patience_ns * 2, kMaxStealPatienceNs)
-                                                    : std::max(self->patience_ns / 2, kMinStealPatienceNs);
+    if (!self) return (void)execute(item, self);
+    const bool stolen = self->stole_at_ns != 0;
+    if (!stolen && ++self->pace.tick % kPaceSampleEvery != 0) return (void)execute(item, self);
+    uint64_t t0 = stolen ? std::exchange(self->stole_at_ns, 0) : now_ns();
+    uint32_t tasks = execute(item, self);
+    if (tasks != 0) self->pace.add(static_cast<double>(now_ns() - t0) / static_cast<double>(tasks));
+    if (!stolen) return;
+    const bool worth = static_cast<double>(tasks) * self->pace.best() >= static_cast<double>(kHandOffNs);
+    self->patience_ns = worth ? std::max(self->patience_ns / 2, kMinStealPatienceNs)
+                              : std::min(self->patience_ns * 2, kMaxStealPatienceNs);
   }
 
-  void execute(const Item& item, Worker* self) {
+  // Returns how many nodes it ran.
+  uint32_t execute(const Item& item, Worker* self) {
     InstanceRun* r = item.run;
     uint32_t sinks = 0;
+    uint32_t tasks = 0;
     if (item.last == 0) {
-      run_chain(r, item.first, self, sinks);
+      tasks = run_chain(r, item.first, self, sinks);
     } else {
       uint32_t a = item.first, b = item.last;
       const std::span<const NodeId> roots = r->layout->roots();
@@ -362,10 +403,11 @@ struct ExecutorCore {
             b = mid;
           }
         }
-        run_chain(r, roots[a++], self, sinks);
+        tasks += run_chain(r, roots[a++], self, sinks);
       }
     }
     if (sinks != 0) finish_sinks(r, sinks, self);
+    return tasks;
   }
 
   // Whether another thread should run these roots: not when they are a few
