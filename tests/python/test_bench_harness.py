@@ -164,39 +164,65 @@ class _FakeClock:
         self.now += s
 
 
-def test_a_slow_state_is_waited_out_before_the_round_and_recorded(tmp_path: Path) -> None:
-    # Round probes (ns): usual, a rare fast one (which must not make the usual ones look slow), usual,
-    # then slow before the fourth round, usual again after two waits.
-    probes = iter([60.0, 24.0, 59.0, 290.0, 280.0, 61.0] + [60.0] * 20)
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def test_a_slow_state_is_waited_out_before_a_measurement_and_recorded(tmp_path: Path) -> None:
+    # Probes (ns) before and after each of the 6 measurements: usual, a rare fast one (which must not
+    # make the usual ones look slow), usual, then slow before the fourth, usual after two waits.
+    probes = iter([60.0, 60.0, 24.0, 59.0, 59.0, 61.0, 290.0, 280.0, 61.0, 60.0] + [60.0] * 20)
     clock = _FakeClock()
     watch = harness.MachineWatch(lambda: next(probes), clock.sleep, lambda: clock.now)
-    out = harness.run(FAKE_SUITE, Options(out=str(tmp_path / "run"), repeat=2, progress=False), watch)
+    out = harness.run(FAKE_SUITE, Options(out=str(tmp_path / "run"), repeat=1, progress=False), watch)
     assert clock.slept == [harness.SLOW_STATE_PROBE_S] * 2 and watch.waited_s == 2 * harness.SLOW_STATE_PROBE_S
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    by_round = {(r["params"]["size"], r["params"]["repeat"]): r["metrics"]["core_to_core_ns"] for r in rows}
-    assert by_round == {(1, 0): 60.0, (1, 1): 24.0, (2, 0): 59.0, (2, 1): 61.0, (4, 0): 60.0, (4, 1): 60.0}
-    assert harness.slow_rounds(rows) == []
-    assert json.loads((out / "meta.json").read_text())["slow_state_waited_s"] == 2.0
+    rows = _rows(out)
+    before = [r["metrics"]["core_to_core_ns"] for r in rows]
+    after = [r["metrics"]["core_to_core_after_ns"] for r in rows]
+    assert before == [60.0, 24.0, 59.0, 61.0, 60.0, 60.0] and after == [60.0, 59.0, 61.0, 60.0, 60.0, 60.0]
+    assert harness.slow_measurements(rows) == []
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["slow_state_waited_s"] == 2.0 and meta["slow_state_retaken"] == 0
     assert "slow state" not in (out / "report.md").read_text()
 
 
 def test_a_slow_state_that_lasts_is_waited_on_once_and_listed_in_the_report(tmp_path: Path) -> None:
-    probes = iter([60.0] * 8 + [300.0] * 100)  # usual for 8 rounds, then slow for the other 4
+    # Usual for the first 16 of 24 measurements (two probes each), then slow: the last cell's 8.
+    probes = iter([60.0] * 32 + [300.0] * 100)
     clock = _FakeClock()
     watch = harness.MachineWatch(lambda: next(probes), clock.sleep, lambda: clock.now)
     out = harness.run(FAKE_SUITE, Options(out=str(tmp_path / "run"), repeat=4, progress=False), watch)
-    # One wait of SLOW_STATE_WAIT_S, then the rounds run without waiting while the state lasts.
+    # One wait of SLOW_STATE_WAIT_S, then measurements run without waiting while the state lasts.
     assert watch.waited_s == pytest.approx(harness.SLOW_STATE_WAIT_S, abs=harness.SLOW_STATE_PROBE_S)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    slow = harness.slow_rounds(rows)
-    assert len(slow) == 4 and all(ns == 300.0 for *_, ns in slow)
+    assert watch.retaken == 0  # it was slow before them too
+    rows = _rows(out)
+    slow = harness.slow_measurements(rows)
+    assert len(slow) == 8 and {key for _, key, *_ in slow} == {(('size', 4),)} and all(ns == 300.0 for *_, ns in slow)
     report_md = (out / "report.md").read_text()
-    assert "## Measured in the VM's slow state" in report_md and "fake size=4, repeat 3: 300 ns" in report_md
+    assert "## Measured in the VM's slow state" in report_md
+    assert "fake size=4, repeat 3, outboard: 300 ns" in report_md and "fake size=4, repeat 3, peer: 300 ns" in report_md
+
+
+def test_a_measurement_the_slow_state_came_during_is_taken_again_once_it_passed(tmp_path: Path) -> None:
+    # The first measurement ends in the slow state; the watch waits it out and measures again.
+    probes = iter([60.0, 290.0, 290.0, 60.0, 60.0] + [60.0] * 20)
+    clock = _FakeClock()
+    watch = harness.MachineWatch(lambda: next(probes), clock.sleep, lambda: clock.now)
+    calls = []
+    impl = Impl(harness.OURS, lambda env, p: calls.append(p["size"]) or Measurement({"lat_us": 1.0}, True))
+    case = Case("one", "One", sweep={"size": [1, 2]}, impls=[impl], columns=[Column("lat", "lat_us")])
+    out = harness.run(Suite("one", "One", [case], [], setup=lambda options: nullcontext(None)),
+                      Options(out=str(tmp_path / "run"), progress=False), watch)
+    assert calls == [1, 1, 2] and watch.retaken == 1 and clock.slept == [harness.SLOW_STATE_PROBE_S]
+    rows = _rows(out)
+    assert [(r["metrics"]["core_to_core_ns"], r["metrics"]["core_to_core_after_ns"]) for r in rows] == [
+        (60.0, 60.0), (60.0, 60.0)]
+    assert json.loads((out / "meta.json").read_text())["slow_state_retaken"] == 1
 
 
 def test_without_a_second_core_nothing_is_probed_or_waited(tmp_path: Path) -> None:
     clock = _FakeClock()
     watch = harness.MachineWatch(lambda: None, clock.sleep, lambda: clock.now)
     out = harness.run(FAKE_SUITE, Options(out=str(tmp_path / "run"), repeat=1, progress=False), watch)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert clock.slept == [] and all("core_to_core_ns" not in r["metrics"] for r in rows)
+    rows = _rows(out)
+    assert clock.slept == [] and all("core_to_core" not in str(r["metrics"]) for r in rows)

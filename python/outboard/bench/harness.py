@@ -23,12 +23,13 @@ from .output import Results, run_dir
 
 #: The implementation that is ours in every suite; ratios are ours / peer.
 OURS = "outboard"
-#: Before each round of a cell (every implementation once) the harness times a cache line between
-#: two cores. On these VMs that time has a usual value (~60 ns), a rare faster one and a slow state
-#: (~280 ns, the host having placed the vCPUs apart) that moves every figure between threads and
-#: processes. Above this many times the run's median probe the harness waits for it to pass,
+#: Before and after each measurement (one implementation in one cell) the harness times a cache line
+#: between two cores. On these VMs that time has a usual value (~60 ns), a rare faster one and a slow
+#: state (~280 ns, the host having placed the vCPUs apart) that moves every figure between threads
+#: and processes. Above this many times the run's median probe the harness waits for it to pass,
 #: probing every SLOW_STATE_PROBE_S for at most SLOW_STATE_WAIT_S, and does not wait again until a
-#: probe finds it gone (a state that lasts is recorded, not waited out per round).
+#: probe finds it gone (a state that lasts is recorded, not waited out per measurement). A
+#: measurement that began in the usual state and ended in the slow one is taken again, once.
 SLOW_STATE_FACTOR = 2.0
 SLOW_STATE_WAIT_S = 20.0
 SLOW_STATE_PROBE_S = 1.0
@@ -204,35 +205,36 @@ def summarize(samples: Sequence[float], digits: int = 4) -> dict[str, float]:
 
 
 class MachineWatch:
-    """The machine's state before each round: ``probe`` gives the core-to-core time in ns (None
-    with fewer than two cores); slow states are waited out as SLOW_STATE_FACTOR says."""
+    """The machine's state around each measurement: ``probe`` gives the core-to-core time in ns
+    (None with fewer than two cores); slow states are waited out as SLOW_STATE_FACTOR says."""
 
     def __init__(self, probe: Callable[[], float | None], sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.probe, self.sleep, self.clock = probe, sleep, clock
         self.probes: list[float] = []
         self.waited_s = 0.0
+        self.retaken = 0  # measurements taken again because the slow state came during them
         self._lasting = False  # the last wait ended with the state still slow
 
     def settle(self) -> float | None:
-        """Core-to-core ns once the state is usual, or when waiting gave up; the rounds' probes
-        (not the waits') make the baseline."""
+        """Core-to-core ns once the state is usual, or when waiting gave up; the probes before
+        measurements (not the waits' or the afters') make the baseline."""
         ns = self.probe()
         if ns is None:
             return None
-        if self._slow(ns) and not self._lasting:
+        if self.slow(ns) and not self._lasting:
             start = self.clock()
-            while ns is not None and self._slow(ns) and self.clock() - start < SLOW_STATE_WAIT_S:
+            while ns is not None and self.slow(ns) and self.clock() - start < SLOW_STATE_WAIT_S:
                 self.sleep(SLOW_STATE_PROBE_S)
                 ns = self.probe()
             self.waited_s += self.clock() - start
         if ns is not None:
-            self._lasting = self._slow(ns)
+            self._lasting = self.slow(ns)
             self.probes.append(ns)
         return ns
 
-    def _slow(self, ns: float) -> bool:
-        return bool(self.probes) and ns > SLOW_STATE_FACTOR * median(self.probes)
+    def slow(self, ns: float | None) -> bool:
+        return ns is not None and bool(self.probes) and ns > SLOW_STATE_FACTOR * median(self.probes)
 
 
 def _core_to_core_ns() -> float | None:
@@ -242,17 +244,22 @@ def _core_to_core_ns() -> float | None:
     return None if c2c is None else float(c2c["p50_ns"])
 
 
-def slow_rounds(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, Cell, int, float]]:
-    """(case, cell, repeat, core-to-core ns) of the rounds measured in the slow state, judged against
-    the whole run's median probe (the watch judged each against the rounds before it). A slow state
-    that lasted half the run would pass for the usual one; on these VMs it lasts about a tenth."""
+def slow_measurements(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, Cell, int, str, float]]:
+    """(case, cell, repeat, impl, core-to-core ns) of the measurements with a probe before or after
+    them in the slow state, judged against the whole run's median probe before measurements (the
+    watch judged each against those before it). A slow state that lasted half the run would pass
+    for the usual one; on these VMs it lasts about a tenth."""
     probes = [r["metrics"]["core_to_core_ns"] for r in rows if "core_to_core_ns" in r["metrics"]]
     if not probes:
         return []
     limit = SLOW_STATE_FACTOR * median(probes)
-    seen = {(r["case"], cell_key(r["params"]), int(r["params"].get("repeat", 0))): r["metrics"]["core_to_core_ns"]
-            for r in rows if r["metrics"].get("core_to_core_ns", 0) > limit}
-    return [(case, key, rep, ns) for (case, key, rep), ns in seen.items()]
+    out = []
+    for r in rows:
+        m = r["metrics"]
+        ns = max(m.get("core_to_core_ns", 0), m.get("core_to_core_after_ns", 0))
+        if ns > limit:
+            out.append((r["case"], cell_key(r["params"]), int(r["params"].get("repeat", 0)), r["impl"], ns))
+    return out
 
 
 class _Progress:
@@ -290,7 +297,7 @@ def command_line(suite: Suite, options: Options) -> str:
 
 def run(suite: Suite, options: Options, watch: MachineWatch | None = None) -> Path:
     """Runs the suite; returns the directory holding results.jsonl, meta.json, report.md, charts/.
-    ``watch``: the machine's state before each round (default: the core-to-core probe)."""
+    ``watch``: the machine's state around each measurement (default: the core-to-core probe)."""
     from . import report
 
     directory = run_dir(suite.name, options.out)
@@ -307,13 +314,13 @@ def run(suite: Suite, options: Options, watch: MachineWatch | None = None) -> Pa
             try:
                 for case, params in plan:
                     for rep in range(options.repeat):
-                        state = watch.settle()
                         for impl in _rotated(case.impls, rep):
                             bar.step(f"{case.name} {impl.name} {params}")
-                            _measure(results, case, impl, env, params, rep, state)
+                            _measure(results, case, impl, env, params, rep, watch)
             finally:  # what the measurements saw (transports in use), even after Ctrl-C
                 results.meta.update(suite.describe(env))
                 results.meta["slow_state_waited_s"] = round(watch.waited_s, 1)
+                results.meta["slow_state_retaken"] = watch.retaken
     finally:
         bar.close()
         results.close()
@@ -330,18 +337,27 @@ def _rotated(impls: Sequence[Impl], k: int) -> Iterator[Impl]:
 
 
 def _measure(results: Results, case: Case, impl: Impl, env: Any, params: dict[str, Any], rep: int,
-             core_to_core_ns: float | None) -> None:
+             watch: MachineWatch) -> None:
     where = f"{case.name}/{impl.name} {params}"
     reason = impl.unavailable(env, params)
     if reason:
         results.meta["skipped"][where] = reason
         return
-    try:
-        m = impl.measure(env, params)
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:  # a peer or cell failing is recorded, the run goes on
-        results.meta["failed"][where] = f"{type(e).__name__}: {e}"
-        return
-    metrics = m.metrics if core_to_core_ns is None else {**m.metrics, "core_to_core_ns": core_to_core_ns}
+    for attempt in range(2):
+        before = watch.settle()
+        try:
+            m = impl.measure(env, params)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # a peer or cell failing is recorded, the run goes on
+            results.meta["failed"][where] = f"{type(e).__name__}: {e}"
+            return
+        after = watch.probe() if before is not None else None
+        if attempt == 0 and watch.slow(after) and not watch.slow(before):
+            watch.retaken += 1
+            continue
+        break
+    metrics = m.metrics if before is None else {**m.metrics, "core_to_core_ns": before}
+    if after is not None:
+        metrics["core_to_core_after_ns"] = after
     results.add(case.name, impl.name, {**params, "repeat": rep}, metrics, {"ok": m.ok, **m.correctness}, m.series)

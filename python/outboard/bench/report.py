@@ -13,7 +13,7 @@ from typing import Any
 
 from . import suite_module
 from .harness import (SLOW_STATE_FACTOR, SLOW_STATE_WAIT_S, Case, Suite, cell_key, get, median, ratio_spread,
-                      ratios, slow_rounds)
+                      ratios, slow_measurements)
 
 
 def load(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -121,15 +121,16 @@ def render(suite: Suite, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, A
                 if png:
                     lines += ["", f"![{chart.title}](charts/{png.name})"]
         lines.append("")
-    slow = slow_rounds(rows)
+    slow = slow_measurements(rows)
     if slow:
         lines += ["## Measured in the VM's slow state", "",
-                  f"Rounds whose core-to-core probe read over {SLOW_STATE_FACTOR:g}× the run's median, after "
-                  f"waiting up to {SLOW_STATE_WAIT_S:g} s for it to pass "
-                  f"({meta.get('slow_state_waited_s', 0)} s waited in all); their figures between threads and "
-                  "processes are slower for every implementation, not by the same factor:", ""]
-        lines += [f"- {case} {', '.join(f'{k}={_param(v)}' for k, v in key)}, repeat {rep}: {ns:.0f} ns"
-                  for case, key, rep, ns in slow] + [""]
+                  f"Measurements with a core-to-core probe before or after them over {SLOW_STATE_FACTOR:g}× the "
+                  f"run's median, after waiting up to {SLOW_STATE_WAIT_S:g} s for it to pass "
+                  f"({meta.get('slow_state_waited_s', 0)} s waited in all; "
+                  f"{meta.get('slow_state_retaken', 0)} taken again because it came during them); their figures "
+                  "between threads and processes are slower, not by the same factor for every implementation:", ""]
+        lines += [f"- {case} {', '.join(f'{k}={_param(v)}' for k, v in key)}, repeat {rep}, {impl}: {ns:.0f} ns"
+                  for case, key, rep, impl, ns in slow] + [""]
     for title, key in (("Skipped", "skipped"), ("Failed", "failed")):
         if meta.get(key):
             lines += [f"## {title}", ""] + [f"- {where}: {why}" for where, why in meta[key].items()] + [""]
