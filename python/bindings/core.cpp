@@ -128,7 +128,6 @@ class Completions {
   }
 
   nb::list collect(double timeout) {
-    std::vector<std::pair<uint64_t, Result<EncodedBatch>>> ready;
     {
       nb::gil_scoped_release release;
       queue_->collector.store(std::this_thread::get_id(), std::memory_order_relaxed);
@@ -137,10 +136,8 @@ class Completions {
         return !q->done.empty();
       };
       if (!any()) (void)conn_.wait_until(deadline_in(timeout), any);
-      std::lock_guard lock(queue_->mu);
-      ready.swap(queue_->done);
     }
-    return to_python(std::move(ready));
+    return take();
   }
 
   // What an event loop calls once it has progressed the connection itself.
@@ -151,11 +148,6 @@ class Completions {
       std::lock_guard lock(queue_->mu);
       ready.swap(queue_->done);
     }
-    return to_python(std::move(ready));
-  }
-
- private:
-  static nb::list to_python(std::vector<std::pair<uint64_t, Result<EncodedBatch>>> ready) {
     nb::list out;
     for (auto& [token, r] : ready) {
       const bool ok = r.ok();
@@ -166,6 +158,7 @@ class Completions {
     return out;
   }
 
+ private:
   struct Queue {
     std::mutex mu;
     std::atomic<std::thread::id> collector;

@@ -171,14 +171,17 @@ class AutoPolicy:
                 return
             now, last = time.monotonic(), self._measured.get(placement, -math.inf)
             self._measured[placement] = now
-            per_byte = seconds * 1e9 / max(nbytes, 1)
-            old = self._ns_per_byte.get(placement)
-            stale = now - last >= self.explore_after  # an old estimate is replaced, not averaged
-            self._ns_per_byte[placement] = per_byte if old is None or stale else old + self.weight * (per_byte - old)
+            # A first or an old estimate is replaced, not averaged.
+            replace = placement not in self._ns_per_byte or now - last >= self.explore_after
+
+            def blend(old: float, spent_s: float) -> float:
+                new = spent_s * 1e9 / max(nbytes, 1)
+                return new if replace else old + self.weight * (new - old)
+
+            self._ns_per_byte[placement] = blend(self._ns_per_byte.get(placement, 0.0), seconds)
             if placement == "agent":
-                work = min(seconds if work_s is None else work_s, seconds) * 1e9 / max(nbytes, 1)
-                self._agent_work_per_byte = (work if old is None or stale else self._agent_work_per_byte
-                                             + self.weight * (work - self._agent_work_per_byte))
+                work_s = seconds if work_s is None else min(work_s, seconds)
+                self._agent_work_per_byte = blend(self._agent_work_per_byte, work_s)
 
     def _sample_cpu(self) -> None:
         cpu, wall = time.process_time(), time.perf_counter()

@@ -613,16 +613,16 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
                       "", "Consumer CPU is the whole process's (getrusage); *net* takes out the load generator's own "
                       "cost per arrival (its sleep and wake-up), measured at each rate by the same schedule with "
                       "nothing submitted.", ""] + _load_table(load)
-            shaped = _load_rows(rows, model, size, "load_asyncio")
-            if shaped:
-                lines += ["", f"### The same {size // 1024} KB load from an asyncio server (a task per request awaits "
-                          "`encode_batch_async()`; agent batches finish on the loop, host ones on the pool; a "
-                          "timerfd wakes the loop at each arrival, as a request's socket would)", ""] + _load_table(shaped)
-            native = _load_rows(rows, model, size, "load_native")
-            if native:
-                lines += ["", f"### The same {size // 1024} KB load from C++ (a native server's shape; "
-                          f"`outboard::RemoteTokenizer` and `Tokenizer` on {native[0]['params'].get('host_threads')} "
-                          "threads): what the Python layer costs above", ""] + _load_table(native)
+            for case, server in (
+                    ("load_asyncio", "an asyncio server (a task per request awaits `encode_batch_async()`; agent "
+                     "batches finish on the loop, host ones on the pool; a timerfd wakes the loop at each arrival, "
+                     "as a request's socket would)"),
+                    ("load_native", "C++ (a native server's shape; `outboard::RemoteTokenizer` and `Tokenizer` on "
+                     "{threads} threads): what the Python layer costs above")):
+                shaped = _load_rows(rows, model, size, case)
+                if shaped:
+                    server = server.format(threads=shaped[0]["params"].get("host_threads"))
+                    lines += ["", f"### The same {size // 1024} KB load from {server}", ""] + _load_table(shaped)
         if directory is not None:
             charts += _charts(rows, model, directory)
         lines.append("")
