@@ -27,6 +27,9 @@ struct ChannelConfig {
   int64_t connect_timeout_ms = 5000;         ///< --connect-timeout-ms
   uint64_t keepalive_ms = 200;               ///< --keepalive-ms: UCX keepalive interval
   uint32_t spin_us = 200;                    ///< --spin-us: busy-poll before sleeping on the event fd
+  /// --map-peer-regions: reach a peer's region that UCX maps into this
+  /// process (shared memory, one host) by CPU copies; false: through UCX.
+  bool map_peer_regions = true;
 };
 
 /// A one-way message or a write-with-notify completion delivered to receive().
@@ -67,6 +70,10 @@ class RemoteRegion {
   RemoteRegion& operator=(RemoteRegion&&) noexcept;
   ~RemoteRegion();
   [[nodiscard]] uint64_t size() const;
+  /// True when the peer's region is mapped into this process (shared memory
+  /// on one host): puts and gets are CPU copies made in the call, and
+  /// put_signal's signal is a release store. Else UCX carries them.
+  [[nodiscard]] bool mapped() const;
 
   struct Impl;
   explicit RemoteRegion(std::unique_ptr<Impl> impl);

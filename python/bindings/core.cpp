@@ -201,14 +201,18 @@ NB_MODULE(_core, m) {
         return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(r.region.data(), {r.region.size()}, nb::find(&r));
       }, "A numpy view of the region (no copy).");
 
-  nb::class_<RemoteRegion>(m, "RemoteRegion").def_prop_ro("size", &RemoteRegion::size);
+  nb::class_<RemoteRegion>(m, "RemoteRegion")
+      .def_prop_ro("size", &RemoteRegion::size)
+      .def_prop_ro("mapped", &RemoteRegion::mapped,
+                   "True when the peer's region is mapped into this process: one-sided calls are CPU copies.");
 
   nb::class_<Connection>(m, "Connection")
       .def_static(
           "connect",
           [](const std::string& address, uint64_t max_msg_size, double connect_timeout, uint64_t keepalive_ms,
-             uint32_t spin_us) {
+             uint32_t spin_us, bool map_peer_regions) {
             ChannelConfig cfg;
+            cfg.map_peer_regions = map_peer_regions;
             cfg.max_msg_size = max_msg_size;
             cfg.connect_timeout_ms = static_cast<int64_t>(connect_timeout * 1000);
             cfg.keepalive_ms = keepalive_ms;
@@ -217,7 +221,8 @@ NB_MODULE(_core, m) {
             return unwrap(Connection::connect(address, cfg));
           },
           "address"_a, "max_msg_size"_a = ChannelConfig{}.max_msg_size, "connect_timeout"_a = 5.0,
-          "keepalive_ms"_a = ChannelConfig{}.keepalive_ms, "spin_us"_a = ChannelConfig{}.spin_us)
+          "keepalive_ms"_a = ChannelConfig{}.keepalive_ms, "spin_us"_a = ChannelConfig{}.spin_us,
+          "map_peer_regions"_a = ChannelConfig{}.map_peer_regions)
       .def("request",
            [](Connection& c, std::string_view service, nb::bytes payload, double timeout) {
              Result<Buffer> r = [&] {

@@ -78,12 +78,15 @@ def connect(
     connect_timeout: float = 5.0,
     keepalive_ms: int | None = None,
     spin_us: int | None = None,
+    map_peer_regions: bool = True,
     agent_args: tuple[str, ...] = (),
 ) -> Client:
     """Connects to the agent at ``addr`` ("host:port"); ``None`` starts a local one. ``spin_us``: how
-    long a waiting call busy-polls before sleeping (lower saves this process's CPU, adds wake-up time)."""
+    long a waiting call busy-polls before sleeping (lower saves this process's CPU, adds wake-up time).
+    ``map_peer_regions``: reach the agent's regions on this host by CPU copies where UCX maps them
+    here (False: every put and get through UCX)."""
     agent = LocalAgent(*agent_args).start() if addr is None else None
-    kwargs: dict[str, Any] = {"connect_timeout": connect_timeout}
+    kwargs: dict[str, Any] = {"connect_timeout": connect_timeout, "map_peer_regions": map_peer_regions}
     if max_msg_size is not None:
         kwargs["max_msg_size"] = max_msg_size
     if keepalive_ms is not None:

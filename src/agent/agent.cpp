@@ -42,6 +42,8 @@ config::Options agent_options() {
            "requests the agent may have outstanding per connection"},
           {"keepalive-ms", Type::kInt, std::to_string(c.keepalive_ms), "UCX keepalive interval"},
           {"spin-us", Type::kInt, std::to_string(c.spin_us), "busy-poll time before sleeping on the event fd"},
+          {"map-peer-regions", Type::kBool, c.map_peer_regions ? "true" : "false",
+           "write and read a client's region on this host by CPU copies where UCX maps it here (else through UCX)"},
           {"max-region-size", Type::kSize, std::to_string(a.max_region_size),
            "largest region the memory service allocates"},
           {"tokenize-threads", Type::kInt, std::to_string(a.tokenize_threads),
@@ -95,6 +97,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.channel.max_outstanding_requests = static_cast<uint32_t>(outstanding);
   a.channel.keepalive_ms = static_cast<uint64_t>(keepalive);
   a.channel.spin_us = static_cast<uint32_t>(std::max<int64_t>(0, o.integer("spin-us")));
+  a.channel.map_peer_regions = o.flag("map-peer-regions");
   if (a.channel.max_msg_size == 0) return Status(Code::kBadConfig, "option 'max-msg-size' must be > 0");
   return a;
 }

@@ -2,6 +2,7 @@
 // agent side (channel::Server). All members are guarded by the hub mutex.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <set>
@@ -79,7 +80,9 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   ChannelConfig config;
   uint32_t local_id = 0;
   uint32_t peer_id = 0;
-  State state = State::kConnecting;
+  // Atomic for the lock-free mapped one-sided path (region.cpp), which
+  // reads it without the hub's lock.
+  std::atomic<State> state{State::kConnecting};
   Status reason;
   std::string peer_address;
   transport::Endpoint boot_ep;  // client-server endpoint; its failure = peer died

@@ -50,6 +50,7 @@ RemoteRegion::RemoteRegion(RemoteRegion&&) noexcept = default;
 RemoteRegion& RemoteRegion::operator=(RemoteRegion&&) noexcept = default;
 RemoteRegion::~RemoteRegion() = default;
 uint64_t RemoteRegion::size() const { return impl_ ? impl_->key.length() : 0; }
+bool RemoteRegion::mapped() const { return impl_ && impl_->key.mapped() != nullptr; }
 
 Result<Region> Connection::register_memory(void* data, size_t size) {
   Lock lock(impl_->hub->mutex());
@@ -66,12 +67,19 @@ Result<Region> Connection::allocate_memory(size_t size) {
 Result<RemoteRegion> Connection::import_region(std::span<const uint8_t> descriptor) {
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(impl_->check_open());
-  OB_ASSIGN_OR_RETURN(auto key, impl_->data_ep.import_region(descriptor));
+  OB_ASSIGN_OR_RETURN(auto key, impl_->data_ep.import_region(descriptor, impl_->config.map_peer_regions));
   return RemoteRegion(
       std::make_unique<RemoteRegion::Impl>(impl_->hub, impl_.get(), std::move(key)));
 }
 
 namespace {
+
+// A region mapped into this process is written and read by CPU copies that
+// touch no UCX state: no lock. A connection that is not open takes the
+// locked path, which names why.
+bool mapped_path(const Connection::Impl& conn, const RemoteRegion& region) {
+  return region.mapped() && region.impl().conn == &conn && conn.state == Connection::Impl::State::kOpen;
+}
 
 Status check_region(const Connection::Impl& conn, const RemoteRegion& region) {
   if (region.size() == 0) return {Code::kInvalidArgument, "empty remote region"};
@@ -84,6 +92,7 @@ Status check_region(const Connection::Impl& conn, const RemoteRegion& region) {
 
 Status Connection::put(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
                        Deadline deadline) {
+  if (mapped_path(*impl_, region)) return transport::put_mapped(region.impl().key, offset, src);
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
   OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.put(region.impl().key, offset, src));
@@ -92,6 +101,7 @@ Status Connection::put(const RemoteRegion& region, uint64_t offset, std::span<co
 
 Status Connection::get(const RemoteRegion& region, uint64_t offset, std::span<uint8_t> dst,
                        Deadline deadline) {
+  if (mapped_path(*impl_, region)) return transport::get_mapped(region.impl().key, offset, dst);
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
   OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.get(region.impl().key, offset, dst));
@@ -127,15 +137,25 @@ Status check_signal_word(uint64_t offset, uint64_t size, const char* whose) {
 
 Status Connection::put_signal(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
                               uint64_t signal_offset, uint64_t signal, Deadline deadline) {
+  if (mapped_path(*impl_, region)) {
+    const transport::RemoteKey& key = region.impl().key;
+    // The data is copied in the call, so a release store orders the signal
+    // after it on any CPU. UCX's fence is a full barrier, which would wait
+    // for the data's cache lines to reach this core before the signal's store.
+    OB_RETURN_IF_ERROR(check_signal_word(signal_offset, region.size(), "remote"));
+    OB_RETURN_IF_ERROR(transport::put_mapped(key, offset, src));
+    return transport::store_release(key, signal_offset, signal);
+  }
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
   OB_RETURN_IF_ERROR(check_signal_word(signal_offset, region.size(), "remote"));
+  const transport::RemoteKey& key = region.impl().key;
   transport::PolledOp data;
   if (!src.empty()) {
-    OB_ASSIGN_OR_RETURN(data, impl_->data_ep.put(region.impl().key, offset, src));
+    OB_ASSIGN_OR_RETURN(data, impl_->data_ep.put(key, offset, src));
   }
   OB_RETURN_IF_ERROR(impl_->hub->worker().fence());
-  OB_ASSIGN_OR_RETURN(transport::PolledOp flag, impl_->data_ep.put(region.impl().key, signal_offset,
+  OB_ASSIGN_OR_RETURN(transport::PolledOp flag, impl_->data_ep.put(key, signal_offset,
                                                                    {reinterpret_cast<const uint8_t*>(&signal), 8}));
   OB_RETURN_IF_ERROR(impl_->wait_polled(lock, deadline, data, "put_signal's data"));
   return impl_->wait_polled(lock, deadline, flag, "put_signal's signal");

@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
@@ -242,9 +243,36 @@ static Status check_bounds(const RemoteKey& key, uint64_t offset, size_t len, co
   return {};
 }
 
+Status put_mapped(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src) {
+  OB_RETURN_IF_ERROR(check_bounds(key, offset, src.size(), "put"));
+  if (!key.mapped()) return {Code::kInvalidArgument, "put_mapped into a region that is not mapped"};
+  if (!src.empty()) std::memcpy(key.mapped() + offset, src.data(), src.size());
+  return {};
+}
+
+Status get_mapped(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst) {
+  OB_RETURN_IF_ERROR(check_bounds(key, offset, dst.size(), "get"));
+  if (!key.mapped()) return {Code::kInvalidArgument, "get_mapped from a region that is not mapped"};
+  if (!dst.empty()) std::memcpy(dst.data(), key.mapped() + offset, dst.size());
+  return {};
+}
+
+Status store_release(const RemoteKey& key, uint64_t offset, uint64_t value) {
+  OB_RETURN_IF_ERROR(check_bounds(key, offset, sizeof value, "signal"));
+  if (!key.mapped()) return {Code::kInvalidArgument, "release store into a region that is not mapped"};
+  if ((reinterpret_cast<uintptr_t>(key.mapped()) + offset) % alignof(uint64_t) != 0)
+    return {Code::kInvalidArgument, "signal word at offset " + std::to_string(offset) + " is not aligned"};
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(key.mapped() + offset)).store(value, std::memory_order_release);
+  return {};
+}
+
 Result<PolledOp> Endpoint::put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src) {
   OB_RETURN_IF_ERROR(check_bounds(key, offset, src.size(), "put"));
   if (!ep_ || state_->failed) return Status(Code::kConnectionReset, "put on a failed or closed endpoint");
+  if (key.mapped()) {
+    OB_RETURN_IF_ERROR(put_mapped(key, offset, src));
+    return PolledOp();
+  }
   ucp_request_param_t p{};
   return polled(ucp_put_nbx(ep_, src.data(), src.size(), key.base() + offset, key.handle(), &p), "put");
 }
@@ -252,6 +280,10 @@ Result<PolledOp> Endpoint::put(const RemoteKey& key, uint64_t offset, std::span<
 Result<PolledOp> Endpoint::get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst) {
   OB_RETURN_IF_ERROR(check_bounds(key, offset, dst.size(), "get"));
   if (!ep_ || state_->failed) return Status(Code::kConnectionReset, "get on a failed or closed endpoint");
+  if (key.mapped()) {
+    OB_RETURN_IF_ERROR(get_mapped(key, offset, dst));
+    return PolledOp();
+  }
   ucp_request_param_t p{};
   return polled(ucp_get_nbx(ep_, dst.data(), dst.size(), key.base() + offset, key.handle(), &p), "get");
 }
@@ -286,7 +318,7 @@ void Endpoint::flush(DoneFn done) {
   track(ucp_ep_flush_nbx(ep_, &p), op, "flush");
 }
 
-Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d) {
+Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d, bool map) {
   if (!ep_) return Status(Code::kNotConnected, "import on a closed endpoint");
   uint32_t magic = 0;
   RemoteKey key;
@@ -297,6 +329,9 @@ Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d) {
   std::memcpy(&key.length_, d.data() + 12, 8);
   ucs_status_t s = ucp_ep_rkey_unpack(ep_, d.data() + 20, &key.rkey_);
   if (s != UCS_OK) return from_ucs(s, "unpack remote key");
+  // UCS_ERR_UNREACHABLE unless a shared-memory transport maps the region here.
+  void* mapped = nullptr;
+  if (map && ucp_rkey_ptr(key.rkey_, key.base_, &mapped) == UCS_OK) key.mapped_ = static_cast<uint8_t*>(mapped);
   return key;
 }
 
@@ -315,11 +350,14 @@ std::string Endpoint::lanes() const {
 
 // --------------------------------------------------------------- RemoteKey
 
-RemoteKey::RemoteKey(RemoteKey&& o) noexcept : rkey_(o.rkey_), base_(o.base_), length_(o.length_) {
+RemoteKey::RemoteKey(RemoteKey&& o) noexcept
+    : rkey_(o.rkey_), mapped_(o.mapped_), base_(o.base_), length_(o.length_) {
   o.rkey_ = nullptr;
+  o.mapped_ = nullptr;
 }
 RemoteKey& RemoteKey::operator=(RemoteKey&& o) noexcept {
   std::swap(rkey_, o.rkey_);
+  std::swap(mapped_, o.mapped_);
   base_ = o.base_;
   length_ = o.length_;
   return *this;

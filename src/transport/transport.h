@@ -61,12 +61,26 @@ class RemoteKey {
   [[nodiscard]] uint64_t base() const { return base_; }
   [[nodiscard]] uint64_t length() const { return length_; }
   [[nodiscard]] ucp_rkey* handle() const { return rkey_; }
+  /// The peer's region mapped into this process (shared memory on one host,
+  /// ucp_rkey_ptr), else null. Mapped, a put or get is a CPU copy made in the
+  /// call, and a signal a release store, without UCX's per-operation cost.
+  [[nodiscard]] uint8_t* mapped() const { return mapped_; }
 
  private:
   friend class Endpoint;
   ucp_rkey* rkey_ = nullptr;
+  uint8_t* mapped_ = nullptr;
   uint64_t base_ = 0, length_ = 0;
 };
+
+/// Operations on a mapped key (RemoteKey::mapped()), bounds-checked as an
+/// Endpoint's: CPU copies made in the call that touch no UCX state, so they
+/// need no lock, and complete when they return.
+Status put_mapped(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src);
+Status get_mapped(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst);
+/// Stores `value` into the aligned word at `offset` with release order: a
+/// peer that sees it sees every put_mapped() made before it, on any CPU.
+Status store_release(const RemoteKey& key, uint64_t offset, uint64_t value);
 
 /// A registered local memory region. Owns the registration (and the memory
 /// when allocated by UCX).
@@ -141,13 +155,14 @@ class Endpoint {
   void send_copy(std::span<const uint8_t> header, std::span<const uint8_t> data);
   /// One-sided write/read at `offset` of the remote region; errors with
   /// kOutOfRange (nothing transferred) when outside it. No callback and no
-  /// allocation: shared-memory operations usually complete in place, and
-  /// the caller polls the rest.
+  /// allocation: shared-memory operations usually complete in place (a
+  /// mapped key's always: a CPU copy), and the caller polls the rest.
   Result<PolledOp> put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src);
   Result<PolledOp> get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst);
   /// Completes all earlier operations at the target before `done` runs.
   void flush(DoneFn done);
-  Result<RemoteKey> import_region(std::span<const uint8_t> descriptor);
+  /// `map`: use the region through RemoteKey::mapped() where UCX maps it here.
+  Result<RemoteKey> import_region(std::span<const uint8_t> descriptor, bool map);
   /// The lanes UCX chose, as ucp_ep_print_info prints them.
   [[nodiscard]] std::string lanes() const;
   /// Starts a non-blocking close; `force` after the peer failed. `done`

@@ -30,6 +30,18 @@ def test_put_get_round_trip_is_verified_on_both_sides(client: outboard.Client) -
     assert conn.get(remote, 1000, len(data), 10.0) == data
 
 
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_mapped_region_and_ucx_move_the_same_bytes(agent: outboard.LocalAgent, mapped: bool) -> None:
+    with outboard.connect(agent.address, map_peer_regions=mapped) as client:
+        conn = client.connection
+        remote = conn.import_region(client.request("memory", op("A", 1 << 16)))
+        assert remote.mapped is mapped  # the agent is on this host: UCX maps its region here
+        data = _core.pattern(20_000, seed=7)
+        conn.put(remote, 64, data, 10.0)
+        assert u64(client.request("memory", op("S", 64, len(data)))) == _core.checksum(data)
+        assert conn.get(remote, 64, len(data), 10.0) == data
+
+
 def test_out_of_bounds_put_is_an_error_and_writes_nothing(client: outboard.Client) -> None:
     conn = client.connection
     remote = conn.import_region(client.request("memory", op("A", 4096)))

@@ -184,7 +184,12 @@ SUITE = Suite(
             Chart("write_lat", "size", "t_us.p50", "write_lat typical (one-way)", "µs", logy=True, split=["transport"]),
             Chart("endpoints", "endpoints", "bw_avg_mib_s", "write_bw vs endpoints (4 KiB)", "MiB/s")],
     setup=setup, describe=describe,
-    notes="**GPU-initiated path.** DOCA GPUNetIO lets a CUDA kernel post RDMA writes itself "
+    notes="**Mapped regions.** On one host UCX maps the agent's region into the client's process "
+          "(`ucp_rkey_ptr`), so our puts and gets there are CPU copies made in the call, and put_signal's signal "
+          "a release store rather than UCX's fence (a full barrier) and a second put. ucx_perftest makes the "
+          "same copies inside `ucp_put_nbx`/`ucp_get_nbx`. Over TCP and across hosts every operation goes "
+          "through UCX (`map_peer_regions=False` does that on one host too).\n\n"
+          "**GPU-initiated path.** DOCA GPUNetIO lets a CUDA kernel post RDMA writes itself "
           "(`doca_gpu_dev_rdma_write_*` on a queue the CPU set up). Here the same experiment maps onto: a region "
           "allocated in GPU memory and registered with UCX (`ucp_mem_map` of CUDA memory, needs UCX built with "
           "CUDA and, across hosts, GPUDirect RDMA); its descriptor exported to the peer as for host memory; the "

@@ -83,6 +83,51 @@ TEST_F(RegionTest, OutOfBoundsAccessIsAnErrorAndWritesNothing) {
   EXPECT_TRUE(c->request("echo", data, soon()).ok());  // connection unharmed
 }
 
+// On one host UCX maps the agent's region here: puts, gets and put_signal
+// are CPU copies. Turned off, the same calls go through UCX. Both must move
+// the same bytes and refuse the same ranges.
+TEST_F(RegionTest, AMappedRegionAndUcxMoveTheSameBytes) {
+  for (bool map : {true, false}) {
+    SCOPED_TRACE(map ? "mapped" : "through UCX");
+    ChannelConfig config;
+    config.map_peer_regions = map;
+    auto c = connect(config);
+    ASSERT_TRUE(c);
+    RemoteRegion remote = agent_region(*c, 1 << 16);
+    ASSERT_EQ(remote.size(), 1u << 16);
+    EXPECT_EQ(remote.mapped(), map);
+
+    std::vector<uint8_t> data(5000);
+    fill_pattern(data, map ? 1 : 2);
+    ASSERT_TRUE(c->put(remote, 100, data, soon()).ok());
+    auto sum = c->request("memory", op('S', {100, data.size()}).span(), soon());
+    ASSERT_TRUE(sum.ok());
+    EXPECT_EQ(as_u64(sum.value()), checksum(data));
+    std::vector<uint8_t> back(data.size());
+    ASSERT_TRUE(c->get(remote, 100, back, soon()).ok());
+    EXPECT_EQ(back, data);
+
+    const uint64_t signal = 0x0123456789abcdefull;
+    ASSERT_TRUE(c->put_signal(remote, 8192, {data.data(), 64}, 8192 + 64, signal, soon()).ok());
+    std::vector<uint8_t> expect(data.begin(), data.begin() + 64);
+    expect.resize(72);
+    std::memcpy(expect.data() + 64, &signal, 8);
+    sum = c->request("memory", op('S', {8192, 72}).span(), soon());
+    ASSERT_TRUE(sum.ok());
+    EXPECT_EQ(as_u64(sum.value()), checksum(expect));
+
+    Status st = c->put(remote, (1 << 16) - 10, {data.data(), 11}, soon());
+    EXPECT_EQ(st.message(), "put of 11 B at offset 65526 exceeds remote region of 65536 B");
+    st = c->get(remote, (1 << 16) + 1, {back.data(), 0}, soon());
+    EXPECT_EQ(st.code(), Code::kOutOfRange);
+
+    c->close();  // a closed connection refuses the region, mapped or not
+    EXPECT_EQ(c->put(remote, 0, {data.data(), 8}, soon()).code(), Code::kNotConnected);
+    EXPECT_EQ(c->get(remote, 0, {back.data(), 8}, soon()).code(), Code::kNotConnected);
+    EXPECT_EQ(c->put_signal(remote, 0, {}, 0, 1, soon()).code(), Code::kNotConnected);
+  }
+}
+
 TEST_F(RegionTest, AgentWriteWithNotifyLandsBeforeTheNotification) {
   auto c = connect();
   ASSERT_TRUE(c);
