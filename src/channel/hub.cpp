@@ -10,6 +10,7 @@
 
 #include "channel/connection_impl.h"
 #include "outboard/log.h"
+#include "util/cpu_relax.h"
 
 OB_LOG_MODULE("channel");
 
@@ -18,16 +19,6 @@ namespace outboard::channel {
 constexpr uint64_t kTickIntervalNs = 1'000'000;  // request-deadline resolution
 constexpr uint64_t kControlIntervalNs = 50'000;  // bootstrap/liveness polling while busy
 constexpr int kMaxSleepMs = 10;                  // bounds a missed wake-up
-
-namespace {
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-}  // namespace
 
 Result<std::shared_ptr<Hub>> Hub::get(const ChannelConfig& config) {
   static std::mutex mu;

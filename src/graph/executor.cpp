@@ -16,6 +16,7 @@
 #include "graph/deque.h"
 #include "graph/futex.h"
 #include "graph/graph_impl.h"
+#include "util/cpu_relax.h"
 #include "outboard/affinity.h"
 #include "outboard/log.h"
 
@@ -63,14 +64,6 @@ constexpr int64_t kStealBacklogItems = 64;
 // A run of at most this many roots is kept when its engine tasks together
 // cost less than a hand-off (kHandOffNs); longer runs are not summed.
 constexpr uint32_t kCheapRunMax = 8;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 }  // namespace
 
 struct Worker;
@@ -648,7 +641,7 @@ void idle_wait(ExecutorCore& core, const std::function<bool()>& done, Deadline d
   bool woke = false;
   while (!woke && now_ns() < until) {
     woke = wake();
-    for (int i = 0; !woke && i < 32; ++i) detail::cpu_relax();
+    for (int i = 0; !woke && i < 32; ++i) cpu_relax();
   }
   if (searches) core.searching.fetch_sub(1, std::memory_order_relaxed);
   if (woke) return;
