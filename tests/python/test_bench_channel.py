@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -105,3 +106,15 @@ def test_tcp_and_two_namespace_runs(transport: str, tmp_path: Path) -> None:
 @pytest.mark.skipif(os.geteuid() == 0, reason="runs as root here: the not-root path is not reachable")
 def test_netns_without_root_is_skipped_with_the_reason() -> None:
     assert "root" in (netns.unavailable() or "")
+
+
+@pytest.mark.skipif(ucx_perftest.unavailable() is not None, reason="ucx_perftest missing")
+def test_peer_server_whose_port_is_taken_is_started_on_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        ports = [taken.getsockname()[1]]
+        real_free_port = ucx_perftest._free_port
+        monkeypatch.setattr(ucx_perftest, "_free_port", lambda: ports.pop() if ports else real_free_port())
+        result = ucx_perftest.run("ucp_am_lat", 64, 1000)
+    assert not ports and result.iterations == 1000 and result.p50_us > 0

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 CELL_TIMEOUT_S = 120.0
 #: Seconds the server gets to start listening.
 SERVER_READY_S = 10.0
+#: Ports tried per cell: another process may take the free port we picked before the server binds it.
+PORT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class _ServerExited(RuntimeError):
+    pass
+
+
 def _wait_listening(port: int, server: subprocess.Popen[str], prefix: Sequence[str]) -> None:
     deadline = time.monotonic() + SERVER_READY_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise RuntimeError(f"ucx_perftest server exited with status {server.returncode}: {server.stderr.read()}")
-        probe = subprocess.run([*prefix, "ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True)
-        if probe.stdout.strip():
+            raise _ServerExited(f"ucx_perftest server on port {port} exited with status {server.returncode}: "
+                                f"{server.stdout.read()[-500:] if server.stdout else ''}")
+        # Its own socket: another process listening on the port would take our client.
+        probe = subprocess.run([*prefix, "ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True)
+        if f"pid={server.pid}," in probe.stdout:
             return
         time.sleep(0.02)
     raise TimeoutError(f"ucx_perftest server not listening on port {port} within {SERVER_READY_S} s")
@@ -74,23 +82,44 @@ def run(test: str, size: int, iterations: int, *, env: dict[str, str] | None = N
     exe = executable()
     if exe is None:
         raise FileNotFoundError(unavailable())
-    port = _free_port()
     full_env = {**os.environ, **(env or {})}
-    common = ["-p", str(port)]
-    server_cmd = [*server_prefix, exe, *common] + (["-c", str(server_core)] if server_core is not None else [])
-    client_cmd = [*client_prefix, exe, host, *common, "-t", test, "-s", str(size), "-n", str(iterations), "-f", "-v"]
+    server, port = _start_server([*server_prefix, exe] + (["-c", str(server_core)] if server_core is not None else []),
+                                 full_env, server_prefix)
+    client_cmd = [*client_prefix, exe, host, "-p", str(port), "-t", test, "-s", str(size), "-n", str(iterations),
+                  "-f", "-v"]
     client_cmd += ["-c", str(client_core)] if client_core is not None else []
     client_cmd += ["-w", str(warmup)] if warmup is not None else []
-    server = subprocess.Popen(server_cmd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_listening(port, server, server_prefix)
         client = subprocess.run(client_cmd, env=full_env, capture_output=True, text=True, timeout=CELL_TIMEOUT_S)
         if client.returncode != 0:
             raise RuntimeError(f"ucx_perftest {test} -s {size} failed ({client.returncode}): {client.stderr[-500:]}")
         return parse_csv(client.stdout)
     finally:
-        if server.poll() is None:
-            server.kill()
-        server.wait()
-        if server.stderr:
-            server.stderr.close()
+        _stop(server)
+
+
+def _start_server(cmd: list[str], env: dict[str, str], prefix: Sequence[str]) -> tuple[subprocess.Popen[str], int]:
+    """A listening server and its port. A server that exits first is retried on another port: between
+    our picking a free port and its bind(), another process may take it ("Address already in use")."""
+    attempts = PORT_ATTEMPTS
+    while True:
+        port = _free_port()
+        server = subprocess.Popen([*cmd, "-p", str(port)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        try:
+            _wait_listening(port, server, prefix)
+        except BaseException as e:
+            _stop(server)
+            attempts -= 1
+            if not isinstance(e, _ServerExited) or attempts == 0:
+                raise
+            continue
+        return server, port
+
+
+def _stop(server: subprocess.Popen[str]) -> None:
+    if server.poll() is None:
+        server.kill()
+    server.wait()
+    if server.stdout:
+        server.stdout.close()
