@@ -190,6 +190,22 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
   OB_ASSIGN_OR_RETURN(uint32_t service_index, impl_->service_index(service));
   // The notification is credited: take the credit before touching the peer.
   OB_RETURN_IF_ERROR(impl_->acquire(0, deadline, true, &lock));
+  FrameHeader h;
+  h.type = FrameType::kNotify;
+  h.id = cookie;
+  h.arg = offset;
+  h.service = service_index;
+  if (region.mapped()) {
+    // Copied, the data is in the peer's memory: no flush to wait for. The
+    // notification's stores into UCX's shared-memory queue come after ours.
+    if (Status st = transport::put_mapped(region.impl().key, offset, src); !st.ok()) {
+      ++impl_->send_msgs;  // nothing was sent: give the credit back
+      return st;
+    }
+    const uint64_t length = src.size();
+    impl_->post_copy(h, {reinterpret_cast<const uint8_t*>(&length), 8});
+    return {};
+  }
   auto op = std::make_shared<Completion>();
   // Completion is the flush's business; the put itself is released to UCX.
   Result<transport::PolledOp> put = impl_->data_ep.put(region.impl().key, offset, src);
@@ -201,16 +217,11 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
   // notification sent after it never overtakes the data.
   auto length = std::make_shared<uint64_t>(src.size());
   std::weak_ptr<Connection::Impl> weak = impl_;
-  impl_->data_ep.flush([op, weak, length, offset, cookie, service_index](Status fst) {
+  impl_->data_ep.flush([op, weak, length, h](Status fst) {
     auto self = weak.lock();
     if (!self || !fst.ok()) {
       return completer(op)(fst.ok() ? Status(Code::kConnectionReset, "connection closed") : fst);
     }
-    FrameHeader h;
-    h.type = FrameType::kNotify;
-    h.id = cookie;
-    h.arg = offset;
-    h.service = service_index;
     self->post(h, {reinterpret_cast<const uint8_t*>(length.get()), 8},
                [op, length](Status sst) { completer(op)(std::move(sst)); });
   });

@@ -83,8 +83,8 @@ TEST_F(RegionTest, OutOfBoundsAccessIsAnErrorAndWritesNothing) {
   EXPECT_TRUE(c->request("echo", data, soon()).ok());  // connection unharmed
 }
 
-// On one host UCX maps the agent's region here: puts, gets and put_signal
-// are CPU copies. Turned off, the same calls go through UCX. Both must move
+// On one host UCX maps the agent's region here: puts, gets, put_signal and
+// put_notify are CPU copies. Turned off, the same calls go through UCX. Both must move
 // the same bytes and refuse the same ranges.
 TEST_F(RegionTest, AMappedRegionAndUcxMoveTheSameBytes) {
   for (bool map : {true, false}) {
@@ -115,6 +115,17 @@ TEST_F(RegionTest, AMappedRegionAndUcxMoveTheSameBytes) {
     sum = c->request("memory", op('S', {8192, 72}).span(), soon());
     ASSERT_TRUE(sum.ok());
     EXPECT_EQ(as_u64(sum.value()), checksum(expect));
+
+    // Write-with-notify: the agent's memory service answers the notification
+    // with the checksum of what it sees, so the data came first.
+    ASSERT_TRUE(c->put_notify(remote, 20000, data, 77, soon(), "memory").ok());
+    auto reply = c->receive(soon());
+    ASSERT_TRUE(reply.ok()) << reply.status().to_string();
+    ASSERT_EQ(reply.value().data.size(), 16u);
+    uint64_t cookie_and_sum[2];
+    std::memcpy(cookie_and_sum, reply.value().data.data(), 16);
+    EXPECT_EQ(cookie_and_sum[0], 77u);
+    EXPECT_EQ(cookie_and_sum[1], checksum(data));
 
     Status st = c->put(remote, (1 << 16) - 10, {data.data(), 11}, soon());
     EXPECT_EQ(st.message(), "put of 11 B at offset 65526 exceeds remote region of 65536 B");
