@@ -119,3 +119,19 @@ def test_connect_to_nothing_fails_fast() -> None:
     with pytest.raises((errors.ConnectionReset, errors.TimedOut)):
         outboard.connect("127.0.0.1:1", connect_timeout=2)
     assert time.monotonic() - t0 < 3
+
+
+def test_puts_into_a_killed_agents_mapped_region_fail_within_1s(start_agent) -> None:
+    agent = start_agent()
+    c = outboard.connect(agent.address)
+    remote = c.connection.import_region(c.request("memory", b"A" + (4096).to_bytes(8, "little")))
+    assert remote.mapped
+    os.kill(agent.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    # The mapping outlives the agent: puts land in memory nobody reads until the failure is seen.
+    with pytest.raises(errors.ConnectionReset):
+        while time.monotonic() - killed_at < 5:
+            c.connection.put(remote, 0, b"x" * 64, 1.0)
+            c.connection.progress()
+    assert time.monotonic() - killed_at < 1.0
+    c.close()
