@@ -195,24 +195,22 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
   h.id = cookie;
   h.arg = offset;
   h.service = service_index;
-  if (region.mapped()) {
-    // Copied, the data is in the peer's memory: no flush to wait for. The
-    // notification's stores into UCX's shared-memory queue come after ours.
-    if (Status st = transport::put_mapped(region.impl().key, offset, src); !st.ok()) {
-      ++impl_->send_msgs;  // nothing was sent: give the credit back
-      return st;
-    }
+  const transport::RemoteKey& key = region.impl().key;
+  // The put itself is released to UCX (completion is the flush's business)
+  // or, mapped, a copy already in the peer's memory.
+  Status put = key.mapped() ? transport::put_mapped(key, offset, src) : impl_->data_ep.put(key, offset, src).status();
+  if (!put.ok()) {
+    ++impl_->send_msgs;  // nothing was sent: give the credit back
+    return put;
+  }
+  if (key.mapped()) {
+    // No flush to wait for: the notification's stores into UCX's
+    // shared-memory queue come after the data's.
     const uint64_t length = src.size();
     impl_->post_copy(h, {reinterpret_cast<const uint8_t*>(&length), 8});
     return {};
   }
   auto op = std::make_shared<Completion>();
-  // Completion is the flush's business; the put itself is released to UCX.
-  Result<transport::PolledOp> put = impl_->data_ep.put(region.impl().key, offset, src);
-  if (!put.ok()) {
-    ++impl_->send_msgs;  // nothing was sent: give the credit back
-    return put.status();
-  }
   // The flush completes only once the data is in the peer's memory, so the
   // notification sent after it never overtakes the data.
   auto length = std::make_shared<uint64_t>(src.size());

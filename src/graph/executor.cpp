@@ -16,9 +16,9 @@
 #include "graph/deque.h"
 #include "graph/futex.h"
 #include "graph/graph_impl.h"
-#include "util/cpu_relax.h"
 #include "outboard/affinity.h"
 #include "outboard/log.h"
+#include "util/cpu_relax.h"
 
 OB_LOG_MODULE("graph");
 

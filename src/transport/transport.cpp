@@ -269,10 +269,6 @@ Status store_release(const RemoteKey& key, uint64_t offset, uint64_t value) {
 Result<PolledOp> Endpoint::put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src) {
   OB_RETURN_IF_ERROR(check_bounds(key, offset, src.size(), "put"));
   if (!ep_ || state_->failed) return Status(Code::kConnectionReset, "put on a failed or closed endpoint");
-  if (key.mapped()) {
-    OB_RETURN_IF_ERROR(put_mapped(key, offset, src));
-    return PolledOp();
-  }
   ucp_request_param_t p{};
   return polled(ucp_put_nbx(ep_, src.data(), src.size(), key.base() + offset, key.handle(), &p), "put");
 }
@@ -280,10 +276,6 @@ Result<PolledOp> Endpoint::put(const RemoteKey& key, uint64_t offset, std::span<
 Result<PolledOp> Endpoint::get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst) {
   OB_RETURN_IF_ERROR(check_bounds(key, offset, dst.size(), "get"));
   if (!ep_ || state_->failed) return Status(Code::kConnectionReset, "get on a failed or closed endpoint");
-  if (key.mapped()) {
-    OB_RETURN_IF_ERROR(get_mapped(key, offset, dst));
-    return PolledOp();
-  }
   ucp_request_param_t p{};
   return polled(ucp_get_nbx(ep_, dst.data(), dst.size(), key.base() + offset, key.handle(), &p), "get");
 }

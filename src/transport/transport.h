@@ -155,8 +155,9 @@ class Endpoint {
   void send_copy(std::span<const uint8_t> header, std::span<const uint8_t> data);
   /// One-sided write/read at `offset` of the remote region; errors with
   /// kOutOfRange (nothing transferred) when outside it. No callback and no
-  /// allocation: shared-memory operations usually complete in place (a
-  /// mapped key's always: a CPU copy), and the caller polls the rest.
+  /// allocation: shared-memory operations usually complete in place, and
+  /// the caller polls the rest. Through UCX even for a mapped key: its CPU
+  /// copies are put_mapped() and get_mapped().
   Result<PolledOp> put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src);
   Result<PolledOp> get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst);
   /// Completes all earlier operations at the target before `done` runs.
