@@ -34,17 +34,20 @@ Result<RoundTrips> round_trips(Connection& c, size_t size, size_t iterations, si
                                const Interrupt& interrupt) {
   Payloads payloads(size, iterations + warmup);
   RoundTrips out;
-  out.samples_us.reserve(iterations);
+  SampleClock clock;
+  clock.reserve(iterations);
   for (size_t i = 0; i < warmup + iterations; ++i) {
     const auto& p = payloads[i];
-    uint64_t t0 = now_ns();
-    auto r = c.request("echo", p, deadline_in(timeout_s));
-    uint64_t t1 = now_ns();
+    const Deadline deadline = deadline_in(timeout_s);
+    uint64_t t0 = SampleClock::ticks();
+    auto r = c.request("echo", p, deadline);
+    uint64_t t1 = SampleClock::ticks();
     if (!r.ok()) return r.status();
     if (r.value().size() != size || (size && std::memcmp(r.value().data(), p.data(), size) != 0)) ++out.mismatches;
-    if (i >= warmup) out.samples_us.push_back(static_cast<double>(t1 - t0) / 1000.0);
+    if (i >= warmup) clock.add(t0, t1);
     if (i % kInterruptEvery == kInterruptEvery - 1 && interrupt) OB_RETURN_IF_ERROR(interrupt());
   }
+  out.samples_us = clock.microseconds();
   return out;
 }
 

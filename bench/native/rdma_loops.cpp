@@ -107,31 +107,33 @@ Result<OneSidedLatency> one_sided_latency(Connection& c, bool notify, size_t siz
     fill_pattern(expected, 42);
   }
   OneSidedLatency out;
-  out.samples_us.reserve(iterations);
+  SampleClock clock;
+  clock.reserve(iterations);
   for (size_t i = 0; i < warmup + iterations; ++i) {
     const size_t s = i % kSlots;
     uint8_t* p = local.data() + s * size;
     Deadline deadline = deadline_in(timeout_s);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = SampleClock::ticks();
     bool ok;
     if (notify) {
       OB_RETURN_IF_ERROR(c.put_notify(region, s * size, {p, size}, i, deadline, "memory"));
       OB_ASSIGN_OR_RETURN(Incoming reply, c.receive(deadline));
-      uint64_t t1 = now_ns();
+      uint64_t t1 = SampleClock::ticks();
       uint64_t got[2] = {0, 0};
       if (reply.data.size() == sizeof got) std::memcpy(got, reply.data.data(), sizeof got);
       ok = got[0] == i && got[1] == sums[s];
-      if (i >= warmup) out.samples_us.push_back(static_cast<double>(t1 - t0) / 1000.0);
+      if (i >= warmup) clock.add(t0, t1);
     } else {
       OB_RETURN_IF_ERROR(c.get(region, s * size, {p, size}, deadline));
-      uint64_t t1 = now_ns();
+      uint64_t t1 = SampleClock::ticks();
       ok = std::memcmp(p, expected.data() + s * size, size) == 0;
       std::memset(p, 0, size);  // the next read of this slot must bring the bytes again
-      if (i >= warmup) out.samples_us.push_back(static_cast<double>(t1 - t0) / 1000.0);
+      if (i >= warmup) clock.add(t0, t1);
     }
     if (!ok) ++out.mismatches;
     if (i % kInterruptEvery == kInterruptEvery - 1 && interrupt) OB_RETURN_IF_ERROR(interrupt());
   }
+  out.samples_us = clock.microseconds();
   return out;
 }
 
@@ -157,24 +159,26 @@ Result<OneSidedLatency> signal_ping_pong(Connection& c, size_t size, size_t iter
   OB_RETURN_IF_ERROR(c.submit("memory", Buffer::copy_of(std::span<const uint8_t>(start)), deadline_in(timeout_s),
                               [&answer](Result<Buffer> r) { answer = std::move(r); }, Connection::Credit::kWait));
   OneSidedLatency out;
-  out.samples_us.reserve(iterations);
+  SampleClock clock;
+  clock.reserve(iterations);
   for (uint64_t i = 1; i <= total && !answer; ++i) {
     const size_t s = (i - 1) % kSlots;
     const uint64_t at = kMirrorSlotsAt + s * size;
     const uint8_t* ping = pings.data() + s * size;
     Deadline deadline = deadline_in(timeout_s);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = SampleClock::ticks();
     OB_RETURN_IF_ERROR(c.put_signal(agent, at, {ping, size}, 0, i, deadline));
     OB_RETURN_IF_ERROR(c.wait_signal(mine, 0, i, deadline));
-    uint64_t t1 = now_ns();
+    uint64_t t1 = SampleClock::ticks();
     if (std::memcmp(mine.data() + at, ping, size) != 0) ++out.mismatches;
     std::memset(mine.data() + at, 0, size);  // the slot's next pong must bring the bytes again
-    if (i > warmup) out.samples_us.push_back(static_cast<double>(t1 - t0) / 1000.0);
+    if (i > warmup) clock.add(t0, t1);
     if (i % kInterruptEvery == 0 && interrupt) OB_RETURN_IF_ERROR(interrupt());
   }
   if (!c.wait_until(deadline_in(timeout_s), [&answer] { return answer.has_value(); }))
     return Status(Code::kTimedOut, "the agent's mirror did not answer after the last ping");
   if (!answer->ok()) return answer->status().with_context("agent mirror");
+  out.samples_us = clock.microseconds();
   if (answer->value().size() != 8) return Status(Code::kIoError, "mirror answered " +
                                                      std::to_string(answer->value().size()) + " bytes, not 8");
   return out;
