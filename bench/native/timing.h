@@ -24,7 +24,8 @@ inline uint64_t now_ns() {
 
 /// Per-sample timing of latency loops. Reads the CPU's constant-rate counter
 /// where there is one (the invariant TSC on x86-64, the virtual counter on
-/// AArch64), as ucx_perftest, our peer, does: a steady_clock read costs ~25 ns
+/// AArch64), as ucx_perftest, our peer, does (it does not fence the read; we
+/// do): a steady_clock read costs ~25 ns
 /// on the VMs we measure on, a TSC read ~9, against a ~70 ns one-way trip.
 /// The counter is converted with the rate measured against steady_clock
 /// across the whole loop.
@@ -53,7 +54,10 @@ class SampleClock {
       unsigned a = 0, b = 0, c = 0, d = 0;
       return __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
     }();
-    if (invariant) return __rdtsc();
+    if (invariant) {
+      _mm_lfence();  // not before the awaited load has completed: rdtsc alone may run ahead of it
+      return __rdtsc();
+    }
 #elif defined(__aarch64__)
     uint64_t v;
     asm volatile("isb; mrs %0, cntvct_el0" : "=r"(v));
