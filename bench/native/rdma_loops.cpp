@@ -178,9 +178,9 @@ Result<OneSidedLatency> signal_ping_pong(Connection& c, size_t size, size_t iter
   if (!c.wait_until(deadline_in(timeout_s), [&answer] { return answer.has_value(); }))
     return Status(Code::kTimedOut, "the agent's mirror did not answer after the last ping");
   if (!answer->ok()) return answer->status().with_context("agent mirror");
-  out.samples_us = clock.microseconds();
   if (answer->value().size() != 8) return Status(Code::kIoError, "mirror answered " +
                                                      std::to_string(answer->value().size()) + " bytes, not 8");
+  out.samples_us = clock.microseconds();
   return out;
 }
 

@@ -17,38 +17,31 @@ namespace outboard::bench {
 /// Loop iterations between calls to the Interrupt callback.
 inline constexpr size_t kInterruptEvery = 4096;
 
-inline uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
 /// Per-sample timing of latency loops. Reads the CPU's constant-rate counter
 /// where there is one (the invariant TSC on x86-64, the virtual counter on
 /// AArch64), as ucx_perftest, our peer, does (it does not fence the read; we
-/// do): a steady_clock read costs ~25 ns
-/// on the VMs we measure on, a TSC read ~9, against a ~70 ns one-way trip.
-/// The counter is converted with the rate measured against steady_clock
-/// across the whole loop.
+/// do): a steady_clock read costs ~25 ns on the VMs we measure on, a TSC read
+/// ~9, against a ~70 ns one-way trip. The counter is converted with the rate
+/// measured against steady_clock across the whole loop.
 class SampleClock {
  public:
-  SampleClock() : start_ticks_(read()), start_ns_(now_ns()) {}
+  SampleClock() : start_ticks_(ticks()), start_ns_(now_ns()) {}
 
-  static uint64_t ticks() { return read(); }
   /// Records one sample from two ticks() readings.
   void add(uint64_t from, uint64_t to) { samples_.push_back(to - from); }
   void reserve(size_t n) { samples_.reserve(n); }
   /// The samples in microseconds, at the rate measured from construction to now.
   [[nodiscard]] std::vector<double> microseconds() const {
-    const uint64_t ticks = read() - start_ticks_;
-    const double ns_per_tick = ticks ? static_cast<double>(now_ns() - start_ns_) / static_cast<double>(ticks) : 1.0;
+    const uint64_t elapsed = ticks() - start_ticks_;
+    const double ns_per_tick = elapsed ? static_cast<double>(now_ns() - start_ns_) / static_cast<double>(elapsed) : 1.0;
     std::vector<double> us;
     us.reserve(samples_.size());
     for (uint64_t t : samples_) us.push_back(static_cast<double>(t) * ns_per_tick / 1000.0);
     return us;
   }
 
- private:
-  static uint64_t read() {
+  /// The counter now; else steady_clock's nanoseconds.
+  static uint64_t ticks() {
 #if defined(__x86_64__)
     static const bool invariant = [] {
       unsigned a = 0, b = 0, c = 0, d = 0;
@@ -66,6 +59,7 @@ class SampleClock {
     return now_ns();
   }
 
+ private:
   uint64_t start_ticks_;
   uint64_t start_ns_;
   std::vector<uint64_t> samples_;
