@@ -30,6 +30,10 @@ struct ChannelConfig {
   /// --map-peer-regions: reach a peer's region that UCX maps into this
   /// process (shared memory, one host) by CPU copies; false: through UCX.
   bool map_peer_regions = true;
+  /// --ring-slots (a power of two): slots of the ring in which a peer that maps this side's
+  /// memory writes small frames (up to ~240 B), and this side into the
+  /// peer's; 0 on either side: every frame through UCX.
+  uint32_t ring_slots = 64;
 };
 
 /// A one-way message or a write-with-notify completion delivered to receive().

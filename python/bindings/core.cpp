@@ -210,9 +210,10 @@ NB_MODULE(_core, m) {
       .def_static(
           "connect",
           [](const std::string& address, uint64_t max_msg_size, double connect_timeout, uint64_t keepalive_ms,
-             uint32_t spin_us, bool map_peer_regions) {
+             uint32_t spin_us, bool map_peer_regions, uint32_t ring_slots) {
             ChannelConfig cfg;
             cfg.map_peer_regions = map_peer_regions;
+            cfg.ring_slots = ring_slots;
             cfg.max_msg_size = max_msg_size;
             cfg.connect_timeout_ms = static_cast<int64_t>(connect_timeout * 1000);
             cfg.keepalive_ms = keepalive_ms;
@@ -222,7 +223,7 @@ NB_MODULE(_core, m) {
           },
           "address"_a, "max_msg_size"_a = ChannelConfig{}.max_msg_size, "connect_timeout"_a = 5.0,
           "keepalive_ms"_a = ChannelConfig{}.keepalive_ms, "spin_us"_a = ChannelConfig{}.spin_us,
-          "map_peer_regions"_a = ChannelConfig{}.map_peer_regions)
+          "map_peer_regions"_a = ChannelConfig{}.map_peer_regions, "ring_slots"_a = ChannelConfig{}.ring_slots)
       .def("request",
            [](Connection& c, std::string_view service, nb::bytes payload, double timeout) {
              Result<Buffer> r = [&] {

@@ -79,12 +79,15 @@ def connect(
     keepalive_ms: int | None = None,
     spin_us: int | None = None,
     map_peer_regions: bool = True,
+    ring_slots: int | None = None,
     agent_args: tuple[str, ...] = (),
 ) -> Client:
     """Connects to the agent at ``addr`` ("host:port"); ``None`` starts a local one. ``spin_us``: how
     long a waiting call busy-polls before sleeping (lower saves this process's CPU, adds wake-up time).
     ``map_peer_regions``: reach the agent's regions on this host by CPU copies where UCX maps them
-    here (False: every put and get through UCX)."""
+    here (False: every put and get through UCX). ``ring_slots``: slots of this side's ring, into
+    which an agent on this host writes small frames, as this side into the agent's (0: every frame
+    through UCX)."""
     agent = LocalAgent(*agent_args).start() if addr is None else None
     kwargs: dict[str, Any] = {"connect_timeout": connect_timeout, "map_peer_regions": map_peer_regions}
     if max_msg_size is not None:
@@ -93,6 +96,8 @@ def connect(
         kwargs["keepalive_ms"] = keepalive_ms
     if spin_us is not None:
         kwargs["spin_us"] = spin_us
+    if ring_slots is not None:
+        kwargs["ring_slots"] = ring_slots
     try:
         conn = _core.Connection.connect(agent.address if agent else addr, **kwargs)
     except BaseException:

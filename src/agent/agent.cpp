@@ -11,11 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "channel/hub.h"
+#include "channel/ring.h"
 #include "channel/server.h"
 #include "outboard/affinity.h"
 #include "outboard/graph.h"
 #include "outboard/log.h"
 #include "services/builtin.h"
+#include "util/id_map.h"
 
 OB_LOG_MODULE("agent");
 
@@ -44,6 +46,9 @@ config::Options agent_options() {
           {"spin-us", Type::kInt, std::to_string(c.spin_us), "busy-poll time before sleeping on the event fd"},
           {"map-peer-regions", Type::kBool, c.map_peer_regions ? "true" : "false",
            "write and read a client's region on this host by CPU copies where UCX maps it here (else through UCX)"},
+          {"ring-slots", Type::kInt, std::to_string(c.ring_slots),
+           "slots (a power of two) of the ring per client into which a client on this host writes small frames, "
+           "as the agent into the client's (0: all through UCX)"},
           {"max-region-size", Type::kSize, std::to_string(a.max_region_size),
            "largest region the memory service allocates"},
           {"tokenize-threads", Type::kInt, std::to_string(a.tokenize_threads),
@@ -85,6 +90,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t batch, positive("max-batch-texts"));
   OB_ASSIGN_OR_RETURN(int64_t graph_threads, in_range("graph-threads", 0, graph::Executor::kMaxThreads));
   OB_ASSIGN_OR_RETURN(int64_t graph_instances, positive("graph-max-instances"));
+  OB_ASSIGN_OR_RETURN(int64_t ring_slots, in_range("ring-slots", 0, channel::kMaxRingSlots));
   a.graph_threads = static_cast<uint32_t>(graph_threads);
   a.graph_max_instances = static_cast<uint32_t>(graph_instances);
   a.graph_max_memory = o.size("graph-max-memory");
@@ -98,6 +104,10 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.channel.keepalive_ms = static_cast<uint64_t>(keepalive);
   a.channel.spin_us = static_cast<uint32_t>(std::max<int64_t>(0, o.integer("spin-us")));
   a.channel.map_peer_regions = o.flag("map-peer-regions");
+  a.channel.ring_slots = static_cast<uint32_t>(ring_slots);
+  if (ring_slots != 0 && !channel::valid_ring_slots(a.channel.ring_slots))
+    return Status(Code::kBadConfig,
+                  "option 'ring-slots' is " + std::to_string(ring_slots) + ", expected 0 or a power of two");
   if (a.channel.max_msg_size == 0) return Status(Code::kBadConfig, "option 'max-msg-size' must be > 0");
   return a;
 }
@@ -128,7 +138,7 @@ struct Agent::Impl {
   // Per message: by index, no name lookup; one non-owning Connection per
   // client, made on its first message and dropped when it leaves.
   std::vector<Service*> by_index;  // the order advertised in kWelcome
-  std::unordered_map<uint32_t, std::shared_ptr<Connection>> peers;
+  IdMap<std::shared_ptr<Connection>> peers;  // no division per lookup, as unordered_map's
 
   void dispatch(Connection::Impl& conn, const channel::FrameHeader& h, Buffer payload) {
     bool one_way = h.type != channel::FrameType::kRequest;
@@ -136,7 +146,7 @@ struct Agent::Impl {
     if (h.service >= by_index.size())
       return responder.fail({Code::kNotFound, "service index " + std::to_string(h.service) + " is not offered"});
     Service* service = by_index[h.service];
-    auto& peer = peers[conn.local_id];
+    auto& peer = *peers.emplace(conn.local_id, nullptr).first;
     if (!peer) peer = std::make_shared<Connection>(conn.shared_from_this(), /*owner=*/false);
     std::optional<Notification> notification;
     if (h.type == channel::FrameType::kNotify) {
@@ -196,7 +206,7 @@ Status Agent::start() {
           [impl](Connection::Impl& c, const channel::FrameHeader& h, Buffer p) { impl->dispatch(c, h, std::move(p)); },
           [impl](uint32_t id) {
             for (auto& [name, s] : impl->services) s->on_disconnect(id);
-            impl->peers.erase(id);
+            impl->peers.take(id);
           }));
   OB_ASSIGN_OR_RETURN(impl_->host.hub, channel::Hub::get(impl_->config.channel));
   for (auto& [name, s] : impl_->services) s->attach(impl_->host);
@@ -239,6 +249,9 @@ std::string Agent::stats_json() {
     j["errors"] = c.errors;
     j["connects"] = c.connects;
     j["disconnects"] = c.disconnects;
+    j["ring_frames_in"] = c.ring_frames_in;
+    j["ring_frames_out"] = c.ring_frames_out;
+    j["doorbells_out"] = c.doorbells_out;
     j["clients"] = impl_->server->connections();
   }
   std::vector<std::string> names;

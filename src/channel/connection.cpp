@@ -31,6 +31,9 @@ Connection::Impl::~Impl() {
   // The last owner may drop it on any thread, without the lock.
   Lock lock(hub->mutex());
   hub->remove(local_id);
+  hub->remove_ring(this);
+  rx_ring.reset();
+  tx_ring.reset();
   boot_ep.close(true);
   data_ep.close(true);
 }
@@ -60,6 +63,32 @@ void Connection::Impl::start_data_endpoint(std::span<const uint8_t> peer_worker_
                data_ep.lanes().c_str());
 }
 
+Status Connection::Impl::open_ring(channel::Writer& w) {
+  if (config.ring_slots != 0) {
+    OB_ASSIGN_OR_RETURN(rx_ring, channel::RxRing::create(hub->worker(), config.ring_slots));
+    hub->add_ring(this);
+  }
+  w.u32(config.ring_slots);
+  w.bytes(rx_ring ? rx_ring->descriptor() : transport::Bytes{});
+  return {};
+}
+
+void Connection::Impl::bind_peer_ring(channel::Reader& r) {
+  uint32_t slots = 0;
+  std::vector<uint8_t> descriptor;
+  if (!r.u32(slots) || !r.bytes(descriptor)) return fail(Status(Code::kIoError, "malformed ring from " + peer_address));
+  if (slots == 0 || config.ring_slots == 0 || state == State::kClosed) return;  // either side may opt out
+  auto key = data_ep.import_region(descriptor, /*map=*/true);
+  if (!key.ok()) {
+    OB_LOG_WARN("connection %u: ring of %s not imported: %s", local_id, peer_address.c_str(),
+                key.status().to_string().c_str());
+    return;
+  }
+  tx_ring = channel::TxRing::bind(std::move(key).value(), slots);
+  OB_LOG_DBG("connection %u: small frames to %s %s", local_id, peer_address.c_str(),
+             tx_ring ? "go into its ring" : "go through UCX (its ring is not mapped here)");
+}
+
 void Connection::Impl::fail(const Status& why) {
   if (state == State::kClosed) return;
   auto keep = shared_from_this();
@@ -67,6 +96,8 @@ void Connection::Impl::fail(const Status& why) {
   state = State::kClosed;
   reason = why;
   hub->remove(local_id);
+  hub->remove_ring(this);
+  tx_ring.reset();
   data_ep.close(why.code() != Code::kNotConnected);
   boot_ep.close(why.code() != Code::kNotConnected);
   reorder.clear();
@@ -207,6 +238,7 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
       send_msgs = window_msgs;
       send_bytes = window_bytes;
       start_data_endpoint(address);
+      bind_peer_ring(r);
       if (state != State::kClosed) state = State::kOpen;
       return;
     }
@@ -268,6 +300,7 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
                                    (msg.empty() ? "" : ": " + msg)));
     }
     case FrameType::kHello:
+    case FrameType::kDoorbell:  // the hub drops them: never delivered
       return;
   }
 }
@@ -343,19 +376,39 @@ void Connection::Impl::stamp(FrameHeader& h, size_t bytes) {
   }
 }
 
+bool Connection::Impl::post_to_ring(const channel::WireHeader& w, std::span<const uint8_t> data) {
+  bool doorbell = false;
+  if (!tx_ring || !tx_ring->write(w.span(), data, doorbell)) return false;
+  if (counters) {
+    ++counters->ring_frames_out;
+    counters->doorbells_out += doorbell;
+  }
+  if (doorbell) {
+    FrameHeader bell;
+    bell.type = FrameType::kDoorbell;
+    bell.dst = peer_id;
+    data_ep.send_copy(channel::encode(bell).span(), {});
+  }
+  return true;
+}
+
 void Connection::Impl::post(FrameHeader h, std::span<const uint8_t> data, transport::DoneFn done) {
   stamp(h, data.size());
-  data_ep.send(channel::encode(h).span(), data, std::move(done));
+  const channel::WireHeader w = channel::encode(h);
+  if (!post_to_ring(w, data)) return data_ep.send(w.span(), data, std::move(done));
+  if (done) done(Status());
 }
 
 void Connection::Impl::post(FrameHeader h, Buffer data) {
   stamp(h, data.size());
-  data_ep.send(channel::encode(h).span(), std::move(data));
+  const channel::WireHeader w = channel::encode(h);
+  if (!post_to_ring(w, data.span())) data_ep.send(w.span(), std::move(data));
 }
 
 void Connection::Impl::post_copy(FrameHeader h, std::span<const uint8_t> data) {
   stamp(h, data.size());
-  data_ep.send_copy(channel::encode(h).span(), data);
+  const channel::WireHeader w = channel::encode(h);
+  if (!post_to_ring(w, data)) data_ep.send_copy(w.span(), data);
 }
 
 Status Connection::Impl::wait_done(Lock& lock, Deadline deadline, const CompletionPtr& op, const char* what) {
@@ -453,6 +506,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   w.u64(impl->config.max_msg_size);
   w.u32(impl->config.recv_window_msgs);
   w.u64(impl->config.recv_window_bytes);
+  OB_RETURN_IF_ERROR(impl->open_ring(w));
   auto hello = std::make_shared<std::vector<uint8_t>>(std::move(w.out()));
   FrameHeader h;
   h.type = FrameType::kHello;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "channel/hub.h"
+#include "channel/ring.h"
 #include "util/id_map.h"
 
 namespace outboard::channel {
@@ -75,6 +76,12 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   void consumed(uint64_t bytes);
   Status check_open() const;
   void start_data_endpoint(std::span<const uint8_t> peer_worker_address);
+  /// Our ring (config.ring_slots, none if 0), polled by the hub; `w` gets
+  /// its slots and descriptor, which the peer passes to bind_peer_ring().
+  Status open_ring(channel::Writer& w);
+  /// Small frames go into the peer's ring where it is mapped here (after
+  /// start_data_endpoint); a peer without one or out of reach is no error.
+  void bind_peer_ring(channel::Reader& r);
 
   std::shared_ptr<channel::Hub> hub;
   ChannelConfig config;
@@ -87,6 +94,8 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   std::string peer_address;
   transport::Endpoint boot_ep;  // client-server endpoint; its failure = peer died
   transport::Endpoint data_ep;  // worker-address endpoint: shm on one host
+  std::unique_ptr<channel::RxRing> rx_ring;
+  std::unique_ptr<channel::TxRing> tx_ring;
 
   uint64_t peer_max_msg = 0;
   std::vector<std::string> peer_services;
@@ -146,6 +155,8 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   void complete_request(uint64_t id, Result<Buffer> result);
   /// Sequence number and returned credits on an outgoing frame.
   void stamp(channel::FrameHeader& h, size_t bytes);
+  /// Puts a stamped frame into the peer's ring; false: send it through UCX.
+  bool post_to_ring(const channel::WireHeader& w, std::span<const uint8_t> data);
   void maybe_return_credits();
 };
 

@@ -12,7 +12,7 @@
 
 namespace outboard::channel {
 
-constexpr uint8_t kWireVersion = 2;
+constexpr uint8_t kWireVersion = 3;
 constexpr uint32_t kNoService = 0xffffffffu;
 
 enum class FrameType : uint8_t {
@@ -24,6 +24,7 @@ enum class FrameType : uint8_t {
   kCredit = 6,    // returns credits; kFlagWantCredit asks for them
   kNotify = 7,    // write-with-notify completion, credited (0 bytes)
   kClose = 8,     // graceful close or shutdown; status says which
+  kDoorbell = 9,  // unsequenced: wakes a receiver asleep over its ring (ring.h)
 };
 
 constexpr uint8_t kFlagWantCredit = 1;

@@ -15,7 +15,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "channel/frame.h"
 #include "outboard/channel.h"
@@ -44,6 +46,9 @@ class Hub {
 
   uint32_t add(Connection::Impl* conn);
   void remove(uint32_t id);
+  /// Polls `conn`'s rx_ring on every progress() round until removed.
+  void add_ring(Connection::Impl* conn) { rings_.push_back(conn); }
+  void remove_ring(Connection::Impl* conn) { std::erase(rings_, conn); }
   void set_hello_handler(HelloFn fn) { hello_ = std::move(fn); }
 
   /// Runs `fn` after the current ucp_worker_progress returns: UCX forbids
@@ -81,7 +86,14 @@ class Hub {
       int wake_fd);
   unsigned run_posted();
   void on_am(transport::IncomingAm& am);
-  void handle_am(transport::IncomingAm& am);
+  /// `ring_owner`: the connection whose ring held the frame, which it must name.
+  void handle_am(transport::IncomingAm& am, Connection::Impl* ring_owner = nullptr);
+  unsigned poll_rings();
+  /// Closes `owner`, whose peer wrote `what` into its ring.
+  void fail_ring_owner(Connection::Impl& owner, const std::string& what);
+  /// Marks every ring asleep; false, none marked, if one holds a frame.
+  bool sleep_rings();
+  void wake_rings();
   /// Sleeps until an event or `timeout_ms`, the lock released meanwhile.
   void sleep(Lock& lock, int timeout_ms);
 
@@ -96,6 +108,9 @@ class Hub {
   std::unordered_map<uint32_t, Connection::Impl*> conns_;
   uint32_t next_id_ = 1;
   HelloFn hello_;
+  std::vector<Connection::Impl*> rings_;  // connections with an rx_ring
+  bool rings_asleep_ = false;
+  bool ucx_every_round_ = true;  // false while rings carry the traffic
   struct Deferred {
     std::function<void()> fn;  // empty: a delivery
     std::shared_ptr<Connection::Impl> conn;

@@ -84,6 +84,7 @@ void Server::accept(ucp_ep* reply_ep, std::span<const uint8_t> hello) {
   conn->boot_ep = std::move(boot->second);
   pending_boot_.erase(boot);
   conn->start_data_endpoint(address);
+  conn->bind_peer_ring(r);
   if (conn->state == Connection::Impl::State::kClosed) {
     ++counters_.errors;
     OB_LOG_WARN("%s", conn->reason.to_string().c_str());
@@ -98,6 +99,12 @@ void Server::accept(ucp_ep* reply_ep, std::span<const uint8_t> hello) {
   w.u64(conn->config.recv_window_bytes);
   w.u32(static_cast<uint32_t>(services_.size()));
   for (const auto& name : services_) w.str(name);
+  if (Status st = conn->open_ring(w); !st.ok()) {
+    ++counters_.errors;
+    OB_LOG_WARN("%s: %s", conn->peer_address.c_str(), st.to_string().c_str());
+    conn->fail(st);
+    return;
+  }
   auto welcome = std::make_shared<std::vector<uint8_t>>(std::move(w.out()));
   FrameHeader h;
   h.type = FrameType::kWelcome;

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import random
 import struct
+import subprocess
 import threading
+import time
 
 import pytest
 
 import outboard
 from outboard import _core, errors
+from outboard._agent import agent_executable
 from outboard.latency import transports
 
 MAX_MSG = 64 << 20
@@ -172,3 +175,62 @@ def test_one_connection_shared_by_several_threads(client: outboard.Client) -> No
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_small_frames_go_through_a_two_slot_ring_and_stay_in_order_with_ucx_ones(start_agent) -> None:
+    # Two slots fill at once: frames take the ring, the UCX path when it is
+    # full, and UCX when they are too large for a slot, all in one stream.
+    agent = start_agent("--ring-slots", "2")
+    rng = random.Random(11)
+    with outboard.connect(agent.address, ring_slots=2) as c:
+        sent: list[bytes] = []
+        received = 0
+        for i in range(20_000):
+            payload = struct.pack("<Q", i) + _core.pattern(rng.randrange(600), seed=i)
+            sent.append(payload)
+            c.send(payload, service="echo")
+            while received < i - 32:
+                kind, data = c.receive(timeout=10)
+                assert kind == "message" and data == sent[received], f"message {received}"
+                received += 1
+        while received < len(sent):
+            kind, data = c.receive(timeout=10)
+            assert kind == "message" and data == sent[received], f"message {received}"
+            received += 1
+        s = c.stats()
+    # Both ways, some frames went into the peer's ring and some through UCX.
+    assert 0 < s["ring_frames_in"] < s["messages_in"], s
+    assert 0 < s["ring_frames_out"] < s["messages_out"], s
+
+
+@pytest.mark.parametrize("side", ["agent", "client"])
+def test_rings_off_on_either_side_send_every_frame_through_ucx(start_agent, side: str) -> None:
+    agent = start_agent(*(["--ring-slots", "0"] if side == "agent" else []))
+    with outboard.connect(agent.address, ring_slots=0 if side == "client" else None) as c:
+        for i in range(100):
+            p = _core.pattern(64, seed=i)
+            assert c.request("echo", p) == p
+        s = c.stats()
+    assert s["messages_in"] >= 100 and s["ring_frames_in"] == 0 and s["ring_frames_out"] == 0, s
+
+
+def test_peers_asleep_over_their_rings_are_woken_by_the_doorbell(start_agent) -> None:
+    # With no spinning both sides sleep between frames: each request and each
+    # response must ring the sleeper, or wait for its 10 ms missed-wake-up bound.
+    agent = start_agent("--spin-us", "0")
+    slow = 0
+    with outboard.connect(agent.address, spin_us=0) as c:
+        for i in range(200):
+            p = _core.pattern(100, seed=i)
+            t0 = time.perf_counter()
+            assert c.request("echo", p) == p
+            slow += time.perf_counter() - t0 >= 0.009
+        s = c.stats()
+    assert s["doorbells_out"] > 0, s
+    assert slow < 20, f"{slow} of 200 requests waited out the missed-wake-up bound"
+
+
+def test_ring_slots_must_be_a_power_of_two() -> None:
+    r = subprocess.run([agent_executable(), "--ring-slots", "48"], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert "option 'ring-slots' is 48, expected 0 or a power of two" in r.stderr
