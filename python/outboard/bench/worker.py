@@ -52,7 +52,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         finally:
             for c in clients:
                 c.close()
-    with connect(address) as client:
+    with connect(address, ring_slots=spec.get("ring_slots")) as client:
         out: dict[str, Any] = {"lanes": transports(client.connection.lanes)}
         if start_at := spec.get("start_at"):  # concurrent clients start together
             time.sleep(max(0.0, start_at - time.time()))
