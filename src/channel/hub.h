@@ -1,11 +1,13 @@
 // The process's channel hub: owns the UCX workers, routes incoming frames to
-// connections by id, and runs the wait loops. Thread mode: multi, all state
-// guarded by the workers' (recursive) mutex.
+// connections by id, polls the connections' small-frame rings (ring.h), and
+// runs the wait loops. Thread mode: multi, all state guarded by the workers'
+// (recursive) mutex.
 //
 // Two workers: data endpoints (worker addresses: shared memory on one host)
-// live on the data worker, polled on every progress(); bootstrap and liveness
-// endpoints (sockaddr, always TCP in UCX 1.13) and the agent's listener live
-// on the control worker, polled every kControlIntervalNs. Polling a TCP
+// live on the data worker, polled on every progress() (every 4th while rings
+// carry the traffic); bootstrap and liveness endpoints (sockaddr, always TCP
+// in UCX 1.13) and the agent's listener live on the control worker, polled
+// every kControlIntervalNs. Polling a TCP
 // interface is an epoll_wait syscall, so sharing one worker put a syscall on
 // every spin of the shared-memory hot path (64 B round trip 1.8 -> 1.1 us
 // measured without it).
