@@ -78,9 +78,9 @@ Status Hub::arm() {
 }
 
 bool Hub::sleep_rings() {
-  for (size_t i = 0; i < rings_.size(); ++i) {
-    if (rings_[i]->rx_ring->sleep()) continue;
-    for (size_t j = 0; j < i; ++j) rings_[j]->rx_ring->wake();
+  for (Connection::Impl* conn : rings_) {
+    if (conn->rx_ring->sleep()) continue;
+    wake_rings();  // none stays marked
     return false;
   }
   rings_asleep_ = !rings_.empty();
@@ -192,7 +192,8 @@ void Hub::handle_am(transport::IncomingAm& am, Connection::Impl* ring_owner) {
       return;
   }
   if (ring_owner) {
-    if (h.dst == ring_owner->local_id && h.type != FrameType::kHello) return ring_owner->on_frame(h, am);
+    if (h.dst == ring_owner->local_id && h.type != FrameType::kHello && h.type != FrameType::kDoorbell)
+      return ring_owner->on_frame(h, am);
     return fail_ring_owner(*ring_owner, "a frame for connection " + std::to_string(h.dst));
   }
   if (h.type == FrameType::kDoorbell) return;  // its arrival woke us: the rings are polled next

@@ -204,8 +204,8 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
     return put;
   }
   if (key.mapped()) {
-    // No flush to wait for: the notification's stores into UCX's
-    // shared-memory queue come after the data's.
+    // No flush to wait for: the notification's stores (into the peer's
+    // ring or UCX's shared-memory queue) come after the data's.
     const uint64_t length = src.size();
     impl_->post_copy(h, {reinterpret_cast<const uint8_t*>(&length), 8});
     return {};

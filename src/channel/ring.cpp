@@ -20,10 +20,6 @@ Result<std::unique_ptr<RxRing>> RxRing::create(transport::Worker& worker, uint32
   return std::unique_ptr<RxRing>(new RxRing(std::move(memory), slots));
 }
 
-uint8_t* RxRing::slot(uint64_t index) const {
-  return memory_.data() + RingLayout::kSlotsOffset + (index & (slots_ - 1)) * kRingSlotBytes;
-}
-
 RxRing::Take RxRing::take(RingFrame& out) {
   uint8_t* s = slot(next_);
   if (word(s).load(std::memory_order_acquire) != next_ + 1) return Take::kNone;
@@ -61,7 +57,7 @@ bool TxRing::write(std::span<const uint8_t> header, std::span<const uint8_t> dat
     consumed_ = word(base + RingLayout::kConsumedOffset).load(std::memory_order_acquire);
     if (next_ - consumed_ >= slots_) return false;
   }
-  uint8_t* s = base + RingLayout::kSlotsOffset + (next_ & (slots_ - 1)) * kRingSlotBytes;
+  uint8_t* s = base + RingLayout::slot(next_, slots_);
   const auto header_bytes = static_cast<uint16_t>(header.size());
   const auto data_bytes = static_cast<uint16_t>(data.size());
   std::memcpy(s + 8, &header_bytes, 2);

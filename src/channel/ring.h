@@ -44,6 +44,10 @@ struct RingLayout {
   static constexpr size_t kSlotMetaBytes = 12;
   static constexpr size_t kSlotCapacity = kRingSlotBytes - kSlotMetaBytes;
   static constexpr size_t bytes(uint32_t slots) { return kSlotsOffset + size_t{slots} * kRingSlotBytes; }
+  /// Where frame `index` goes in a ring of `slots` (a power of two).
+  static constexpr size_t slot(uint64_t index, uint32_t slots) {
+    return kSlotsOffset + (index & (slots - 1)) * kRingSlotBytes;
+  }
 };
 
 /// A frame taken out of a ring: copied, so the slot is free at once.
@@ -61,7 +65,6 @@ class RxRing {
   /// A ring of `slots` slots in memory UCX allocates (what it can share).
   static Result<std::unique_ptr<RxRing>> create(transport::Worker& worker, uint32_t slots);
 
-  [[nodiscard]] uint32_t slots() const { return slots_; }
   [[nodiscard]] const transport::Bytes& descriptor() const { return memory_.descriptor(); }
 
   enum class Take { kNone, kFrame, kMalformed };
@@ -75,7 +78,7 @@ class RxRing {
 
  private:
   RxRing(transport::MemoryRegion memory, uint32_t slots) : memory_(std::move(memory)), slots_(slots) {}
-  [[nodiscard]] uint8_t* slot(uint64_t index) const;
+  [[nodiscard]] uint8_t* slot(uint64_t index) const { return memory_.data() + RingLayout::slot(index, slots_); }
   transport::MemoryRegion memory_;
   uint32_t slots_;
   uint64_t next_ = 0;   // index of the next frame to take

@@ -123,7 +123,7 @@ TEST_F(RingTest, LengthsBeyondASlotAreReportedAndTheRingGoesOn) {
   // What a peer gone wrong could write: the slot's lengths, then its mark.
   auto key = ep_.import_region(rx_->descriptor(), true);
   ASSERT_TRUE(key.ok());
-  uint8_t* slot1 = key.value().mapped() + RingLayout::kSlotsOffset + kRingSlotBytes;
+  uint8_t* slot1 = key.value().mapped() + RingLayout::slot(1, 4);
   const uint16_t huge = 0xffff;
   std::memcpy(slot1 + 10, &huge, 2);
   const uint64_t mark = 2;
