@@ -125,7 +125,7 @@ Status Connection::Impl::response_timeout(uint64_t id) const {
 
 // ---- receiving
 
-void Connection::Impl::on_frame(FrameHeader h, transport::IncomingAm& am) {
+void Connection::Impl::on_frame(FrameHeader& h, transport::IncomingAm& am) {
   if (state == State::kClosed) return;
   h.seq = channel::extend_seq(next_rx_seq, h.seq);
   const bool credited = h.type == FrameType::kMessage || h.type == FrameType::kRequest;
@@ -392,20 +392,20 @@ bool Connection::Impl::post_to_ring(const channel::WireHeader& w, std::span<cons
   return true;
 }
 
-void Connection::Impl::post(FrameHeader h, std::span<const uint8_t> data, transport::DoneFn done) {
+void Connection::Impl::post(FrameHeader& h, std::span<const uint8_t> data, transport::DoneFn done) {
   stamp(h, data.size());
   const channel::WireHeader w = channel::encode(h);
   if (!post_to_ring(w, data)) return data_ep.send(w.span(), data, std::move(done));
   if (done) done(Status());
 }
 
-void Connection::Impl::post(FrameHeader h, Buffer data) {
+void Connection::Impl::post(FrameHeader& h, Buffer data) {
   stamp(h, data.size());
   const channel::WireHeader w = channel::encode(h);
   if (!post_to_ring(w, data.span())) data_ep.send(w.span(), std::move(data));
 }
 
-void Connection::Impl::post_copy(FrameHeader h, std::span<const uint8_t> data) {
+void Connection::Impl::post_copy(FrameHeader& h, std::span<const uint8_t> data) {
   stamp(h, data.size());
   const channel::WireHeader w = channel::encode(h);
   if (!post_to_ring(w, data)) data_ep.send_copy(w.span(), data);

@@ -30,10 +30,13 @@ enum class FrameType : uint8_t {
 constexpr uint8_t kFlagWantCredit = 1;
 
 /// A frame's header as the code uses it; on the wire it is encode()d.
+/// `type` and `status` are not neighbours: encode() would read them with
+/// one 2 B load, which the two 1 B stores that set them cannot forward to
+/// (a ~5 ns stall per frame sent, measured).
 struct FrameHeader {
   FrameType type = FrameType::kMessage;
-  int8_t status = 0;         // kResponse/kClose: outboard::Code
   uint8_t flags = 0;         // kFlagWantCredit
+  int8_t status = 0;         // kResponse/kClose: outboard::Code
   uint32_t dst = 0;          // receiver's connection id (0: the agent's listener)
   uint64_t seq = 0;          // sender's per-connection frame number (32 bits on the wire)
   uint64_t id = 0;           // request id / notify cookie

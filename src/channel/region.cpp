@@ -215,7 +215,7 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
   // notification sent after it never overtakes the data.
   auto length = std::make_shared<uint64_t>(src.size());
   std::weak_ptr<Connection::Impl> weak = impl_;
-  impl_->data_ep.flush([op, weak, length, h](Status fst) {
+  impl_->data_ep.flush([op, weak, length, h](Status fst) mutable {
     auto self = weak.lock();
     if (!self || !fst.ok()) {
       return completer(op)(fst.ok() ? Status(Code::kConnectionReset, "connection closed") : fst);
