@@ -18,7 +18,7 @@ namespace outboard {
 class Responder {
  public:
   Responder() = default;
-  Responder(std::weak_ptr<Connection::Impl> conn, uint64_t id, bool one_way)
+  Responder(std::shared_ptr<Connection::Impl> conn, uint64_t id, bool one_way)
       : conn_(std::move(conn)), id_(id), one_way_(one_way) {}
   void respond(Buffer response) const;
   void fail(const Status& status) const;
@@ -26,7 +26,9 @@ class Responder {
   [[nodiscard]] bool expects_response() const { return !one_way_; }
 
  private:
-  std::weak_ptr<Connection::Impl> conn_;
+  // Owning: a weak pointer's lock() per answer was two more atomic
+  // operations on the hot path. A closed connection ignores the answer.
+  std::shared_ptr<Connection::Impl> conn_;
   uint64_t id_ = 0;
   bool one_way_ = false;
 };

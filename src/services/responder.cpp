@@ -4,22 +4,20 @@
 namespace outboard {
 
 void Responder::respond(Buffer response) const {
-  auto conn = conn_.lock();
-  if (!conn) return;
-  channel::Lock lock(conn->hub->mutex());
-  if (one_way_) return conn->acknowledge(id_);
-  conn->respond(id_, std::move(response));
+  if (!conn_) return;
+  channel::Lock lock(conn_->hub->mutex());
+  if (one_way_) return conn_->acknowledge(id_);
+  conn_->respond(id_, std::move(response));
 }
 
 void Responder::fail(const Status& status) const {
-  auto conn = conn_.lock();
-  if (!conn) return;
-  channel::Lock lock(conn->hub->mutex());
+  if (!conn_) return;
+  channel::Lock lock(conn_->hub->mutex());
   if (one_way_) {
-    if (conn->counters) ++conn->counters->errors;
-    return conn->acknowledge(id_);
+    if (conn_->counters) ++conn_->counters->errors;
+    return conn_->acknowledge(id_);
   }
-  conn->respond(id_, status);
+  conn_->respond(id_, status);
 }
 
 }  // namespace outboard
