@@ -88,10 +88,12 @@ Result<OneSidedLatency> one_sided_latency(Connection& c, bool notify, size_t siz
                                           double timeout_s, const Interrupt& interrupt);
 
 /// perftest's write_lat shape on our API, like for like with ucx_perftest's
-/// ucp_put_lat: a put_signal() of `size` bytes into the agent's region, which
-/// the agent's `memory` mirror (polling memory, as perftest's peer does)
-/// puts back into ours with the same signal; we poll for it (wait_signal()).
-/// Samples are round trips; every pong is compared with its ping.
+/// ucp_put_lat: a put_signal() of `size` bytes into the agent's region (the
+/// data, then the signal in the last 8, as perftest's sequence number is the
+/// last byte of its message), which the agent's `memory` mirror (polling
+/// memory, as perftest's peer does) puts back into ours the same way; we poll
+/// for it (wait_signal()). Samples are round trips; every pong is compared
+/// with its ping.
 Result<OneSidedLatency> signal_ping_pong(Connection& c, size_t size, size_t iterations, size_t warmup,
                                          double timeout_s, const Interrupt& interrupt);
 

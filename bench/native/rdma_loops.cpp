@@ -139,10 +139,12 @@ Result<OneSidedLatency> one_sided_latency(Connection& c, bool notify, size_t siz
 
 Result<OneSidedLatency> signal_ping_pong(Connection& c, size_t size, size_t iterations, size_t warmup,
                                          double timeout_s, const Interrupt& interrupt) {
-  using services::kMirrorSlotsAt;
+  using services::mirror_signal_at;
   constexpr size_t kSlots = 64;  // rotate slots so consecutive pings carry distinct bytes
-  if (size == 0) return Status(Code::kInvalidArgument, "a ping needs at least one byte");
-  const uint64_t bytes = kMirrorSlotsAt + kSlots * size;
+  if (size < 16 || size % 8 != 0)
+    return Status(Code::kInvalidArgument, "a ping of " + std::to_string(size) +
+                                              " B: a multiple of 8 from 16 expected (its last 8 are the signal)");
+  const uint64_t bytes = kSlots * size;
   OB_ASSIGN_OR_RETURN(RemoteRegion agent, agent_region(c, bytes, timeout_s));
   // UCX-allocated, so the agent's puts land directly (registered user memory
   // is reached only through UCX's emulation on shared memory in 1.13).
@@ -162,16 +164,17 @@ Result<OneSidedLatency> signal_ping_pong(Connection& c, size_t size, size_t iter
   SampleClock clock;
   clock.reserve(iterations);
   for (uint64_t i = 1; i <= total && !answer; ++i) {
+    // Each ping is `size` bytes put: its data, then the signal in its last 8.
     const size_t s = (i - 1) % kSlots;
-    const uint64_t at = kMirrorSlotsAt + s * size;
+    const uint64_t at = s * size, signal_at = mirror_signal_at(s, size);
     const uint8_t* ping = pings.data() + s * size;
     Deadline deadline = deadline_in(timeout_s);
     uint64_t t0 = SampleClock::ticks();
-    OB_RETURN_IF_ERROR(c.put_signal(agent, at, {ping, size}, 0, i, deadline));
-    OB_RETURN_IF_ERROR(c.wait_signal(mine, 0, i, deadline));
+    OB_RETURN_IF_ERROR(c.put_signal(agent, at, {ping, size - 8}, signal_at, i, deadline));
+    OB_RETURN_IF_ERROR(c.wait_signal(mine, signal_at, i, deadline));
     uint64_t t1 = SampleClock::ticks();
-    if (std::memcmp(mine.data() + at, ping, size) != 0) ++out.mismatches;
-    std::memset(mine.data() + at, 0, size);  // the slot's next pong must bring the bytes again
+    if (std::memcmp(mine.data() + at, ping, size - 8) != 0) ++out.mismatches;
+    std::memset(mine.data() + at, 0, size - 8);  // the slot's next pong must bring the bytes again
     if (i > warmup) clock.add(t0, t1);
     if (i % kInterruptEvery == 0 && interrupt) OB_RETURN_IF_ERROR(interrupt());
   }

@@ -21,15 +21,17 @@ std::unique_ptr<Service> make_stats(std::function<std::string()> snapshot);
 /// write-with-notify into the region is answered with a one-way message of
 /// u64 cookie, u64 checksum of the notified bytes.
 /// 'M' u64 size u64 slots u64 pings u64 idle_ms + the client's descriptor ->
-/// mirrors pings, as perftest's write_lat peer does: ping i (from 1) is the
-/// client's put_signal of `size` bytes into slot (i-1) % slots (at
-/// kMirrorSlotsAt + slot * size of the region) with the word at 0 set to i;
-/// the agent, polling that word, puts the slot back at the same offset of the
-/// client's region with the same signal. Answers u64 pings when all are
-/// mirrored; kTimedOut when no ping comes for idle_ms.
+/// mirrors pings, as perftest's write_lat peer does: ping i (from 1) fills
+/// slot (i-1) % slots (`size` bytes at slot * size of the region, `size` a
+/// multiple of 8): the client's put_signal of its first size - 8 bytes with
+/// its last 8, the slot's signal word, set to i, as perftest's sequence
+/// number is the last byte of its message. The agent, polling that word, puts
+/// the slot back at the same offset of the client's region the same way.
+/// Answers u64 pings when all are mirrored; kTimedOut when no ping comes for
+/// idle_ms.
 std::unique_ptr<Service> make_memory(uint64_t max_region_size);
-/// Where a mirror's slots start in both regions (the signal word is at 0).
-inline constexpr uint64_t kMirrorSlotsAt = 64;
+/// Offset of a mirror slot's signal word: its last 8 bytes.
+inline constexpr uint64_t mirror_signal_at(uint64_t slot, uint64_t size) { return (slot + 1) * size - 8; }
 /// The longest a mirror may wait for a ping (its idle_ms is capped to it).
 inline constexpr uint64_t kMirrorMaxIdleMs = 60'000;
 /// `sink`: absorbs one-way messages, tallying per connection their count,

@@ -25,8 +25,10 @@ struct Mirror {
   RemoteRegion remote;
   Responder responder;
   std::shared_ptr<Region> region;  // kept while the session runs, whatever the service does
+  const uint8_t* base = nullptr;   // region->data(), read once: it is polled on every round
   uint64_t size = 0, slots = 0, pings = 0, idle_ms = 0;
   uint64_t next = 1;               // the ping awaited
+  uint64_t slot = 0;               // its slot: (next - 1) % slots, without a division per poll
   uint64_t answered_at_check = 0;  // `next` at the last idle check
   uint64_t checked_ns = 0;
   uint32_t polls = 0;
@@ -38,17 +40,18 @@ struct Mirror {
   // One poll: false once the session is over (answered or failed).
   bool poll() {
     if (over) return false;
-    const uint8_t* base = region->data();
-    const uint64_t signal = std::atomic_ref<const uint64_t>(*reinterpret_cast<const uint64_t*>(base))
+    const uint64_t signal_at = mirror_signal_at(slot, size);
+    const uint64_t signal = std::atomic_ref<const uint64_t>(*reinterpret_cast<const uint64_t*>(base + signal_at))
                                 .load(std::memory_order_acquire);
     if (signal < next) return (++polls % 1024 != 0) || still_waiting();
     if (signal > next) {
       return finish({Code::kInvalidArgument, "mirror: ping " + std::to_string(signal) + " came before ping " +
                                                  std::to_string(next) + " was answered"});
     }
-    const uint64_t at = kMirrorSlotsAt + ((next - 1) % slots) * size;
-    Status st = peer->put_signal(remote, at, {base + at, size}, 0, next, put_deadline);
+    const uint64_t at = slot * size;
+    Status st = peer->put_signal(remote, at, {base + at, size - 8}, signal_at, next, put_deadline);
     if (!st.ok()) return finish(st.with_context("mirror: answer to ping " + std::to_string(next)));
+    if (++slot == slots) slot = 0;
     if (next++ == pings) return finish({});
     return true;
   }
@@ -174,10 +177,14 @@ class Memory final : public Service {
     if (!region) return;
     if (size == 0 || slots == 0 || pings == 0)
       return r.responder.fail({Code::kInvalidArgument, "mirror needs a size, slots and pings of at least 1"});
-    if (slots > (region->size() - std::min<uint64_t>(region->size(), kMirrorSlotsAt)) / size)
+    if (size % 8 != 0)
+      return r.responder.fail({Code::kInvalidArgument, "mirror slot size " + std::to_string(size) +
+                                                           " is not a multiple of 8 (its last 8 bytes are the "
+                                                           "signal word)"});
+    if (slots > region->size() / size)
       return r.responder.fail({Code::kOutOfRange, "mirror of " + std::to_string(slots) + " slots of " +
-                                                      std::to_string(size) + " B after the signal word exceeds "
-                                                      "the region of " + std::to_string(region->size()) + " B"});
+                                                      std::to_string(size) + " B exceeds the region of " +
+                                                      std::to_string(region->size()) + " B"});
     auto remote = r.peer->import_region(descriptor);
     if (!remote.ok()) return r.responder.fail(remote.status());
     auto m = std::make_shared<Mirror>();
@@ -185,6 +192,7 @@ class Memory final : public Service {
     m->remote = std::move(remote).value();
     m->responder = r.responder;
     m->region = std::move(region);
+    m->base = m->region->data();
     m->size = size, m->slots = slots, m->pings = pings;
     m->idle_ms = std::min(std::max<uint64_t>(idle_ms, 1), kMirrorMaxIdleMs);
     mirrors_[r.peer->id()] = m;  // an ended session's entry stays until the next 'M' or the disconnect

@@ -106,18 +106,19 @@ def test_fence_orders_puts(client: outboard.Client) -> None:
 
 
 def test_put_signal_pings_come_back_from_the_agents_mirror(client: outboard.Client) -> None:
+    # Slot k is `size` bytes at k * size, its last 8 the signal word.
     conn, size, slots, pings = client.connection, 200, 3, 30
-    remote = conn.import_region(client.request("memory", op("A", 64 + slots * size)))
-    mine = conn.allocate_memory(64 + slots * size)
+    remote = conn.import_region(client.request("memory", op("A", slots * size)))
+    mine = conn.allocate_memory(slots * size)
     mine.array()[:] = 0
     answers = []
     conn.submit("memory", op("M", size, slots, pings, 5000, tail=mine.descriptor), 10.0,
                 lambda response, error: answers.append((response, error)))
     for i in range(1, pings + 1):
-        at, data = 64 + (i - 1) % slots * size, _core.pattern(size, seed=i)
-        conn.put_signal(remote, at, data, 0, i, 10.0)
-        conn.wait_signal(mine, 0, i, 10.0)
-        assert mine.array()[at:at + size].tobytes() == data
+        at, data = (i - 1) % slots * size, _core.pattern(size - 8, seed=i)
+        conn.put_signal(remote, at, data, at + size - 8, i, 10.0)
+        conn.wait_signal(mine, at + size - 8, i, 10.0)
+        assert mine.array()[at:at + size - 8].tobytes() == data
     while not answers:
         conn.progress()
     assert answers == [(struct.pack("<Q", pings), None)]

@@ -158,10 +158,11 @@ WRITE_LAT = Case(
     columns=LAT_COLUMNS, reference="ucx_perftest", ratio_metric="t_us.p50", ours=OURS_PING_PONG, also_ratio=(OURS,),
     notes="Half a round trip, as perftest's write_lat. `outboard (put_signal ping-pong)` is perftest's protocol on "
           "our API, like for like with ucp_put_lat (its ratio, bold, is the goal's: ≤ 1.2× ucx_perftest): a "
-          "put_signal() of the bytes into the agent's region; the agent's memory mirror, polling the signal word, "
-          "puts the bytes back into ours with the same signal; we poll for it (wait_signal()) and check every byte. "
-          "perftest's peer answers with its own buffer without reading what arrived; ours reads it to send it "
-          "back, one cache line transfer more per round trip. `outboard` is a write-with-notify: the agent's "
+          "put_signal() of the bytes into the agent's region, the signal word their last 8 (perftest's sequence "
+          "number is the last byte of its message); the agent's memory mirror, polling that word, puts the bytes "
+          "back into ours the same way; we poll for it (wait_signal()) and check every byte. perftest's peer "
+          "answers with its own buffer without reading what arrived; ours reads it to send it back (at 64 B, the "
+          "cache line the signal came in). `outboard` is a write-with-notify: the agent's "
           "memory service is notified and answers with the checksum of the bytes it sees, which we check.")
 
 READ_LAT = Case(

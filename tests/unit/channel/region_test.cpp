@@ -5,6 +5,7 @@
 
 #include "../agent_fixture.h"
 #include "outboard/checksum.h"
+#include "services/builtin.h"
 
 namespace outboard {
 namespace {
@@ -168,9 +169,9 @@ TEST_F(RegionTest, ImportRejectsGarbageDescriptors) {
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
 }
 
-// The agent's memory mirror (services/builtin.h): its slots start at 64,
-// the signal word is at 0 of both regions.
-constexpr uint64_t kSlotsAt = 64;
+// The agent's memory mirror (services/builtin.h): slot i at i * size of
+// both regions, its last 8 bytes the signal word.
+using services::mirror_signal_at;
 
 // A mirror polls from the agent's progress thread, which then never sleeps:
 // once the session is over, the agent (in this process) must go idle again.
@@ -187,24 +188,24 @@ Buffer mirror_op(uint64_t size, uint64_t slots, uint64_t pings, uint64_t idle_ms
 TEST_F(RegionTest, PutSignalPingsAreMirroredByAnAgentPollingMemory) {
   auto c = connect();
   ASSERT_TRUE(c);
-  constexpr uint64_t kSize = 300, kSlots = 4, kPings = 200;
-  RemoteRegion agent = agent_region(*c, kSlotsAt + kSlots * kSize);
+  constexpr uint64_t kSize = 304, kSlots = 4, kPings = 200;
+  RemoteRegion agent = agent_region(*c, kSlots * kSize);
   ASSERT_GT(agent.size(), 0u);
-  auto mine = c->allocate_memory(kSlotsAt + kSlots * kSize);
+  auto mine = c->allocate_memory(kSlots * kSize);
   ASSERT_TRUE(mine.ok()) << mine.status().to_string();
   std::memset(mine.value().data(), 0, mine.value().size());
   std::optional<Result<Buffer>> answer;
   ASSERT_TRUE(c->submit("memory", mirror_op(kSize, kSlots, kPings, 10000, mine.value()), soon(),
                         [&](Result<Buffer> r) { answer = std::move(r); })
                   .ok());
-  std::vector<uint8_t> ping(kSize);
+  std::vector<uint8_t> ping(kSize - 8);  // and the signal
   for (uint64_t i = 1; i <= kPings; ++i) {
     fill_pattern(ping, i);  // every ping its own bytes
-    const uint64_t at = kSlotsAt + ((i - 1) % kSlots) * kSize;
-    ASSERT_TRUE(c->put_signal(agent, at, ping, 0, i, soon()).ok());
-    Status st = c->wait_signal(mine.value(), 0, i, soon());
+    const uint64_t slot = (i - 1) % kSlots, at = slot * kSize, signal_at = mirror_signal_at(slot, kSize);
+    ASSERT_TRUE(c->put_signal(agent, at, ping, signal_at, i, soon()).ok());
+    Status st = c->wait_signal(mine.value(), signal_at, i, soon());
     ASSERT_TRUE(st.ok()) << st.to_string();
-    ASSERT_EQ(std::memcmp(mine.value().data() + at, ping.data(), kSize), 0) << "ping " << i;
+    ASSERT_EQ(std::memcmp(mine.value().data() + at, ping.data(), ping.size()), 0) << "ping " << i;
   }
   ASSERT_TRUE(c->wait_until(soon(), [&] { return answer.has_value(); }));
   ASSERT_TRUE(answer->ok()) << answer->status().to_string();
@@ -248,8 +249,8 @@ TEST_F(RegionTest, WaitSignalTimesOutNamingTheWord) {
 TEST_F(RegionTest, AMirrorThatHearsNothingEndsAndHarmsNoOtherClient) {
   auto c = connect(), other = connect();
   ASSERT_TRUE(c && other);
-  ASSERT_TRUE(c->request("memory", op('A', {kSlotsAt + 64}).span(), soon()).ok());
-  auto mine = c->allocate_memory(kSlotsAt + 64);
+  ASSERT_TRUE(c->request("memory", op('A', {64}).span(), soon()).ok());
+  auto mine = c->allocate_memory(64);
   ASSERT_TRUE(mine.ok());
   std::optional<Result<Buffer>> answer;
   ASSERT_TRUE(c->submit("memory", mirror_op(64, 1, 10, 200, mine.value()), soon(),
@@ -276,10 +277,13 @@ TEST_F(RegionTest, MirrorRequestsOutsideTheRegionAreRefused) {
   auto none = c->request("memory", mirror_op(64, 1, 1, 100, mine.value()).span(), soon());
   EXPECT_EQ(none.status().code(), Code::kNotFound);  // no region yet
   ASSERT_TRUE(c->request("memory", op('A', {4096}).span(), soon()).ok());
-  auto big = c->request("memory", mirror_op(1024, 4, 1, 100, mine.value()).span(), soon());
+  auto big = c->request("memory", mirror_op(1024, 5, 1, 100, mine.value()).span(), soon());
   EXPECT_EQ(big.status().code(), Code::kOutOfRange);
-  EXPECT_EQ(big.status().message(),
-            "mirror of 4 slots of 1024 B after the signal word exceeds the region of 4096 B");
+  EXPECT_EQ(big.status().message(), "mirror of 5 slots of 1024 B exceeds the region of 4096 B");
+  auto odd = c->request("memory", mirror_op(60, 1, 1, 100, mine.value()).span(), soon());
+  EXPECT_EQ(odd.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(odd.status().message(),
+            "mirror slot size 60 is not a multiple of 8 (its last 8 bytes are the signal word)");
   auto empty = c->request("memory", mirror_op(0, 1, 1, 100, mine.value()).span(), soon());
   EXPECT_EQ(empty.status().code(), Code::kInvalidArgument);
 }
@@ -287,15 +291,15 @@ TEST_F(RegionTest, MirrorRequestsOutsideTheRegionAreRefused) {
 TEST_F(RegionTest, AMirrorWhoseClientLeavesIsDropped) {
   auto c = connect();
   ASSERT_TRUE(c);
-  ASSERT_TRUE(c->request("memory", op('A', {kSlotsAt + 64}).span(), soon()).ok());
-  auto mine = c->allocate_memory(kSlotsAt + 64);
+  ASSERT_TRUE(c->request("memory", op('A', {64}).span(), soon()).ok());
+  auto mine = c->allocate_memory(64);
   ASSERT_TRUE(mine.ok());
   ASSERT_TRUE(c->submit("memory", mirror_op(64, 1, 10, 60000, mine.value()), soon(), [](Result<Buffer>) {}).ok());
   ASSERT_TRUE(c->request("echo", std::vector<uint8_t>(8, 1), soon()).ok());  // the mirror is running
   c->close();
   auto next = connect();
   ASSERT_TRUE(next);
-  ASSERT_TRUE(next->request("memory", op('A', {kSlotsAt + 64}).span(), soon()).ok());
+  ASSERT_TRUE(next->request("memory", op('A', {64}).span(), soon()).ok());
   EXPECT_TRUE(next->request("echo", std::vector<uint8_t>(8, 2), soon()).ok());
   EXPECT_LT(busy_fraction_while_idle(), 0.5);  // the left client's mirror stopped polling
 }
