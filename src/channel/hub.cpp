@@ -258,11 +258,19 @@ unsigned Hub::progress() {
 }
 
 void Hub::run_pollers() {
+  // In place (a poller moves only when one before it has ended): this runs
+  // on every round while a peer's puts are awaited, and each round is
+  // latency for the next put to be seen.
   in_pollers_ = true;
-  polling_.swap(pollers_);  // pollers added meanwhile land in pollers_
-  for (auto& poll : polling_)
-    if (poll()) pollers_.push_back(std::move(poll));
-  polling_.clear();
+  size_t kept = 0;
+  for (size_t i = 0; i < pollers_.size(); ++i) {
+    if (!pollers_[i]()) continue;
+    if (kept != i) pollers_[kept] = std::move(pollers_[i]);
+    ++kept;
+  }
+  pollers_.erase(pollers_.begin() + static_cast<ptrdiff_t>(kept), pollers_.end());
+  for (auto& poll : added_) pollers_.push_back(std::move(poll));
+  added_.clear();
   in_pollers_ = false;
 }
 

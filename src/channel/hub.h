@@ -67,7 +67,7 @@ class Hub {
   /// false. Memory written by a peer's one-sided put raises no event, so
   /// while any poller is registered wait_until() busy-polls, never sleeps.
   /// Pollers do not run inside a progress() nested in one of them.
-  void add_poller(std::function<bool()> poll) { pollers_.push_back(std::move(poll)); }
+  void add_poller(std::function<bool()> poll) { (in_pollers_ ? added_ : pollers_).push_back(std::move(poll)); }
 
   /// Worker progress, deferred work, pollers, request-deadline checks. Lock held.
   unsigned progress();
@@ -124,7 +124,7 @@ class Hub {
   std::vector<Deferred> deferred_;
   void run_pollers();
   std::vector<std::function<bool()>> pollers_;
-  std::vector<std::function<bool()>> polling_;  // the round's pollers, while they run
+  std::vector<std::function<bool()>> added_;  // by pollers while they run: pollers_ must not grow under them
   bool in_pollers_ = false;
   bool in_ucx_ = false;
   unsigned polls_ = 0;
