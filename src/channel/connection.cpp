@@ -2,7 +2,6 @@
 #include <cstring>
 
 #include "channel/connection_impl.h"
-#include "channel/server.h"
 #include "outboard/log.h"
 
 OB_LOG_MODULE("channel");

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "channel/connection_impl.h"
-#include "channel/server.h"
 #include "outboard/log.h"
 #include "util/cpu_relax.h"
 

@@ -7,10 +7,9 @@
 // live on the data worker, polled on every progress() (every 4th while rings
 // carry the traffic); bootstrap and liveness endpoints (sockaddr, always TCP
 // in UCX 1.13) and the agent's listener live on the control worker, polled
-// every kControlIntervalNs. Polling a TCP
-// interface is an epoll_wait syscall, so sharing one worker put a syscall on
-// every spin of the shared-memory hot path (64 B round trip 1.8 -> 1.1 us
-// measured without it).
+// every kControlIntervalNs. Polling a TCP interface is an epoll_wait
+// syscall, so sharing one worker put a syscall on every spin of the
+// shared-memory hot path (64 B round trip 1.8 -> 1.1 us measured without it).
 #pragma once
 
 #include <atomic>

@@ -11,19 +11,6 @@
 
 namespace outboard::channel {
 
-struct Counters {
-  uint64_t messages_in = 0;
-  uint64_t bytes_in = 0;
-  uint64_t messages_out = 0;
-  uint64_t bytes_out = 0;
-  uint64_t errors = 0;
-  uint64_t connects = 0;
-  uint64_t disconnects = 0;
-  uint64_t ring_frames_in = 0;   // frames clients wrote into the agent's rings
-  uint64_t ring_frames_out = 0;  // frames the agent wrote into clients' rings
-  uint64_t doorbells_out = 0;    // of those, how many woke a sleeping client
-};
-
 class Server {
  public:
   /// `inline_services[i]`: service i's frames may be handed to `on_service`

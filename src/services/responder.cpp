@@ -1,4 +1,4 @@
-#include "channel/server.h"
+#include "channel/connection_impl.h"
 #include "outboard/service.h"
 
 namespace outboard {
