@@ -57,7 +57,8 @@ namespace outboard::bench {
 
 /// A region of `size` bytes allocated by the agent's `memory` service for
 /// this connection, imported for one-sided access.
-Result<RemoteRegion> agent_region(Connection& c, uint64_t size, double timeout_s);
+Result<RemoteRegion> agent_region(Connection& c, uint64_t size, double timeout_s,
+                                  MemoryKind kind = MemoryKind::kHost);
 
 struct OneSidedBandwidth {
   std::vector<double> iteration_us;  ///< per iteration: `ops` operations then completion
@@ -71,10 +72,12 @@ struct OneSidedBandwidth {
 /// Puts are verified by the agent's checksum of its region, gets against the
 /// pattern the agent wrote. `reuse_buffer`: every operation uses the same
 /// bytes at both ends, as perftest and ucx_perftest do (cache-hot); else
-/// each of an iteration's operations has its own slot.
+/// each of an iteration's operations has its own slot. `target` kCuda puts
+/// into agent regions in GPU memory, which the agent's CPU does not read:
+/// they are verified by getting the bytes back (puts only).
 Result<OneSidedBandwidth> one_sided_bandwidth(std::span<Connection* const> connections, bool put, size_t size,
                                               size_t ops, size_t iterations, size_t warmup, bool reuse_buffer,
-                                              double timeout_s, const Interrupt& interrupt);
+                                              MemoryKind target, double timeout_s, const Interrupt& interrupt);
 
 struct OneSidedLatency {
   std::vector<double> samples_us;  ///< full round trips

@@ -28,20 +28,24 @@ Result<uint64_t> agent_checksum(Connection& c, uint64_t offset, uint64_t length,
 
 }  // namespace
 
-Result<RemoteRegion> agent_region(Connection& c, uint64_t size, double timeout_s) {
-  OB_ASSIGN_OR_RETURN(Buffer desc, c.request("memory", request_bytes('A', {size}), deadline_in(timeout_s)));
+Result<RemoteRegion> agent_region(Connection& c, uint64_t size, double timeout_s, MemoryKind kind) {
+  std::vector<uint8_t> request = request_bytes('A', {size});
+  if (kind == MemoryKind::kCuda) request.push_back(1);
+  OB_ASSIGN_OR_RETURN(Buffer desc, c.request("memory", request, deadline_in(timeout_s)));
   return c.import_region(desc.span());
 }
 
 Result<OneSidedBandwidth> one_sided_bandwidth(std::span<Connection* const> connections, bool put, size_t size,
                                               size_t ops, size_t iterations, size_t warmup, bool reuse_buffer,
-                                              double timeout_s, const Interrupt& interrupt) {
+                                              MemoryKind target, double timeout_s, const Interrupt& interrupt) {
   if (connections.empty()) return Status(Code::kInvalidArgument, "one_sided_bandwidth needs a connection");
+  if (!put && target == MemoryKind::kCuda)
+    return Status(Code::kInvalidArgument, "gets from a GPU region: the agent cannot fill it with a pattern to check");
   const size_t n = connections.size();
   const size_t per = (ops + n - 1) / n;  // slots per connection's region
   std::vector<RemoteRegion> regions;
   for (Connection* c : connections) {
-    OB_ASSIGN_OR_RETURN(RemoteRegion r, agent_region(*c, std::max<uint64_t>(per * size, 1), timeout_s));
+    OB_ASSIGN_OR_RETURN(RemoteRegion r, agent_region(*c, std::max<uint64_t>(per * size, 1), timeout_s, target));
     regions.push_back(std::move(r));
   }
   // Puts: distinct source bytes per slot. Gets: the agent fills its region
@@ -79,7 +83,11 @@ Result<OneSidedBandwidth> one_sided_bandwidth(std::span<Connection* const> conne
   for (size_t e = 0; e < n; ++e) {
     // Bytes this connection's operations covered.
     const size_t used = reuse_buffer ? size : std::min(per, (ops - e + n - 1) / n) * size;
-    if (put) {
+    if (put && target == MemoryKind::kCuda) {
+      std::vector<uint8_t> back(used);
+      OB_RETURN_IF_ERROR(connections[e]->get(regions[e], 0, back, deadline_in(timeout_s)));
+      out.verified = out.verified && std::memcmp(back.data(), local[e].data(), used) == 0;
+    } else if (put) {
       OB_ASSIGN_OR_RETURN(uint64_t remote, agent_checksum(*connections[e], 0, used, timeout_s));
       out.verified = out.verified && remote == checksum({local[e].data(), used});
     } else {

@@ -13,6 +13,7 @@
 
 #include "outboard/buffer.h"
 #include "outboard/clock.h"
+#include "outboard/memory_kind.h"
 #include "outboard/status.h"
 
 namespace outboard {
@@ -53,8 +54,10 @@ class Region {
   Region(Region&&) noexcept;
   Region& operator=(Region&&) noexcept;
   ~Region();
+  /// A device pointer for MemoryKind::kCuda: not for the CPU.
   [[nodiscard]] uint8_t* data() const;
   [[nodiscard]] size_t size() const;
+  [[nodiscard]] MemoryKind kind() const;
   /// Bytes to send to the peer, which imports them with import_region().
   [[nodiscard]] std::span<const uint8_t> descriptor() const;
 
@@ -151,7 +154,9 @@ class Connection {
 
   // ---- one-sided
   [[nodiscard]] Result<Region> register_memory(void* data, size_t size);
-  [[nodiscard]] Result<Region> allocate_memory(size_t size);
+  /// Memory allocated by UCX (on one host, peers map it and reach it with CPU
+  /// copies). kCuda: kUnsupported, naming why, where UCX has no CUDA support.
+  [[nodiscard]] Result<Region> allocate_memory(size_t size, MemoryKind kind = MemoryKind::kHost);
   [[nodiscard]] Result<RemoteRegion> import_region(std::span<const uint8_t> descriptor);
   /// Write/read at `offset` of the peer's region; kOutOfRange when outside it.
   /// Return when the local buffer may be reused (put) or holds the data (get).

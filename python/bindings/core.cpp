@@ -422,12 +422,12 @@ NB_MODULE(_core, m) {
         "address"_a, "size"_a, "count"_a, "timeout"_a, "Connect, stream `count` messages to `sink`, close.");
   m.def("bench_one_sided_bandwidth",
         [interrupt](std::vector<Connection*> conns, bool put, size_t size, size_t ops, size_t iterations,
-                    size_t warmup, bool reuse_buffer, double timeout) {
+                    size_t warmup, bool reuse_buffer, double timeout, bool gpu_target) {
           Result<bench::OneSidedBandwidth> r = Status{};
           {
             nb::gil_scoped_release release;
-            r = bench::one_sided_bandwidth(conns, put, size, ops, iterations, warmup, reuse_buffer, timeout,
-                                           interrupt);
+            r = bench::one_sided_bandwidth(conns, put, size, ops, iterations, warmup, reuse_buffer,
+                                           gpu_target ? MemoryKind::kCuda : MemoryKind::kHost, timeout, interrupt);
           }
           bench::OneSidedBandwidth b = unwrap(std::move(r));
           nb::dict d;
@@ -438,7 +438,9 @@ NB_MODULE(_core, m) {
           return d;
         },
         "connections"_a, "put"_a, "size"_a, "ops"_a, "iterations"_a, "warmup"_a, "reuse_buffer"_a, "timeout"_a,
-        "perftest-shaped put/get bandwidth into the agent's memory service regions, verified.");
+        "gpu_target"_a = false,
+        "perftest-shaped put/get bandwidth into the agent's memory service regions, verified; gpu_target: "
+        "puts into agent regions in GPU memory (needs a CUDA device and a CUDA-enabled UCX on the agent).");
   m.def("bench_one_sided_latency",
         [interrupt, samples](Connection& c, bool notify, size_t size, size_t iterations, size_t warmup,
                              double timeout) {

@@ -40,6 +40,7 @@ Region& Region::operator=(Region&&) noexcept = default;
 Region::~Region() = default;
 uint8_t* Region::data() const { return impl_ ? impl_->mr.data() : nullptr; }
 size_t Region::size() const { return impl_ ? impl_->mr.size() : 0; }
+MemoryKind Region::kind() const { return impl_ ? impl_->mr.kind() : MemoryKind::kHost; }
 std::span<const uint8_t> Region::descriptor() const {
   if (!impl_) return {};
   return impl_->mr.descriptor();
@@ -59,9 +60,9 @@ Result<Region> Connection::register_memory(void* data, size_t size) {
   return Region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
 }
 
-Result<Region> Connection::allocate_memory(size_t size) {
+Result<Region> Connection::allocate_memory(size_t size, MemoryKind kind) {
   Lock lock(impl_->hub->mutex());
-  OB_ASSIGN_OR_RETURN(auto mr, impl_->hub->worker().allocate_memory(size));
+  OB_ASSIGN_OR_RETURN(auto mr, impl_->hub->worker().allocate_memory(size, kind));
   return Region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
 }
 

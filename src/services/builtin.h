@@ -14,7 +14,9 @@ std::unique_ptr<Service> make_echo();
 /// `stats`: answers with `snapshot()` (a JSON object of the agent's counters).
 std::unique_ptr<Service> make_stats(std::function<std::string()> snapshot);
 /// `memory`: a per-connection region on the agent for one-sided tests and
-/// benchmarks. Requests (little-endian): 'A' u64 size -> descriptor;
+/// benchmarks. Requests (little-endian): 'A' u64 size [u8 1: GPU memory,
+/// MemoryKind::kCuda] -> descriptor; the agent's CPU never touches a GPU
+/// region, so the requests below that read or write it refuse one;
 /// 'P' u64 seed -> fills the region; 'S' u64 offset u64 len -> u64 checksum;
 /// 'W' u64 cookie u64 offset u64 len u64 seed + the client's descriptor ->
 /// writes the pattern into the client's region with notify. A client's

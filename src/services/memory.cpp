@@ -103,12 +103,15 @@ class Memory final : public Service {
     switch (op) {
       case 'A': {
         if (!read_u64(in, a)) break;
+        if (in.size() > 1 || (in.size() == 1 && in[0] > 1))
+          return r.responder.fail({Code::kInvalidArgument, "region kind must be one byte, 0 (host) or 1 (GPU)"});
+        const MemoryKind kind = in.empty() || in[0] == 0 ? MemoryKind::kHost : MemoryKind::kCuda;
         if (mirroring(r.peer->id()))
           return r.responder.fail({Code::kBadState, "a mirror session is using this connection's region"});
         if (a > max_)
           return r.responder.fail({Code::kTooBig, "region of " + std::to_string(a) + " B exceeds max_region_size " +
                                                       std::to_string(max_) + " B (agent option --max-region-size)"});
-        auto region = r.peer->allocate_memory(a);
+        auto region = r.peer->allocate_memory(a, kind);
         if (!region.ok()) return r.responder.fail(region.status());
         auto desc = region.value().descriptor();
         Buffer out = Buffer::copy_of(desc);
@@ -117,14 +120,14 @@ class Memory final : public Service {
       }
       case 'P': {
         if (!read_u64(in, a)) break;
-        auto region = find(r);
+        auto region = find(r, "fill");
         if (!region) return;
         fill_pattern({region->data(), region->size()}, a);
         return r.responder.respond(Buffer());
       }
       case 'S': {
         if (!read_u64(in, a) || !read_u64(in, b)) break;
-        auto region = find(r);
+        auto region = find(r, "checksum");
         if (!region) return;
         if (a > region->size() || b > region->size() - a)
           return r.responder.fail({Code::kOutOfRange, "checksum of " + std::to_string(b) + " B at offset " +
@@ -158,7 +161,7 @@ class Memory final : public Service {
  private:
   // Proves the data was visible when the notification arrived.
   void notified(const ServiceRequest& r) {
-    auto region = find(r);
+    auto region = find(r, "notification");
     if (!region) return;
     const Notification& n = *r.notification;
     if (n.offset > region->size() || n.length > region->size() - n.offset)
@@ -173,7 +176,7 @@ class Memory final : public Service {
               std::span<const uint8_t> descriptor) {
     if (mirroring(r.peer->id()))
       return r.responder.fail({Code::kBadState, "a mirror session is already running on this connection"});
-    auto region = find(r);
+    auto region = find(r, "mirror");
     if (!region) return;
     if (size == 0 || slots == 0 || pings == 0)
       return r.responder.fail({Code::kInvalidArgument, "mirror needs a size, slots and pings of at least 1"});
@@ -204,11 +207,19 @@ class Memory final : public Service {
     return it != mirrors_.end() && !it->second->over;
   }
 
-  std::shared_ptr<Region> find(const ServiceRequest& r) {
+  // The connection's region, for `what` done by the agent's CPU.
+  std::shared_ptr<Region> find(const ServiceRequest& r, std::string_view what) {
     auto it = regions_.find(r.peer->id());
-    if (it != regions_.end()) return it->second;
-    r.responder.fail({Code::kNotFound, "no region allocated on this connection (send 'A' first)"});
-    return nullptr;
+    if (it == regions_.end()) {
+      r.responder.fail({Code::kNotFound, "no region allocated on this connection (send 'A' first)"});
+      return nullptr;
+    }
+    if (it->second->kind() != MemoryKind::kHost) {
+      r.responder.fail({Code::kUnsupported, std::string(what) + ": this connection's region is GPU memory, which "
+                                                                "the agent's CPU does not touch (get it back instead)"});
+      return nullptr;
+    }
+    return it->second;
   }
 
   uint64_t max_;

@@ -19,7 +19,9 @@ namespace outboard::transport {
 namespace {
 
 constexpr uint16_t kAmId = 1;
-constexpr uint32_t kRegionMagic = 0x3152424f;  // "OBR1"
+// The magic names the region's memory kind: a peer must not map GPU memory for CPU copies.
+constexpr uint32_t kRegionMagic = 0x3152424f;      // "OBR1"
+constexpr uint32_t kCudaRegionMagic = 0x3147424f;  // "OBG1"
 constexpr size_t kMaxAmHeader = 128;
 // Messages up to this size go eager: over shared memory UCX's automatic
 // threshold sends 8-64 KiB by rendezvous, whose acknowledgement wakes a
@@ -314,7 +316,7 @@ Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d, bool map) 
   if (!ep_) return Status(Code::kNotConnected, "import on a closed endpoint");
   uint32_t magic = 0;
   RemoteKey key;
-  if (d.size() < 20 || (std::memcpy(&magic, d.data(), 4), magic != kRegionMagic))
+  if (d.size() < 20 || (std::memcpy(&magic, d.data(), 4), magic != kRegionMagic && magic != kCudaRegionMagic))
     return Status(Code::kInvalidArgument,
                   "region descriptor of " + std::to_string(d.size()) + " B is not an outboard descriptor");
   std::memcpy(&key.base_, d.data() + 4, 8);
@@ -323,7 +325,8 @@ Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d, bool map) 
   if (s != UCS_OK) return from_ucs(s, "unpack remote key");
   // UCS_ERR_UNREACHABLE unless a shared-memory transport maps the region here.
   void* mapped = nullptr;
-  if (map && ucp_rkey_ptr(key.rkey_, key.base_, &mapped) == UCS_OK) key.mapped_ = static_cast<uint8_t*>(mapped);
+  if (map && magic == kRegionMagic && ucp_rkey_ptr(key.rkey_, key.base_, &mapped) == UCS_OK)
+    key.mapped_ = static_cast<uint8_t*>(mapped);
   return key;
 }
 
@@ -366,6 +369,7 @@ MemoryRegion& MemoryRegion::operator=(MemoryRegion&& o) noexcept {
   std::swap(memh_, o.memh_);
   std::swap(data_, o.data_);
   std::swap(size_, o.size_);
+  std::swap(kind_, o.kind_);
   std::swap(descriptor_, o.descriptor_);
   return *this;
 }
@@ -608,22 +612,38 @@ void Worker::receive_rendezvous(const IncomingAm& am, std::span<uint8_t> dst, Do
         "rendezvous receive");
 }
 
-Result<MemoryRegion> Worker::register_memory(void* data, size_t size) { return map(data, size, false); }
-Result<MemoryRegion> Worker::allocate_memory(size_t size) { return map(nullptr, size, true); }
+Result<MemoryRegion> Worker::register_memory(void* data, size_t size) {
+  return map(data, size, false, MemoryKind::kHost);
+}
+Result<MemoryRegion> Worker::allocate_memory(size_t size, MemoryKind kind) { return map(nullptr, size, true, kind); }
 
-Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate) {
+bool Worker::cuda_memory_supported() const {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  return ucp_context_query(context_, &attr) == UCS_OK && (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate, MemoryKind kind) {
+  const bool cuda = kind == MemoryKind::kCuda;
   if (size == 0) return Status(Code::kInvalidArgument, "memory region of 0 B");
+  if (cuda && !cuda_memory_supported())
+    return Status(Code::kUnsupported, "GPU memory region of " + std::to_string(size) +
+                                          " B: this UCX has no CUDA memory support (ucx_info -d lists no "
+                                          "cuda_copy; UCX " + ucx_version() + ")");
   ucp_mem_map_params_t p{};
   p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                 UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+                 UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
   p.address = data;
   p.length = size;
   p.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
+  p.memory_type = cuda ? UCS_MEMORY_TYPE_CUDA : allocate ? UCS_MEMORY_TYPE_HOST : UCS_MEMORY_TYPE_UNKNOWN;
   MemoryRegion r;
   r.context_ = context_;
+  r.kind_ = kind;
   ucs_status_t s = ucp_mem_map(context_, &p, &r.memh_);
   if (s != UCS_OK)
-    return from_ucs(s, "register memory region of " + std::to_string(size) + " B");
+    return from_ucs(s, std::string(cuda ? "allocate GPU" : "register") + " memory region of " +
+                           std::to_string(size) + " B");
   ucp_mem_attr_t attr{};
   attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
   ucp_mem_query(r.memh_, &attr);
@@ -633,7 +653,7 @@ Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate) {
   size_t rkey_len = 0;
   s = ucp_rkey_pack(context_, r.memh_, &rkey, &rkey_len);
   if (s != UCS_OK) return from_ucs(s, "pack remote key");
-  put_u32(r.descriptor_, kRegionMagic);
+  put_u32(r.descriptor_, cuda ? kCudaRegionMagic : kRegionMagic);
   put_u64(r.descriptor_, reinterpret_cast<uint64_t>(r.data_));
   put_u64(r.descriptor_, size);
   r.descriptor_.insert(r.descriptor_.end(), static_cast<uint8_t*>(rkey), static_cast<uint8_t*>(rkey) + rkey_len);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "outboard/buffer.h"
+#include "outboard/memory_kind.h"
 #include "outboard/status.h"
 
 struct ucp_context;
@@ -92,6 +93,7 @@ class MemoryRegion {
   ~MemoryRegion();
   [[nodiscard]] uint8_t* data() const { return data_; }
   [[nodiscard]] size_t size() const { return size_; }
+  [[nodiscard]] MemoryKind kind() const { return kind_; }
   /// Opaque bytes the peer passes to Endpoint::import_region.
   [[nodiscard]] const Bytes& descriptor() const { return descriptor_; }
 
@@ -101,6 +103,7 @@ class MemoryRegion {
   ucp_mem* memh_ = nullptr;
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  MemoryKind kind_ = MemoryKind::kHost;
   Bytes descriptor_;
 };
 
@@ -240,14 +243,16 @@ class Worker {
   void receive_rendezvous(const IncomingAm& am, std::span<uint8_t> dst, DoneFn done);
 
   Result<MemoryRegion> register_memory(void* data, size_t size);
-  Result<MemoryRegion> allocate_memory(size_t size);
+  Result<MemoryRegion> allocate_memory(size_t size, MemoryKind kind = MemoryKind::kHost);
+  /// Whether this UCX can allocate and register GPU (CUDA) memory.
+  [[nodiscard]] bool cuda_memory_supported() const;
 
  private:
   struct Shared;  // the UCX context and the mutex, owned by all siblings
   Worker() = default;
   friend struct WorkerAccess;
   static Result<std::shared_ptr<Worker>> create(std::shared_ptr<Shared> shared);
-  Result<MemoryRegion> map(void* data, size_t size, bool allocate);
+  Result<MemoryRegion> map(void* data, size_t size, bool allocate, MemoryKind kind);
 
   std::shared_ptr<Shared> shared_;
   std::recursive_mutex* mu_ = nullptr;  // shared_->mu, inline for the per-operation lock

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import struct
+import subprocess
 
 import numpy as np
 import pytest
@@ -66,6 +68,22 @@ def test_agent_write_with_notify_lands_before_the_notification(client: outboard.
         kind, cookie, at, n = client.receive(timeout=10)
         assert (kind, cookie, at, n) == ("notify", 500 + i, offset, length)
         assert _core.checksum(buf[offset:offset + length].tobytes()) == digest
+
+
+def test_a_gpu_region_is_refused_naming_why_where_ucx_has_no_cuda(client: outboard.Client) -> None:
+    info = subprocess.run(["ucx_info", "-d"], capture_output=True, text=True, timeout=30) \
+        if shutil.which("ucx_info") else None
+    if info is not None and "cuda" in info.stdout:
+        pytest.skip("this UCX has CUDA transports: GPU regions are allocated (C++ RegionTest checks that path)")
+    conn = client.connection
+    with pytest.raises(errors.Unsupported, match="GPU memory region of 4096 B: this UCX has no CUDA memory support"):
+        client.request("memory", op("A", 4096, tail=b"\x01"))
+    with pytest.raises(errors.Unsupported, match="GPU memory region of"):
+        _core.bench_one_sided_bandwidth([conn], True, 4096, 4, 2, 1, False, 10.0, gpu_target=True)
+    remote = conn.import_region(client.request("memory", op("A", 4096)))  # the connection serves on
+    data = _core.pattern(4096, seed=5)
+    conn.put(remote, 0, data, 10.0)
+    assert conn.get(remote, 0, len(data), 10.0) == data
 
 
 def test_allocated_region_is_a_numpy_view(client: outboard.Client) -> None:

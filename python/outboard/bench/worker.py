@@ -41,7 +41,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         try:
             r = _core.bench_one_sided_bandwidth([c.connection for c in clients], spec["put"], size, int(spec["ops"]),
                                                 int(spec["iterations"]), int(spec["warmup"]),
-                                                bool(spec.get("reuse_buffer")), OP_TIMEOUT_S)
+                                                bool(spec.get("reuse_buffer")), OP_TIMEOUT_S,
+                                                gpu_target=bool(spec.get("gpu_target")))
             per_iteration = r["iteration_us"]
             bytes_per_iteration = r["bytes"] / len(per_iteration)
             seconds = float(per_iteration.sum()) / 1e6

@@ -169,6 +169,52 @@ TEST_F(RegionTest, ImportRejectsGarbageDescriptors) {
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
 }
 
+// GPU memory is allocated by UCX where it has CUDA support; elsewhere both
+// ends refuse it naming why, and the connection goes on serving host regions.
+TEST_F(RegionTest, GpuRegionsAreCarriedByUcxOrRefusedNamingWhy) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  auto mine = c->allocate_memory(4096, MemoryKind::kCuda);
+  std::vector<uint8_t> gpu_kind = {1};
+  auto desc = c->request("memory", op('A', {4096}, gpu_kind).span(), soon());
+  if (!mine.ok()) {
+    EXPECT_EQ(mine.status().code(), Code::kUnsupported);
+    EXPECT_NE(mine.status().message().find("GPU memory region of 4096 B: this UCX has no CUDA memory support"),
+              std::string::npos)
+        << mine.status().to_string();
+    // The agent shares this process's UCX.
+    ASSERT_FALSE(desc.ok());
+    EXPECT_EQ(desc.status().code(), Code::kUnsupported);
+    EXPECT_NE(desc.status().message().find("GPU memory region of 4096 B"), std::string::npos);
+  } else {
+    EXPECT_EQ(mine.value().kind(), MemoryKind::kCuda);
+    ASSERT_TRUE(desc.ok()) << desc.status().to_string();
+    auto remote = c->import_region(desc.value().span());
+    ASSERT_TRUE(remote.ok()) << remote.status().to_string();
+    EXPECT_FALSE(remote.value().mapped());  // never a CPU copy into GPU memory
+    std::vector<uint8_t> data(4096), back(4096);
+    fill_pattern(data, 21);
+    ASSERT_TRUE(c->put(remote.value(), 0, data, soon()).ok());
+    ASSERT_TRUE(c->flush(soon()).ok());
+    ASSERT_TRUE(c->get(remote.value(), 0, back, soon()).ok());
+    EXPECT_EQ(back, data);
+    auto sum = c->request("memory", op('S', {0, 64}).span(), soon());
+    EXPECT_EQ(sum.status().code(), Code::kUnsupported);
+    EXPECT_NE(sum.status().message().find("checksum: this connection's region is GPU memory"), std::string::npos);
+  }
+  std::vector<uint8_t> bad_kind = {2};
+  auto bad = c->request("memory", op('A', {4096}, bad_kind).span(), soon());
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("region kind"), std::string::npos);
+
+  RemoteRegion host = agent_region(*c, 4096);
+  std::vector<uint8_t> data(4096), back(4096);
+  fill_pattern(data, 22);
+  ASSERT_TRUE(c->put(host, 0, data, soon()).ok());
+  ASSERT_TRUE(c->get(host, 0, back, soon()).ok());
+  EXPECT_EQ(back, data);
+}
+
 // The agent's memory mirror (services/builtin.h): slot i at i * size of
 // both regions, its last 8 bytes the signal word.
 using services::mirror_signal_at;
