@@ -180,10 +180,16 @@ def test_a_slow_state_is_waited_out_before_a_measurement_and_recorded(tmp_path: 
     before = [r["metrics"]["core_to_core_ns"] for r in rows]
     after = [r["metrics"]["core_to_core_after_ns"] for r in rows]
     assert before == [60.0, 24.0, 59.0, 61.0, 60.0, 60.0] and after == [60.0, 59.0, 61.0, 60.0, 60.0, 60.0]
-    assert harness.slow_measurements(rows) == []
+    assert harness.measurements_in(rows, "slow") == []
     meta = json.loads((out / "meta.json").read_text())
     assert meta["slow_state_waited_s"] == 2.0 and meta["slow_state_retaken"] == 0
-    assert "slow state" not in (out / "report.md").read_text()
+    report_md = (out / "report.md").read_text()
+    assert "slow state" not in report_md
+    # The fast probe is the shared-core placement: listed, not waited out or taken again.
+    second = rows[1]
+    assert harness.measurements_in(rows, "shared core") == [
+        (second["case"], harness.cell_key(second["params"]), 0, second["impl"], 24.0)]
+    assert "## Measured with both vCPUs on one physical core" in report_md and ": 24 ns" in report_md
 
 
 def test_a_slow_state_that_lasts_is_waited_on_once_and_listed_in_the_report(tmp_path: Path) -> None:
@@ -196,7 +202,7 @@ def test_a_slow_state_that_lasts_is_waited_on_once_and_listed_in_the_report(tmp_
     assert watch.waited_s == pytest.approx(harness.SLOW_STATE_WAIT_S, abs=harness.SLOW_STATE_PROBE_S)
     assert watch.retaken == 0  # it was slow before them too
     rows = _rows(out)
-    slow = harness.slow_measurements(rows)
+    slow = harness.measurements_in(rows, "slow")
     assert len(slow) == 8 and {key for _, key, *_ in slow} == {(('size', 4),)} and all(ns == 300.0 for *_, ns in slow)
     report_md = (out / "report.md").read_text()
     assert "## Measured in the VM's slow state" in report_md

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from . import suite_module
-from .harness import (SLOW_STATE_FACTOR, SLOW_STATE_WAIT_S, Case, Suite, cell_key, get, median, ratio_spread,
-                      ratios, slow_measurements)
+from .harness import (SHARED_CORE_FACTOR, SLOW_STATE_FACTOR, SLOW_STATE_WAIT_S, Case, Suite, cell_key, get,
+                      measurements_in, median, ratio_spread, ratios)
 
 
 def load(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -121,16 +121,26 @@ def render(suite: Suite, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, A
                 if png:
                     lines += ["", f"![{chart.title}](charts/{png.name})"]
         lines.append("")
-    slow = slow_measurements(rows)
-    if slow:
-        lines += ["## Measured in the VM's slow state", "",
-                  f"Measurements with a core-to-core probe before or after them over {SLOW_STATE_FACTOR:g}× the "
-                  f"run's median, after waiting up to {SLOW_STATE_WAIT_S:g} s for it to pass "
-                  f"({meta.get('slow_state_waited_s', 0)} s waited in all; "
-                  f"{meta.get('slow_state_retaken', 0)} taken again because it came during them); their figures "
-                  "between threads and processes are slower, not by the same factor for every implementation:", ""]
-        lines += [f"- {case} {', '.join(f'{k}={_param(v)}' for k, v in key)}, repeat {rep}, {impl}: {ns:.0f} ns"
-                  for case, key, rep, impl, ns in slow] + [""]
+    unusual = {
+        "slow": ("## Measured in the VM's slow state",
+                 f"Measurements with a core-to-core probe before or after them over {SLOW_STATE_FACTOR:g}× the run's "
+                 f"median, after waiting up to {SLOW_STATE_WAIT_S:g} s for it to pass "
+                 f"({meta.get('slow_state_waited_s', 0)} s waited in all; {meta.get('slow_state_retaken', 0)} taken "
+                 "again because it came during them); their figures between threads and processes are slower, not by "
+                 "the same factor for every implementation:"),
+        "shared core": ("## Measured with both vCPUs on one physical core",
+                        f"Measurements with a core-to-core probe before or after them under 1/{SHARED_CORE_FACTOR:g} "
+                        "of the run's median: the host ran the two vCPUs as SMT siblings of one core, so a cache line "
+                        "crossed in ~20 ns and both sides shared one core's execution units. Nothing is taken "
+                        "again. There the figures between threads and processes are mostly software: latency "
+                        "ratios against ucx_perftest are higher than in the usual state, since ours runs more code "
+                        "per message:")}
+    for state, (title, text) in unusual.items():
+        found = measurements_in(rows, state)
+        if found:
+            lines += [title, "", text, ""]
+            lines += [f"- {case} {', '.join(f'{k}={_param(v)}' for k, v in key)}, repeat {rep}, {impl}: {ns:.0f} ns"
+                      for case, key, rep, impl, ns in found] + [""]
     for title, key in (("Skipped", "skipped"), ("Failed", "failed")):
         if meta.get(key):
             lines += [f"## {title}", ""] + [f"- {where}: {why}" for where, why in meta[key].items()] + [""]
