@@ -103,8 +103,12 @@ class Memory final : public Service {
     switch (op) {
       case 'A': {
         if (!read_u64(in, a)) break;
-        if (in.size() > 1 || (in.size() == 1 && in[0] > 1))
-          return r.responder.fail({Code::kInvalidArgument, "region kind must be one byte, 0 (host) or 1 (GPU)"});
+        if (in.size() > 1)
+          return r.responder.fail({Code::kInvalidArgument, "'A' takes at most one region kind byte after the size, "
+                                                           "not " + std::to_string(in.size())});
+        if (in.size() == 1 && in[0] > 1)
+          return r.responder.fail({Code::kInvalidArgument,
+                                   "region kind " + std::to_string(in[0]) + " is neither 0 (host) nor 1 (GPU)"});
         const MemoryKind kind = in.empty() || in[0] == 0 ? MemoryKind::kHost : MemoryKind::kCuda;
         if (mirroring(r.peer->id()))
           return r.responder.fail({Code::kBadState, "a mirror session is using this connection's region"});

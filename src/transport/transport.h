@@ -244,8 +244,6 @@ class Worker {
 
   Result<MemoryRegion> register_memory(void* data, size_t size);
   Result<MemoryRegion> allocate_memory(size_t size, MemoryKind kind = MemoryKind::kHost);
-  /// Whether this UCX can allocate and register GPU (CUDA) memory.
-  [[nodiscard]] bool cuda_memory_supported() const;
 
  private:
   struct Shared;  // the UCX context and the mutex, owned by all siblings
@@ -253,6 +251,8 @@ class Worker {
   friend struct WorkerAccess;
   static Result<std::shared_ptr<Worker>> create(std::shared_ptr<Shared> shared);
   Result<MemoryRegion> map(void* data, size_t size, bool allocate, MemoryKind kind);
+  /// Whether this UCX can allocate and register GPU (CUDA) memory.
+  [[nodiscard]] bool cuda_memory_supported() const;
 
   std::shared_ptr<Shared> shared_;
   std::recursive_mutex* mu_ = nullptr;  // shared_->mu, inline for the per-operation lock
