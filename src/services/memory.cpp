@@ -219,8 +219,8 @@ class Memory final : public Service {
       return nullptr;
     }
     if (it->second->kind() != MemoryKind::kHost) {
-      r.responder.fail({Code::kUnsupported, std::string(what) + ": this connection's region is GPU memory, which "
-                                                                "the agent's CPU does not touch (get it back instead)"});
+      r.responder.fail({Code::kUnsupported, std::string(what) + ": this connection's region is GPU memory, "
+                                                                "which the agent's CPU does not touch (get it back)"});
       return nullptr;
     }
     return it->second;
