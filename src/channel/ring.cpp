@@ -23,8 +23,8 @@ Result<std::unique_ptr<RxRing>> RxRing::create(transport::Worker& worker, uint32
 RxRing::Take RxRing::take(RingFrame& out) {
   uint8_t* s = slot(next_);
   if (word(s).load(std::memory_order_acquire) != next_ + 1) return Take::kNone;
-  std::memcpy(&out.header_bytes, s + 8, 2);
-  std::memcpy(&out.data_bytes, s + 10, 2);
+  std::memcpy(&out.header_bytes, s + RingLayout::kSlotHeaderBytesOffset, 2);
+  std::memcpy(&out.data_bytes, s + RingLayout::kSlotDataBytesOffset, 2);
   const bool fits = size_t{out.header_bytes} + out.data_bytes <= RingLayout::kSlotCapacity;
   if (fits) std::memcpy(out.bytes, s + RingLayout::kSlotMetaBytes, size_t{out.header_bytes} + out.data_bytes);
   ++next_;
@@ -60,8 +60,8 @@ bool TxRing::write(std::span<const uint8_t> header, std::span<const uint8_t> dat
   uint8_t* s = base + RingLayout::slot(next_, slots_);
   const auto header_bytes = static_cast<uint16_t>(header.size());
   const auto data_bytes = static_cast<uint16_t>(data.size());
-  std::memcpy(s + 8, &header_bytes, 2);
-  std::memcpy(s + 10, &data_bytes, 2);
+  std::memcpy(s + RingLayout::kSlotHeaderBytesOffset, &header_bytes, 2);
+  std::memcpy(s + RingLayout::kSlotDataBytesOffset, &data_bytes, 2);
   std::memcpy(s + RingLayout::kSlotMetaBytes, header.data(), header.size());
   if (!data.empty()) std::memcpy(s + RingLayout::kSlotMetaBytes + header.size(), data.data(), data.size());
   ++next_;

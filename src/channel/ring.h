@@ -41,6 +41,8 @@ struct RingLayout {
   static constexpr size_t kSlotsOffset = 128;
   // A slot: u64 mark (the frame's index in the ring + 1, stored last),
   // u16 header bytes, u16 data bytes, then the header and the data.
+  static constexpr size_t kSlotHeaderBytesOffset = 8;
+  static constexpr size_t kSlotDataBytesOffset = 10;
   static constexpr size_t kSlotMetaBytes = 12;
   static constexpr size_t kSlotCapacity = kRingSlotBytes - kSlotMetaBytes;
   static constexpr size_t bytes(uint32_t slots) { return kSlotsOffset + size_t{slots} * kRingSlotBytes; }

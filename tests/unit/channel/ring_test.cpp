@@ -125,7 +125,7 @@ TEST_F(RingTest, LengthsBeyondASlotAreReportedAndTheRingGoesOn) {
   ASSERT_TRUE(key.ok());
   uint8_t* slot1 = key.value().mapped() + RingLayout::slot(1, 4);
   const uint16_t huge = 0xffff;
-  std::memcpy(slot1 + 10, &huge, 2);
+  std::memcpy(slot1 + RingLayout::kSlotDataBytesOffset, &huge, 2);
   const uint64_t mark = 2;
   std::memcpy(slot1, &mark, 8);
   RingFrame f;
