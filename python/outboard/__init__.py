@@ -10,9 +10,9 @@ from ._agent import LocalAgent, agent_executable
 from .client import Client, connect
 from .errors import Error
 from .graph import Executor, Graph, Instance
-from .offload import AutoPolicy, Batch, OffloadTokenizer
+from .offload import AutoPolicy, Batch, BatchQueue, OffloadTokenizer
 from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
-__all__ = ["AutoPolicy", "Batch", "Client", "Error", "Executor", "Graph", "Instance", "LocalAgent", "OffloadTokenizer", "Tokenizer", "agent_executable", "connect", "errors", "__version__"]
+__all__ = ["AutoPolicy", "Batch", "BatchQueue", "Client", "Error", "Executor", "Graph", "Instance", "LocalAgent", "OffloadTokenizer", "Tokenizer", "agent_executable", "connect", "errors", "__version__"]

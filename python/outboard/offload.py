@@ -6,6 +6,7 @@
     batch.ids, batch.offsets                     # np.int32 view of the registered buffer, np.uint64
     future = tok.submit(texts)                   # overlap: concurrent.futures.Future[Batch]
     batch = await tok.encode_batch_async(texts)  # asyncio: agent batches finish on the loop itself
+    queue = tok.queue()                          # a serving loop's own: put() now, poll() each step
 
 ``host`` tokenizes in this process, ``agent`` on the agent, and ``auto`` routes each batch by
 what it measures (see :class:`AutoPolicy`). Every placement gives the same ids and the same
@@ -50,6 +51,8 @@ COLLECT_WAIT_S = 0.2
 #: Seconds between an event loop's checks of its agent batches' deadlines and of the agent's
 #: liveness, while it has any (events wake it at once; these need the clock).
 LOOP_WATCH_S = 0.05
+#: Longest a BatchQueue.poll() that waits blocks on the agent alone while host batches are out too.
+POLL_SLICE_S = 0.001
 #: Errors after which the agent is presumed gone: auto stops routing to it.
 _AGENT_DOWN = (ConnectionReset, NotConnected, ShutDown, TimedOut)
 
@@ -322,6 +325,10 @@ class OffloadTokenizer:
         self._submit_to("agent", texts, args).add_done_callback(agent_done)
         return outer
 
+    def queue(self) -> BatchQueue:
+        """A queue of batches that the caller's own loop takes finished (see :class:`BatchQueue`)."""
+        return BatchQueue(self)
+
     def _redo_on_host(self, failed: BaseException, nbytes: int) -> bool:
         """Counts an agent batch that failed; True when it is to be redone here (the agent is
         presumed down), routed to the host."""
@@ -431,6 +438,132 @@ class OffloadTokenizer:
         assert self._local is not None
         return _host_batch(self._local, texts, max_len=max_len, allow=allow, utf8=utf8,
                            add_special_tokens=add_special_tokens, capacity=capacity)
+
+
+class BatchQueue:
+    """Batches put now and taken, finished, by the caller's own loop: the shape of an inference
+    engine's step loop, which takes whatever was tokenized when it comes round. No thread is woken
+    per batch: poll() finishes agent batches itself (it progresses the connection, and with it the
+    batches' deadlines and the agent's liveness), host batches run on the submit pool. ``auto``
+    routes each batch as submit() does, and redoes it on the host if the agent fails. Nothing
+    finishes an agent batch between polls. One thread uses a queue; a tokenizer may have several.
+
+        queue = tok.queue()
+        ticket = queue.put(texts)
+        for ticket, batch in queue.poll():         # at each step; poll(timeout) waits for one
+            ...                                    # a Batch, or the Error that failed the batch
+    """
+
+    def __init__(self, tok: OffloadTokenizer) -> None:
+        self._tok = tok
+        remote = tok._remote is not None
+        self._connection = tok._client.connection if remote and tok._client is not None else None
+        self._completions = _core.Completions(self._connection) if self._connection is not None else None
+        #: Agent batches out: ticket -> (texts, options, bytes), for auto's policy and redo.
+        self._agent: dict[int, tuple[list[Text], dict[str, Any], int]] = {}
+        self._host_out = 0
+        self._host_done: list[tuple[int, Batch | BaseException]] = []
+        self._host_ready = threading.Condition()
+        self._taken: list[tuple[int, Batch | BaseException]] = []  # agent batches put() took, for poll()
+        self._next_ticket = 0
+
+    @property
+    def pending(self) -> int:
+        """Batches put and not yet returned by poll()."""
+        with self._host_ready:
+            return len(self._agent) + len(self._taken) + self._host_out + len(self._host_done)
+
+    def put(self, texts: Sequence[Text], *, max_len: int | None = None,
+            allowed_special: Literal["all"] | Collection[str] = (), utf8: Utf8Policy = "strict",
+            add_special_tokens: bool = False, capacity: int | None = None) -> int:
+        """Starts a batch (options as in encode_batch()); poll() returns it with this ticket. Waits
+        only when the agent's window is full, progressing the connection meanwhile."""
+        tok = self._tok
+        texts = list(texts)
+        args = tok._options(max_len, allowed_special, utf8, add_special_tokens, capacity)
+        ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
+        nbytes = sum(len(t) for t in texts)
+        where = tok.placement
+        if tok.policy is not None and where == "auto":
+            # The policy counts agent batches out until they are taken: take those already answered.
+            self._taken += self._take_agent(0.0)
+            where = tok.policy.choose(nbytes)
+        if where == "host":
+            self._on_host(ticket, texts, args, nbytes)
+            return ticket
+        assert self._completions is not None
+        self._agent[ticket] = (texts, args, nbytes)
+        try:
+            tok._send(self._completions, ticket, texts, args, tok.timeout, wait_credit=True)
+        except Error as e:
+            self._agent_failed(ticket, e)
+        return ticket
+
+    def poll(self, timeout: float = 0.0) -> list[tuple[int, Batch | BaseException]]:
+        """The batches finished since the last poll, each once: (ticket, Batch), or (ticket, the
+        error that failed the whole batch). With ``timeout``, waits up to that many seconds for one."""
+        deadline = time.monotonic() + timeout
+        wait = 0.0
+        while True:
+            finished, self._taken = self._taken + self._take_agent(wait), []
+            with self._host_ready:
+                finished += self._host_done
+                self._host_done = []
+            left = deadline - time.monotonic()
+            if finished or left <= 0 or not self.pending:
+                return finished
+            if self._agent:  # the agent's answers wake the connection; host ones are checked between slices
+                wait = min(left, POLL_SLICE_S) if self._host_out else left
+            else:
+                with self._host_ready:
+                    self._host_ready.wait_for(lambda: bool(self._host_done), left)
+                wait = 0.0
+
+    def _take_agent(self, wait: float) -> list[tuple[int, Batch | BaseException]]:
+        if not self._agent:
+            return []
+        assert self._completions is not None and self._connection is not None
+        if wait > 0:
+            answers = self._completions.collect(wait)
+        else:
+            self._connection.progress()
+            answers = self._completions.take()
+        finished: list[tuple[int, Batch | BaseException]] = []
+        policy = self._tok.policy if self._tok.placement == "auto" else None
+        for ticket, ok, result in answers:
+            if not ok:
+                self._agent_failed(ticket, from_code(*result))
+                continue
+            _, _, nbytes = self._agent.pop(ticket)
+            batch = _agent_batch(result)
+            if policy is not None:
+                _agent_done(policy, nbytes, batch, None)
+            finished.append((ticket, batch))
+        return finished
+
+    def _agent_failed(self, ticket: int, failed: Error) -> None:
+        texts, args, nbytes = self._agent.pop(ticket)
+        if self._tok.placement == "auto" and self._tok._redo_on_host(failed, nbytes):
+            self._on_host(ticket, texts, args, nbytes)
+            return
+        with self._host_ready:  # returned by the next poll, as host batches are
+            self._host_done.append((ticket, failed))
+            self._host_ready.notify()
+
+    def _on_host(self, ticket: int, texts: list[Text], args: dict[str, Any], nbytes: int) -> None:
+        tok = self._tok
+        with self._host_ready:
+            self._host_out += 1
+        future = (tok._pool().submit(tok._host_for_policy, texts, args, nbytes) if tok.placement == "auto"
+                  else tok._pool().submit(tok._encode, "host", texts, **args))
+
+        def done(f: Future[Batch]) -> None:
+            failed = f.exception()
+            with self._host_ready:
+                self._host_out -= 1
+                self._host_done.append((ticket, f.result() if failed is None else failed))
+                self._host_ready.notify()
+        future.add_done_callback(done)
 
 
 class _LoopCompletions:
@@ -553,12 +686,14 @@ def _output_memory(output: np.ndarray | None) -> np.ndarray | None:
     return output
 
 
-def _agent_done(policy: AutoPolicy, nbytes: int, batch: Batch, sent: float) -> None:
+def _agent_done(policy: AutoPolicy, nbytes: int, batch: Batch, sent: float | None) -> None:
     """Tells the policy an agent batch's service: its latency less the agent's own queue (the policy
-    counts that), and the part the agent reports working (tokenizing, putting the ids)."""
+    counts that), and the part the agent reports working (tokenizing, putting the ids). A batch a
+    poll took (``sent`` None) ended some time before that poll, unknown: its service is the work alone."""
     timing = batch.agent
-    policy.done("agent", nbytes, time.perf_counter() - sent - timing.get("queue_ns", 0) / 1e9,
-                work_s=(timing["tokenize_ns"] + timing["put_ns"]) / 1e9 if timing else None)
+    work_s = (timing["tokenize_ns"] + timing["put_ns"]) / 1e9 if timing else None
+    seconds = time.perf_counter() - sent - timing.get("queue_ns", 0) / 1e9 if sent is not None else work_s or 0.0
+    policy.done("agent", nbytes, seconds, work_s=work_s)
 
 
 def _agent_batch(native: tuple[Any, ...]) -> Batch:

@@ -71,7 +71,11 @@ def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
     load = [x for x in rows if x["case"] == "load"]
     native = [x for x in rows if x["case"] == "load_native"]
     shaped = [x for x in rows if x["case"] == "load_asyncio"]
-    assert {x["impl"] for x in single} == {x["impl"] for x in load} == {"host", "agent", "auto"}
+    engine = [x for x in rows if x["case"] == "load_engine"]
+    assert {x["impl"] for x in single} == {x["impl"] for x in load} == {x["impl"] for x in engine} == {
+        "host", "agent", "auto"}
+    assert len(engine) == len(load) and all(x["params"]["step_s"] > 0 for x in engine)
+    assert all(x["correctness"]["failed"] == 0 and x["correctness"]["ids_differ"] == 0 for x in engine)
     for other in (native, shaped):  # the same load from C++, and from an asyncio server
         assert {x["impl"] for x in other} == {"host", "agent"} and len(other) == len(load) // 3 * 2
         assert all(x["correctness"]["failed"] == 0 and x["correctness"]["ids_differ"] == 0

@@ -318,6 +318,13 @@ def test_a_client_leaving_mid_batch_harms_nobody(agent: outboard.LocalAgent, cli
     assert agent.process.poll() is None
 
 
+def _seconds_of_work() -> list[str]:
+    """A batch the agent tokenizes for seconds: 16 texts of 3.6 MB without a repeated word (a
+    repeated word is cheap: a 60 MB batch of one word ended within the 0.3 s these tests wait)."""
+    distinct = " ".join(f"{i * 2654435761 % 2**32:x}" for i in range(400_000))
+    return [distinct] * 16
+
+
 @pytest.fixture
 def doomed_agent() -> Iterator[outboard.LocalAgent]:
     agent = outboard.LocalAgent().start()
@@ -334,7 +341,7 @@ def _kill_soon(agent: outboard.LocalAgent, delay: float) -> threading.Timer:
 def test_agent_killed_mid_batch_fails_the_caller_within_a_second(doomed_agent: outboard.LocalAgent) -> None:
     c = outboard.connect(doomed_agent.address)
     tok = c.tokenizer("gpt2", timeout=30)
-    big = ["word " * 2_000_000] * 6  # seconds of work on the agent
+    big = _seconds_of_work()
     _kill_soon(doomed_agent, 0.3)
     start = time.monotonic()
     with pytest.raises((errors.ConnectionReset, errors.NotConnected)):
@@ -345,7 +352,7 @@ def test_agent_killed_mid_batch_fails_the_caller_within_a_second(doomed_agent: o
 def test_agent_killed_mid_batch_fails_submitted_futures_within_a_second(doomed_agent: outboard.LocalAgent) -> None:
     c = outboard.connect(doomed_agent.address)
     tok = c.tokenizer("gpt2", timeout=30)
-    futures = [tok.submit(["word " * 2_000_000] * 6) for _ in range(2)]  # seconds of work on the agent
+    futures = [tok.submit(_seconds_of_work()) for _ in range(2)]
     _kill_soon(doomed_agent, 0.3)
     start = time.monotonic()
     for future in futures:
@@ -496,7 +503,7 @@ def test_agent_killed_mid_batch_fails_async_batches_within_a_second(doomed_agent
     tok = c.tokenizer("gpt2", timeout=30)
 
     async def main() -> list[BaseException | outboard.offload.Batch]:
-        pending = [tok.encode_batch_async(["word " * 2_000_000] * 6) for _ in range(2)]  # seconds of work
+        pending = [tok.encode_batch_async(_seconds_of_work()) for _ in range(2)]
         _kill_soon(doomed_agent, 0.3)
         return await asyncio.gather(*pending, return_exceptions=True)
 
@@ -521,4 +528,94 @@ def test_auto_redoes_async_batches_on_the_host_when_the_agent_dies(doomed_agent:
 
     assert asyncio.run(main()) == ["agent", "host", "host", "host"]  # sent there, redone here; then presumed down
     assert tok.policy.routed == {"agent": 2, "host": 3}
+    tok.close()
+
+
+# ---- BatchQueue: a serving loop puts batches and polls them finished, no thread woken per batch
+
+def _drain(queue: outboard.BatchQueue, timeout: float = 30) -> dict[int, outboard.Batch | BaseException]:
+    out: dict[int, outboard.Batch | BaseException] = {}
+    deadline = time.monotonic() + timeout
+    while queue.pending and time.monotonic() < deadline:
+        for ticket, result in queue.poll(0.05):
+            assert ticket not in out  # each batch is returned once
+            out[ticket] = result
+    return out
+
+
+def _one(queue: outboard.BatchQueue, texts: list[str]) -> outboard.Batch | BaseException:
+    ticket = queue.put(texts)
+    return _drain(queue)[ticket]
+
+
+@pytest.mark.parametrize("placement", ["agent", "host", "auto"])
+def test_queued_batches_give_the_in_process_ids_and_per_text_errors_in_every_placement(
+        start_agent, local: outboard.Tokenizer, model: str, placement: str) -> None:
+    agent = start_agent("--recv-window-msgs", "4")  # more batches out than its window: put() waits for credit
+    with outboard.connect(agent.address) as c:
+        tok = c.tokenizer(model, placement=placement)
+        queue = tok.queue()
+        texts = _texts()
+        tickets = {queue.put([t, b"\xff"]): t for t in texts}
+        assert len(tickets) == len(texts) and queue.pending <= len(texts)
+        finished = _drain(queue)
+        assert sorted(finished) == sorted(tickets) and queue.pending == 0 and queue.poll() == []
+        for ticket, text in tickets.items():
+            batch = finished[ticket]
+            assert isinstance(batch, outboard.Batch), batch
+            assert np.array_equal(batch[0], local.encode(text)) and isinstance(batch.errors[1], errors.InvalidArgument)
+        assert {b.placement for b in finished.values()} <= ({placement} if placement != "auto" else {"host", "agent"})
+        if placement == "auto":
+            assert tok.policy._in_flight == {"host": 0, "agent": 0}
+        tok.close()
+
+
+def test_a_queue_poll_waits_at_most_its_timeout_and_a_batch_at_most_its_deadline(
+        doomed_agent: outboard.LocalAgent) -> None:
+    c = outboard.connect(doomed_agent.address)
+    queue = c.tokenizer("gpt2", timeout=1.0).queue()
+    start = time.monotonic()
+    assert queue.poll(5.0) == []  # nothing out: nothing to wait for
+    assert time.monotonic() - start < 0.5
+    batch = _one(queue, ["before"])
+    assert isinstance(batch, outboard.Batch) and batch.ok
+    os.kill(doomed_agent.pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        ticket = queue.put(["frozen agent"])
+        assert queue.poll(0.2) == [] and queue.pending == 1
+        assert 0.2 <= time.monotonic() - start < 0.2 + 0.5
+        [(got, failed)] = _drain(queue).items()
+        assert got == ticket and isinstance(failed, errors.TimedOut)
+        assert 1.0 <= time.monotonic() - start < 1.0 + 1.0
+    finally:
+        os.kill(doomed_agent.pid, signal.SIGCONT)
+
+
+def test_agent_killed_mid_batch_fails_queued_batches_within_a_second(doomed_agent: outboard.LocalAgent) -> None:
+    c = outboard.connect(doomed_agent.address)
+    queue = c.tokenizer("gpt2", timeout=30).queue()
+    tickets = [queue.put(_seconds_of_work()) for _ in range(2)]
+    _kill_soon(doomed_agent, 0.3)
+    start = time.monotonic()
+    finished = _drain(queue)
+    assert time.monotonic() - start < 0.3 + 1.0
+    assert sorted(finished) == tickets
+    assert all(isinstance(r, (errors.ConnectionReset, errors.NotConnected)) for r in finished.values()), finished
+    # Refused on a dead connection: the error comes back from poll(), not put().
+    assert isinstance(_one(queue, ["after"]), (errors.ConnectionReset, errors.NotConnected))
+
+
+def test_auto_redoes_queued_batches_on_the_host_when_the_agent_dies(doomed_agent: outboard.LocalAgent) -> None:
+    c = outboard.connect(doomed_agent.address)
+    tok = c.tokenizer("gpt2", placement="auto", timeout=30, policy=AutoPolicy(slack=1e9))  # the agent if alive
+    queue = tok.queue()
+    seen = [_one(queue, ["warm up"]).placement for _ in range(2)]  # explores each placement once
+    os.kill(doomed_agent.pid, signal.SIGKILL)
+    doomed_agent.process.wait(10)
+    text = "word " * 100_000
+    batch = _one(queue, [text])
+    assert isinstance(batch, outboard.Batch) and np.array_equal(batch[0], outboard.Tokenizer.gpt2().encode(text))
+    assert seen + [batch.placement] == ["agent", "host", "host"]  # sent there, redone here
+    assert tok.policy.routed == {"agent": 2, "host": 2}
     tok.close()

@@ -39,6 +39,11 @@ from .harness import summarize
 PLACEMENTS = ("host", "agent", "auto")
 NATIVE_PLACEMENTS = ("host", "agent")  # the load test driven from C++ too (auto's policy is Python)
 ASYNCIO_PLACEMENTS = ("host", "agent")  # and from an asyncio server
+ENGINE_PLACEMENTS = PLACEMENTS  # and from an engine's step loop (a BatchQueue routes auto's batches too)
+#: Share of each rate's schedule that the load generator's own cost per arrival is measured on.
+FLOOR_SHARE = 0.3
+#: The step of the engine-shaped load: it takes finished batches (and puts arrived ones) once a step.
+ENGINE_STEP_S = 0.001
 DIM = 768
 GPT2_VOCAB = 50257
 POSITIONS = 2048  # the published sequence length; longer texts wrap around the position table
@@ -270,13 +275,14 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
               seconds: float, texts_for: Any, progress: Any) -> None:
     """Open loop, each request submitted at its Poisson arrival time, whatever is still running (a
     server does not wait for one request before taking the next); latency runs from the scheduled
-    arrival to the ids in hand. Texts arrive as UTF-8 bytes, as off a socket. Two server shapes:
-    threads (one dispatcher thread calls submit(), futures finish on the tokenizer's threads) and
-    asyncio (a task per request awaits encode_batch_async()).
+    arrival to the ids in hand. Texts arrive as UTF-8 bytes, as off a socket. Three server shapes:
+    threads (one dispatcher thread calls submit(), futures finish on the tokenizer's threads),
+    asyncio (a task per request awaits encode_batch_async()), and an inference engine's step loop
+    (each step puts the requests that arrived and polls a BatchQueue: no wake-up per request).
 
     Waking at each arrival is the load generator's cost, not the tokenizer's: it is measured per
-    rate and shape by the same schedule with nothing submitted, and reported beside (and taken out
-    of) each placement's consumer CPU."""
+    rate and shape by the same schedule (its first FLOOR_SHARE) with nothing submitted, and reported
+    beside (and taken out of) each placement's consumer CPU."""
     host = pipe.tok["host"]  # the reference for every placement's ids
     for rate in rates:
         params = {"model": model, "payload_bytes": payload, "offered_rps": rate, "host_threads": SUBMIT_THREADS}
@@ -285,10 +291,12 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
         while t < seconds:
             t += rng.expovariate(rate)
             arrivals.append(t)
+        floor_arrivals = arrivals[:max(1, int(len(arrivals) * FLOOR_SHARE))]
         for case, placements, open_loop in (("load", PLACEMENTS, _open_loop_threads),
-                                            ("load_asyncio", ASYNCIO_PLACEMENTS, _open_loop_asyncio)):
+                                            ("load_asyncio", ASYNCIO_PLACEMENTS, _open_loop_asyncio),
+                                            ("load_engine", ENGINE_PLACEMENTS, _open_loop_engine)):
             _freeze_heap()
-            floor = open_loop(None, [], arrivals, 0.0)[4] / len(arrivals)
+            floor = open_loop(None, [], floor_arrivals, 0.0)[4] / len(floor_arrivals)
             for p in placements:
                 tok = pipe.tok[p]
                 work = [[x.encode() for x in texts_for(payload, 1)] for _ in arrivals]
@@ -303,11 +311,12 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
                 agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
                 differ = sum(_core.checksum(host.encode_batch(t).ids) != digest for t, digest in sums)
                 routed = {k: v - routed0[k] for k, v in tok.policy.routed.items()} if p == "auto" else {}
-                results.add(case, p, params, _load_metrics(lat, wall, cpu, floor, agent_cpu),
+                results.add(case, p, {**params, "step_s": ENGINE_STEP_S} if case == "load_engine" else params,
+                            _load_metrics(lat, wall, cpu, floor, agent_cpu),
                             {"requests": len(work), "failed": failed, "ids_differ": differ, "routed": routed})
                 progress()
         # The same schedule driven by C++ (a native server's shape): what the Python layer costs.
-        floor = _core.bench_open_loop_arrivals(arrivals)["cpu_s"] * 1e6 / len(arrivals)
+        floor = _core.bench_open_loop_arrivals(floor_arrivals)["cpu_s"] * 1e6 / len(floor_arrivals)
         for p in NATIVE_PLACEMENTS:
             texts = [texts_for(payload, 1)[0].encode() for _ in arrivals]
             agent_cpu0 = client.stats()["cpu_ns"]
@@ -434,6 +443,40 @@ def _open_loop_asyncio(tok: Any, work: list[list[bytes]], arrivals: list[float],
     return lat, sums, failed, (time.monotonic_ns() - start) / 1e9, (_cpu_s() - cpu0) * 1e6
 
 
+def _open_loop_engine(tok: Any, work: list[list[bytes]], arrivals: list[float], limit_s: float) -> OpenLoop:
+    """An engine's step loop: every ENGINE_STEP_S it puts the requests that arrived since its last
+    step into a BatchQueue and takes the finished ones (nothing with tok None). Between steps it
+    sleeps, as an engine runs its model step; latency runs to the step that takes the ids."""
+    lat: list[float] = []
+    sums: list[tuple[list[bytes], int]] = []
+    failed = 0
+    queue = tok.queue() if tok is not None else None
+    request: dict[int, int] = {}  # ticket -> index of the request
+    cpu0 = _cpu_s()
+    start = time.perf_counter() + 0.01
+    step, nxt = 0, 0
+    while nxt < len(arrivals) or (queue is not None and queue.pending and time.perf_counter() - start < limit_s):
+        step += 1
+        delay = start + step * ENGINE_STEP_S - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        now = time.perf_counter() - start
+        while nxt < len(arrivals) and arrivals[nxt] <= now:
+            if queue is not None:
+                request[queue.put(work[nxt])] = nxt
+            nxt += 1
+        if queue is None:
+            continue
+        for ticket, batch in queue.poll():
+            i = request.pop(ticket)
+            if isinstance(batch, BaseException):
+                failed += 1
+            else:
+                lat.append((time.perf_counter() - start - arrivals[i]) * 1e6)
+                sums.append((work[i], _core.checksum(batch.ids)))
+    return lat, sums, failed, time.perf_counter() - start, (_cpu_s() - cpu0) * 1e6
+
+
 def _freeze_heap() -> None:
     """Moves the benchmark's own heap (corpus, payloads, results) out of the garbage collector's
     sight: its full collections took 11-58 ms here, charged to whichever requests they stopped."""
@@ -467,7 +510,7 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
     batches = [1, 8] if quick else [1, 4, 8, 16, 32]
     requests = 40 if quick else 300
     rates_frac = [0.25, 0.5, 1.0] if quick else [0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
-    seconds = 1.0 if quick else 4.0
+    seconds = 0.8 if quick else 4.0
     directory = run_dir("tokenize", out)
     command = ("outboard bench tokenize" + (" --quick" if quick else "") + f" --models {','.join(models)}"
                + (f" --embed {embed}" if embed != "auto" else "")
@@ -502,7 +545,7 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
     try:
         client = connect(agent, spin_us=0)  # a waiting consumer sleeps: its CPU is what we measure
         cells = len(models) * (len(payloads) + len(batches) + 1) + len(models) * len(load_payloads) * len(
-            rates_frac) * (len(PLACEMENTS) + len(ASYNCIO_PLACEMENTS) + len(NATIVE_PLACEMENTS))
+            rates_frac) * (len(PLACEMENTS) + len(ASYNCIO_PLACEMENTS) + len(ENGINE_PLACEMENTS) + len(NATIVE_PLACEMENTS))
         bar = _Progress(cells * 1, progress)
         for model in models:
             embedder = make_embedder(embed, GPT2_VOCAB if model == "gpt2" else 30522)
@@ -611,17 +654,21 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
             lines += ["", f"### Load: Poisson arrivals, {size // 1024} KB, open loop: each request submitted at its "
                       f"arrival (`submit()`; host and auto tokenize on {threads} pool threads), latency from the arrival",
                       "", "Consumer CPU is the whole process's (getrusage); *net* takes out the load generator's own "
-                      "cost per arrival (its sleep and wake-up), measured at each rate by the same schedule with "
-                      "nothing submitted.", ""] + _load_table(load)
+                      "cost per arrival (its sleep and wake-up), measured at each rate on the first part of the same "
+                      "schedule with nothing submitted.", ""] + _load_table(load)
             for case, server in (
                     ("load_asyncio", "an asyncio server (a task per request awaits `encode_batch_async()`; agent "
                      "batches finish on the loop, host ones on the pool; a timerfd wakes the loop at each arrival, "
                      "as a request's socket would)"),
+                    ("load_engine", "an inference engine's step loop (every {step_ms:g} ms it puts the requests that "
+                     "arrived into a `BatchQueue` and takes the finished ones: no thread is woken per request; "
+                     "*arrival* here is the step loop's own cost, and latency runs to the step that takes the ids)"),
                     ("load_native", "C++ (a native server's shape; `outboard::RemoteTokenizer` and `Tokenizer` on "
                      "{threads} threads): what the Python layer costs above")):
                 shaped = _load_rows(rows, model, size, case)
                 if shaped:
-                    server = server.format(threads=shaped[0]["params"].get("host_threads"))
+                    server = server.format(threads=shaped[0]["params"].get("host_threads"),
+                                           step_ms=shaped[0]["params"].get("step_s", ENGINE_STEP_S) * 1e3)
                     lines += ["", f"### The same {size // 1024} KB load from {server}", ""] + _load_table(shaped)
         if directory is not None:
             charts += _charts(rows, model, directory)
@@ -704,10 +751,11 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
     save(fig, "payload")
 
     for size in _load_payloads(rows, model):
-        load = _load_rows(rows, model, size, "load", "load_asyncio", "load_native")
+        load = _load_rows(rows, model, size, "load", "load_asyncio", "load_engine", "load_native")
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
         shapes = {"load": (PLACEMENTS, dict(marker="o"), ""),
                   "load_asyncio": (ASYNCIO_PLACEMENTS, dict(marker="s", linestyle=":"), " (asyncio)"),
+                  "load_engine": (ENGINE_PLACEMENTS, dict(marker="^", linestyle="-."), " (step loop)"),
                   "load_native": (NATIVE_PLACEMENTS, dict(marker="x", linestyle="--"), " (C++)")}
         for case, p in [(case, p) for case, (places, _, _) in shapes.items() for p in places]:
             pts = [(r["metrics"]["throughput_rps"], r["metrics"]["latency_us"]["p99"],
