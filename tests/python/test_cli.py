@@ -100,6 +100,10 @@ def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
         f"{m}-{c}.png" for m in ("gpt2", "bert-base-uncased") for c in ("stages", "payload", "load-8KB"))
     meta = json.loads((out / "meta.json").read_text())
     assert meta["consumer_cores"] and meta["agent_cores"]
+    # The rates are fractions of the host's capacity, timed before the load test, up to saturation.
+    for x in load:
+        share = x["params"]["offered_rps"] / meta["host_capacity_rps"][x["params"]["model"]]["8192"]
+        assert min(abs(share - f) for f in (0.25, 0.5, 1.0)) < 1e-9, share
     assert meta["embed_device"] == "cpu (numpy)" or meta["embed_device"].startswith("cuda (torch")
     # The report is rebuilt from the directory alone.
     (out / "report.md").unlink()
