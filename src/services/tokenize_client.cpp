@@ -123,16 +123,21 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
       std::lock_guard lock(mu);
       unbind.swap(emptied);
     }
-    for (auto& slab : unbind) {
+    for (auto it = unbind.begin(); it != unbind.end(); ++it) {
       wire::Writer w;
       w.put(wire::kUnbind);
-      w.put(slab->handle);
+      w.put((*it)->handle);
       // The agent writes into a slab only for a reservation: none is left, so
       // the memory can go before the answer comes.
-      Status st = conn.submit(kService, Buffer::copy_of(w.bytes), deadline, [handle = slab->handle](Result<Buffer> answer) {
+      Status st = conn.submit(kService, Buffer::copy_of(w.bytes), deadline, [handle = (*it)->handle](Result<Buffer> answer) {
         if (!answer.ok()) OB_LOG_WARN("unbinding output %u: %s", handle, answer.status().to_string().c_str());
       });
-      if (!st.ok()) OB_LOG_WARN("unbinding output %u: %s", slab->handle, st.to_string().c_str());
+      if (st.code() == Code::kAgain) {  // the agent's window is full: the next reserve() tries again
+        std::lock_guard lock(mu);
+        emptied.insert(emptied.end(), std::make_move_iterator(it), std::make_move_iterator(unbind.end()));
+        return;
+      }
+      if (!st.ok()) OB_LOG_WARN("unbinding output %u: %s", (*it)->handle, st.to_string().c_str());
     }
   }
 

@@ -4,11 +4,37 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "outboard/agent.h"
 
 namespace outboard::testing {
+
+// A service that answers only when told to (a stand-in for slow work); its
+// requests hold the agent's window until then.
+class Holder final : public Service {
+ public:
+  std::string name() const override { return "holder"; }
+  void handle(ServiceRequest r) override {
+    std::lock_guard lock(mu_);
+    held_.push_back(std::move(r.responder));
+  }
+  size_t held() {
+    std::lock_guard lock(mu_);
+    return held_.size();
+  }
+  void answer_all(std::span<const uint8_t> reply) {
+    std::lock_guard lock(mu_);
+    for (Responder& r : held_) r.respond(Buffer::copy_of(reply));
+    held_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Responder> held_;
+};
 
 class AgentFixture : public ::testing::Test {
  protected:

@@ -229,18 +229,10 @@ TEST_F(ConnectionTest, OnlyServicesThatNeverBlockRunInsideUcxCallbacks) {
   }
 }
 
-// A service that answers only when told to (a stand-in for slow work).
-class Holder final : public Service {
- public:
-  std::string name() const override { return "holder"; }
-  void handle(ServiceRequest r) override { held.push_back(std::move(r.responder)); }
-  std::vector<Responder> held;
-};
-
 TEST_F(ConnectionTest, RequestDeadlineExpiresAndLateAnswerIsDropped) {
   stop_agent();
-  auto sink = std::make_unique<Holder>();
-  Holder* s = sink.get();
+  auto sink = std::make_unique<testing::Holder>();
+  testing::Holder* s = sink.get();
   start_agent({}, std::move(sink));
   auto c = connect();
   ASSERT_TRUE(c);
@@ -251,14 +243,14 @@ TEST_F(ConnectionTest, RequestDeadlineExpiresAndLateAnswerIsDropped) {
   EXPECT_GE(waited, std::chrono::milliseconds(200));
   EXPECT_LT(waited, std::chrono::milliseconds(1500));
   ASSERT_TRUE(c->request("echo", bytes("probe"), soon()).ok());  // the agent thread has seen the request
-  ASSERT_EQ(s->held.size(), 1u);
-  s->held[0].respond(Buffer::copy_of(bytes("late")));
+  ASSERT_EQ(s->held(), 1u);
+  s->answer_all(bytes("late"));
   EXPECT_TRUE(c->request("echo", bytes("still"), soon()).ok());
 }
 
 TEST_F(ConnectionTest, ShutdownFailsInFlightRequestsWithShutDown) {
   stop_agent();
-  start_agent({}, std::make_unique<Holder>());
+  start_agent({}, std::make_unique<testing::Holder>());
   auto c = connect();
   ASSERT_TRUE(c);
   Status answer;

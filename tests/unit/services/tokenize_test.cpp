@@ -196,6 +196,50 @@ TEST_P(TokenizeServiceTest, ASlabAddedForAPeakIsUnboundOnceEmpty) {
   EXPECT_EQ(truncated.status().code(), Code::kInvalidArgument) << truncated.status().to_string();
 }
 
+TEST_P(TokenizeServiceTest, AnUnbindThatFindsTheAgentsWindowFullIsSentWithALaterBatch) {
+  remote_.reset();
+  conn_.reset();
+  stop_agent();
+  AgentConfig config;
+  config.tokenize_threads = GetParam();
+  config.max_text_bytes = 64;
+  config.channel.recv_window_msgs = 2;
+  auto holder = std::make_unique<testing::Holder>();
+  testing::Holder* held = holder.get();
+  start_agent(config, std::move(holder));
+  conn_ = connect();
+  ASSERT_TRUE(conn_);
+  auto remote = RemoteTokenizer::open(*conn_, vocab_.string(), Deadline::after_ms(5000), /*pool_ids=*/64);
+  ASSERT_TRUE(remote.ok()) << remote.status().to_string();
+  remote_ = std::move(remote).value();
+  const uint64_t first = remote_->registered_bytes();
+  std::string long_text;
+  while (long_text.size() + 6 <= 60) long_text += "hello ";
+  const std::vector<std::string_view> peak = {long_text, long_text, long_text};
+  ASSERT_TRUE(remote_->encode_batch(peak, {}, Deadline::after_ms(5000)).ok());  // a slab added, now empty
+  // Two held requests fill the agent's window: the next batch finds no credit, for its unbind either.
+  int answered = 0;
+  for (int i = 0; i < 2; ++i)
+    ASSERT_TRUE(conn_->submit("holder", Buffer(), Deadline::after_ms(5000), [&](Result<Buffer> r) {
+                     EXPECT_TRUE(r.ok()) << r.status().to_string();
+                     ++answered;
+                   }).ok());
+  ASSERT_TRUE(conn_->wait_until(Deadline::after_ms(5000), [&] { return held->held() == 2; }));
+  const std::vector<std::string_view> small = {"the cat"};
+  auto refused = remote_->submit(small, {}, Deadline::after_ms(5000), [](Result<EncodedBatch>) { ADD_FAILURE(); },
+                                 Connection::Credit::kFail);
+  EXPECT_EQ(refused.code(), Code::kAgain) << refused.to_string();
+  EXPECT_GT(remote_->registered_bytes(), first) << "the slab is kept until the agent is told";
+  held->answer_all(bytes("done"));
+  ASSERT_TRUE(conn_->wait_until(Deadline::after_ms(5000), [&] { return answered == 2; }));
+  auto after = remote_->encode_batch(small, {}, Deadline::after_ms(5000));
+  ASSERT_TRUE(after.ok()) << after.status().to_string();
+  EXPECT_EQ(text_ids(after.value(), 0), local_ids("the cat"));
+  EXPECT_EQ(remote_->registered_bytes(), first);
+  const uint8_t unbind[] = {'U', 1, 0, 0, 0};  // the agent forgot the slab
+  EXPECT_EQ(conn_->request("tokenize", unbind, Deadline::after_ms(2000)).status().code(), Code::kNotFound);
+}
+
 TEST_P(TokenizeServiceTest, IdsLandInTheCallersMemoryWhichIsHeldWhileABatchViewsIt) {
   auto memory = std::make_shared<std::vector<int32_t>>(32, -1);
   std::weak_ptr<std::vector<int32_t>> alive = memory;
