@@ -43,6 +43,17 @@ def _batch() -> tuple[np.ndarray, np.ndarray]:
     return ids, np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint64)
 
 
+def test_payloads_are_distinct_windows_until_the_corpus_has_no_fresh_offset() -> None:
+    import string
+
+    pool = bench.Payloads(string.ascii_letters)  # 52 distinct characters: 44 windows of 8
+    windows = [pool.take(8) for _ in range(44)]
+    assert len(set(windows)) == 44 and all(len(w) == 8 and w in string.ascii_letters for w in windows)
+    assert len(pool.take(4)) == 4  # another size has offsets of its own
+    with pytest.raises(outboard.errors.BadConfig, match="payloads of 8 B: all 44 offsets"):
+        pool.take(8)
+
+
 def test_numpy_lookup_adds_each_ids_position_in_its_own_text() -> None:
     e = bench.Embedder(VOCAB)
     ids, offsets = _batch()

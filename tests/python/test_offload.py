@@ -567,6 +567,7 @@ def test_queued_batches_give_the_in_process_ids_and_per_text_errors_in_every_pla
         assert {b.placement for b in finished.values()} <= ({placement} if placement != "auto" else {"host", "agent"})
         if placement == "auto":
             assert tok.policy._in_flight == {"host": 0, "agent": 0}
+        assert tok._collector is None  # the polls finished the agent's batches: no thread was started
         tok.close()
 
 

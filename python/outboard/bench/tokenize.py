@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import os
 import random
 import resource
@@ -42,6 +43,8 @@ ASYNCIO_PLACEMENTS = ("host", "agent")  # and from an asyncio server
 ENGINE_PLACEMENTS = PLACEMENTS  # and from an engine's step loop (a BatchQueue routes auto's batches too)
 #: Share of each rate's schedule that the load generator's own cost per arrival is measured on.
 FLOOR_SHARE = 0.3
+#: Most requests one load-test cell sends: the highest rates run shorter than the others.
+MAX_LOAD_REQUESTS = 20_000
 #: Requests timed back to back on the host to find its capacity, which the load test's rates are fractions of.
 CALIBRATION_REQUESTS = 100
 #: The step of the engine-shaped load: it takes finished batches (and puts arrived ones) once a step.
@@ -70,21 +73,31 @@ def _cpu_s() -> float:
 
 
 class Payloads:
-    """Distinct texts of about ``size`` bytes: windows at fresh offsets of a mixed corpus."""
+    """Distinct texts of about ``size`` bytes: windows at fresh offsets of a mixed corpus, in an
+    order that a seeded stride scatters over it. Each size has every offset once; a run that needs
+    more fails naming the sizes (looking for a fresh random offset slowed to a halt near the end)."""
 
     def __init__(self, text: str, seed: int = 1) -> None:
         self.text = text
         self.rng = random.Random(seed)
-        self.used: set[tuple[int, int]] = set()
+        self.walks: dict[int, list[int]] = {}  # size -> [first offset, stride, windows taken]
 
     def take(self, size: int) -> str:
-        while True:
-            start = self.rng.randrange(0, max(1, len(self.text) - size))
-            if (start, size) not in self.used:
-                self.used.add((start, size))
-                piece = self.text[start:start + size]
-                # Characters may be several bytes: trim to the byte budget.
-                return piece.encode()[:size].decode(errors="ignore")
+        span = max(1, len(self.text) - size)
+        walk = self.walks.get(size)
+        if walk is None:
+            stride = self.rng.randrange(span // 3, span) | 1
+            while math.gcd(stride, span) != 1:  # every offset once before any repeats
+                stride += 2
+            walk = self.walks[size] = [self.rng.randrange(span), stride, 0]
+        first, stride, taken = walk
+        if taken >= span:
+            raise BadConfig(f"payloads of {size} B: all {span} offsets of the {len(self.text)}-character corpus "
+                            "are taken; a larger corpus is needed for this many requests")
+        walk[2] += 1
+        start = (first + taken * stride) % span
+        # Characters may be several bytes: trim to the byte budget.
+        return self.text[start:start + size].encode()[:size].decode(errors="ignore")
 
 
 def random_words(size: int, rng: random.Random) -> str:
@@ -290,7 +303,7 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
         params = {"model": model, "payload_bytes": payload, "offered_rps": rate, "host_threads": SUBMIT_THREADS}
         rng = random.Random(int(rate * 1000))
         arrivals, t = [], 0.0
-        while t < seconds:
+        while t < min(seconds, MAX_LOAD_REQUESTS / rate):
             t += rng.expovariate(rate)
             arrivals.append(t)
         floor_arrivals = arrivals[:max(1, int(len(arrivals) * FLOOR_SHARE))]
