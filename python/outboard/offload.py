@@ -17,6 +17,7 @@ too long, no room in the output buffer) fails alone.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import math
 import os
@@ -589,7 +590,9 @@ class _LoopCompletions:
         self.fd = connection.event_fd
         self.completions = _core.Completions(connection)
         self.futures: dict[int, asyncio.Future[Batch]] = {}
-        self.credit: list[tuple[float, asyncio.Future[bool]]] = []  # (deadline, waiter): no window left
+        #: Batches waiting for credit, in line: (deadline, waiter). One at a time retries (waking all
+        #: at each answer cost O(waiting) failed sends per answer: 2.8x the host's CPU in overload).
+        self.credit: collections.deque[tuple[float, asyncio.Future[bool]]] = collections.deque()
         self.next_token = 0
         self.watch: asyncio.TimerHandle | None = None
         self.waits_for_credit = 0  # times a batch found the agent's window full
@@ -597,20 +600,25 @@ class _LoopCompletions:
     async def encode(self, tok: OffloadTokenizer, texts: list[Text], args: dict[str, Any]) -> Batch:
         deadline = time.monotonic() + tok.timeout
         token, self.next_token = self.next_token, self.next_token + 1
+        waited = False
         while True:
             try:
                 tok._send(self.completions, token, texts, args, max(deadline - time.monotonic(), 0.0),
                           wait_credit=False)
                 break
             except Again:
-                # The agent's window is full: credit comes back with its next answers.
+                # The agent's window is full: credit comes back with its next answers. A batch
+                # that tried again in vain keeps its place at the head of the line.
                 self.waits_for_credit += 1
                 waiter: asyncio.Future[bool] = self.loop.create_future()
-                self.credit.append((deadline, waiter))
+                (self.credit.appendleft if waited else self.credit.append)((deadline, waiter))
                 self._watch()
                 if not await waiter:
                     raise TimedOut(f"batch of {len(texts)} texts: no credit from the agent within the timeout of "
                                    f"{tok.timeout:g} s (its window stayed full of batches)") from None
+                waited = True
+        if waited:
+            self._next_for_credit()  # there may be credit for the next in line too
         future: asyncio.Future[Batch] = self.loop.create_future()
         self.futures[token] = future
         self._watch()
@@ -629,6 +637,11 @@ class _LoopCompletions:
         # Request deadlines and the agent's liveness are checked every 16th round of progress.
         for _ in range(16):
             self.connection.progress()
+        now, waiting = time.monotonic(), self.credit
+        self.credit = collections.deque(w for w in waiting if w[0] > now and not w[1].done())
+        for deadline, waiter in waiting:
+            if deadline <= now and not waiter.done():
+                waiter.set_result(False)
         self.watch = self.loop.call_later(LOOP_WATCH_S, self._tick)
         self._ready()
 
@@ -650,11 +663,15 @@ class _LoopCompletions:
                 break
         else:
             self.loop.call_soon(self._ready)
-        # What came in may have returned credit: the batches waiting for some try again.
-        now, waiting, self.credit = time.monotonic(), self.credit, []
-        for deadline, waiter in waiting:
+        self._next_for_credit()  # what came in may have returned credit
+
+    def _next_for_credit(self) -> None:
+        """Wakes the first batch in line for credit (cancelled ones leave the line)."""
+        while self.credit:
+            deadline, waiter = self.credit.popleft()
             if not waiter.done():
-                waiter.set_result(now < deadline)
+                waiter.set_result(time.monotonic() < deadline)
+                return
 
     def _fail_all(self, error: Error) -> None:
         for future in [*self.futures.values(), *(waiter for _, waiter in self.credit)]:

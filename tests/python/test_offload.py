@@ -425,6 +425,8 @@ def test_async_batches_wait_for_credit_without_blocking_the_loop(start_agent, lo
 
         batches, waits = asyncio.run(main())
         assert waits > 0  # submits found the window full and awaited credit instead of blocking
+        # One batch at a time tries again, not every waiting one at every answer (that was quadratic).
+        assert waits <= 3 * len(texts), waits
         for t, b in zip(texts, batches):
             assert np.array_equal(b[0], local.encode(t))
         tok.close()
