@@ -26,9 +26,12 @@ class Holder final : public Service {
     return held_.size();
   }
   void answer_all(std::span<const uint8_t> reply) {
-    std::lock_guard lock(mu_);
-    for (Responder& r : held_) r.respond(Buffer::copy_of(reply));
-    held_.clear();
+    std::vector<Responder> answer;
+    {
+      std::lock_guard lock(mu_);  // not held while responding: handle() runs under the channel's lock
+      answer.swap(held_);
+    }
+    for (Responder& r : answer) r.respond(Buffer::copy_of(reply));
   }
 
  private:
