@@ -54,6 +54,8 @@ COLLECT_WAIT_S = 0.2
 LOOP_WATCH_S = 0.05
 #: Longest a BatchQueue.poll() that waits blocks on the agent alone while host batches are out too.
 POLL_SLICE_S = 0.001
+#: Most rounds of progress one BatchQueue.poll() makes: then the caller's loop goes on.
+POLL_ROUNDS = 256
 #: Errors after which the agent is presumed gone: auto stops routing to it.
 _AGENT_DOWN = (ConnectionReset, NotConnected, ShutDown, TimedOut)
 
@@ -527,7 +529,12 @@ class BatchQueue:
         if wait > 0:
             answers = self._completions.collect(wait)
         else:
-            self._connection.progress()
+            # Until idle: a round takes at most 16 frames from a ring, and while rings carry the
+            # traffic it progresses UCX only every 4th round.
+            rounds = idle = 0
+            while idle < 4 and rounds < POLL_ROUNDS:
+                idle = idle + 1 if self._connection.progress() == 0 else 0
+                rounds += 1
             answers = self._completions.take()
         finished: list[tuple[int, Batch | BaseException]] = []
         policy = self._tok.policy if self._tok.placement == "auto" else None
