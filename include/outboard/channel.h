@@ -138,6 +138,9 @@ class Connection {
   // ---- progress and waiting
   /// Drives the connection (and the process's worker); events handled.
   unsigned progress();
+  /// progress() until nothing is left to handle (rings and UCX both found
+  /// empty), or `max_rounds` rounds: for a loop that polls now and then.
+  unsigned progress_until_idle(unsigned max_rounds);
   /// Readable when progress() may have work (for epoll loops): call arm()
   /// first; kAgain from arm() means work is pending, so progress() instead.
   [[nodiscard]] int event_fd() const;

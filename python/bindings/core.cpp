@@ -255,6 +255,8 @@ NB_MODULE(_core, m) {
            },
            "timeout"_a)
       .def("progress", &Connection::progress, nb::call_guard<nb::gil_scoped_release>())
+      .def("progress_until_idle", &Connection::progress_until_idle, "max_rounds"_a,
+           nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("event_fd", &Connection::event_fd)
       .def("arm",
            [](Connection& c) {

@@ -529,12 +529,8 @@ class BatchQueue:
         if wait > 0:
             answers = self._completions.collect(wait)
         else:
-            # Until idle: a round takes at most 16 frames from a ring, and while rings carry the
-            # traffic it progresses UCX only every 4th round.
-            rounds = idle = 0
-            while idle < 4 and rounds < POLL_ROUNDS:
-                idle = idle + 1 if self._connection.progress() == 0 else 0
-                rounds += 1
+            # One round takes only some of what came in: a loop polling now and then falls behind.
+            self._connection.progress_until_idle(POLL_ROUNDS)
             answers = self._completions.take()
         finished: list[tuple[int, Batch | BaseException]] = []
         policy = self._tok.policy if self._tok.placement == "auto" else None

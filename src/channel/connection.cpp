@@ -654,6 +654,11 @@ unsigned Connection::progress() {
   return impl_->hub->progress();
 }
 
+unsigned Connection::progress_until_idle(unsigned max_rounds) {
+  Lock lock(impl_->hub->mutex());
+  return impl_->hub->progress_until_idle(max_rounds);
+}
+
 int Connection::event_fd() const { return impl_->hub->event_fd(); }
 
 Status Connection::arm() {

@@ -20,6 +20,7 @@ constexpr uint64_t kTickIntervalNs = 1'000'000;  // request-deadline resolution
 constexpr uint64_t kControlIntervalNs = 50'000;  // bootstrap/liveness polling while busy
 constexpr int kMaxSleepMs = 10;                  // bounds a missed wake-up
 constexpr unsigned kRingFramesPerRound = 16;     // per ring: one busy peer does not starve the others
+constexpr unsigned kUcxRoundsWhileRingsBusy = 4;  // UCX is progressed every this many rounds then
 
 Result<std::shared_ptr<Hub>> Hub::get(const ChannelConfig& config) {
   static std::mutex mu;
@@ -217,11 +218,11 @@ unsigned Hub::progress() {
   if (rings_asleep_) wake_rings();
   unsigned n = poll_rings();
   // While rings carry the traffic, UCX (~20 ns a round when idle) only every
-  // 4th round: a shorter round sees the next ring frame sooner, and nothing
-  // through UCX waits more than 4 rounds. A frame through UCX makes it every
-  // round again.
+  // kUcxRoundsWhileRingsBusy rounds: a shorter round sees the next ring frame
+  // sooner, and nothing through UCX waits longer. A frame through UCX makes it
+  // every round again.
   if (n != 0) ucx_every_round_ = false;
-  if (ucx_every_round_ || (polls_ & 3) == 0) {
+  if (ucx_every_round_ || polls_ % kUcxRoundsWhileRingsBusy == 0) {
     const unsigned from_ucx = worker_->progress();
     if (from_ucx != 0) ucx_every_round_ = true;
     n += from_ucx;
@@ -252,6 +253,16 @@ unsigned Hub::progress() {
     for (auto& [id, c] : conns_)
       if (!c->deadlines.empty()) live.push_back(c->shared_from_this());
     for (auto& c : live) c->tick(t);
+  }
+  return n;
+}
+
+unsigned Hub::progress_until_idle(unsigned max_rounds) {
+  unsigned n = 0;
+  for (unsigned round = 0, idle = 0; round < max_rounds && idle < kUcxRoundsWhileRingsBusy; ++round) {
+    const unsigned got = progress();
+    n += got;
+    idle = got == 0 ? idle + 1 : 0;
   }
   return n;
 }

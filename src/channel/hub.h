@@ -70,6 +70,9 @@ class Hub {
 
   /// Worker progress, deferred work, pollers, request-deadline checks. Lock held.
   unsigned progress();
+  /// progress() until a stretch of rounds long enough to include UCX finds
+  /// nothing, or `max_rounds`. Lock held.
+  unsigned progress_until_idle(unsigned max_rounds);
   /// True while UCX runs our handler of an incoming frame, where nothing
   /// may block or progress. Lock held.
   [[nodiscard]] bool in_ucx_callback() const { return in_ucx_; }

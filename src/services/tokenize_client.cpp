@@ -124,12 +124,13 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
       unbind.swap(emptied);
     }
     for (auto it = unbind.begin(); it != unbind.end(); ++it) {
+      const auto handle = (*it)->handle;
       wire::Writer w;
       w.put(wire::kUnbind);
-      w.put((*it)->handle);
+      w.put(handle);
       // The agent writes into a slab only for a reservation: none is left, so
       // the memory can go before the answer comes.
-      Status st = conn.submit(kService, Buffer::copy_of(w.bytes), deadline, [handle = (*it)->handle](Result<Buffer> answer) {
+      Status st = conn.submit(kService, Buffer::copy_of(w.bytes), deadline, [handle](Result<Buffer> answer) {
         if (!answer.ok()) OB_LOG_WARN("unbinding output %u: %s", handle, answer.status().to_string().c_str());
       });
       if (st.code() == Code::kAgain) {  // the agent's window is full: the next reserve() tries again
@@ -137,7 +138,7 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
         emptied.insert(emptied.end(), std::make_move_iterator(it), std::make_move_iterator(unbind.end()));
         return;
       }
-      if (!st.ok()) OB_LOG_WARN("unbinding output %u: %s", (*it)->handle, st.to_string().c_str());
+      if (!st.ok()) OB_LOG_WARN("unbinding output %u: %s", handle, st.to_string().c_str());
     }
   }
 
