@@ -41,6 +41,13 @@ struct WordPieceOptions {
   bool handle_chinese_chars = true;
 };
 
+/// The kinds of vocabulary file the loaders read.
+enum class VocabFormat : uint8_t {
+  kTiktoken = 1,        ///< base64 token, rank per line (GPT-2 pre-tokenizer)
+  kTokenizerJson = 2,   ///< an HF tokenizer.json
+  kWordPieceVocab = 3,  ///< a BERT vocab.txt (uncased)
+};
+
 /// Immutable once built; thread mode: multi (encode from any number of threads).
 class Tokenizer {
  public:
@@ -56,6 +63,9 @@ class Tokenizer {
   /// BPE with ByteLevel. Its padding and truncation are read and reported
   /// (config_report()), never applied.
   static Result<Tokenizer> from_tokenizer_json(const std::string& path);
+  /// A vocabulary file's contents (one a client uploaded to an agent, say),
+  /// read as the loaders above read a file; `label` names it in errors.
+  static Result<Tokenizer> from_contents(VocabFormat format, std::string_view contents, const std::string& label);
 
   /// Appends the ids of `text` to `out`. On error `out` is unchanged.
   [[nodiscard]] Status encode(std::string_view text, std::vector<int32_t>& out,

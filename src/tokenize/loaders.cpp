@@ -60,11 +60,11 @@ bool base64_decode(std::string_view in, std::string& out) {
 Status finish_specials(tokenize::Gpt2Bpe& m, std::vector<std::pair<std::string, int32_t>> specials,
                        const std::string& path) {
   for (auto& [text, id] : specials) {
-    if (text.empty()) return {Code::kInvalidArgument, "empty special token for '" + path + "'"};
+    if (text.empty()) return {Code::kInvalidArgument, "empty special token for " + path};
     if (id < 0) id = static_cast<int32_t>(m.vocab.max_id() + 1);
     if (!m.vocab.bytes_of(id).empty())
       return {Code::kInvalidArgument, "special token '" + text + "' reuses id " + std::to_string(id) +
-                                          " of an ordinary token in '" + path + "'"};
+                                          " of an ordinary token in " + path};
     m.specials.emplace_back(text, id);
   }
   return {};
@@ -102,17 +102,20 @@ bool unicode_to_bytes(const std::string& key, const std::unordered_map<char32_t,
 
 }  // namespace
 
-Result<Tokenizer> Tokenizer::from_tiktoken(const std::string& path,
-                                           std::vector<std::pair<std::string, int32_t>> specials) {
-  OB_ASSIGN_OR_RETURN(std::string text, read_file(path));
+namespace {
+
+// `src` names the vocabulary in errors: "'path'" or an uploaded one's name.
+Result<Tokenizer> parse_tiktoken(std::string_view text, const std::string& src,
+                                 std::vector<std::pair<std::string, int32_t>> specials) {
+  const std::string& path = src;
   auto model = std::make_shared<tokenize::Gpt2Bpe>();
-  std::istringstream lines(text);
+  std::istringstream lines{std::string(text)};
   std::string line, token;
   size_t number = 0;
   while (std::getline(lines, line)) {
     ++number;
     if (line.empty()) continue;
-    auto where = [&] { return "'" + path + "' line " + std::to_string(number); };
+    auto where = [&] { return path + " line " + std::to_string(number); };
     auto space = line.find(' ');
     if (space == std::string::npos || !base64_decode(std::string_view(line).substr(0, space), token))
       return Status(Code::kInvalidArgument, where() + ": expected '<base64 token> <rank>'");
@@ -124,12 +127,20 @@ Result<Tokenizer> Tokenizer::from_tiktoken(const std::string& path,
     if (!st.ok()) return st.with_context(where());
   }
   if (model->vocab.size() < 256)
-    return Status(Code::kInvalidArgument, "'" + path + "' has " + std::to_string(model->vocab.size()) +
+    return Status(Code::kInvalidArgument, path + " has " + std::to_string(model->vocab.size()) +
                                               " tokens; a byte-level vocabulary needs at least the 256 bytes");
-  OB_RETURN_IF_ERROR(model->vocab.finalize().with_context("'" + path + "'"));
+  OB_RETURN_IF_ERROR(model->vocab.finalize().with_context(path));
   if (specials.empty()) specials.emplace_back("<|endoftext|>", -1);
   OB_RETURN_IF_ERROR(finish_specials(*model, std::move(specials), path));
   return Tokenizer(std::move(model));
+}
+
+}  // namespace
+
+Result<Tokenizer> Tokenizer::from_tiktoken(const std::string& path,
+                                           std::vector<std::pair<std::string, int32_t>> specials) {
+  OB_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return parse_tiktoken(text, "'" + path + "'", std::move(specials));
 }
 
 namespace {
@@ -186,11 +197,18 @@ Result<std::shared_ptr<tokenize::Gpt2Bpe>> build_bpe(const nlohmann::json& vocab
   return model;
 }
 
+// `src` names the document in errors; a syntax error names its position.
+Result<nlohmann::json> parse_json(std::string_view text, const std::string& src) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return Status(Code::kInvalidArgument, src + " is not valid JSON: " + e.what());
+  }
+}
+
 Result<nlohmann::json> read_json(const std::string& path) {
   OB_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
-  if (doc.is_discarded()) return Status(Code::kInvalidArgument, "'" + path + "' is not valid JSON");
-  return doc;
+  return parse_json(text, "'" + path + "'");
 }
 
 }  // namespace
@@ -242,46 +260,65 @@ void bert_specials(tokenize::BertWordPiece& m, const std::vector<std::string>& n
 
 }  // namespace
 
-Result<Tokenizer> Tokenizer::bert_wordpiece(const std::string& vocab_txt, const WordPieceOptions& options) {
-  OB_ASSIGN_OR_RETURN(std::string text, read_file(vocab_txt));
+namespace {
+
+Result<Tokenizer> parse_wordpiece_vocab(std::string_view text, const std::string& src, const WordPieceOptions& options) {
   std::vector<std::string> vocab;
-  std::istringstream lines(text);
+  std::istringstream lines{std::string(text)};
   std::string line;
   while (std::getline(lines, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     vocab.push_back(line);
   }
-  if (vocab.empty()) return Status(Code::kInvalidArgument, "'" + vocab_txt + "' holds no tokens");
+  if (vocab.empty()) return Status(Code::kInvalidArgument, src + " holds no tokens");
   tokenize::BertOptions o;
   o.lowercase = options.lowercase;
   o.strip_accents = options.strip_accents < 0 ? options.lowercase : options.strip_accents != 0;
   o.clean_text = options.clean_text;
   o.handle_chinese_chars = options.handle_chinese_chars;
-  OB_ASSIGN_OR_RETURN(auto model, make_wordpiece(std::move(vocab), o, "'" + vocab_txt + "'"));
+  OB_ASSIGN_OR_RETURN(auto model, make_wordpiece(std::move(vocab), o, src));
   bert_specials(*model, {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"});
   return Tokenizer(std::move(model));
 }
 
-namespace {
-Result<Tokenizer> tokenizer_json(const std::string& path);
+Result<Tokenizer> tokenizer_json(std::string_view text, const std::string& src);
+
+// nlohmann throws on a value of an unexpected type deep in the document;
+// the error stops here, as a Status naming the vocabulary.
+Result<Tokenizer> parse_tokenizer_json(std::string_view text, const std::string& src) {
+  try {
+    return tokenizer_json(text, src);
+  } catch (const nlohmann::json::exception& e) {
+    return Status(Code::kInvalidArgument, src + " is a malformed tokenizer.json: " + e.what());
+  }
+}
+
 }  // namespace
 
+Result<Tokenizer> Tokenizer::bert_wordpiece(const std::string& vocab_txt, const WordPieceOptions& options) {
+  OB_ASSIGN_OR_RETURN(std::string text, read_file(vocab_txt));
+  return parse_wordpiece_vocab(text, "'" + vocab_txt + "'", options);
+}
+
 Result<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& path) {
-  // nlohmann throws on a value of an unexpected type deep in the document;
-  // the error stops here, as a Status naming the file.
-  try {
-    return tokenizer_json(path);
-  } catch (const nlohmann::json::exception& e) {
-    return Status(Code::kInvalidArgument, "'" + path + "' is a malformed tokenizer.json: " + e.what());
+  OB_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return parse_tokenizer_json(text, "'" + path + "'");
+}
+
+Result<Tokenizer> Tokenizer::from_contents(VocabFormat format, std::string_view contents, const std::string& label) {
+  switch (format) {
+    case VocabFormat::kTiktoken: return parse_tiktoken(contents, label, {});
+    case VocabFormat::kTokenizerJson: return parse_tokenizer_json(contents, label);
+    case VocabFormat::kWordPieceVocab: return parse_wordpiece_vocab(contents, label, {});
   }
+  return Status(Code::kInvalidArgument, label + ": unknown vocabulary format " + std::to_string(static_cast<int>(format)));
 }
 
 namespace {
 
-Result<Tokenizer> tokenizer_json(const std::string& path) {
+Result<Tokenizer> tokenizer_json(std::string_view text, const std::string& src) {
   using Model = Tokenizer::Model;
-  OB_ASSIGN_OR_RETURN(nlohmann::json doc, read_json(path));
-  const std::string src = "'" + path + "'";
+  OB_ASSIGN_OR_RETURN(nlohmann::json doc, parse_json(text, src));
   if (!doc.is_object() || !doc.contains("model") || !doc["model"].is_object())
     return Status(Code::kInvalidArgument, src + " has no \"model\" object");
   const nlohmann::json& model = doc["model"];
