@@ -2,6 +2,8 @@
 // DPU's Arm cores as well as on a spare core of the host.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -30,6 +32,8 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, kHeapKeepBytes);
   mallopt(M_MMAP_THRESHOLD, kHeapMmapBytes);
 #endif
+  // A session process, started by the agent for the clients of one token.
+  if (argc == 3 && std::strcmp(argv[1], "--session-fd") == 0) return outboard::run_agent_session(std::atoi(argv[2]));
   auto options = outboard::agent_options();
   outboard::Status st = options.parse(argc, argv);
   if (options.help_requested()) {

@@ -16,8 +16,30 @@ namespace outboard {
 /// Most workers --tokenize-threads may ask for.
 inline constexpr uint32_t kMaxTokenizeThreads = 256;
 
+/// How clients are kept apart.
+enum class Isolation {
+  /// Each session (the clients of one token) runs in a process of its own,
+  /// started by the agent for it: a client's bytes can harm at most its own
+  /// session, and the agent's listening process never touches UCX.
+  kProcess,
+  /// Every client is served in the agent's own process (one UCX worker):
+  /// for embedding trusted services, and tests. A client that sends hostile
+  /// bytes may take the agent down with it.
+  kNone,
+};
+
 struct AgentConfig {
   std::string listen = "127.0.0.1:0";  ///< --listen host:port (port 0: any free port)
+  /// --remote-clients: allow a --listen wider than loopback. Clients are not
+  /// authenticated yet, so anyone who reaches the port can use the agent.
+  bool remote_clients = false;
+  Isolation isolation = Isolation::kProcess;  ///< --isolation process|none
+  uint32_t max_connections = 4096;           ///< --max-connections: served and in their handshake, agent-wide
+  uint32_t max_handshakes = 64;              ///< --max-handshakes: connections that have not sent their hello yet
+  int64_t handshake_timeout_ms = 5000;       ///< --handshake-timeout-ms: the time a client has to send its hello
+  /// The program a session process runs (`outboard-agent`); empty: this
+  /// process's own executable, which must then be outboard-agent.
+  std::string session_program;
   ChannelConfig channel;
   std::string cores;                   ///< --cores "0,2-3": pin the agent; empty: no pinning
   std::string address_file;            ///< --address-file: written once listening
@@ -27,6 +49,7 @@ struct AgentConfig {
   uint32_t tokenize_queue = 1024;         ///< --tokenize-queue: batches waiting for a worker
   uint32_t max_batch_texts = 4096;        ///< --max-batch-texts: texts per batch
   uint64_t max_text_bytes = 16ull << 20;  ///< --max-text-bytes: a longer text fails alone
+  uint64_t max_vocab_bytes = 64ull << 20; ///< --max-vocab-bytes: largest vocabulary a client uploads
   std::string vocab_dir;                  ///< --vocab-dir; empty: default_vocab_dir()
   // The graph service.
   uint32_t graph_threads = 0;               ///< --graph-threads: workers for engine nodes (0: the progress thread)
@@ -38,8 +61,9 @@ struct AgentConfig {
 /// else $XDG_CACHE_HOME/outboard, else ~/.cache/outboard.
 std::string default_vocab_dir();
 
-/// The agent's option table (shared by outboard-agent and tests).
-config::Options agent_options();
+/// The agent's option table (shared by outboard-agent and tests), with
+/// `defaults` as the defaults.
+config::Options agent_options(const AgentConfig& defaults = {});
 /// Reads AgentConfig from parsed options.
 Result<AgentConfig> agent_config_from(const config::Options& options);
 
@@ -47,20 +71,24 @@ Result<AgentConfig> agent_config_from(const config::Options& options);
 class Agent {
  public:
   /// Creates an agent with the built-in services (echo, stats, memory,
-  /// sink, tokenize, graph).
+  /// sink, tokenize, graph). kBadConfig for a --listen wider than loopback
+  /// without remote_clients.
   [[nodiscard]] static Result<std::unique_ptr<Agent>> create(const AgentConfig& config);
   ~Agent();
 
   /// Adds a service before start(); kInvalidArgument on a duplicate name.
+  /// Isolation::kNone only: a session process runs the built-in services
+  /// (kUnsupported otherwise).
   [[nodiscard]] Status add_service(std::unique_ptr<Service> service);
   /// Listens and writes the address file.
   [[nodiscard]] Status start();
   [[nodiscard]] const std::string& address() const;
   /// Serves until stop(); then fails in-flight requests with kShutDown and
-  /// closes every connection.
+  /// closes every connection (and ends every session process).
   [[nodiscard]] Status run();
-  void stop() { stop_.store(true, std::memory_order_relaxed); }
-  /// Counters as a JSON object (the `stats` service's answer).
+  /// Async-signal-safe.
+  void stop();
+  /// The listener's counters and the sessions, as a JSON object.
   [[nodiscard]] std::string stats_json();
 
  private:
@@ -68,6 +96,12 @@ class Agent {
   explicit Agent(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> stop_{false};
+  int wake_fd_ = -1;  // written by stop(): wakes the listener's loop
 };
+
+/// The main of a session process (`outboard-agent --session-fd N`): takes
+/// its setup and then its clients from the agent over `control_fd`, and
+/// serves them until the agent closes it. Returns the exit status.
+int run_agent_session(int control_fd);
 
 }  // namespace outboard

@@ -26,7 +26,9 @@ struct ChannelConfig {
   uint64_t recv_window_bytes = 128ull << 20; ///< --recv-window-bytes (raised to max_msg_size)
   uint32_t max_outstanding_requests = 4096;  ///< --max-outstanding-requests per connection
   int64_t connect_timeout_ms = 5000;         ///< --connect-timeout-ms
-  uint64_t keepalive_ms = 200;               ///< --keepalive-ms: UCX keepalive interval
+  /// --keepalive-ms: TCP keepalive of the bootstrap socket, whose end is the
+  /// peer's end (rounded up to whole seconds; a peer process that dies closes it at once).
+  uint64_t keepalive_ms = 200;
   uint32_t spin_us = 200;                    ///< --spin-us: busy-poll before sleeping on the event fd
   /// --map-peer-regions: reach a peer's region that UCX maps into this
   /// process (shared memory, one host) by CPU copies; false: through UCX.
@@ -35,6 +37,12 @@ struct ChannelConfig {
   /// memory writes small frames (up to ~240 B), and this side into the
   /// peer's; 0 on either side: every frame through UCX.
   uint32_t ring_slots = 64;
+  /// Which agent session a connection joins: connections that present the
+  /// same token share one session (one process of the agent's, trusting
+  /// each other); a session never serves two tokens. Empty: this process's
+  /// token ($OUTBOARD_SESSION_TOKEN, 64 hex digits, else random, made once
+  /// per process); "new": a session of its own; else 64 hex digits.
+  std::string session;
 };
 
 /// A one-way message or a write-with-notify completion delivered to receive().

@@ -44,6 +44,9 @@ class Options {
   [[nodiscard]] uint64_t size(std::string_view name) const;
   [[nodiscard]] bool flag(std::string_view name) const;
   [[nodiscard]] bool help_requested() const { return help_; }
+  /// Every option's value as a JSON object that apply_json() reads back
+  /// (sizes as text, so units stay exact). Leaves out --json.
+  [[nodiscard]] std::string to_json() const;
   [[nodiscard]] std::string usage() const;
 
  private:

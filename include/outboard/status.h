@@ -33,6 +33,8 @@ enum class Code : int8_t {
 
 /// Stable lowercase name of a code, e.g. "too big".
 std::string_view code_name(Code code);
+/// Whether `value` (from the wire) is one of the codes above.
+bool known_code(int value);
 
 class [[nodiscard]] Status {
  public:

@@ -72,8 +72,10 @@ struct OutputMemory {
 /// The connection must outlive it.
 class RemoteTokenizer {
  public:
-  /// Opens `name` ("gpt2", "bert-base-uncased", or a vocabulary path on the
-  /// agent's machine). `pool_ids`: id slots registered up front (more are
+  /// Opens `name`: "gpt2", "bert-base-uncased" or a file name in the
+  /// agent's vocabulary directory; or, when it holds a '/', a vocabulary file
+  /// of this machine (.tiktoken, tokenizer .json or vocab .txt), uploaded to
+  /// the agent. `pool_ids`: id slots registered up front (more are
   /// registered when a batch needs them).
   [[nodiscard]] static Result<std::unique_ptr<RemoteTokenizer>> open(Connection& connection, const std::string& name,
                                                                      Deadline deadline, uint64_t pool_ids = 1u << 22);

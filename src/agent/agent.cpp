@@ -1,40 +1,52 @@
 #include "outboard/agent.h"
 
+#include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <map>
-#include <unordered_map>
+#include <optional>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include "channel/hub.h"
+#include "agent/listener.h"
+#include "agent/process_sessions.h"
+#include "agent/session.h"
 #include "channel/ring.h"
-#include "channel/server.h"
 #include "outboard/affinity.h"
 #include "outboard/graph.h"
 #include "outboard/log.h"
-#include "services/builtin.h"
-#include "util/id_map.h"
+#include "util/poller.h"
 
 OB_LOG_MODULE("agent");
 
 namespace outboard {
 
-constexpr int64_t kShutdownFlushMs = 1000;  // bound on telling clients we stop
-
-config::Options agent_options() {
+config::Options agent_options(const AgentConfig& a) {
   using config::Type;
-  ChannelConfig c;
-  AgentConfig a;
+  const ChannelConfig& c = a.channel;
   return config::Options(
       "outboard-agent",
       {
-          {"listen", Type::kString, a.listen, "host:port to listen on (port 0: any free port)"},
-          {"cores", Type::kString, "", "cores to pin the agent to, e.g. \"2\" or \"2-3\""},
-          {"address-file", Type::kString, "", "write the listen address to this file when ready"},
+          {"listen", Type::kString, a.listen,
+           "host:port to listen on (port 0: any free port); wider than loopback only with --remote-clients"},
+          {"remote-clients", Type::kBool, a.remote_clients ? "true" : "false",
+           "allow a --listen wider than loopback: clients are not authenticated yet, so anyone who reaches the "
+           "port can use the agent"},
+          {"isolation", Type::kString, a.isolation == Isolation::kProcess ? "process" : "none",
+           "process: the clients of each session token in a process of their own (a client's bytes harm at most "
+           "its session); none: every client in the agent's process"},
+          {"max-connections", Type::kInt, std::to_string(a.max_connections),
+           "connections the agent serves at once, handshakes included"},
+          {"max-handshakes", Type::kInt, std::to_string(a.max_handshakes),
+           "connections that have not sent their hello yet"},
+          {"handshake-timeout-ms", Type::kInt, std::to_string(a.handshake_timeout_ms),
+           "time a new connection has to send its hello"},
+          {"cores", Type::kString, a.cores, "cores to pin the agent to, e.g. \"2\" or \"2-3\""},
+          {"address-file", Type::kString, a.address_file, "write the listen address to this file when ready"},
           {"max-msg-size", Type::kSize, std::to_string(c.max_msg_size), "largest message accepted"},
           {"recv-window-msgs", Type::kInt, std::to_string(c.recv_window_msgs),
            "messages a client may have in flight to the agent (credits)"},
@@ -42,7 +54,8 @@ config::Options agent_options() {
            "bytes a client may have in flight to the agent (raised to max-msg-size)"},
           {"max-outstanding-requests", Type::kInt, std::to_string(c.max_outstanding_requests),
            "requests the agent may have outstanding per connection"},
-          {"keepalive-ms", Type::kInt, std::to_string(c.keepalive_ms), "UCX keepalive interval"},
+          {"keepalive-ms", Type::kInt, std::to_string(c.keepalive_ms),
+           "TCP keepalive of each client's bootstrap socket (whole seconds; a client process that dies is seen at once)"},
           {"spin-us", Type::kInt, std::to_string(c.spin_us), "busy-poll time before sleeping on the event fd"},
           {"map-peer-regions", Type::kBool, c.map_peer_regions ? "true" : "false",
            "write and read a client's region on this host by CPU copies where UCX maps it here (else through UCX)"},
@@ -56,19 +69,27 @@ config::Options agent_options() {
           {"tokenize-queue", Type::kInt, std::to_string(a.tokenize_queue), "batches that may wait for a tokenize thread"},
           {"max-batch-texts", Type::kInt, std::to_string(a.max_batch_texts), "texts in one tokenize batch"},
           {"max-text-bytes", Type::kSize, std::to_string(a.max_text_bytes), "longest text the tokenize service takes"},
+          {"max-vocab-bytes", Type::kSize, std::to_string(a.max_vocab_bytes),
+           "largest vocabulary a client uploads (one the vocabulary directory lacks)"},
           {"graph-threads", Type::kInt, std::to_string(a.graph_threads),
            "workers running offloaded graphs' engine nodes (0: the progress thread runs them)"},
           {"graph-max-instances", Type::kInt, std::to_string(a.graph_max_instances),
            "graph instances a connection may hold"},
           {"graph-max-memory", Type::kSize, std::to_string(a.graph_max_memory),
            "agent memory a connection's graph instances may hold"},
-          {"vocab-dir", Type::kString, "", "vocabulary cache (default: $OUTBOARD_CACHE_DIR or ~/.cache/outboard)"},
+          {"vocab-dir", Type::kString, a.vocab_dir,
+           "vocabulary cache, the only place the tokenize service opens names in (default: $OUTBOARD_CACHE_DIR or "
+           "~/.cache/outboard)"},
       });
 }
 
 Result<AgentConfig> agent_config_from(const config::Options& o) {
   AgentConfig a;
   a.listen = o.str("listen");
+  a.remote_clients = o.flag("remote-clients");
+  if (o.str("isolation") == "process") a.isolation = Isolation::kProcess;
+  else if (o.str("isolation") == "none") a.isolation = Isolation::kNone;
+  else return Status(Code::kBadConfig, "option 'isolation' is '" + o.str("isolation") + "', expected process or none");
   a.cores = o.str("cores");
   a.address_file = o.str("address-file");
   a.channel.max_msg_size = o.size("max-msg-size");
@@ -91,6 +112,11 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t graph_threads, in_range("graph-threads", 0, graph::Executor::kMaxThreads));
   OB_ASSIGN_OR_RETURN(int64_t graph_instances, positive("graph-max-instances"));
   OB_ASSIGN_OR_RETURN(int64_t ring_slots, in_range("ring-slots", 0, channel::kMaxRingSlots));
+  OB_ASSIGN_OR_RETURN(int64_t max_connections, positive("max-connections"));
+  OB_ASSIGN_OR_RETURN(int64_t max_handshakes, positive("max-handshakes"));
+  OB_ASSIGN_OR_RETURN(a.handshake_timeout_ms, in_range("handshake-timeout-ms", 1, INT32_MAX));
+  a.max_connections = static_cast<uint32_t>(max_connections);
+  a.max_handshakes = static_cast<uint32_t>(max_handshakes);
   a.graph_threads = static_cast<uint32_t>(graph_threads);
   a.graph_max_instances = static_cast<uint32_t>(graph_instances);
   a.graph_max_memory = o.size("graph-max-memory");
@@ -98,6 +124,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.tokenize_queue = static_cast<uint32_t>(queue);
   a.max_batch_texts = static_cast<uint32_t>(batch);
   a.max_text_bytes = o.size("max-text-bytes");
+  a.max_vocab_bytes = o.size("max-vocab-bytes");
   a.vocab_dir = o.str("vocab-dir");
   a.channel.recv_window_msgs = static_cast<uint32_t>(window);
   a.channel.max_outstanding_requests = static_cast<uint32_t>(outstanding);
@@ -119,160 +146,179 @@ std::string default_vocab_dir() {
   return std::string(home ? home : ".") + "/.cache/outboard";
 }
 
-// Services post to the hub, which this keeps alive until they are gone.
-class HubHost final : public ServiceHost {
+
+namespace {
+
+constexpr int64_t kSessionsShutdownMs = 3000;  // a session's clients are told within 1 s; then it exits
+
+// Hands clients to the one session in this process (Isolation::kNone).
+class InProcessSessions final : public agent::SessionDispatch {
  public:
-  void post(std::function<void()> fn) override { hub->post(std::move(fn)); }
-  void add_poller(std::function<bool()> poll) override { hub->add_poller(std::move(poll)); }
-  std::shared_ptr<channel::Hub> hub;
+  explicit InProcessSessions(agent::Session& session) : session_(session) {}
+  void hand_off(net::Fd socket, const channel::Hello&, std::vector<uint8_t> hello,
+                const channel::PeerInfo& peer) override {
+    auto fd = std::make_shared<net::Fd>(std::move(socket));  // posted work must be copyable
+    session_.hub().post([this, fd, hello = std::move(hello), peer] { session_.adopt(std::move(*fd), hello, peer); });
+  }
+
+ private:
+  agent::Session& session_;
 };
+
+Result<std::string> own_executable() {
+  char path[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return Status(Code::kIoError, std::string("readlink /proc/self/exe: ") + std::strerror(errno));
+  return std::string(path, static_cast<size_t>(n));
+}
+
+}  // namespace
 
 struct Agent::Impl {
   AgentConfig config;
-  HubHost host;  // declared before services: outlives them
-  std::map<std::string, std::unique_ptr<Service>> services;
-  std::unique_ptr<channel::Server> server;
+  std::vector<std::unique_ptr<Service>> extra;  // Isolation::kNone
+  std::optional<net::Poller> poller;
+  std::unique_ptr<agent::SessionDispatch> dispatch;
+  std::unique_ptr<agent::Listener> listener;
+  std::unique_ptr<agent::Session> session;  // Isolation::kNone: the one, in this process
+  std::thread listener_thread;              // Isolation::kNone: the listener's loop
+  net::Fd wake;                             // eventfd in the poller, written by stop()
   std::string address;
   Clock::time_point started = Clock::now();
-
-  // Per message: by index, no name lookup; per client, its channel and one
-  // non-owning Connection, made on its first message and dropped when it
-  // leaves (copying these is cheaper than shared_from_this()'s lock).
-  std::vector<Service*> by_index;  // the order advertised in kWelcome
-  struct Client {
-    std::shared_ptr<Connection::Impl> channel;
-    std::shared_ptr<Connection> peer;
-  };
-  IdMap<Client> clients;  // no division per lookup, as unordered_map's
-
-  void dispatch(Connection::Impl& conn, const channel::FrameHeader& h, Buffer payload) {
-    Client& client = *clients.emplace(conn.local_id, {}).first;
-    if (!client.channel) {
-      client.channel = conn.shared_from_this();
-      client.peer = std::make_shared<Connection>(client.channel, /*owner=*/false);
-    }
-    const bool one_way = h.type != channel::FrameType::kRequest;
-    const uint64_t id = one_way ? h.seq : h.id;
-    if (h.service >= by_index.size())
-      return Responder(client.channel, id, one_way)
-          .fail({Code::kNotFound, "service index " + std::to_string(h.service) + " is not offered"});
-    // Each request is built in the argument itself: one built first and
-    // moved in is copied in 16 B moves, which stall on its fields' fresh
-    // stores (measured on the 64 B echo round trip).
-    Service* service = by_index[h.service];
-    if (h.type == channel::FrameType::kNotify) {
-      Notification notification{h.id, h.arg, 0};
-      if (payload.size() == sizeof(uint64_t)) std::memcpy(&notification.length, payload.data(), sizeof(uint64_t));
-      return service->handle(ServiceRequest{Buffer(), notification, Responder(client.channel, id, one_way), client.peer});
-    }
-    service->handle(ServiceRequest{std::move(payload), std::nullopt, Responder(client.channel, id, one_way), client.peer});
-  }
 };
 
 Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Agent::~Agent() = default;
+
+Agent::~Agent() {
+  stop();
+  if (impl_->listener_thread.joinable()) impl_->listener_thread.join();
+  impl_->listener.reset();
+  impl_->dispatch.reset();
+  impl_->session.reset();
+}
 
 Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
+  OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(config.listen));
+  if (!config.remote_clients && !net::is_loopback(where.host))
+    return Status(Code::kBadConfig, "--listen " + config.listen +
+                                        " is wider than loopback, where clients are not authenticated yet: "
+                                        "pass --remote-clients to accept that anyone who reaches it can connect");
   auto impl = std::make_unique<Impl>();
   impl->config = config;
-  std::unique_ptr<Agent> agent(new Agent(std::move(impl)));
-  Agent* self = agent.get();
-  OB_RETURN_IF_ERROR(agent->add_service(services::make_echo()));
-  OB_RETURN_IF_ERROR(agent->add_service(services::make_stats([self] { return self->stats_json(); })));
-  OB_RETURN_IF_ERROR(agent->add_service(services::make_memory(config.max_region_size)));
-  OB_RETURN_IF_ERROR(agent->add_service(services::make_sink()));
-  OB_RETURN_IF_ERROR(agent->add_service(services::make_tokenize(
-      {config.tokenize_threads, config.tokenize_queue, config.max_batch_texts, config.max_text_bytes,
-       config.vocab_dir.empty() ? default_vocab_dir() : config.vocab_dir})));
-  OB_RETURN_IF_ERROR(agent->add_service(
-      services::make_graph({config.graph_threads, config.graph_max_instances, config.graph_max_memory})));
-  return agent;
+  return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
 
 Status Agent::add_service(std::unique_ptr<Service> service) {
-  if (impl_->server) return {Code::kInvalidArgument, "service '" + service->name() + "' added after start()"};
-  std::string name = service->name();
-  if (!impl_->services.emplace(name, std::move(service)).second)
-    return {Code::kInvalidArgument, "service '" + name + "' is already registered"};
+  if (impl_->listener) return {Code::kInvalidArgument, "service '" + service->name() + "' added after start()"};
+  if (impl_->config.isolation != Isolation::kNone)
+    return {Code::kUnsupported, "service '" + service->name() +
+                                    "': a session process runs the built-in services only (use Isolation::kNone)"};
+  for (const auto& s : impl_->extra)
+    if (s->name() == service->name())
+      return {Code::kInvalidArgument, "service '" + service->name() + "' is already registered"};
+  impl_->extra.push_back(std::move(service));
   return {};
 }
 
 Status Agent::start() {
-  if (!impl_->config.cores.empty()) {
-    OB_ASSIGN_OR_RETURN(auto cores, parse_core_list(impl_->config.cores));
-    OB_RETURN_IF_ERROR(pin_to_cores(cores));
+  Impl& im = *impl_;
+  if (!im.config.cores.empty()) {
+    OB_ASSIGN_OR_RETURN(auto cores, parse_core_list(im.config.cores));
+    OB_RETURN_IF_ERROR(pin_to_cores(cores));  // session processes inherit it
   }
-  std::vector<std::string> names;
-  std::vector<bool> inline_ok;
-  for (auto& [name, s] : impl_->services) {
-    names.push_back(name);
-    inline_ok.push_back(s->handles_inline());
-    impl_->by_index.push_back(s.get());
+  OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(im.config.listen));
+  OB_ASSIGN_OR_RETURN(auto poller, net::Poller::create());
+  im.poller.emplace(std::move(poller));
+  im.wake = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!im.wake.valid()) return {Code::kIoError, std::string("eventfd: ") + std::strerror(errno)};
+  OB_RETURN_IF_ERROR(im.poller->add(im.wake.get(), [fd = im.wake.get()] {
+    uint64_t n;
+    [[maybe_unused]] ssize_t r = ::read(fd, &n, sizeof n);
+  }));
+  wake_fd_ = im.wake.get();
+  agent::ListenerLimits limits{im.config.max_connections, im.config.max_handshakes, im.config.handshake_timeout_ms};
+  auto closed = [&listener_slot = im.listener](size_t n) { listener_slot->closed(n); };
+  if (im.config.isolation == Isolation::kNone) {
+    OB_ASSIGN_OR_RETURN(im.session, agent::Session::create(im.config, std::move(im.extra), [closed] { closed(1); }));
+    im.dispatch = std::make_unique<InProcessSessions>(*im.session);
+  } else {
+    std::string program = im.config.session_program;
+    if (program.empty()) {
+      OB_ASSIGN_OR_RETURN(program, own_executable());
+      // Another program embedding the agent would be started again, whole.
+      if (program.substr(program.rfind('/') + 1) != "outboard-agent")
+        return {Code::kBadConfig, "this program (" + program + ") is not outboard-agent: set AgentConfig::"
+                                  "session_program to one, or use Isolation::kNone"};
+    }
+    if (::access(program.c_str(), X_OK) != 0)
+      return {Code::kBadConfig, "session program '" + program + "' is not executable: " + std::strerror(errno)};
+    im.dispatch = std::make_unique<agent::ProcessSessions>(im.config, program, *im.poller, closed);
   }
-  Impl* impl = impl_.get();
-  OB_ASSIGN_OR_RETURN(
-      impl_->server,
-      channel::Server::listen(
-          impl_->config.listen, impl_->config.channel, names, inline_ok,
-          [impl](Connection::Impl& c, const channel::FrameHeader& h, Buffer p) { impl->dispatch(c, h, std::move(p)); },
-          [impl](uint32_t id) {
-            for (auto& [name, s] : impl->services) s->on_disconnect(id);
-            impl->clients.take(id);
-          }));
-  OB_ASSIGN_OR_RETURN(impl_->host.hub, channel::Hub::get(impl_->config.channel));
-  for (auto& [name, s] : impl_->services) s->attach(impl_->host);
-  impl_->address = impl_->server->address();
-  if (!impl_->config.address_file.empty()) {
-    std::string tmp = impl_->config.address_file + ".tmp";
+  OB_ASSIGN_OR_RETURN(im.listener, agent::Listener::create(where, limits, *im.poller, *im.dispatch));
+  im.address = im.listener->address();
+  im.config.listen = im.address;  // sessions report the port actually bound
+  if (auto* p = dynamic_cast<agent::ProcessSessions*>(im.dispatch.get())) p->set_listen(im.address);
+  if (!im.config.address_file.empty()) {
+    std::string tmp = im.config.address_file + ".tmp";
     {
       std::ofstream out(tmp);
-      out << impl_->address << "\n";
+      out << im.address << "\n";
       if (!out) return {Code::kIoError, "cannot write address file '" + tmp + "'"};
     }
-    if (std::rename(tmp.c_str(), impl_->config.address_file.c_str()) != 0)
-      return {Code::kIoError, "cannot rename '" + tmp + "' to '" + impl_->config.address_file + "'"};
+    if (std::rename(tmp.c_str(), im.config.address_file.c_str()) != 0)
+      return {Code::kIoError, "cannot rename '" + tmp + "' to '" + im.config.address_file + "'"};
   }
   return {};
 }
 
 const std::string& Agent::address() const { return impl_->address; }
 
+void Agent::stop() {
+  stop_.store(true, std::memory_order_relaxed);
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+  }
+}
+
 Status Agent::run() {
-  if (!impl_->server) return {Code::kNotConnected, "run() before start()"};
-  auto& hub = impl_->server->hub();
-  channel::Lock lock(hub.mutex());
-  hub.wait_until(lock, Deadline::after(std::chrono::hours(24 * 365 * 100)), impl_->config.channel.spin_us,
-                 [this] { return stop_.load(std::memory_order_relaxed); });
-  OB_LOG_INFO("shutting down: %zu clients connected", impl_->server->connections());
-  lock.unlock();
-  impl_->server->shut_down(Status(Code::kShutDown, "agent is shutting down"), Deadline::after_ms(kShutdownFlushMs));
+  Impl& im = *impl_;
+  if (!im.listener) return {Code::kNotConnected, "run() before start()"};
+  auto listen_until_stopped = [this, &im] {
+    while (!stop_.load(std::memory_order_relaxed)) {
+      im.poller->wait(im.listener->tick());
+      if (auto* p = dynamic_cast<agent::ProcessSessions*>(im.dispatch.get())) p->reap();
+    }
+  };
+  if (im.session) {
+    im.listener_thread = std::thread(listen_until_stopped);
+    im.session->run(stop_);
+    im.listener_thread.join();
+    return {};
+  }
+  listen_until_stopped();
+  OB_LOG_INFO("shutting down: %zu connections", im.listener->connections());
+  static_cast<agent::ProcessSessions&>(*im.dispatch).shut_down(Deadline::after_ms(kSessionsShutdownMs));
   return {};
 }
 
 std::string Agent::stats_json() {
   nlohmann::json j;
-  if (impl_->server) {
-    const auto& c = impl_->server->counters();
-    j["messages_in"] = c.messages_in;
-    j["bytes_in"] = c.bytes_in;
-    j["messages_out"] = c.messages_out;
-    j["bytes_out"] = c.bytes_out;
-    j["errors"] = c.errors;
-    j["connects"] = c.connects;
-    j["disconnects"] = c.disconnects;
-    j["ring_frames_in"] = c.ring_frames_in;
-    j["ring_frames_out"] = c.ring_frames_out;
-    j["doorbells_out"] = c.doorbells_out;
-    j["clients"] = impl_->server->connections();
+  const Impl& im = *impl_;
+  if (im.listener) {
+    const auto& c = im.listener->counters();
+    j["connections"] = im.listener->connections();
+    j["accepted"] = c.accepted;
+    j["handed_off"] = c.handed_off;
+    j["refused_limits"] = c.refused_limits;
+    j["refused_hello"] = c.refused_hello;
+    j["handshake_timeouts"] = c.handshake_timeouts;
+    j["accept_errors"] = c.accept_errors;
   }
-  std::vector<std::string> names;
-  for (auto& [name, s] : impl_->services) names.push_back(name);
-  j["services"] = names;
-  j["cpu_ns"] = process_cpu_ns();
-  j["tokenize_threads"] = impl_->config.tokenize_threads;
-  j["address"] = impl_->address;
+  if (auto* p = dynamic_cast<agent::ProcessSessions*>(im.dispatch.get())) j["sessions"] = p->sessions();
+  j["address"] = im.address;
   j["pid"] = getpid();
-  j["uptime_s"] = std::chrono::duration<double>(Clock::now() - impl_->started).count();
+  j["uptime_s"] = std::chrono::duration<double>(Clock::now() - im.started).count();
   return j.dump();
 }
 

@@ -1,8 +1,15 @@
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "channel/connection_impl.h"
 #include "outboard/log.h"
+#include "util/text.h"
 
 OB_LOG_MODULE("channel");
 
@@ -13,8 +20,66 @@ using channel::FrameType;
 using channel::Lock;
 
 namespace {
-// A graceful close's whole budget: the last messages flushed, both endpoints closed.
+// A graceful close's whole budget: the last messages flushed, the endpoint closed.
 constexpr int64_t kCloseTimeoutMs = 1000;
+// Rounds of progress that deliver what a peer sent before its socket closed
+// (its close frame, a shutdown's answers), before the close is taken for a loss.
+constexpr unsigned kDrainRounds = 256;
+// Frames a peer may send ahead of the next one expected beyond its credits
+// and outstanding requests (its credit returns): more is a broken peer.
+constexpr uint64_t kReorderSlack = 64;
+// Of a peer's close reason, what is kept.
+constexpr size_t kMaxCloseReason = 256;
+
+// Where the bytes of a session token come from; kBadConfig naming the source.
+Status fill_token(std::string_view hex, channel::SessionToken& out, std::string_view source) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (hex.size() != 2 * out.size())
+    return {Code::kBadConfig, std::string(source) + " is " + std::to_string(hex.size()) + " characters, expected " +
+                                  std::to_string(2 * out.size()) + " hex digits"};
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return {Code::kBadConfig, std::string(source) + " is not hex digits"};
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return {};
+}
+
+Status random_token(channel::SessionToken& out) {
+  if (::getrandom(out.data(), out.size(), 0) != static_cast<ssize_t>(out.size()))
+    return {Code::kIoError, std::string("getrandom: ") + std::strerror(errno)};
+  return {};
+}
+
+// The token this connection presents (ChannelConfig::session).
+Result<channel::SessionToken> session_token(const std::string& session) {
+  channel::SessionToken token{};
+  if (session == "new") {
+    OB_RETURN_IF_ERROR(random_token(token));
+  } else if (!session.empty()) {
+    OB_RETURN_IF_ERROR(fill_token(session, token, "session token"));
+  } else {
+    // One per process, made once: the connections of one process share a
+    // session unless they ask otherwise.
+    static const Result<channel::SessionToken> process_token = []() -> Result<channel::SessionToken> {
+      channel::SessionToken t{};
+      if (const char* env = std::getenv("OUTBOARD_SESSION_TOKEN"); env && *env) {
+        OB_RETURN_IF_ERROR(fill_token(env, t, "OUTBOARD_SESSION_TOKEN"));
+        return t;
+      }
+      OB_RETURN_IF_ERROR(random_token(t));
+      return t;
+    }();
+    return process_token;
+  }
+  return token;
+}
+
 }  // namespace
 
 // -------------------------------------------------------------------- Impl
@@ -33,7 +98,7 @@ Connection::Impl::~Impl() {
   hub->remove_ring(this);
   rx_ring.reset();
   tx_ring.reset();
-  boot_ep.close(true);
+  if (socket.valid()) hub->unwatch(socket.get());
   data_ep.close(true);
 }
 
@@ -47,37 +112,49 @@ void Connection::Impl::start_data_endpoint(std::span<const uint8_t> peer_worker_
   auto ep = hub->worker().connect_to(peer_worker_address);
   if (!ep.ok()) return fail(ep.status().with_context("data endpoint to " + peer_address));
   data_ep = std::move(ep).value();
-  std::weak_ptr<Impl> weak = weak_from_this();
-  auto on_fail = [weak](Status st) {
-    auto self = weak.lock();
-    if (!self) return;
-    self->hub->defer([self, st] {
-      self->fail(Status(Code::kConnectionReset, "peer " + self->peer_address + " lost: " + st.message()));
-    });
-  };
-  data_ep.on_failure(on_fail);
-  boot_ep.on_failure(on_fail);
   if (log::enabled(log::Level::kDebug))
     OB_LOG_DBG("connection %u -> %s data endpoint:\n%s", local_id, peer_address.c_str(),
                data_ep.lanes().c_str());
 }
 
-Status Connection::Impl::open_ring(channel::Writer& w) {
-  if (config.ring_slots != 0) {
-    OB_ASSIGN_OR_RETURN(rx_ring, channel::RxRing::create(hub->worker(), config.ring_slots));
-    hub->add_ring(this);
-  }
-  w.u32(config.ring_slots);
-  w.bytes(rx_ring ? rx_ring->descriptor() : transport::Bytes{});
-  return {};
+Status Connection::Impl::watch_socket(net::Fd fd) {
+  socket = std::move(fd);
+  std::weak_ptr<Impl> weak = weak_from_this();
+  return hub->watch(socket.get(), [weak] {
+    if (auto self = weak.lock()) self->on_socket_ready();
+  });
 }
 
-void Connection::Impl::bind_peer_ring(channel::Reader& r) {
-  uint32_t slots = 0;
-  std::vector<uint8_t> descriptor;
-  if (!r.u32(slots) || !r.bytes(descriptor)) return fail(Status(Code::kIoError, "malformed ring from " + peer_address));
+void Connection::Impl::on_socket_ready() {
+  uint8_t byte = 0;
+  const ssize_t n = ::recv(socket.get(), &byte, 1, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  auto keep = shared_from_this();
+  const Status why(Code::kConnectionReset,
+                   n > 0 ? "peer " + peer_address + " sent bytes on its bootstrap socket after the handshake"
+                         : "peer " + peer_address + " lost: its connection closed" +
+                               (n < 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
+  hub->unwatch(socket.get());  // the end stays readable
+  // A peer that closes flushed what it sent before (a close, a shutdown's
+  // answers): deliver that first, so its reason wins over the loss.
+  hub->progress_until_idle(kDrainRounds);
+  fail(why);
+}
+
+Result<std::vector<uint8_t>> Connection::Impl::open_ring() {
+  if (config.ring_slots == 0) return std::vector<uint8_t>{};
+  OB_ASSIGN_OR_RETURN(rx_ring, channel::RxRing::create(hub->worker(), config.ring_slots));
+  hub->add_ring(this);
+  return rx_ring->descriptor();
+}
+
+Result<transport::RemoteKey> Connection::Impl::import(std::span<const uint8_t> descriptor, bool map) {
+  return data_ep.import_region(descriptor, map, peer_policy ? &*peer_policy : nullptr);
+}
+
+void Connection::Impl::bind_peer_ring(uint32_t slots, std::span<const uint8_t> descriptor) {
   if (slots == 0 || config.ring_slots == 0 || state == State::kClosed) return;  // either side may opt out
-  auto key = data_ep.import_region(descriptor, /*map=*/true);
+  auto key = import(descriptor, /*map=*/true);
   if (!key.ok()) {
     OB_LOG_WARN("connection %u: ring of %s not imported: %s", local_id, peer_address.c_str(),
                 key.status().to_string().c_str());
@@ -98,7 +175,10 @@ void Connection::Impl::fail(const Status& why) {
   hub->remove_ring(this);
   tx_ring.reset();
   data_ep.close(why.code() != Code::kNotConnected);
-  boot_ep.close(why.code() != Code::kNotConnected);
+  if (socket.valid()) {
+    hub->unwatch(socket.get());
+    socket.reset();
+  }
   reorder.clear();
   open_requests.clear();
   open_messages.clear();
@@ -124,14 +204,42 @@ Status Connection::Impl::response_timeout(uint64_t id) const {
 
 // ---- receiving
 
+bool Connection::Impl::hold_credit(uint64_t bytes) {
+  ++held_msgs;
+  held_bytes += bytes;
+  if (held_msgs <= config.recv_window_msgs && held_bytes <= config.recv_window_bytes) return true;
+  const Status st(Code::kConnectionReset,
+                  "peer " + peer_address + " sent past its window: " + std::to_string(held_msgs) + " messages, " +
+                      std::to_string(held_bytes) + " B unanswered against the " +
+                      std::to_string(config.recv_window_msgs) + " messages, " +
+                      std::to_string(config.recv_window_bytes) + " B granted");
+  cut_off(st);
+  return false;
+}
+
+void Connection::Impl::cut_off(const Status& why) {
+  OB_LOG_WARN("connection %u: %s", local_id, why.message().c_str());
+  if (counters) ++counters->errors;
+  broken = true;  // nothing more of it is handled, here or in a ring
+  auto self = shared_from_this();
+  hub->defer([self, why] { self->fail(why); });
+}
+
 void Connection::Impl::on_frame(FrameHeader& h, transport::IncomingAm& am) {
-  if (state == State::kClosed) return;
+  if (state == State::kClosed || broken) return;
   h.seq = channel::extend_seq(next_rx_seq, h.seq);
+  if (h.seq < next_rx_seq || h.seq - next_rx_seq >= config.recv_window_msgs + config.max_outstanding_requests +
+                                                         kReorderSlack)
+    return cut_off(Status(Code::kConnectionReset, "peer " + peer_address + " sent frame " + std::to_string(h.seq) +
+                                                      " where " + std::to_string(next_rx_seq) + " was next"));
   const bool credited = h.type == FrameType::kMessage || h.type == FrameType::kRequest;
+  const bool oversized = credited && am.length > config.max_msg_size;
+  // Its credit comes back as consumed: 0 B for a refused message.
+  if ((credited || h.type == FrameType::kNotify) && !hold_credit(credited && !oversized ? am.length : 0)) return;
   if (h.seq == next_rx_seq && !am.rendezvous && reorder.empty()) {
     ++next_rx_seq;
     Status error;
-    if (credited && am.length > config.max_msg_size)
+    if (oversized)
       error = Status(Code::kTooBig, "message of " + std::to_string(am.length) + " B exceeds max_msg_size " +
                                         std::to_string(config.max_msg_size) + " B");
     Buffer data = error.ok() ? Buffer::copy_of({am.data, am.length}) : Buffer();
@@ -139,9 +247,11 @@ void Connection::Impl::on_frame(FrameHeader& h, transport::IncomingAm& am) {
     defer_deliver(h, std::move(data), error);
     return;
   }
+  if (reorder.count(h.seq) != 0)
+    return cut_off(Status(Code::kConnectionReset, "peer " + peer_address + " sent frame " + std::to_string(h.seq) + " twice"));
   RxFrame& f = reorder[h.seq];
   f.h = h;
-  if (credited && am.length > config.max_msg_size) {
+  if (oversized) {
     // A peer that ignored our advertised limit: reject without fetching.
     f.error = Status(Code::kTooBig, "message of " + std::to_string(am.length) + " B exceeds max_msg_size " +
                                         std::to_string(config.max_msg_size) + " B");
@@ -222,25 +332,6 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
     counters->bytes_in += data.size();
   }
   switch (h.type) {
-    case FrameType::kWelcome: {
-      channel::Reader r(data.span());
-      std::vector<uint8_t> address;
-      uint32_t window_msgs = 0, n_services = 0, peer = 0;
-      uint64_t window_bytes = 0;
-      if (!r.u32(peer) || !r.bytes(address) || !r.u64(peer_max_msg) || !r.u32(window_msgs) ||
-          !r.u64(window_bytes) || !r.u32(n_services))
-        return fail(Status(Code::kIoError, "malformed welcome from " + peer_address));
-      peer_services.resize(n_services);
-      for (auto& s : peer_services)
-        if (!r.str(s)) return fail(Status(Code::kIoError, "malformed welcome from " + peer_address));
-      peer_id = peer;
-      send_msgs = window_msgs;
-      send_bytes = window_bytes;
-      start_data_endpoint(address);
-      bind_peer_ring(r);
-      if (state != State::kClosed) state = State::kOpen;
-      return;
-    }
     case FrameType::kMessage:
     case FrameType::kRequest:
       if (!error.ok()) {
@@ -256,7 +347,7 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
       }
       if (on_service) {
         if (h.type == FrameType::kRequest) {
-          open_requests.emplace(h.id, data.size());
+          if (!admit_request(h.id, data.size())) return;
         } else if (h.service == channel::kNoService) {
           if (counters) ++counters->errors;
           OB_LOG_WARN("connection %u: one-way message names no service; dropped", local_id);
@@ -284,7 +375,7 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
     case FrameType::kResponse:
       if (h.status == 0) return complete_request(h.id, std::move(data));
       return complete_request(
-          h.id, Status(static_cast<Code>(h.status),
+          h.id, Status(known_code(h.status) ? static_cast<Code>(h.status) : Code::kIoError,
                        std::string(reinterpret_cast<const char*>(data.data()), data.size())));
     case FrameType::kCredit:
       if (h.flags & channel::kFlagWantCredit) {
@@ -293,15 +384,31 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
       }
       return;
     case FrameType::kClose: {
-      std::string msg(reinterpret_cast<const char*>(data.data()), data.size());
-      Code code = h.status == 0 ? Code::kNotConnected : static_cast<Code>(h.status);
+      // The peer's words, escaped: they reach logs and the other side's errors.
+      const std::string msg = printable({reinterpret_cast<const char*>(data.data()), data.size()}, kMaxCloseReason);
+      const Code code = h.status == 0 || !known_code(h.status) ? Code::kNotConnected : static_cast<Code>(h.status);
       return fail(Status(code, "peer " + peer_address + " closed the connection" +
                                    (msg.empty() ? "" : ": " + msg)));
     }
-    case FrameType::kHello:
     case FrameType::kDoorbell:  // the hub drops them: never delivered
       return;
   }
+}
+
+bool Connection::Impl::admit_request(uint64_t id, uint64_t bytes) {
+  if (open_requests.find(id)) {
+    cut_off(Status(Code::kConnectionReset, "peer " + peer_address + " reused request id " + std::to_string(id) +
+                                               " while it was open"));
+    return false;
+  }
+  const size_t open = open_requests.size();
+  open_requests.emplace(id, bytes);
+  if (open < config.max_outstanding_requests) return true;
+  // A well-behaved client never gets here: it counts its own.
+  respond(id, Status(Code::kAgain, std::to_string(open) + " requests outstanding reach max_outstanding_requests " +
+                                       std::to_string(config.max_outstanding_requests) +
+                                       " (agent option --max-outstanding-requests)"));
+  return false;
 }
 
 void Connection::Impl::complete_request(uint64_t id, Result<Buffer> result) {
@@ -367,6 +474,8 @@ void Connection::Impl::stamp(FrameHeader& h, size_t bytes) {
   h.seq = next_tx_seq++;
   h.credit_msgs = return_msgs;
   h.credit_bytes = return_bytes;
+  held_msgs -= return_msgs;
+  held_bytes -= return_bytes;
   return_msgs = 0;
   return_bytes = 0;
   if (counters && (h.type == FrameType::kMessage || h.type == FrameType::kResponse)) {
@@ -485,37 +594,69 @@ uint32_t Connection::id() const { return impl_->local_id; }
 
 Result<std::unique_ptr<Connection>> Connection::connect(const std::string& address,
                                                         const ChannelConfig& config) {
-  OB_ASSIGN_OR_RETURN(auto host_port, transport::parse_host_port(address));
-  OB_ASSIGN_OR_RETURN(auto hub, channel::Hub::get(config));
-  Lock lock(hub->mutex());
-  auto impl = std::make_shared<Impl>(hub, config);
-  impl->peer_address = address;
-  OB_ASSIGN_OR_RETURN(impl->boot_ep, hub->control().connect(host_port.first, host_port.second));
-  std::weak_ptr<Impl> weak = impl;
-  impl->boot_ep.on_failure([weak, address](Status st) {
-    auto self = weak.lock();
-    if (!self) return;
-    self->hub->defer([self, address, st] {
-      self->fail(Status(Code::kConnectionReset, "agent at " + address + " unreachable or died: " + st.message()));
-    });
-  });
-  channel::Writer w;
-  w.u32(impl->local_id);
-  w.bytes(hub->worker().address());
-  w.u64(impl->config.max_msg_size);
-  w.u32(impl->config.recv_window_msgs);
-  w.u64(impl->config.recv_window_bytes);
-  OB_RETURN_IF_ERROR(impl->open_ring(w));
-  auto hello = std::make_shared<std::vector<uint8_t>>(std::move(w.out()));
-  FrameHeader h;
-  h.type = FrameType::kHello;
-  impl->boot_ep.send(channel::encode(h).span(), *hello, [hello](Status) {}, /*want_reply_ep=*/true);
-  Deadline deadline = Deadline::after_ms(config.connect_timeout_ms);
-  if (!hub->wait_until(lock, deadline, config.spin_us,
-                       [&] { return impl->state != Impl::State::kConnecting; })) {
-    impl->fail(Status(Code::kTimedOut, "no answer from agent at " + address + " within " +
-                                           std::to_string(config.connect_timeout_ms) + " ms"));
+  OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(address));
+  OB_ASSIGN_OR_RETURN(auto token, session_token(config.session));
+  OB_ASSIGN_OR_RETURN(auto hub, channel::Hub::get());
+  const Deadline deadline = Deadline::after_ms(config.connect_timeout_ms);
+  // The socket exchange runs without the hub's lock: an agent in this
+  // process answers from its progress thread.
+  OB_ASSIGN_OR_RETURN(net::Fd sock, net::connect_tcp(where, deadline));
+  const int keepalive_s = static_cast<int>(std::max<uint64_t>(1, (config.keepalive_ms + 999) / 1000));
+  net::set_keepalive(sock.get(), keepalive_s, keepalive_s, 3);
+  std::shared_ptr<Impl> impl;
+  channel::Hello hello;
+  {
+    Lock lock(hub->mutex());
+    impl = std::make_shared<Impl>(hub, config);
+    impl->peer_address = address;
+    OB_ASSIGN_OR_RETURN(hello.ring_descriptor, impl->open_ring());
+    hello.connection_id = impl->local_id;
+    hello.pid = static_cast<uint32_t>(::getpid());
+    // A session for this client gets shared memory only if our UCX may use it too.
+    if (transport::narrow_transports("posix", std::getenv("UCX_TLS")).ok()) hello.flags |= channel::kHelloSharedMemory;
+    hello.token = token;
+    hello.max_msg_size = impl->config.max_msg_size;
+    hello.window_msgs = impl->config.recv_window_msgs;
+    hello.window_bytes = impl->config.recv_window_bytes;
+    hello.worker_address = hub->worker().address();
+    hello.ring_slots = impl->rx_ring ? impl->config.ring_slots : 0;
   }
+  auto fail = [&](Status st) {
+    Lock lock(hub->mutex());
+    impl->fail(st);
+    return st;
+  };
+  const std::string what = "handshake with the agent at " + address;
+  if (Status st = net::send_all(sock.get(), channel::encode(hello), deadline, what); !st.ok()) return fail(st);
+  auto answer = channel::read_boot_message(sock.get(), deadline, what);
+  if (!answer.ok()) {
+    Status st = answer.status();
+    if (st.code() == Code::kTimedOut)
+      st = Status(Code::kTimedOut, "no answer from the agent at " + address + " within " +
+                                       std::to_string(config.connect_timeout_ms) + " ms");
+    return fail(st);
+  }
+  if (answer->kind == channel::BootKind::kRefusal) {
+    auto refusal = channel::decode_refusal(answer->payload);
+    if (!refusal.ok()) return fail(refusal.status().with_context(what));
+    return fail(Status(refusal->code, "the agent at " + address + " refused the connection: " + refusal->message));
+  }
+  if (answer->kind != channel::BootKind::kWelcome)
+    return fail(Status(Code::kIoError, what + ": the agent answered with a hello"));
+  auto welcome = channel::decode_welcome(answer->payload);
+  if (!welcome.ok()) return fail(welcome.status().with_context(what));
+  Lock lock(hub->mutex());
+  impl->peer_id = welcome->connection_id;
+  impl->peer_max_msg = welcome->max_msg_size;
+  impl->send_msgs = welcome->window_msgs;
+  impl->send_bytes = welcome->window_bytes;
+  impl->peer_services = std::move(welcome->services);
+  impl->start_data_endpoint(welcome->worker_address);
+  impl->bind_peer_ring(welcome->ring_slots, welcome->ring_descriptor);
+  if (impl->state != Impl::State::kClosed) {
+    if (Status st = impl->watch_socket(std::move(sock)); !st.ok()) impl->fail(st);
+  }
+  if (impl->state != Impl::State::kClosed) impl->state = Impl::State::kOpen;
   OB_RETURN_IF_ERROR(impl->check_open());
   OB_LOG_INFO("connected to %s (connection %u, peer max_msg_size %lu B)", address.c_str(), impl->local_id,
               static_cast<unsigned long>(impl->peer_max_msg));
@@ -692,12 +833,11 @@ void Connection::close() {
   auto op = std::make_shared<Completion>();
   impl_->data_ep.flush(completer(op));
   impl_->hub->wait_until(lock, deadline, 0, [&] { return op->done; });
-  // Both endpoints' closes finish here, while the peer is there to answer.
+  // The endpoint's close finishes here, while the peer is there to answer.
   // Left to a later progress (the last connection's destructor, say), a
   // TCP close whose peer had since exited tripped an assertion in UCX 1.13.
-  auto open = std::make_shared<int>(2);  // outlives this call if the deadline passes
+  auto open = std::make_shared<int>(1);  // outlives this call if the deadline passes
   impl_->data_ep.close(false, [open](Status) { --*open; });
-  impl_->boot_ep.close(false, [open](Status) { --*open; });
   impl_->fail(Status(Code::kNotConnected, "connection closed by this side"));
   impl_->hub->wait_until(lock, deadline, 0, [&] { return *open == 0; });
 }

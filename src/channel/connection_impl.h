@@ -5,11 +5,14 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "channel/bootstrap.h"
 #include "channel/hub.h"
 #include "channel/ring.h"
 #include "util/id_map.h"
+#include "util/net.h"
 
 namespace outboard::channel {
 /// The agent's traffic counts (its `stats`), kept by its connections and the hub.
@@ -58,6 +61,9 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   void on_frame(channel::FrameHeader& h, transport::IncomingAm& am);
   // Marks the connection closed for `why`, fails everything pending.
   void fail(const Status& why);
+  /// Takes the bootstrap socket, whose end is the peer's end: watched by the
+  /// hub from now on. Lock held.
+  Status watch_socket(net::Fd fd);
   // Expires request deadlines.
   void tick(Clock::time_point now);
   Status response_timeout(uint64_t id) const;
@@ -92,12 +98,15 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   void consumed(uint64_t bytes);
   Status check_open() const;
   void start_data_endpoint(std::span<const uint8_t> peer_worker_address);
-  /// Our ring (config.ring_slots, none if 0), polled by the hub; `w` gets
-  /// its slots and descriptor, which the peer passes to bind_peer_ring().
-  Status open_ring(channel::Writer& w);
+  /// Our ring (config.ring_slots, none if 0), polled by the hub; its
+  /// descriptor (empty without one) goes to the peer's bind_peer_ring().
+  Result<std::vector<uint8_t>> open_ring();
   /// Small frames go into the peer's ring where it is mapped here (after
   /// start_data_endpoint); a peer without one or out of reach is no error.
-  void bind_peer_ring(channel::Reader& r);
+  void bind_peer_ring(uint32_t slots, std::span<const uint8_t> descriptor);
+  /// A region descriptor from the peer, checked against peer_policy first
+  /// when the peer is not trusted.
+  Result<transport::RemoteKey> import(std::span<const uint8_t> descriptor, bool map);
 
   std::shared_ptr<channel::Hub> hub;
   ChannelConfig config;
@@ -108,20 +117,27 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   std::atomic<State> state{State::kConnecting};
   Status reason;
   std::string peer_address;
-  transport::Endpoint boot_ep;  // client-server endpoint; its failure = peer died
+  net::Fd socket;               // the bootstrap socket: its end is the peer's end
   transport::Endpoint data_ep;  // worker-address endpoint: shm on one host
+  /// Agent side: what the client's region descriptors may name (it is not
+  /// trusted). Unset on the client side, which trusts its agent.
+  std::optional<transport::DescriptorPolicy> peer_policy;
   std::unique_ptr<channel::RxRing> rx_ring;
   std::unique_ptr<channel::TxRing> tx_ring;
 
   uint64_t peer_max_msg = 0;
   std::vector<std::string> peer_services;
-  std::vector<std::string> local_services;  // agent side: advertised in kWelcome
+  std::vector<std::string> local_services;  // agent side: advertised in the welcome
 
   // Credits.
   uint32_t send_msgs = 0;
   uint64_t send_bytes = 0;
   uint32_t return_msgs = 0;
   uint64_t return_bytes = 0;
+  // Credited frames received whose credit has not gone back: a peer that
+  // sends past the window it was granted is cut off, not buffered for.
+  uint64_t held_msgs = 0;
+  uint64_t held_bytes = 0;
   bool peer_starved = false;
   bool want_sent = false;
 
@@ -134,7 +150,7 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   };
   uint64_t next_tx_seq = 0;
   uint64_t next_rx_seq = 0;
-  std::map<uint64_t, RxFrame> reorder;
+  std::map<uint64_t, RxFrame> reorder;  // bounded: frames beyond the window close the connection
 
   std::deque<Incoming> inbox;
   ServiceFn on_service;               // agent side
@@ -169,11 +185,22 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   void deliver(const channel::FrameHeader& h, Buffer data, const Status& error);
   void drain();
   void complete_request(uint64_t id, Result<Buffer> result);
+  /// Agent side: opens request `id` of `bytes` for a service; false when it
+  /// was answered (over --max-outstanding-requests) or the peer cut off.
+  bool admit_request(uint64_t id, uint64_t bytes);
   /// Sequence number and returned credits on an outgoing frame.
   void stamp(channel::FrameHeader& h, size_t bytes);
   /// Puts a stamped frame into the peer's ring; false: send it through UCX.
   bool post_to_ring(const channel::WireHeader& w, std::span<const uint8_t> data);
   void maybe_return_credits();
+  /// Counts a credited frame against the window granted to the peer;
+  /// false (and the connection failed) when it is over.
+  bool hold_credit(uint64_t bytes);
+  /// Stops handling the peer's frames and fails the connection once out of
+  /// UCX's callback: the peer broke the protocol.
+  void cut_off(const Status& why);
+  bool broken = false;
+  void on_socket_ready();
 };
 
 }  // namespace outboard

@@ -5,19 +5,17 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
-#include <string>
-#include <vector>
 
 #include "outboard/status.h"
 
 namespace outboard::channel {
 
-constexpr uint8_t kWireVersion = 3;
+constexpr uint8_t kWireVersion = 4;
 constexpr uint32_t kNoService = 0xffffffffu;
 
+// The hello and welcome are not frames: they go over the bootstrap socket
+// (bootstrap.h), before the data endpoints exist.
 enum class FrameType : uint8_t {
-  kHello = 1,     // client -> agent on the bootstrap endpoint (unsequenced)
-  kWelcome = 2,   // agent -> client, first frame on the data endpoint
   kMessage = 3,   // one-way, credited
   kRequest = 4,   // credited; answered by kResponse
   kResponse = 5,  // not credited: bounded by the requester's outstanding requests
@@ -116,6 +114,9 @@ inline DecodeError decode(std::span<const uint8_t> wire, FrameHeader& h) {
   if (!detail::take(wire, h.type) || !detail::take(wire, h.status) || !detail::take(wire, flags) ||
       !detail::take(wire, h.dst) || !detail::take(wire, seq))
     return DecodeError::kMalformed;
+  if (static_cast<uint8_t>(h.type) < static_cast<uint8_t>(FrameType::kMessage) ||
+      static_cast<uint8_t>(h.type) > static_cast<uint8_t>(FrameType::kDoorbell))
+    return DecodeError::kMalformed;
   h.flags = flags & kFlagWantCredit;
   h.seq = seq;
   bool ok = true;
@@ -133,55 +134,5 @@ inline uint64_t extend_seq(uint64_t expected, uint64_t low32) {
   auto delta = static_cast<int32_t>(static_cast<uint32_t>(low32) - static_cast<uint32_t>(expected));
   return expected + static_cast<uint64_t>(static_cast<int64_t>(delta));
 }
-
-/// Little serialiser for handshake payloads.
-class Writer {
- public:
-  void u32(uint32_t v) { raw(&v, 4); }
-  void u64(uint64_t v) { raw(&v, 8); }
-  void bytes(std::span<const uint8_t> b) {
-    u32(static_cast<uint32_t>(b.size()));
-    raw(b.data(), b.size());
-  }
-  void str(const std::string& s) { bytes({reinterpret_cast<const uint8_t*>(s.data()), s.size()}); }
-  std::vector<uint8_t>& out() { return out_; }
-
- private:
-  void raw(const void* p, size_t n) {
-    auto* b = static_cast<const uint8_t*>(p);
-    out_.insert(out_.end(), b, b + n);
-  }
-  std::vector<uint8_t> out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const uint8_t> in) : in_(in) {}
-  bool u32(uint32_t& v) { return raw(&v, 4); }
-  bool u64(uint64_t& v) { return raw(&v, 8); }
-  bool bytes(std::vector<uint8_t>& b) {
-    uint32_t n = 0;
-    if (!u32(n) || n > in_.size() - pos_) return false;
-    b.assign(in_.data() + pos_, in_.data() + pos_ + n);
-    pos_ += n;
-    return true;
-  }
-  bool str(std::string& s) {
-    std::vector<uint8_t> b;
-    if (!bytes(b)) return false;
-    s.assign(b.begin(), b.end());
-    return true;
-  }
-
- private:
-  bool raw(void* p, size_t n) {
-    if (n > in_.size() - pos_) return false;
-    std::memcpy(p, in_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  std::span<const uint8_t> in_;
-  size_t pos_ = 0;
-};
 
 }  // namespace outboard::channel

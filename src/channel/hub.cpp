@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "channel/connection_impl.h"
+#include "util/net.h"
 #include "outboard/log.h"
 #include "util/cpu_relax.h"
 
@@ -17,62 +18,83 @@ OB_LOG_MODULE("channel");
 namespace outboard::channel {
 
 constexpr uint64_t kTickIntervalNs = 1'000'000;  // request-deadline resolution
-constexpr uint64_t kControlIntervalNs = 50'000;  // bootstrap/liveness polling while busy
+constexpr uint64_t kWatchIntervalNs = 50'000;   // liveness (watched sockets) polling while busy
 constexpr int kMaxSleepMs = 10;                  // bounds a missed wake-up
 constexpr unsigned kRingFramesPerRound = 16;     // per ring: one busy peer does not starve the others
 constexpr unsigned kUcxRoundsWhileRingsBusy = 4;  // UCX is progressed every this many rounds then
 
-Result<std::shared_ptr<Hub>> Hub::get(const ChannelConfig& config) {
+Result<std::shared_ptr<Hub>> Hub::get(const transport::TransportConfig& transport) {
   static std::mutex mu;
   static std::weak_ptr<Hub> current;
   std::lock_guard lock(mu);
   if (auto hub = current.lock()) return hub;
-  OB_ASSIGN_OR_RETURN(auto worker, transport::Worker::process_worker({config.keepalive_ms}));
-  std::lock_guard worker_lock(worker->mutex());
-  OB_ASSIGN_OR_RETURN(auto control, worker->sibling());
-  int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd < 0) return Status(Code::kIoError, std::string("epoll_create1: ") + std::strerror(errno));
-  int wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd < 0) {
-    Status st(Code::kIoError, std::string("eventfd: ") + std::strerror(errno));
-    ::close(epoll_fd);
-    return st;
-  }
-  for (int fd : {worker->event_fd(), control->event_fd(), wake_fd}) {
+  OB_ASSIGN_OR_RETURN(auto worker, transport::Worker::process_worker(transport));
+  net::Fd epoll_fd(epoll_create1(EPOLL_CLOEXEC));
+  net::Fd watch_fd(epoll_create1(EPOLL_CLOEXEC));
+  net::Fd wake_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!epoll_fd.valid() || !watch_fd.valid() || !wake_fd.valid())
+    return Status(Code::kIoError, std::string("epoll/eventfd: ") + std::strerror(errno));
+  for (int fd : {worker->event_fd(), watch_fd.get(), wake_fd.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
-    if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      Status st(Code::kIoError, std::string("epoll_ctl: ") + std::strerror(errno));
-      ::close(epoll_fd);
-      ::close(wake_fd);
-      return st;
-    }
+    if (epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+      return Status(Code::kIoError, std::string("epoll_ctl: ") + std::strerror(errno));
   }
-  std::shared_ptr<Hub> hub(new Hub(std::move(worker), std::move(control), epoll_fd, wake_fd));
+  std::shared_ptr<Hub> hub(new Hub(std::move(worker), epoll_fd.release(), watch_fd.release(), wake_fd.release()));
   current = hub;
   return hub;
 }
 
-Hub::Hub(std::shared_ptr<transport::Worker> worker, std::shared_ptr<transport::Worker> control, int epoll_fd,
-         int wake_fd)
-    : worker_(std::move(worker)), control_(std::move(control)), epoll_fd_(epoll_fd), wake_fd_(wake_fd) {
+Hub::Hub(std::shared_ptr<transport::Worker> worker, int epoll_fd, int watch_fd, int wake_fd)
+    : worker_(std::move(worker)), epoll_fd_(epoll_fd), watch_fd_(watch_fd), wake_fd_(wake_fd) {
   worker_->set_am_handler([this](transport::IncomingAm& am) { on_am(am); });
-  control_->set_am_handler([this](transport::IncomingAm& am) { on_am(am); });
 }
 
 Hub::~Hub() {
   ::close(epoll_fd_);
+  ::close(watch_fd_);
   ::close(wake_fd_);
-  std::lock_guard lock(worker_->mutex());
-  control_.reset();  // its endpoints are closed by now; the data worker keeps the context alive
+}
+
+Status Hub::watch(int fd, std::function<void()> on_ready) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = fd;
+  if (epoll_ctl(watch_fd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+    return {Code::kIoError, "watch fd " + std::to_string(fd) + ": " + std::strerror(errno)};
+  watched_[fd] = std::make_shared<std::function<void()>>(std::move(on_ready));
+  watch_due_ = true;  // it may be ready already
+  return {};
+}
+
+void Hub::unwatch(int fd) {
+  if (watched_.erase(fd) != 0) epoll_ctl(watch_fd_, EPOLL_CTL_DEL, fd, nullptr);
+}
+
+unsigned Hub::poll_watched() {
+  watch_due_ = false;
+  if (watched_.empty()) return 0;
+  epoll_event events[64];
+  const int n = ::epoll_wait(watch_fd_, events, 64, 0);
+  unsigned handled = 0;
+  for (int i = 0; i < n; ++i) {
+    // Looked up per event: an earlier handler may have unwatched (and
+    // closed) this fd; the copy keeps the handler alive while it runs.
+    auto it = watched_.find(events[i].data.fd);
+    if (it == watched_.end()) continue;
+    auto handler = it->second;
+    (*handler)();
+    ++handled;
+  }
+  if (n == 64) watch_due_ = true;  // more may be ready
+  return handled;
 }
 
 Status Hub::arm() {
   if (has_posted_.load(std::memory_order_acquire)) return {Code::kAgain, "posted work pending"};
   if (!sleep_rings()) return {Code::kAgain, "a frame waits in a ring"};
   Status st = worker_->arm();
-  if (st.ok()) st = control_->arm();
   if (!st.ok()) wake_rings();
   return st;
 }
@@ -101,6 +123,7 @@ void Hub::sleep(Lock& lock, int timeout_ms) {
   epoll_event events[3];
   ::epoll_wait(epoll_fd_, events, 3, timeout_ms);
   lock.lock();
+  watch_due_ = true;
 }
 
 void Hub::post(std::function<void()> fn) {
@@ -192,15 +215,10 @@ void Hub::handle_am(transport::IncomingAm& am, Connection::Impl* ring_owner) {
       return;
   }
   if (ring_owner) {
-    if (h.dst == ring_owner->local_id && h.type != FrameType::kHello && h.type != FrameType::kDoorbell)
-      return ring_owner->on_frame(h, am);
+    if (h.dst == ring_owner->local_id && h.type != FrameType::kDoorbell) return ring_owner->on_frame(h, am);
     return fail_ring_owner(*ring_owner, "a frame for connection " + std::to_string(h.dst));
   }
   if (h.type == FrameType::kDoorbell) return;  // its arrival woke us: the rings are polled next
-  if (h.type == FrameType::kHello) {
-    if (hello_) hello_(h, am);  // copies what it needs and defers the rest
-    return;
-  }
   auto it = conns_.find(h.dst);
   if (it == conns_.end()) {
     OB_LOG_DBG("dropped a frame for unknown connection %u", h.dst);
@@ -242,9 +260,9 @@ unsigned Hub::progress() {
   // microseconds and coarser, and a round that finds nothing is ~50 ns.
   if ((++polls_ & 15) != 0) return n;
   const uint64_t now = clock_ns_ = now_ns();
-  if (now >= next_control_ns_) {  // by time only: an idle spin must not poll TCP each round
-    next_control_ns_ = now + kControlIntervalNs;
-    n += control_->progress();
+  if (watch_due_ || now >= next_watch_ns_) {  // by time only: an idle spin must not make a syscall each round
+    next_watch_ns_ = now + kWatchIntervalNs;
+    n += poll_watched();
   }
   if (now >= next_tick_ns_) {
     next_tick_ns_ = now + kTickIntervalNs;

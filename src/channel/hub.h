@@ -1,15 +1,15 @@
-// The process's channel hub: owns the UCX workers, routes incoming frames to
-// connections by id, polls the connections' small-frame rings (ring.h), and
-// runs the wait loops. Thread mode: multi, all state guarded by the workers'
+// The process's channel hub: owns the UCX worker, routes incoming frames to
+// connections by id, polls the connections' small-frame rings (ring.h),
+// watches their bootstrap sockets (whose end is the peer's end), and runs
+// the wait loops. Thread mode: multi, all state guarded by the worker's
 // (recursive) mutex.
 //
-// Two workers: data endpoints (worker addresses: shared memory on one host)
-// live on the data worker, polled on every progress() (every 4th while rings
-// carry the traffic); bootstrap and liveness endpoints (sockaddr, always TCP
-// in UCX 1.13) and the agent's listener live on the control worker, polled
-// every kControlIntervalNs. Polling a TCP interface is an epoll_wait
-// syscall, so sharing one worker put a syscall on every spin of the
-// shared-memory hot path (64 B round trip 1.8 -> 1.1 us measured without it).
+// Data endpoints (worker addresses: shared memory on one host) live on the
+// worker, polled on every progress() (every 4th while rings carry the
+// traffic). The watched sockets are polled every kWatchIntervalNs while
+// busy: an epoll_wait is a syscall, and one on every spin of the
+// shared-memory hot path cost the 64 B round trip 1.8 -> 1.1 us when the
+// bootstrap was a second UCX worker polled there.
 #pragma once
 
 #include <atomic>
@@ -27,22 +27,20 @@
 namespace outboard::channel {
 
 using Lock = std::unique_lock<std::recursive_mutex>;
-/// Handles a kHello arriving on a bootstrap endpoint (the agent's listener).
-using HelloFn = std::function<void(const FrameHeader&, transport::IncomingAm&)>;
 
 class Hub {
  public:
-  static Result<std::shared_ptr<Hub>> get(const ChannelConfig& config);
+  /// The process's hub, created on first use (`transport` sets up its UCX
+  /// context then; later calls share it, whatever they pass).
+  static Result<std::shared_ptr<Hub>> get(const transport::TransportConfig& transport = {});
   ~Hub();
 
   /// Data endpoints, regions, fences.
   transport::Worker& worker() { return *worker_; }
-  /// Bootstrap endpoints and listeners.
-  transport::Worker& control() { return *control_; }
   std::recursive_mutex& mutex() { return worker_->mutex(); }
-  /// Readable when either worker has events (after arm()).
+  /// Readable when the worker or a watched fd has events (after arm()).
   [[nodiscard]] int event_fd() const { return epoll_fd_; }
-  /// Arms both workers; kAgain when events are pending. Lock held.
+  /// Arms the worker; kAgain when events are pending. Lock held.
   Status arm();
 
   uint32_t add(Connection::Impl* conn);
@@ -50,7 +48,11 @@ class Hub {
   /// Polls `conn`'s rx_ring on every progress() round until removed.
   void add_ring(Connection::Impl* conn) { rings_.push_back(conn); }
   void remove_ring(Connection::Impl* conn) { std::erase(rings_, conn); }
-  void set_hello_handler(HelloFn fn) { hello_ = std::move(fn); }
+  /// Calls `on_ready` from progress() (lock held) while `fd` is readable or
+  /// hung up, until unwatch(fd): sockets whose end means a peer's end, and
+  /// the agent's control socket. Lock held.
+  Status watch(int fd, std::function<void()> on_ready);
+  void unwatch(int fd);
 
   /// Runs `fn` after the current ucp_worker_progress returns: UCX forbids
   /// progress (so any blocking call) inside its callbacks, and user code
@@ -86,8 +88,7 @@ class Hub {
   bool wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std::function<bool()>& done);
 
  private:
-  Hub(std::shared_ptr<transport::Worker> worker, std::shared_ptr<transport::Worker> control, int epoll_fd,
-      int wake_fd);
+  Hub(std::shared_ptr<transport::Worker> worker, int epoll_fd, int watch_fd, int wake_fd);
   unsigned run_posted();
   void on_am(transport::IncomingAm& am);
   /// `ring_owner`: the connection whose ring held the frame, which it must name.
@@ -98,20 +99,23 @@ class Hub {
   /// Marks every ring asleep; false, none marked, if one holds a frame.
   bool sleep_rings();
   void wake_rings();
+  /// Runs the handlers of watched fds that are ready.
+  unsigned poll_watched();
   /// Sleeps until an event or `timeout_ms`, the lock released meanwhile.
   void sleep(Lock& lock, int timeout_ms);
 
   std::shared_ptr<transport::Worker> worker_;
-  std::shared_ptr<transport::Worker> control_;
   int epoll_fd_ = -1;
-  int wake_fd_ = -1;  // eventfd in epoll_fd_, written by post()
+  int watch_fd_ = -1;  // epoll of the watched fds, itself in epoll_fd_
+  int wake_fd_ = -1;   // eventfd in epoll_fd_, written by post()
+  std::unordered_map<int, std::shared_ptr<std::function<void()>>> watched_;
+  bool watch_due_ = false;  // a sleep ended: poll the watched fds on the next round
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
   std::atomic<bool> has_posted_{false};
-  uint64_t next_control_ns_ = 0;
+  uint64_t next_watch_ns_ = 0;
   std::unordered_map<uint32_t, Connection::Impl*> conns_;
   uint32_t next_id_ = 1;
-  HelloFn hello_;
   std::vector<Connection::Impl*> rings_;  // connections with an rx_ring
   bool rings_asleep_ = false;
   bool ucx_every_round_ = true;  // false while rings carry the traffic

@@ -69,7 +69,7 @@ Result<Region> Connection::allocate_memory(size_t size, MemoryKind kind) {
 Result<RemoteRegion> Connection::import_region(std::span<const uint8_t> descriptor) {
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(impl_->check_open());
-  OB_ASSIGN_OR_RETURN(auto key, impl_->data_ep.import_region(descriptor, impl_->config.map_peer_regions));
+  OB_ASSIGN_OR_RETURN(auto key, impl_->import(descriptor, impl_->config.map_peer_regions));
   return RemoteRegion(
       std::make_unique<RemoteRegion::Impl>(impl_->hub, impl_.get(), std::move(key)));
 }

@@ -1,27 +1,40 @@
-// Agent side of the channel: listens, completes handshakes, routes service
-// frames to one handler. Thread mode: multi (hub mutex).
+// Agent side of the channel: takes clients whose Hello arrived on a socket
+// (the agent's listener reads it), creates their endpoints, answers with a
+// Welcome, and routes their service frames to one handler.
+// Thread mode: multi (hub mutex).
 #pragma once
 
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "channel/connection_impl.h"
 
 namespace outboard::channel {
 
+/// What the agent knows of a client beyond its Hello.
+struct PeerInfo {
+  std::string name;  ///< for logs and errors: "127.0.0.1:40312 (pid 123)"
+  /// What its region descriptors may name (transport::check_descriptor).
+  transport::DescriptorPolicy policy;
+};
+
 class Server {
  public:
   /// `inline_services[i]`: service i's frames may be handed to `on_service`
   /// inside UCX's receive callback (Service::handles_inline()).
-  static Result<std::unique_ptr<Server>> listen(const std::string& address, const ChannelConfig& config,
-                                                std::vector<std::string> services, std::vector<bool> inline_services,
+  static Result<std::unique_ptr<Server>> create(const ChannelConfig& config, std::vector<std::string> services,
+                                                std::vector<bool> inline_services,
                                                 Connection::Impl::ServiceFn on_service,
                                                 std::function<void(uint32_t)> on_closed);
   ~Server();
 
-  [[nodiscard]] const std::string& address() const { return listener_.address(); }
+  /// Serves a client: its endpoint, its ring, the Welcome on `socket`, which
+  /// is then watched for the client's end. A client that cannot be served
+  /// (its worker address unreachable) gets a Refusal; either way the
+  /// connection's fate is the client's alone.
+  Status adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer);
+
   [[nodiscard]] Hub& hub() { return *hub_; }
   [[nodiscard]] size_t connections();
   [[nodiscard]] const Counters& counters() const { return counters_; }
@@ -30,8 +43,6 @@ class Server {
 
  private:
   Server() = default;
-  void on_hello(const FrameHeader& h, transport::IncomingAm& am);
-  void accept(ucp_ep* reply_ep, std::span<const uint8_t> hello);
   void prune();
 
   std::shared_ptr<Hub> hub_;
@@ -40,10 +51,12 @@ class Server {
   std::vector<bool> inline_services_;
   Connection::Impl::ServiceFn on_service_;
   std::function<void(uint32_t)> on_closed_;
-  transport::Listener listener_;
-  std::unordered_map<ucp_ep*, transport::Endpoint> pending_boot_;
   std::vector<std::shared_ptr<Connection::Impl>> conns_;
   Counters counters_;
 };
+
+/// Sends `refusal` on a socket that will not be served, best effort (the
+/// peer may be gone or not reading).
+void refuse(int socket, const Refusal& refusal);
 
 }  // namespace outboard::channel

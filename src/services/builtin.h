@@ -48,7 +48,8 @@ struct TokenizeConfig {
   uint32_t max_queued = 1024;             ///< --tokenize-queue: batches waiting for a worker
   uint32_t max_batch_texts = 4096;        ///< --max-batch-texts
   uint64_t max_text_bytes = 16ull << 20;  ///< --max-text-bytes: longer texts fail alone
-  std::string vocab_dir;                  ///< --vocab-dir: where gpt2 / bert-base-uncased files are cached
+  uint64_t max_vocab_bytes = 64ull << 20; ///< --max-vocab-bytes: largest vocabulary a client uploads
+  std::string vocab_dir;                  ///< --vocab-dir: the only place names are opened
 };
 /// `tokenize`: exact tokenizers on the agent; ids are put into the client's
 /// registered buffer (wire format: services/tokenize_wire.h).

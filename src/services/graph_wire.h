@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#include "services/wire.h"
+#include "util/codec.h"
 
 namespace outboard::graph_wire {
 

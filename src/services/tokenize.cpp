@@ -14,11 +14,17 @@
 #include <thread>
 #include <unordered_map>
 
+#include <sodium.h>
+
+#include <cctype>
+#include <filesystem>
+
 #include "outboard/clock.h"
 #include "outboard/log.h"
 #include "outboard/tokenizer.h"
 #include "services/builtin.h"
 #include "services/tokenize_wire.h"
+#include "util/text.h"
 
 OB_LOG_MODULE("tokenize");
 
@@ -29,35 +35,47 @@ namespace wire = tokenize_wire;
 
 constexpr int64_t kPutDeadlineMs = 5000;  // a client that cannot take its ids in 5 s has failed
 
+// What a connection may hold: a client that opens or binds without end
+// runs out here, not the session's memory.
+constexpr size_t kMaxTokenizersPerConnection = 256;
+constexpr size_t kMaxOutputsPerConnection = 4096;
+// Longest vocabulary name a client may give.
+constexpr size_t kMaxVocabName = 128;
+
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// One answer for every name the directory does not serve, whatever is on
+// disk: a client learns nothing about the agent's files from it.
+Status not_in_vocab_dir(std::string_view name) {
+  return {Code::kNotFound, "vocabulary " + quote(name) +
+                               " is not in the agent's vocabulary directory (`outboard vocab fetch` there fills it; "
+                               "a vocabulary file of the client's own is uploaded)"};
+}
+
+// A name the client gave, resolved in the vocabulary directory only: "gpt2",
+// "bert-base-uncased", or a file name there (letters, digits, . _ -) ending
+// in .tiktoken, .json or .txt. Nothing outside the directory is opened.
 Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
-  auto cached = [&](const char* file) -> Result<std::string> {
-    std::string path = vocab_dir + "/" + file;
-    if (FILE* f = std::fopen(path.c_str(), "rb")) {
-      std::fclose(f);
-      return path;
-    }
-    return Status(Code::kNotFound, "vocabulary '" + name + "' is not at " + path +
-                                       " on the agent's machine; run `outboard vocab fetch` there "
-                                       "(or start the agent with --vocab-dir)");
-  };
-  if (name == "gpt2") {
-    OB_ASSIGN_OR_RETURN(std::string path, cached("gpt2.tiktoken"));
-    return Tokenizer::from_tiktoken(path);
-  }
-  if (name == "bert-base-uncased") {
-    OB_ASSIGN_OR_RETURN(std::string path, cached("bert-base-uncased-vocab.txt"));
-    return Tokenizer::bert_wordpiece(path);
-  }
-  if (ends_with(name, ".tiktoken")) return Tokenizer::from_tiktoken(name);
-  if (ends_with(name, ".json")) return Tokenizer::from_tokenizer_json(name);
-  if (ends_with(name, ".txt")) return Tokenizer::bert_wordpiece(name);
-  return Status(Code::kInvalidArgument, "tokenizer '" + name +
-                                            "' is neither gpt2, bert-base-uncased nor a path to a .tiktoken, "
-                                            "tokenizer.json or vocab.txt file");
+  const bool plain = !name.empty() && name.size() <= kMaxVocabName && name[0] != '.' &&
+                     std::all_of(name.begin(), name.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+                     });
+  if (!plain) return not_in_vocab_dir(name);
+  const std::string file = name == "gpt2"                ? "gpt2.tiktoken"
+                           : name == "bert-base-uncased" ? "bert-base-uncased-vocab.txt"
+                                                         : name;
+  std::error_code ec;
+  const auto dir = std::filesystem::canonical(vocab_dir, ec);
+  if (ec) return not_in_vocab_dir(name);
+  const auto path = std::filesystem::canonical(dir / file, ec);
+  // A link in the directory may not lead out of it.
+  if (ec || path.parent_path() != dir || !std::filesystem::is_regular_file(path, ec)) return not_in_vocab_dir(name);
+  if (ends_with(file, ".tiktoken")) return Tokenizer::from_tiktoken(path);
+  if (ends_with(file, ".json")) return Tokenizer::from_tokenizer_json(path);
+  if (ends_with(file, ".txt")) return Tokenizer::bert_wordpiece(path);
+  return not_in_vocab_dir(name);
 }
 
 // One queued piece of work: runs on a worker thread and returns what to do
@@ -132,6 +150,8 @@ class Tokenize final : public Service {
     switch (op) {
       case wire::kOpen:
         return open(std::move(r), std::string(reinterpret_cast<const char*>(in.data()), in.size()));
+      case wire::kUpload:
+        return upload(std::move(r), in);
       case wire::kBind:
         return bind(std::move(r), in);
       case wire::kEncode:
@@ -139,7 +159,7 @@ class Tokenize final : public Service {
       case wire::kUnbind:
         return unbind(std::move(r), in);
       default:
-        return r.responder.fail({Code::kInvalidArgument, std::string("unknown tokenize request '") + op + "'"});
+        return r.responder.fail({Code::kInvalidArgument, "unknown tokenize request " + quote({&op, 1})});
     }
   }
 
@@ -166,11 +186,17 @@ class Tokenize final : public Service {
                                       " batches (agent option --tokenize-queue)"});
   }
 
-  void open(ServiceRequest r, std::string name) {
+  // A vocabulary the agent has in its directory (`name`), or one the client
+  // uploaded (`contents`, parsed by the same loaders, cached by its sha256):
+  // loaded once per session, on a worker.
+  void open(ServiceRequest r, std::string name, VocabFormat format = {}, std::span<const uint8_t> contents = {}) {
     Responder responder = r.responder;
     const uint32_t conn = r.peer->id();
-    auto req = std::make_shared<ServiceRequest>(std::move(r));  // closures must be copyable
-    auto work = [core = core_, name, req, conn]() -> std::function<void()> {
+    if (core_->clients[conn].tokenizers.size() >= kMaxTokenizersPerConnection)
+      return responder.fail({Code::kTooBig, "connection has opened " + std::to_string(kMaxTokenizersPerConnection) +
+                                                " tokenizers, the limit kMaxTokenizersPerConnection"});
+    auto req = std::make_shared<ServiceRequest>(std::move(r));  // closures must be copyable; it owns `contents`
+    auto work = [core = core_, name, format, contents, req, conn]() -> std::function<void()> {
       std::shared_ptr<const Tokenizer> tok;
       Status st;
       {
@@ -179,9 +205,12 @@ class Tokenize final : public Service {
       }
       if (!tok) {
         const auto t0 = Clock::now();
-        auto loaded = load(name, core->config.vocab_dir);
+        auto loaded = contents.empty() ? load(name, core->config.vocab_dir)
+                                       : Tokenizer::from_contents(format, {reinterpret_cast<const char*>(contents.data()),
+                                                                           contents.size()},
+                                                                  "uploaded vocabulary " + name.substr(0, 19));
         if (loaded.ok()) {
-          OB_LOG_INFO("loaded tokenizer '%s' (%zu ids) in %.0f ms", name.c_str(), loaded.value().vocab_size(),
+          OB_LOG_INFO("loaded tokenizer %s (%zu ids) in %.0f ms", quote(name).c_str(), loaded.value().vocab_size(),
                       std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
           std::lock_guard lock(core->mu);
           auto& slot = core->loaded[name];
@@ -189,7 +218,7 @@ class Tokenize final : public Service {
           tok = slot;
         } else {
           st = loaded.status();
-          OB_LOG_WARN("cannot open tokenizer: %s", st.to_string().c_str());
+          OB_LOG_INFO("cannot open tokenizer: %s", st.to_string().c_str());
         }
       }
       return [core, req, tok = std::move(tok), st, conn] {
@@ -204,6 +233,30 @@ class Tokenize final : public Service {
     enqueue(std::move(work), responder);
   }
 
+  void upload(ServiceRequest r, std::span<const uint8_t> body) {
+    const uint64_t limit = core_->config.max_vocab_bytes;
+    if (body.empty()) return r.responder.fail({Code::kInvalidArgument, "vocabulary upload names no format"});
+    const uint8_t format = body[0];
+    if (format < static_cast<uint8_t>(VocabFormat::kTiktoken) || format > static_cast<uint8_t>(VocabFormat::kWordPieceVocab))
+      return r.responder.fail({Code::kInvalidArgument, "vocabulary format " + std::to_string(format) +
+                                                           " is not 1 (tiktoken), 2 (tokenizer.json) or 3 (vocab.txt)"});
+    const auto contents = body.subspan(1);
+    if (contents.size() > limit)
+      return r.responder.fail({Code::kTooBig, "uploaded vocabulary of " + std::to_string(contents.size()) +
+                                                  " B exceeds max_vocab_bytes " + std::to_string(limit) +
+                                                  " (agent option --max-vocab-bytes)"});
+    unsigned char digest[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256(digest, contents.data(), contents.size());
+    std::string key = "sha256:";
+    for (unsigned char b : digest) {
+      static const char* hex = "0123456789abcdef";
+      key += hex[b >> 4];
+      key += hex[b & 15];
+    }
+    key += ":" + std::to_string(format);  // the same bytes read as another format are another tokenizer
+    open(std::move(r), std::move(key), static_cast<VocabFormat>(format), contents);
+  }
+
   void bind(ServiceRequest r, std::span<const uint8_t> descriptor) {
     auto remote = r.peer->import_region(descriptor);
     if (!remote.ok()) return r.responder.fail(remote.status());
@@ -211,6 +264,9 @@ class Tokenize final : public Service {
     // An unbound output's slot is reused: a client that binds and unbinds
     // for its peaks keeps a short table.
     auto slot = std::find(outputs.begin(), outputs.end(), nullptr);
+    if (slot == outputs.end() && outputs.size() >= kMaxOutputsPerConnection)
+      return r.responder.fail({Code::kTooBig, "connection has bound " + std::to_string(outputs.size()) +
+                                                  " output buffers, the limit kMaxOutputsPerConnection"});
     if (slot == outputs.end()) slot = outputs.insert(slot, nullptr);
     *slot = std::make_shared<RemoteRegion>(std::move(remote).value());
     uint32_t handle = static_cast<uint32_t>(slot - outputs.begin());

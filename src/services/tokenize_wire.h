@@ -2,6 +2,9 @@
 // client. Little-endian; every request starts with an op byte.
 //
 //   'O' name bytes                      -> u32 tokenizer, u32 vocab size
+//       (a name the agent resolves in its vocabulary directory only)
+//   'L' u8 format, the vocabulary's bytes -> as 'O' (a vocabulary the
+//       client uploads: outboard::VocabFormat, cached by its sha256)
 //   'B' region descriptor               -> u32 output (the client's region, imported)
 //   'U' u32 output                      -> empty; the output is forgotten
 //   'E' EncodeHeader, u64 length[n], texts back to back
@@ -12,11 +15,12 @@
 
 #include <cstdint>
 
-#include "services/wire.h"
+#include "util/codec.h"
 
 namespace outboard::tokenize_wire {
 
 inline constexpr char kOpen = 'O';
+inline constexpr char kUpload = 'L';
 inline constexpr char kBind = 'B';
 inline constexpr char kEncode = 'E';
 inline constexpr char kUnbind = 'U';

@@ -1,8 +1,6 @@
 #include "transport/transport.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +10,7 @@
 #include <ucp/api/ucp.h>
 
 #include "outboard/log.h"
+#include "transport/descriptor.h"
 
 OB_LOG_MODULE("transport");
 
@@ -19,10 +18,13 @@ namespace outboard::transport {
 namespace {
 
 constexpr uint16_t kAmId = 1;
-// The magic names the region's memory kind: a peer must not map GPU memory for CPU copies.
-constexpr uint32_t kRegionMagic = 0x3152424f;      // "OBR1"
-constexpr uint32_t kCudaRegionMagic = 0x3147424f;  // "OBG1"
 constexpr size_t kMaxAmHeader = 128;
+// Regions UCX allocates (ucp_mem_map with ALLOCATE: rings, the memory
+// service's) come from posix shared memory first: a session reaches a
+// client's posix segment only through /proc/<client pid>, which it checks
+// (descriptor.h), where a sysv segment id would name anyone's. UCX's own
+// default puts md:sysv first.
+constexpr const char* kAllocPriority = "md:posix,thp,md:*,mmap,heap";
 // Messages up to this size go eager: over shared memory UCX's automatic
 // threshold sends 8-64 KiB by rendezvous, whose acknowledgement wakes a
 // sleeping sender a second time per request (an 8 KiB tokenize request:
@@ -312,16 +314,29 @@ void Endpoint::flush(DoneFn done) {
   track(ucp_ep_flush_nbx(ep_, &p), op, "flush");
 }
 
-Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d, bool map) {
+Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d, bool map, const DescriptorPolicy* policy) {
   if (!ep_) return Status(Code::kNotConnected, "import on a closed endpoint");
-  uint32_t magic = 0;
   RemoteKey key;
-  if (d.size() < 20 || (std::memcpy(&magic, d.data(), 4), magic != kRegionMagic && magic != kCudaRegionMagic))
-    return Status(Code::kInvalidArgument,
-                  "region descriptor of " + std::to_string(d.size()) + " B is not an outboard descriptor");
-  std::memcpy(&key.base_, d.data() + 4, 8);
-  std::memcpy(&key.length_, d.data() + 12, 8);
-  ucs_status_t s = ucp_ep_rkey_unpack(ep_, d.data() + 20, &key.rkey_);
+  uint32_t magic = 0;
+  std::vector<uint8_t> checked;
+  std::span<const uint8_t> packed;
+  if (policy) {
+    OB_ASSIGN_OR_RETURN(CheckedDescriptor c, check_descriptor(d, *policy));
+    magic = kRegionMagic;
+    key.base_ = c.base;
+    key.length_ = c.length;
+    checked = std::move(c.packed_key);
+    packed = checked;
+  } else {
+    if (d.size() < kDescriptorHeaderBytes ||
+        (std::memcpy(&magic, d.data(), 4), magic != kRegionMagic && magic != kCudaRegionMagic))
+      return Status(Code::kInvalidArgument,
+                    "region descriptor of " + std::to_string(d.size()) + " B is not an outboard descriptor");
+    std::memcpy(&key.base_, d.data() + 4, 8);
+    std::memcpy(&key.length_, d.data() + 12, 8);
+    packed = d.subspan(kDescriptorHeaderBytes);
+  }
+  ucs_status_t s = ucp_ep_rkey_unpack(ep_, packed.data(), &key.rkey_);
   if (s != UCS_OK) return from_ucs(s, "unpack remote key");
   // UCS_ERR_UNREACHABLE unless a shared-memory transport maps the region here.
   void* mapped = nullptr;
@@ -392,57 +407,45 @@ struct WorkerAccess {
   }
 };
 
-// ---------------------------------------------------------------- Listener
-
-struct Listener::State {
-  ucp_worker* worker;
-  std::unordered_set<void*>* closing;
-  AcceptFn accept;
-};
-
-Listener::Listener() = default;
-Listener::Listener(Listener&& o) noexcept { *this = std::move(o); }
-Listener& Listener::operator=(Listener&& o) noexcept {
-  std::swap(listener_, o.listener_);
-  std::swap(state_, o.state_);
-  std::swap(address_, o.address_);
-  return *this;
-}
-Listener::~Listener() {
-  if (listener_) ucp_listener_destroy(listener_);
-}
+// ------------------------------------------------------------------ Worker
 
 namespace {
 
-void conn_request_cb(ucp_conn_request_h request, void* arg) {
-  auto* state = static_cast<Listener::State*>(arg);
-  auto* ep_state = new Endpoint::State();
-  ep_state->closing = state->closing;
-  ucp_ep_params_t p = ep_params(ep_state);
-  p.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
-  p.conn_request = request;
-  ucp_ep_h ep = nullptr;
-  ucs_status_t s = ucp_ep_create(state->worker, &p, &ep);
-  if (s != UCS_OK) {
-    OB_LOG_ERR("accept connection request: %s", ucs_status_string(s));
-    delete ep_state;
-    return;
+// Transport names as UCX_TLS spells them, with the aliases expanded.
+std::vector<std::string> expand_transports(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string name = list.substr(start, end - start);
+    if (auto colon = name.find(':'); colon != std::string::npos) name.resize(colon);  // "ud:aux"
+    if (name == "sm" || name == "shm") out.insert(out.end(), {"posix", "sysv", "cma", "knem", "xpmem"});
+    else if (name == "mm") out.insert(out.end(), {"posix", "sysv", "xpmem"});
+    else if (!name.empty()) out.push_back(name);
+    start = end + 1;
   }
-  state->accept(WorkerAccess::wrap(ep, ep_state));
+  return out;
 }
 
 }  // namespace
 
-
-// ------------------------------------------------------------------ Worker
-
-struct Worker::Shared {
-  ucp_context* context = nullptr;
-  std::recursive_mutex mu;
-  ~Shared() {
-    if (context) ucp_cleanup(context);
-  }
-};
+Result<std::string> narrow_transports(const std::string& policy, const char* env) {
+  if (!env || !*env || policy.empty()) return policy;
+  const bool deny = env[0] == '^';
+  const std::vector<std::string> named = expand_transports(env + (deny ? 1 : 0));
+  auto in_env = [&](const std::string& t) {
+    return std::find(named.begin(), named.end(), "all") != named.end() ||
+           std::find(named.begin(), named.end(), t) != named.end();
+  };
+  std::string out;
+  for (const std::string& t : expand_transports(policy))
+    if (in_env(t) != deny) out += (out.empty() ? "" : ",") + t;
+  if (out.empty())
+    return Status(Code::kBadConfig, "UCX_TLS=" + std::string(env) + " leaves none of the transports this side may use (" +
+                                        policy + ")");
+  return out;
+}
 
 Result<std::shared_ptr<Worker>> Worker::process_worker(const TransportConfig& config) {
   static std::mutex mu;
@@ -450,32 +453,36 @@ Result<std::shared_ptr<Worker>> Worker::process_worker(const TransportConfig& co
   std::lock_guard lock(mu);
   if (auto w = current.lock()) return w;
 
-  auto shared = std::make_shared<Shared>();
   ucp_config_t* cfg = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
   if (s != UCS_OK) return from_ucs(s, "read UCX config");
-  if (!std::getenv("UCX_KEEPALIVE_INTERVAL")) {
-    std::string ka = std::to_string(config.keepalive_ms) + "ms";
-    ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", ka.c_str());
+  auto modify = [&](const char* name, const std::string& value) -> Status {
+    return from_ucs(ucp_config_modify(cfg, name, value.c_str()), std::string("UCX option ") + name + "=" + value);
+  };
+  Status st;
+  if (!std::getenv("UCX_ALLOC_PRIO")) st = modify("ALLOC_PRIO", kAllocPriority);
+  if (st.ok() && !config.transports.empty()) {
+    auto tls = narrow_transports(config.transports, std::getenv("UCX_TLS"));
+    st = tls.ok() ? modify("TLS", tls.value()) : tls.status();
   }
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-  s = ucp_init(&params, cfg, &shared->context);
+  if (st.ok() && !config.net_devices.empty()) st = modify("NET_DEVICES", config.net_devices);
+  ucp_context* context = nullptr;
+  if (st.ok()) {
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    st = from_ucs(ucp_init(&params, cfg, &context), "ucp_init");
+  }
   ucp_config_release(cfg);
-  if (s != UCS_OK) return from_ucs(s, "ucp_init");
-  OB_ASSIGN_OR_RETURN(auto w, create(std::move(shared)));
+  OB_RETURN_IF_ERROR(st);
+  OB_ASSIGN_OR_RETURN(auto w, create(context));
   current = w;
   return w;
 }
 
-Result<std::shared_ptr<Worker>> Worker::sibling() { return create(shared_); }
-
-Result<std::shared_ptr<Worker>> Worker::create(std::shared_ptr<Shared> shared) {
+Result<std::shared_ptr<Worker>> Worker::create(ucp_context* context) {
   std::shared_ptr<Worker> w(new Worker());
-  w->shared_ = std::move(shared);
-  w->mu_ = &w->shared_->mu;
-  w->context_ = w->shared_->context;
+  w->context_ = context;  // owned from here: cleaned up with the worker, even a half-made one
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
@@ -520,6 +527,7 @@ Worker::~Worker() {
   while (!closing_.empty() && std::chrono::steady_clock::now() < until) ucp_worker_progress(worker_);
   for (void* r : closing_) ucp_request_free(r);
   if (worker_) ucp_worker_destroy(worker_);
+  if (context_) ucp_cleanup(context_);
 }
 
 unsigned Worker::progress() { return ucp_worker_progress(worker_); }
@@ -530,61 +538,6 @@ Status Worker::arm() {
   ucs_status_t s = ucp_worker_arm(worker_);
   if (s == UCS_ERR_BUSY) return {Code::kAgain, "events pending"};
   return from_ucs(s, "ucp_worker_arm");
-}
-
-Result<Listener> Worker::listen(const std::string& host, uint16_t port, AcceptFn accept) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  std::string service = std::to_string(port);
-  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res); rc != 0)
-    return Status(Code::kBadConfig, "listen address '" + host + "': " + gai_strerror(rc));
-  Listener l;
-  l.state_ = std::make_unique<Listener::State>(Listener::State{worker_, &closing_, std::move(accept)});
-  ucp_listener_params_t p{};
-  p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  p.sockaddr.addr = res->ai_addr;
-  p.sockaddr.addrlen = res->ai_addrlen;
-  p.conn_handler.cb = conn_request_cb;
-  p.conn_handler.arg = l.state_.get();
-  ucs_status_t s = ucp_listener_create(worker_, &p, &l.listener_);
-  freeaddrinfo(res);
-  if (s != UCS_OK) return from_ucs(s, "listen on " + host + ":" + service);
-
-  ucp_listener_attr_t attr{};
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  s = ucp_listener_query(l.listener_, &attr);
-  if (s != UCS_OK) return from_ucs(s, "query listener");
-  char ip[NI_MAXHOST], port_text[NI_MAXSERV];
-  getnameinfo(reinterpret_cast<sockaddr*>(&attr.sockaddr), sizeof attr.sockaddr, ip, sizeof ip,
-              port_text, sizeof port_text, NI_NUMERICHOST | NI_NUMERICSERV);
-  l.address_ = std::string(ip) + ":" + port_text;
-  return l;
-}
-
-Result<Endpoint> Worker::connect(const std::string& host, uint16_t port) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  std::string service = std::to_string(port);
-  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0)
-    return Status(Code::kInvalidArgument, "agent address '" + host + "': " + gai_strerror(rc));
-  auto* state = new Endpoint::State();
-  state->closing = &closing_;
-  ucp_ep_params_t p = ep_params(state);
-  p.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  p.sockaddr.addr = res->ai_addr;
-  p.sockaddr.addrlen = res->ai_addrlen;
-  ucp_ep_h ep = nullptr;
-  ucs_status_t s = ucp_ep_create(worker_, &p, &ep);
-  freeaddrinfo(res);
-  if (s != UCS_OK) {
-    delete state;
-    return from_ucs(s, "connect to " + host + ":" + service);
-  }
-  return WorkerAccess::wrap(ep, state);
 }
 
 Result<Endpoint> Worker::connect_to(std::span<const uint8_t> address) {
@@ -662,17 +615,5 @@ Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate, MemoryK
 }
 
 std::string ucx_version() { return ucp_get_version_string(); }
-
-Result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text) {
-  auto colon = text.rfind(':');
-  if (colon == std::string::npos)
-    return Status(Code::kBadConfig, "address '" + text + "' is not host:port");
-  std::string host = text.substr(0, colon);
-  char* end = nullptr;
-  long port = std::strtol(text.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || colon + 1 == text.size() || port < 0 || port > 65535)
-    return Status(Code::kBadConfig, "port in address '" + text + "' is not 0..65535");
-  return std::make_pair(host.empty() ? std::string("0.0.0.0") : host, static_cast<uint16_t>(port));
-}
 
 }  // namespace outboard::transport

@@ -21,11 +21,11 @@
 #include "outboard/buffer.h"
 #include "outboard/memory_kind.h"
 #include "outboard/status.h"
+#include "transport/descriptor.h"
 
 struct ucp_context;
 struct ucp_worker;
 struct ucp_ep;
-struct ucp_listener;
 struct ucp_mem;
 struct ucp_rkey;
 
@@ -35,10 +35,21 @@ using Bytes = std::vector<uint8_t>;
 using DoneFn = std::function<void(Status)>;
 using FailFn = std::function<void(Status)>;
 
+/// How the process's UCX context is set up. UCX_* variables in the
+/// environment are honoured except where a field here narrows them.
 struct TransportConfig {
-  /// UCX keepalive interval; UCX_KEEPALIVE_INTERVAL in the environment wins.
-  uint64_t keepalive_ms = 200;
+  /// Transports (UCX_TLS names) this context may use, e.g. "posix,tcp";
+  /// empty: UCX's own choice. A UCX_TLS in the environment can only narrow
+  /// it: an agent's session never opens a transport its policy leaves out.
+  std::string transports;
+  /// Network devices (UCX_NET_DEVICES), e.g. "lo"; empty: all.
+  std::string net_devices;
 };
+
+/// `policy` (a UCX_TLS list) narrowed by `env` (the environment's UCX_TLS,
+/// an allow list or a ^deny list, aliases sm/shm/mm expanded); kBadConfig
+/// when nothing is left.
+Result<std::string> narrow_transports(const std::string& policy, const char* env);
 
 class Endpoint;
 
@@ -166,7 +177,10 @@ class Endpoint {
   /// Completes all earlier operations at the target before `done` runs.
   void flush(DoneFn done);
   /// `map`: use the region through RemoteKey::mapped() where UCX maps it here.
-  Result<RemoteKey> import_region(std::span<const uint8_t> descriptor, bool map);
+  /// `policy`: the peer is not trusted, and its descriptor is checked and
+  /// rebuilt first (check_descriptor); null: a peer we trust (our agent).
+  Result<RemoteKey> import_region(std::span<const uint8_t> descriptor, bool map,
+                                  const DescriptorPolicy* policy = nullptr);
   /// The lanes UCX chose, as ucp_ep_print_info prints them.
   [[nodiscard]] std::string lanes() const;
   /// Starts a non-blocking close; `force` after the peer failed. `done`
@@ -185,37 +199,14 @@ class Endpoint {
   State* state_ = nullptr;  // owned; outlives the ep until the close completes
 };
 
-class Listener {
- public:
-  Listener();
-  Listener(Listener&&) noexcept;
-  Listener& operator=(Listener&&) noexcept;
-  ~Listener();
-  /// "host:port" with the port actually bound.
-  [[nodiscard]] const std::string& address() const { return address_; }
-
-  struct State;  // internal: accept callback
-
- private:
-  friend class Worker;
-  ucp_listener* listener_ = nullptr;
-  std::unique_ptr<State> state_;
-  std::string address_;
-};
-
-/// Called with the new endpoint of an accepted connection request.
-using AcceptFn = std::function<void(Endpoint)>;
-
 class Worker {
  public:
-  /// The process-wide worker, created on first use with `config`.
+  /// The process-wide worker, created on first use with `config` (later
+  /// calls get the same worker, whatever their config).
   static Result<std::shared_ptr<Worker>> process_worker(const TransportConfig& config);
-  /// Another worker of the same UCX context, sharing this one's mutex: its
-  /// interfaces are progressed apart from this one's (see channel::Hub).
-  Result<std::shared_ptr<Worker>> sibling();
   ~Worker();
 
-  [[nodiscard]] std::recursive_mutex& mutex() { return *mu_; }
+  [[nodiscard]] std::recursive_mutex& mutex() { return mu_; }
   /// Drives UCX; returns the number of events handled (0 when idle).
   unsigned progress();
   /// A file descriptor that becomes readable when progress() has work.
@@ -228,15 +219,12 @@ class Worker {
   [[nodiscard]] const Bytes& address() const { return address_; }
   void set_am_handler(AmHandler handler) { am_handler_ = std::move(handler); }
 
-  Result<Listener> listen(const std::string& host, uint16_t port, AcceptFn accept);
-  /// Client-server (sockaddr) endpoint: TCP on 1.13, used to bootstrap.
-  Result<Endpoint> connect(const std::string& host, uint16_t port);
   /// Endpoint to a peer worker's address: UCX picks shared memory on the
   /// same host, TCP or RDMA across hosts. UCX 1.13 drops sysv/posix lanes
   /// from endpoints in peer-failure mode (they only have ep_check), so such
   /// endpoints are created without it: callers detect a dead peer on a
-  /// client-server endpoint and force-close this one, which cancels its
-  /// outstanding operations.
+  /// socket of their own (the bootstrap's) and force-close this one, which
+  /// cancels its outstanding operations.
   Result<Endpoint> connect_to(std::span<const uint8_t> worker_address);
 
   /// Fetches a rendezvous payload into `dst` (dst.size() == message length).
@@ -246,16 +234,14 @@ class Worker {
   Result<MemoryRegion> allocate_memory(size_t size, MemoryKind kind = MemoryKind::kHost);
 
  private:
-  struct Shared;  // the UCX context and the mutex, owned by all siblings
   Worker() = default;
   friend struct WorkerAccess;
-  static Result<std::shared_ptr<Worker>> create(std::shared_ptr<Shared> shared);
+  static Result<std::shared_ptr<Worker>> create(ucp_context* context);
   Result<MemoryRegion> map(void* data, size_t size, bool allocate, MemoryKind kind);
   /// Whether this UCX can allocate and register GPU (CUDA) memory.
   [[nodiscard]] bool cuda_memory_supported() const;
 
-  std::shared_ptr<Shared> shared_;
-  std::recursive_mutex* mu_ = nullptr;  // shared_->mu, inline for the per-operation lock
+  std::recursive_mutex mu_;
   std::unordered_set<void*> closing_;  // endpoint-close requests still in flight
   ucp_context* context_ = nullptr;
   ucp_worker* worker_ = nullptr;
@@ -266,8 +252,5 @@ class Worker {
 
 /// "1.13.1": the UCX library in use.
 std::string ucx_version();
-
-/// Parses "host:port" (port may be 0 to pick a free one).
-Result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text);
 
 }  // namespace outboard::transport

@@ -202,6 +202,21 @@ int64_t Options::integer(std::string_view name) const { return parse_int(str(nam
 uint64_t Options::size(std::string_view name) const { return parse_size(str(name)).value(); }
 bool Options::flag(std::string_view name) const { return parse_bool(str(name)).value(); }
 
+std::string Options::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& o : table_) {
+    if (o.name == "json") continue;
+    const std::string& v = str(o.name);
+    switch (o.type) {
+      case Type::kBool: j[o.name] = parse_bool(v).value(); break;
+      case Type::kInt: j[o.name] = parse_int(v).value(); break;
+      case Type::kSize:
+      case Type::kString: j[o.name] = v; break;
+    }
+  }
+  return j.dump();
+}
+
 std::string Options::usage() const {
   std::ostringstream os;
   os << "usage: " << program_ << " [options]\n\noptions (also accepted as keys of --json FILE):\n";

@@ -1,5 +1,7 @@
 #include "outboard/status.h"
 
+#include <cstdint>
+
 namespace outboard {
 
 std::string_view code_name(Code code) {
@@ -22,6 +24,10 @@ std::string_view code_name(Code code) {
     case Code::kShutDown: return "shut down";
   }
   return "unknown";
+}
+
+bool known_code(int value) {
+  return value >= INT8_MIN && value <= INT8_MAX && code_name(static_cast<Code>(value)) != "unknown";
 }
 
 std::string Status::to_string() const {

@@ -490,14 +490,15 @@ def test_a_cancelled_async_batch_leaves_the_others_alone(client: outboard.Client
 def test_an_async_batch_times_out_at_its_deadline_while_the_agent_is_stopped(doomed_agent: outboard.LocalAgent) -> None:
     c = outboard.connect(doomed_agent.address)
     tok = c.tokenizer("gpt2", timeout=0.5)
-    os.kill(doomed_agent.pid, signal.SIGSTOP)
+    session = c.stats()["pid"]  # the agent's process that serves this client
+    os.kill(session, signal.SIGSTOP)
     try:
         start = time.monotonic()
         with pytest.raises(errors.TimedOut):
             asyncio.run(tok.encode_batch_async(["frozen agent"]))
         assert 0.5 <= time.monotonic() - start < 0.5 + 1.0
     finally:
-        os.kill(doomed_agent.pid, signal.SIGCONT)
+        os.kill(session, signal.SIGCONT)
 
 
 def test_agent_killed_mid_batch_fails_async_batches_within_a_second(doomed_agent: outboard.LocalAgent) -> None:
@@ -582,7 +583,8 @@ def test_a_queue_poll_waits_at_most_its_timeout_and_a_batch_at_most_its_deadline
     assert time.monotonic() - start < 0.5
     batch = _one(queue, ["before"])
     assert isinstance(batch, outboard.Batch) and batch.ok
-    os.kill(doomed_agent.pid, signal.SIGSTOP)
+    session = c.stats()["pid"]  # the agent's process that serves this client
+    os.kill(session, signal.SIGSTOP)
     try:
         start = time.monotonic()
         ticket = queue.put(["frozen agent"])
@@ -592,7 +594,7 @@ def test_a_queue_poll_waits_at_most_its_timeout_and_a_batch_at_most_its_deadline
         assert got == ticket and isinstance(failed, errors.TimedOut)
         assert 1.0 <= time.monotonic() - start < 1.0 + 1.0
     finally:
-        os.kill(doomed_agent.pid, signal.SIGCONT)
+        os.kill(session, signal.SIGCONT)
 
 
 def test_agent_killed_mid_batch_fails_queued_batches_within_a_second(doomed_agent: outboard.LocalAgent) -> None:

@@ -39,9 +39,19 @@ class Holder final : public Service {
   std::vector<Responder> held_;
 };
 
+/// A config whose sessions run in processes of this build's outboard-agent.
+inline AgentConfig test_config() {
+  AgentConfig config;
+  config.session_program = OUTBOARD_AGENT_PATH;
+  return config;
+}
+
 class AgentFixture : public ::testing::Test {
  protected:
-  void start_agent(AgentConfig config = {}, std::unique_ptr<Service> extra = nullptr) {
+  /// With `extra`, the agent serves every client in this process
+  /// (Isolation::kNone): a session process runs the built-in services only.
+  void start_agent(AgentConfig config = test_config(), std::unique_ptr<Service> extra = nullptr) {
+    if (extra) config.isolation = Isolation::kNone;
     auto agent = Agent::create(config);
     ASSERT_TRUE(agent.ok()) << agent.status().to_string();
     agent_ = std::move(agent).value();

@@ -28,7 +28,7 @@ TEST_F(ConnectionTest, EchoesBoundarySizesByteForByte) {
 
 TEST_F(ConnectionTest, OversizeMessageIsRefusedAndConnectionStaysUsable) {
   stop_agent();
-  AgentConfig cfg;
+  AgentConfig cfg = testing::test_config();
   cfg.channel.max_msg_size = 65536;
   start_agent(cfg);
   auto c = connect();
@@ -104,7 +104,7 @@ TEST_F(ConnectionTest, PostedMessagesStayInOrderAndEachCompletesOnce) {
 
 TEST_F(ConnectionTest, NonBlockingSendSaysAgainWhenCreditsRunOut) {
   stop_agent();
-  AgentConfig cfg;
+  AgentConfig cfg = testing::test_config();
   cfg.channel.recv_window_msgs = 4;
   start_agent(cfg);
   auto c = connect();
@@ -167,7 +167,7 @@ TEST_F(ConnectionTest, AsyncRequestsCompleteThroughProgress) {
 TEST_F(ConnectionTest, BlockingAsyncAndOneWayTrafficInterleaveInOrder) {
   auto c = connect();
   ASSERT_TRUE(c);
-  auto hub = channel::Hub::get({});  // the process's, which the connection uses
+  auto hub = channel::Hub::get();  // the process's, which the connection uses
   ASSERT_TRUE(hub.ok());
   int async_done = 0;
   auto text = [](const Buffer& b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); };
@@ -216,7 +216,7 @@ TEST_F(ConnectionTest, OnlyServicesThatNeverBlockRunInsideUcxCallbacks) {
     auto service = std::make_unique<Witness>(handles_inline);
     Witness* w = service.get();
     start_agent({}, std::move(service));
-    w->hub = channel::Hub::get({}).value();
+    w->hub = channel::Hub::get().value();
     auto c = connect();
     ASSERT_TRUE(c);
     for (int i = 0; i < 50; ++i) ASSERT_TRUE(c->request("witness", bytes("x"), soon()).ok());

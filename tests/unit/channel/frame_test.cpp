@@ -50,7 +50,7 @@ TEST(Frame, EveryCombinationOfFieldsRoundTrips) {
   std::mt19937_64 rng(5);
   for (unsigned mask = 0; mask < 64; ++mask) {
     FrameHeader h;
-    h.type = static_cast<FrameType>(1 + mask % 8);
+    h.type = static_cast<FrameType>(3 + mask % 7);  // kMessage .. kDoorbell
     h.dst = static_cast<uint32_t>(rng());
     h.seq = rng();
     if (mask & 1) h.id = rng() | 1;

@@ -21,7 +21,7 @@ std::string text(std::span<const uint8_t> b) { return {reinterpret_cast<const ch
 class RingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto hub = Hub::get(ChannelConfig{});
+    auto hub = Hub::get();
     ASSERT_TRUE(hub.ok()) << hub.status().to_string();
     hub_ = std::move(hub).value();
     lock_ = Lock(hub_->mutex());

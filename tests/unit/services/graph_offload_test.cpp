@@ -20,7 +20,7 @@ Deadline soon() { return Deadline::after_ms(20000); }
 
 class GraphOffloadTest : public testing::AgentFixture {
  protected:
-  void SetUp() override { start(AgentConfig{}); }
+  void SetUp() override { start(testing::test_config()); }
 
   void start(AgentConfig config) {
     start_agent(config);
@@ -50,7 +50,7 @@ class GraphOffloadTest : public testing::AgentFixture {
 class GraphOffloadThreads : public GraphOffloadTest, public ::testing::WithParamInterface<uint32_t> {
  protected:
   void SetUp() override {
-    AgentConfig config;
+    AgentConfig config = testing::test_config();
     config.graph_threads = GetParam();
     start(config);
   }
@@ -248,7 +248,7 @@ TEST_F(GraphOffloadTest, RefusalsNameTheItemTheValueAndTheLimit) {
 TEST_F(GraphOffloadTest, InstanceAndMemoryLimitsOfAConnection) {
   stop_agent();
   off_.reset();
-  AgentConfig config;
+  AgentConfig config = testing::test_config();
   config.graph_max_instances = 2;
   config.graph_max_memory = 4096;
   start(config);

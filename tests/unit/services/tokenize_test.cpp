@@ -1,7 +1,9 @@
-// The tokenize service and its client against an in-process agent over real
-// UCX, with a small WordPiece vocabulary written by the test.
+// The tokenize service and its client against a real agent over real UCX,
+// with a small WordPiece vocabulary written by the test.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -18,7 +20,7 @@ constexpr std::string_view kVocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld\n#
 class TokenizeServiceTest : public testing::AgentFixture, public ::testing::WithParamInterface<uint32_t> {
  protected:
   void SetUp() override {
-    AgentConfig config;
+    AgentConfig config = testing::test_config();
     config.tokenize_threads = GetParam();
     config.max_text_bytes = 64;
     start_agent(config);
@@ -200,7 +202,7 @@ TEST_P(TokenizeServiceTest, AnUnbindThatFindsTheAgentsWindowFullIsSentWithALater
   remote_.reset();
   conn_.reset();
   stop_agent();
-  AgentConfig config;
+  AgentConfig config = testing::test_config();
   config.tokenize_threads = GetParam();
   config.max_text_bytes = 64;
   config.channel.recv_window_msgs = 2;
@@ -286,12 +288,81 @@ TEST_P(TokenizeServiceTest, BadRequestsGetErrorsAndTheConnectionStaysUsable) {
   auto missing = RemoteTokenizer::open(*conn_, "/nonexistent/vocab.txt", Deadline::after_ms(5000));
   EXPECT_EQ(missing.status().code(), Code::kNotFound);
   auto unknown = RemoteTokenizer::open(*conn_, "gpt5", Deadline::after_ms(5000));
-  EXPECT_EQ(unknown.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(unknown.status().message().find("gpt5"), std::string::npos);
+  EXPECT_EQ(unknown.status().code(), Code::kNotFound);
+  EXPECT_NE(unknown.status().message().find("'gpt5'"), std::string::npos);
   std::vector<std::string_view> texts = {"hello"};
   auto ok = remote_->encode_batch(texts, {}, Deadline::after_ms(5000));
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
   EXPECT_EQ(text_ids(ok.value(), 0), local_ids("hello"));
+}
+
+// Names resolve in the agent's vocabulary directory only; what a client's
+// process has, it uploads.
+class TokenizeVocabularyTest : public testing::AgentFixture {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "mine.txt") << kVocab;
+    std::filesystem::create_symlink(outside_.string(), dir_ / "escape.txt");
+    AgentConfig config = testing::test_config();
+    config.vocab_dir = dir_.string();
+    config.max_vocab_bytes = 4096;
+    start_agent(config);
+    conn_ = connect();
+    ASSERT_TRUE(conn_);
+  }
+  void TearDown() override {
+    conn_.reset();
+    stop_agent();
+    std::filesystem::remove_all(dir_);
+  }
+  Result<Buffer> open_raw(std::string_view name) {
+    std::string body = "O" + std::string(name);
+    return conn_->request("tokenize", bytes(body), Deadline::after_ms(5000));
+  }
+
+  std::filesystem::path dir_ = std::filesystem::temp_directory_path() / ("outboard_vocab_" + std::to_string(getpid()));
+  testing::TempFile outside_{"outside_vocab.txt", kVocab};
+  std::unique_ptr<Connection> conn_;
+};
+
+TEST_F(TokenizeVocabularyTest, ANameOpensOnlyAFileOfTheVocabularyDirectory) {
+  auto mine = RemoteTokenizer::open(*conn_, "mine.txt", Deadline::after_ms(5000), /*pool_ids=*/64);
+  ASSERT_TRUE(mine.ok()) << mine.status().to_string();
+  EXPECT_EQ(mine.value()->vocab_size(), 12u);
+  // Existing or not, outside the directory or through a link out of it: one
+  // answer, which says nothing of what is on disk.
+  for (std::string name : {outside_.string(), std::string("../") + std::filesystem::path(outside_.string()).filename().string(),
+                           std::string("escape.txt"), std::string("nothere.txt"), std::string("/etc/hostname")}) {
+    auto r = open_raw(name);
+    ASSERT_EQ(r.status().code(), Code::kNotFound) << name;
+    EXPECT_EQ(r.status().message().find("is not in the agent's vocabulary directory"),
+              r.status().message().find('\'') + 3 + name.size()) << r.status().message();
+  }
+}
+
+TEST_F(TokenizeVocabularyTest, AClientsOwnVocabularyIsUploadedCheckedAndCappedInSize) {
+  // A path of this process's: its bytes go to the agent, parsed by the same loaders.
+  auto uploaded = RemoteTokenizer::open(*conn_, outside_.string(), Deadline::after_ms(5000), /*pool_ids=*/64);
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status().to_string();
+  std::vector<std::string_view> texts = {"hello cats"};
+  auto batch = uploaded.value()->encode_batch(texts, {}, Deadline::after_ms(5000));
+  ASSERT_TRUE(batch.ok()) << batch.status().to_string();
+  EXPECT_EQ(batch->ids().size(), 3u);  // hello cat ##s
+
+  testing::TempFile big{"big_vocab.txt", std::string(5000, 'a')};
+  auto too_big = RemoteTokenizer::open(*conn_, big.string(), Deadline::after_ms(5000));
+  EXPECT_EQ(too_big.status().code(), Code::kTooBig);
+  EXPECT_NE(too_big.status().message().find("exceeds max_vocab_bytes 4096 (agent option --max-vocab-bytes)"),
+            std::string::npos) << too_big.status().message();
+
+  testing::TempFile broken{"broken.json", "{\"model\": "};
+  auto bad = RemoteTokenizer::open(*conn_, broken.string(), Deadline::after_ms(5000));
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("uploaded vocabulary sha256:"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("not valid JSON"), std::string::npos) << bad.status().message();
+  EXPECT_EQ(conn_->request("tokenize", bytes("L\x07abc"), Deadline::after_ms(5000)).status().code(),
+            Code::kInvalidArgument);  // format 7
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, TokenizeServiceTest, ::testing::Values(0u, 2u),

@@ -1,4 +1,5 @@
-// Little-endian plain-old-data encoding shared by the services' wire formats.
+// Little-endian plain-old-data encoding: the services' wire formats and the
+// channel's bootstrap messages.
 #pragma once
 
 #include <cstdint>

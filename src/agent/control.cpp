@@ -1,0 +1,43 @@
+#include "agent/control.h"
+
+#include "util/codec.h"
+
+namespace outboard::agent {
+
+namespace {
+std::vector<uint8_t> start(ControlKind kind) { return {static_cast<uint8_t>(kind)}; }
+}  // namespace
+
+std::vector<uint8_t> encode_config(const std::string& json) {
+  auto out = start(ControlKind::kConfig);
+  out.insert(out.end(), json.begin(), json.end());
+  return out;
+}
+
+std::vector<uint8_t> encode_adopt(const channel::PeerInfo& peer, std::span<const uint8_t> hello) {
+  codec::Writer w;
+  w.bytes = start(ControlKind::kAdopt);
+  w.put_string(peer.name);
+  w.put(static_cast<uint8_t>(peer.policy.shared_memory));
+  w.put(static_cast<int32_t>(peer.policy.owner));
+  w.put_bytes(hello);
+  return std::move(w.bytes);
+}
+
+std::vector<uint8_t> encode_closed() { return start(ControlKind::kClosed); }
+std::vector<uint8_t> encode_end() { return start(ControlKind::kEnd); }
+
+Result<Adopt> decode_adopt(std::span<const uint8_t> body) {
+  codec::Reader r{body};
+  Adopt a;
+  uint8_t shared = 0;
+  int32_t owner = 0;
+  if (!r.get_string(a.peer.name) || !r.get(shared) || !r.get(owner))
+    return Status(Code::kInvalidArgument, "adopt message is truncated");
+  a.peer.policy.shared_memory = shared != 0;
+  a.peer.policy.owner = owner;
+  a.hello = r.in;
+  return a;
+}
+
+}  // namespace outboard::agent

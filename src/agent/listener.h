@@ -1,0 +1,90 @@
+// The agent's front door: the listening socket, the hello each client must
+// send in time, and the agent-wide caps. Whatever a stranger sends on the
+// port ends here, at worst with its own connection: this code runs in a
+// process that never touches UCX, and hands each client on to a session
+// (session.h) only once its hello has decoded.
+// Thread mode: single (the loop that waits on its poller).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "channel/bootstrap.h"
+#include "channel/server.h"
+#include "util/poller.h"
+
+namespace outboard::agent {
+
+struct ListenerLimits {
+  uint32_t max_connections = 4096;      ///< --max-connections: served and in their handshake
+  uint32_t max_handshakes = 64;         ///< --max-handshakes: connections that have not sent their hello
+  int64_t handshake_timeout_ms = 5000;  ///< --handshake-timeout-ms: the time a client has to send it
+};
+
+/// Where the listener hands each client whose hello decoded.
+class SessionDispatch {
+ public:
+  virtual ~SessionDispatch() = default;
+  /// Takes the client; reports its end through Listener::closed(), once.
+  virtual void hand_off(net::Fd socket, const channel::Hello& hello, std::vector<uint8_t> hello_bytes,
+                        const channel::PeerInfo& peer) = 0;
+};
+
+/// What the listener has seen, for the agent's logs and stats.
+struct ListenerCounters {
+  uint64_t accepted = 0;
+  uint64_t handed_off = 0;
+  uint64_t refused_limits = 0;     ///< over --max-connections or --max-handshakes
+  uint64_t refused_hello = 0;      ///< a hello that did not decode
+  uint64_t handshake_timeouts = 0;
+  uint64_t accept_errors = 0;      ///< out of file descriptors, say
+};
+
+class Listener {
+ public:
+  /// Binds `where` exactly; the poller must outlive the listener.
+  static Result<std::unique_ptr<Listener>> create(const net::HostPort& where, const ListenerLimits& limits,
+                                                  net::Poller& poller, SessionDispatch& dispatch);
+  ~Listener();
+
+  /// "ip:port", the port as bound.
+  [[nodiscard]] const std::string& address() const { return address_; }
+  /// Expires handshakes past their deadline and resumes accepting after an
+  /// accept error; returns how long the loop may wait before calling again.
+  int tick();
+  /// `n` clients handed off have left. Thread mode: any thread.
+  void closed(size_t n) { live_.fetch_sub(n, std::memory_order_relaxed); }
+  [[nodiscard]] size_t connections() const { return live_.load(std::memory_order_relaxed) + pending_.size(); }
+  [[nodiscard]] const ListenerCounters& counters() const { return counters_; }
+
+ private:
+  struct Pending {
+    net::Fd socket;
+    channel::BootReader reader;
+    Deadline deadline;
+  };
+  Listener(net::Poller& poller, SessionDispatch& dispatch, const ListenerLimits& limits)
+      : poller_(poller), dispatch_(dispatch), limits_(limits) {}
+  void on_accept();
+  void on_readable(int fd);
+  void finish(int fd);
+  void drop(int fd, const channel::Refusal& why);
+  channel::PeerInfo describe(int fd, const channel::Hello& hello) const;
+
+  net::Poller& poller_;
+  SessionDispatch& dispatch_;
+  ListenerLimits limits_;
+  net::Fd socket_;
+  std::string address_;
+  std::unordered_map<int, Pending> pending_;
+  std::atomic<size_t> live_{0};  // handed off, not yet left
+  bool accepting_ = true;
+  Deadline resume_ = Deadline::now();
+  ListenerCounters counters_;
+};
+
+}  // namespace outboard::agent

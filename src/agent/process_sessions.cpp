@@ -1,0 +1,186 @@
+#include "agent/process_sessions.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sodium.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "agent/control.h"
+#include "agent/session.h"
+#include "outboard/log.h"
+
+extern char** environ;
+
+OB_LOG_MODULE("sessions");
+
+namespace outboard::agent {
+
+namespace {
+// The fd number a session process finds its control socket at.
+constexpr int kSessionControlFd = 3;
+constexpr int kReapPollMs = 10;
+
+// The key of a token's session: a digest, so the table holds no tokens and
+// a lookup's timing says nothing about one.
+std::string session_key(const channel::SessionToken& token, bool shared_memory) {
+  unsigned char digest[crypto_generichash_BYTES];
+  crypto_generichash(digest, sizeof digest, token.data(), token.size(), nullptr, 0);
+  std::string key(reinterpret_cast<const char*>(digest), sizeof digest);
+  key.push_back(shared_memory ? 's' : 'n');
+  return key;
+}
+}  // namespace
+
+ProcessSessions::~ProcessSessions() {
+  for (auto& [fd, p] : by_fd_) poller_.remove(fd);
+}
+
+Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bool shared_memory) {
+  OB_ASSIGN_OR_RETURN(auto ends, net::seqpacket_pair());
+  // Not at the fd the child wants it at: dup2 onto itself would leave it close-on-exec.
+  net::Fd child(::fcntl(ends.second.get(), F_DUPFD_CLOEXEC, kSessionControlFd + 1));
+  if (!child.valid()) return Status(Code::kIoError, std::string("fcntl: ") + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, child.get(), kSessionControlFd);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const std::string fd_text = std::to_string(kSessionControlFd);
+  char* argv[] = {const_cast<char*>(program_.c_str()), const_cast<char*>("--session-fd"),
+                  const_cast<char*>(fd_text.c_str()), nullptr};
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, program_.c_str(), &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Status(Code::kIoError, "cannot start a session process (" + program_ + "): " + std::strerror(rc));
+  children_.insert(pid);
+
+  // What the session's UCX may use: shared memory (posix only: a client's
+  // segments are reached through /proc/<its pid>, which is checked) for a
+  // client of this host and user, else TCP on the listening interface.
+  SessionSetup setup;
+  setup.config = config_;
+  setup.log_level = log::level();
+  OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(config_.listen));
+  setup.transport.net_devices = net::interface_of(where.host);
+  // A UCX_TLS in the agent's environment that names no shared memory (to
+  // measure TCP, say) still finds TCP in a same-user session.
+  setup.transport.transports = !shared_memory ? "tcp" : std::getenv("UCX_TLS") ? "posix,tcp" : "posix";
+  net::Fd control = std::move(ends.first);
+  if (::fcntl(control.get(), F_SETFL, O_NONBLOCK) != 0 ||
+      !net::send_message(control.get(), encode_config(encode_setup(setup))).ok()) {
+    ::kill(pid, SIGKILL);
+    return Status(Code::kIoError, "cannot configure session process " + std::to_string(pid));
+  }
+  const int fd = control.get();
+  OB_RETURN_IF_ERROR(poller_.add(fd, [this, fd] { on_control(fd); }));
+  Proc& p = by_fd_[fd];
+  p.pid = pid;
+  p.control = std::move(control);
+  p.key = key;
+  by_key_[key] = fd;
+  OB_LOG_INFO("session process %d started (%s)", static_cast<int>(pid), setup.transport.transports.c_str());
+  return &p;
+}
+
+void ProcessSessions::hand_off(net::Fd socket, const channel::Hello& hello, std::vector<uint8_t> hello_bytes,
+                               const channel::PeerInfo& peer) {
+  const std::string key = session_key(hello.token, peer.policy.shared_memory);
+  Proc* p = nullptr;
+  Status st;
+  if (auto it = by_key_.find(key); it != by_key_.end()) {
+    p = &by_fd_.at(it->second);
+  } else {
+    auto started = spawn(key, peer.policy.shared_memory);
+    if (started.ok()) p = started.value();
+    else st = started.status();
+  }
+  if (p) {
+    st = net::send_message(p->control.get(), encode_adopt(peer, hello_bytes), socket.get());
+    if (st.code() == Code::kAgain)
+      st = Status(Code::kAgain, "the session of this client is not taking connections now (its queue is full)");
+  }
+  if (!st.ok()) {
+    OB_LOG_WARN("client %s not handed to a session: %s", peer.name.c_str(), st.to_string().c_str());
+    channel::refuse(socket.get(), {st.code(), st.message()});
+    closed_(1);
+    return;
+  }
+  ++p->clients;
+}
+
+void ProcessSessions::on_control(int fd) {
+  auto it = by_fd_.find(fd);
+  if (it == by_fd_.end()) return;
+  Proc& p = it->second;
+  uint8_t buf[64];
+  for (;;) {
+    auto n = net::recv_message(fd, buf, nullptr);
+    if (!n.ok() && n.status().code() == Code::kAgain) return;
+    if (!n.ok() || n.value() == 0) {
+      // The session ended on its own: crashed, killed, or failed to start.
+      if (p.clients != 0)
+        OB_LOG_WARN("session process %d ended with %zu clients", static_cast<int>(p.pid), p.clients);
+      closed_(p.clients);
+      p.clients = 0;
+      return end(fd);
+    }
+    if (buf[0] == static_cast<uint8_t>(ControlKind::kClosed) && p.clients != 0) {
+      --p.clients;
+      closed_(1);
+    }
+    if (p.clients == 0) return end(fd);  // its last client left: closing its control ends it
+  }
+}
+
+void ProcessSessions::end(int fd) {
+  poller_.remove(fd);
+  auto node = by_fd_.extract(fd);
+  if (node.empty()) return;
+  by_key_.erase(node.mapped().key);
+}
+
+void ProcessSessions::reap() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    children_.erase(pid);
+    if (WIFSIGNALED(status))
+      OB_LOG_WARN("session process %d ended by signal %d (%s)", static_cast<int>(pid), WTERMSIG(status),
+                  strsignal(WTERMSIG(status)));
+    else if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+      OB_LOG_WARN("session process %d exited with status %d", static_cast<int>(pid), WEXITSTATUS(status));
+  }
+}
+
+void ProcessSessions::shut_down(Deadline deadline) {
+  for (auto& [fd, p] : by_fd_) (void)net::send_message(fd, encode_end());
+  while (!by_fd_.empty()) end(by_fd_.begin()->first);
+  while (!children_.empty() && !deadline.expired()) {
+    reap();
+    if (!children_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(kReapPollMs));
+  }
+  for (pid_t pid : children_) {
+    OB_LOG_WARN("session process %d did not end in time: killed", static_cast<int>(pid));
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  children_.clear();
+}
+
+}  // namespace outboard::agent

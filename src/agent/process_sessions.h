@@ -1,0 +1,60 @@
+// Sessions in processes of their own (Isolation::kProcess), seen from the
+// listener's process: clients that present one token go to one session
+// process, started for the first of them (fork and exec of outboard-agent
+// --session-fd: a fresh image, so no UCX state crosses the fork) and ended
+// when the last leaves. The listener's process never touches UCX.
+// Thread mode: single (the listener's loop).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "agent/listener.h"
+#include "outboard/agent.h"
+
+namespace outboard::agent {
+
+class ProcessSessions final : public SessionDispatch {
+ public:
+  /// `closed(n)`: n clients handed off have left (Listener::closed).
+  ProcessSessions(const AgentConfig& config, std::string program, net::Poller& poller,
+                  std::function<void(size_t)> closed)
+      : config_(config), program_(std::move(program)), poller_(poller), closed_(std::move(closed)) {}
+  ~ProcessSessions() override;
+
+  void hand_off(net::Fd socket, const channel::Hello& hello, std::vector<uint8_t> hello_bytes,
+                const channel::PeerInfo& peer) override;
+  /// Collects the sessions that exited (logging any that did not end well).
+  void reap();
+  /// Ends every session (each tells its clients the agent is shutting
+  /// down) and waits for them until the deadline; then kills the rest.
+  void shut_down(Deadline deadline);
+  [[nodiscard]] size_t sessions() const { return by_fd_.size(); }
+  /// The address the listener bound (its port once chosen), for the sessions' stats.
+  void set_listen(const std::string& address) { config_.listen = address; }
+
+ private:
+  struct Proc {
+    pid_t pid = 0;
+    net::Fd control;
+    std::string key;
+    size_t clients = 0;
+  };
+  Result<Proc*> spawn(const std::string& key, bool shared_memory);
+  void on_control(int fd);
+  void end(int fd);
+
+  AgentConfig config_;
+  std::string program_;
+  net::Poller& poller_;
+  std::function<void(size_t)> closed_;
+  std::unordered_map<std::string, int> by_key_;  // token digest -> control fd
+  std::unordered_map<int, Proc> by_fd_;
+  std::unordered_set<pid_t> children_;  // started, not yet reaped
+};
+
+}  // namespace outboard::agent

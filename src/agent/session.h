@@ -1,0 +1,58 @@
+// One agent session: the services and the channel server that serve the
+// clients handed to it, on this process's hub. In a session process (the
+// default) it serves the clients of one token; with --isolation none, every
+// client of the agent, in the agent's own process.
+// Thread mode: run() on one thread; adopt() on that thread (post it there).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "channel/server.h"
+#include "outboard/agent.h"
+#include "outboard/log.h"
+
+namespace outboard::agent {
+
+class Session {
+ public:
+  /// The built-in services and `extra`; `on_closed` runs (on the progress
+  /// thread) each time a client adopted here leaves.
+  static Result<std::unique_ptr<Session>> create(const AgentConfig& config,
+                                                 std::vector<std::unique_ptr<Service>> extra,
+                                                 std::function<void()> on_closed);
+  ~Session();
+
+  /// Serves a client whose hello the listener read; one that does not
+  /// decode is refused (and counted as left).
+  void adopt(net::Fd socket, std::span<const uint8_t> hello, const channel::PeerInfo& peer);
+  [[nodiscard]] channel::Hub& hub() { return server_->hub(); }
+  [[nodiscard]] size_t connections() { return server_->connections(); }
+  /// Serves until `stop`; then fails requests in flight with kShutDown and
+  /// closes every connection.
+  void run(const std::atomic<bool>& stop);
+  /// Counters as a JSON object (the `stats` service's answer).
+  [[nodiscard]] std::string stats_json();
+
+ private:
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<channel::Server> server_;
+};
+
+/// The JSON a session process is configured with: the agent's options and
+/// what its UCX context may use.
+struct SessionSetup {
+  AgentConfig config;
+  transport::TransportConfig transport;
+  log::Level log_level = log::Level::kWarning;
+};
+std::string encode_setup(const SessionSetup& setup);
+Result<SessionSetup> decode_setup(std::string_view json);
+
+}  // namespace outboard::agent

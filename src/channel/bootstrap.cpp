@@ -1,0 +1,223 @@
+#include "channel/bootstrap.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "channel/ring.h"
+#include "util/codec.h"
+#include "util/net.h"
+
+namespace outboard::channel {
+namespace {
+
+std::vector<uint8_t> frame(BootKind kind, std::vector<uint8_t> payload) {
+  codec::Writer w;
+  w.put(kBootMagic);
+  w.put(static_cast<uint8_t>(kind));
+  w.put(kBootVersion);
+  w.put(uint16_t{0});
+  w.put(static_cast<uint32_t>(payload.size()));
+  w.put_bytes(payload);
+  return std::move(w.bytes);
+}
+
+void put_blob(codec::Writer& w, std::span<const uint8_t> b) {
+  w.put(static_cast<uint32_t>(b.size()));
+  w.put_bytes(b);
+}
+
+// Field readers: each failure names the message, the field and its limit.
+class Fields {
+ public:
+  Fields(std::span<const uint8_t> in, const char* message) : r_{in}, message_(message) {}
+
+  template <typename T>
+  Status get(T& v, const char* field) {
+    if (!r_.get(v)) return truncated(field);
+    return {};
+  }
+  Status blob(std::vector<uint8_t>& out, size_t limit, const char* field) {
+    uint32_t n = 0;
+    if (!r_.get(n)) return truncated(field);
+    if (n > limit)
+      return {Code::kInvalidArgument, std::string(message_) + " field " + field + " of " + std::to_string(n) +
+                                          " B exceeds its limit of " + std::to_string(limit) + " B"};
+    std::span<const uint8_t> bytes;
+    if (!r_.take(n, bytes)) return truncated(field);
+    out.assign(bytes.begin(), bytes.end());
+    return {};
+  }
+  Status end() const {
+    if (r_.in.empty()) return {};
+    return {Code::kInvalidArgument,
+            std::string(message_) + " has " + std::to_string(r_.in.size()) + " B after its last field"};
+  }
+  Status invalid(const char* field, uint64_t value, const std::string& expected) const {
+    return {Code::kInvalidArgument,
+            std::string(message_) + " field " + field + " is " + std::to_string(value) + ", expected " + expected};
+  }
+
+ private:
+  Status truncated(const char* field) const {
+    return {Code::kInvalidArgument, std::string(message_) + " is truncated at field " + field};
+  }
+  codec::Reader r_;
+  const char* message_;
+};
+
+Status check_ring(Fields& f, uint32_t slots, const std::vector<uint8_t>& descriptor) {
+  if (slots != 0 && !valid_ring_slots(slots))
+    return f.invalid("ring_slots", slots, "0 or a power of two up to " + std::to_string(kMaxRingSlots));
+  if ((slots == 0) != descriptor.empty())
+    return f.invalid("ring_descriptor", descriptor.size(), slots ? "a descriptor for the ring" : "none without a ring");
+  return {};
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const Hello& h) {
+  codec::Writer w;
+  w.put(h.connection_id);
+  w.put(h.pid);
+  w.put(h.flags);
+  w.put_bytes(std::span<const uint8_t>(h.token));
+  w.put(h.max_msg_size);
+  w.put(h.window_msgs);
+  w.put(h.window_bytes);
+  put_blob(w, h.worker_address);
+  w.put(h.ring_slots);
+  put_blob(w, h.ring_descriptor);
+  return frame(BootKind::kHello, std::move(w.bytes));
+}
+
+std::vector<uint8_t> encode(const Welcome& m) {
+  codec::Writer w;
+  w.put(m.connection_id);
+  put_blob(w, m.worker_address);
+  w.put(m.max_msg_size);
+  w.put(m.window_msgs);
+  w.put(m.window_bytes);
+  w.put(static_cast<uint32_t>(m.services.size()));
+  for (const auto& s : m.services) w.put_string(s);
+  w.put(m.ring_slots);
+  put_blob(w, m.ring_descriptor);
+  return frame(BootKind::kWelcome, std::move(w.bytes));
+}
+
+std::vector<uint8_t> encode(const Refusal& r) {
+  codec::Writer w;
+  w.put(static_cast<int8_t>(r.code));
+  w.put_string(r.message);
+  return frame(BootKind::kRefusal, std::move(w.bytes));
+}
+
+Result<Hello> decode_hello(std::span<const uint8_t> payload) {
+  Fields f(payload, "hello");
+  Hello h;
+  OB_RETURN_IF_ERROR(f.get(h.connection_id, "connection_id"));
+  OB_RETURN_IF_ERROR(f.get(h.pid, "pid"));
+  OB_RETURN_IF_ERROR(f.get(h.flags, "flags"));
+  OB_RETURN_IF_ERROR(f.get(h.token, "token"));
+  OB_RETURN_IF_ERROR(f.get(h.max_msg_size, "max_msg_size"));
+  OB_RETURN_IF_ERROR(f.get(h.window_msgs, "window_msgs"));
+  OB_RETURN_IF_ERROR(f.get(h.window_bytes, "window_bytes"));
+  OB_RETURN_IF_ERROR(f.blob(h.worker_address, kMaxWorkerAddress, "worker_address"));
+  OB_RETURN_IF_ERROR(f.get(h.ring_slots, "ring_slots"));
+  OB_RETURN_IF_ERROR(f.blob(h.ring_descriptor, kMaxRingDescriptor, "ring_descriptor"));
+  OB_RETURN_IF_ERROR(f.end());
+  if (h.connection_id == 0) return f.invalid("connection_id", 0, "a connection id from 1");
+  if (h.flags & ~kHelloFlags) return f.invalid("flags", h.flags, "a subset of " + std::to_string(kHelloFlags));
+  if (h.max_msg_size == 0) return f.invalid("max_msg_size", 0, "at least 1 B");
+  if (h.window_msgs == 0) return f.invalid("window_msgs", 0, "at least 1 message");
+  if (h.worker_address.empty()) return f.invalid("worker_address", 0, "a UCX worker address");
+  OB_RETURN_IF_ERROR(check_ring(f, h.ring_slots, h.ring_descriptor));
+  return h;
+}
+
+Result<Welcome> decode_welcome(std::span<const uint8_t> payload) {
+  Fields f(payload, "welcome");
+  Welcome m;
+  uint32_t services = 0;
+  OB_RETURN_IF_ERROR(f.get(m.connection_id, "connection_id"));
+  OB_RETURN_IF_ERROR(f.blob(m.worker_address, kMaxWorkerAddress, "worker_address"));
+  OB_RETURN_IF_ERROR(f.get(m.max_msg_size, "max_msg_size"));
+  OB_RETURN_IF_ERROR(f.get(m.window_msgs, "window_msgs"));
+  OB_RETURN_IF_ERROR(f.get(m.window_bytes, "window_bytes"));
+  OB_RETURN_IF_ERROR(f.get(services, "services"));
+  if (services > kMaxServices) return f.invalid("services", services, "at most " + std::to_string(kMaxServices));
+  m.services.resize(services);
+  for (auto& s : m.services) {
+    std::vector<uint8_t> name;
+    OB_RETURN_IF_ERROR(f.blob(name, kMaxServiceName, "service name"));
+    s.assign(name.begin(), name.end());
+  }
+  OB_RETURN_IF_ERROR(f.get(m.ring_slots, "ring_slots"));
+  OB_RETURN_IF_ERROR(f.blob(m.ring_descriptor, kMaxRingDescriptor, "ring_descriptor"));
+  OB_RETURN_IF_ERROR(f.end());
+  if (m.connection_id == 0) return f.invalid("connection_id", 0, "a connection id from 1");
+  if (m.max_msg_size == 0) return f.invalid("max_msg_size", 0, "at least 1 B");
+  if (m.window_msgs == 0) return f.invalid("window_msgs", 0, "at least 1 message");
+  if (m.worker_address.empty()) return f.invalid("worker_address", 0, "a UCX worker address");
+  OB_RETURN_IF_ERROR(check_ring(f, m.ring_slots, m.ring_descriptor));
+  return m;
+}
+
+Result<Refusal> decode_refusal(std::span<const uint8_t> payload) {
+  Fields f(payload, "refusal");
+  int8_t code = 0;
+  std::vector<uint8_t> message;
+  OB_RETURN_IF_ERROR(f.get(code, "code"));
+  OB_RETURN_IF_ERROR(f.blob(message, kMaxBootMessage, "message"));
+  OB_RETURN_IF_ERROR(f.end());
+  if (code >= 0 || !known_code(code)) return f.invalid("code", static_cast<uint8_t>(code), "an error code");
+  return Refusal{static_cast<Code>(code), std::string(message.begin(), message.end())};
+}
+
+size_t BootReader::want() const {
+  if (buf_.size() < kBootHeaderBytes) return kBootHeaderBytes - buf_.size();
+  return kBootHeaderBytes + length_ - buf_.size();
+}
+
+Status BootReader::feed(std::span<const uint8_t> bytes) {
+  if (bytes.size() > want())
+    return {Code::kInvalidArgument, std::to_string(bytes.size()) + " B fed where " + std::to_string(want()) +
+                                        " B complete the message"};
+  buf_.insert(buf_.end(), bytes.begin(), bytes.end());
+  if (header_ok_ || buf_.size() < kBootHeaderBytes) return {};
+  codec::Reader r{buf_};
+  uint32_t magic = 0, length = 0;
+  uint8_t kind = 0, version = 0;
+  uint16_t reserved = 0;
+  r.get(magic), r.get(kind), r.get(version), r.get(reserved), r.get(length);
+  if (magic != kBootMagic)
+    return {Code::kInvalidArgument, "not an outboard bootstrap message (magic " + std::to_string(magic) + ")"};
+  if (version != kBootVersion)
+    return {Code::kInvalidArgument, "bootstrap version " + std::to_string(version) + " (this side speaks " +
+                                        std::to_string(kBootVersion) + ")"};
+  if (kind < static_cast<uint8_t>(BootKind::kHello) || kind > static_cast<uint8_t>(BootKind::kRefusal) || reserved)
+    return {Code::kInvalidArgument, "bootstrap message of unknown kind " + std::to_string(kind)};
+  if (length > kMaxBootMessage)
+    return {Code::kTooBig, "bootstrap message of " + std::to_string(length) + " B exceeds its limit of " +
+                               std::to_string(kMaxBootMessage) + " B"};
+  kind_ = static_cast<BootKind>(kind);
+  length_ = length;
+  header_ok_ = true;
+  buf_.reserve(kBootHeaderBytes + length_);
+  return {};
+}
+
+Result<BootMessage> read_boot_message(int fd, Deadline deadline, std::string_view what) {
+  BootReader reader;
+  uint8_t chunk[4096];
+  while (!reader.done()) {
+    std::span<uint8_t> into(chunk, std::min(sizeof chunk, reader.want()));
+    OB_RETURN_IF_ERROR(net::recv_exact(fd, into, deadline, what));
+    OB_RETURN_IF_ERROR(reader.feed(into).with_context(what));
+  }
+  auto payload = reader.payload();
+  return BootMessage{reader.kind(), std::vector<uint8_t>(payload.begin(), payload.end())};
+}
+
+}  // namespace outboard::channel

@@ -1,0 +1,120 @@
+// The bootstrap: what a client and an agent say on a TCP socket of ours
+// before either creates a UCX endpoint. The client sends a Hello (its UCX
+// worker address, limits, ring), the agent a Welcome (its own) or a
+// Refusal; then both sides create endpoints from the worker addresses, and
+// the socket stays open as the connection's liveness sentinel: its end is
+// the peer's end.
+//
+// Every message is a 12-byte header (magic, kind, version, length), then at
+// most kMaxBootMessage bytes. Everything a peer sends is checked here, with
+// a named limit for each field, before it goes anywhere near UCX.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "outboard/clock.h"
+#include "outboard/status.h"
+
+namespace outboard::channel {
+
+inline constexpr uint32_t kBootMagic = 0x3142424f;  // "OBB1"
+inline constexpr uint8_t kBootVersion = 1;
+inline constexpr size_t kBootHeaderBytes = 12;
+/// Largest bootstrap message either side accepts.
+inline constexpr size_t kMaxBootMessage = 16 << 10;
+/// Largest UCX worker address in a Hello or Welcome.
+inline constexpr size_t kMaxWorkerAddress = 8 << 10;
+/// Largest ring descriptor (a region descriptor).
+inline constexpr size_t kMaxRingDescriptor = 1 << 10;
+/// Services an agent may advertise, and the longest name.
+inline constexpr size_t kMaxServices = 256;
+inline constexpr size_t kMaxServiceName = 64;
+/// Bytes of a session token: clients presenting the same token share a session.
+inline constexpr size_t kSessionTokenBytes = 32;
+
+enum class BootKind : uint8_t { kHello = 1, kWelcome = 2, kRefusal = 3 };
+
+using SessionToken = std::array<uint8_t, kSessionTokenBytes>;
+
+/// Hello flags.
+inline constexpr uint32_t kHelloSharedMemory = 1;  ///< the client's UCX can use posix shared memory
+inline constexpr uint32_t kHelloFlags = kHelloSharedMemory;
+
+/// Client -> agent.
+struct Hello {
+  uint32_t connection_id = 0;  ///< the client's id for this connection (frames to it carry it)
+  uint32_t pid = 0;            ///< the client's process, checked by the agent before it trusts it with shared memory
+  uint32_t flags = 0;          ///< kHello*
+  SessionToken token{};        ///< who the client is: the same token, the same session
+  uint64_t max_msg_size = 0;   ///< largest message the client accepts
+  uint32_t window_msgs = 0;    ///< credits it grants the agent
+  uint64_t window_bytes = 0;
+  std::vector<uint8_t> worker_address;
+  uint32_t ring_slots = 0;     ///< 0: no ring
+  std::vector<uint8_t> ring_descriptor;
+};
+
+/// Agent -> client.
+struct Welcome {
+  uint32_t connection_id = 0;  ///< the agent's id for this connection
+  std::vector<uint8_t> worker_address;
+  uint64_t max_msg_size = 0;
+  uint32_t window_msgs = 0;
+  uint64_t window_bytes = 0;
+  std::vector<std::string> services;
+  uint32_t ring_slots = 0;
+  std::vector<uint8_t> ring_descriptor;
+};
+
+/// Agent -> client, instead of a Welcome: why it will not serve this
+/// connection (a limit reached, a malformed hello).
+struct Refusal {
+  Code code = Code::kAgain;
+  std::string message;
+};
+
+/// Whole messages, header included.
+std::vector<uint8_t> encode(const Hello& hello);
+std::vector<uint8_t> encode(const Welcome& welcome);
+std::vector<uint8_t> encode(const Refusal& refusal);
+
+/// Payload decoders (after the header). kInvalidArgument naming the field,
+/// its value and its limit.
+Result<Hello> decode_hello(std::span<const uint8_t> payload);
+Result<Welcome> decode_welcome(std::span<const uint8_t> payload);
+Result<Refusal> decode_refusal(std::span<const uint8_t> payload);
+
+/// Assembles one message from a socket read a little at a time: want()
+/// says how many more bytes to read, so nothing past the message is taken.
+class BootReader {
+ public:
+  /// Bytes still needed; 0 once a whole message is in.
+  [[nodiscard]] size_t want() const;
+  /// Takes `bytes` (at most want()); kInvalidArgument when the header is
+  /// not ours or announces more than kMaxBootMessage.
+  Status feed(std::span<const uint8_t> bytes);
+  [[nodiscard]] bool done() const { return header_ok_ && want() == 0; }
+  [[nodiscard]] BootKind kind() const { return kind_; }
+  [[nodiscard]] std::span<const uint8_t> payload() const {
+    return std::span<const uint8_t>(buf_).subspan(kBootHeaderBytes);
+  }
+
+ private:
+  std::vector<uint8_t> buf_;
+  size_t length_ = 0;
+  bool header_ok_ = false;
+  BootKind kind_ = BootKind::kHello;
+};
+
+/// Reads one message from a non-blocking socket before the deadline.
+struct BootMessage {
+  BootKind kind;
+  std::vector<uint8_t> payload;
+};
+Result<BootMessage> read_boot_message(int fd, Deadline deadline, std::string_view what);
+
+}  // namespace outboard::channel

@@ -1,0 +1,105 @@
+// Sockets of our own: the agent's listener and each connection's bootstrap
+// socket (TCP), and the agent's control sockets to its session processes
+// (AF_UNIX SOCK_SEQPACKET, which keeps message boundaries and passes fds).
+// UCX never sees these: it trusts its peers, so the bytes a stranger sends
+// land here first. Thread mode: an Fd has one owner; the functions are
+// reentrant.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "outboard/clock.h"
+#include "outboard/status.h"
+
+namespace outboard::net {
+
+/// Owns one file descriptor. Move-only.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) reset(std::exchange(o.fd_, -1));
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  [[nodiscard]] int get() const { return fd_; }
+  [[nodiscard]] bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  [[nodiscard]] std::string to_string() const { return host + ":" + std::to_string(port); }
+};
+
+/// Parses "host:port" (port 0: any free one; an empty host: 0.0.0.0).
+Result<HostPort> parse_host_port(const std::string& text);
+
+/// Whether `host` (a numeric IPv4 address or "localhost") is on the loopback
+/// network, 127.0.0.0/8.
+bool is_loopback(const std::string& host);
+
+/// The network interface that has IPv4 address `host` ("lo" for
+/// 127.0.0.1); empty for 0.0.0.0 or an address of no interface here.
+std::string interface_of(const std::string& host);
+
+/// A non-blocking listening TCP socket bound to `where` exactly.
+/// kBadConfig naming the address when it is in use or cannot be bound.
+Result<Fd> listen_tcp(const HostPort& where, int backlog);
+/// "ip:port" the socket is bound to (its local address).
+std::string local_address(int fd);
+/// "ip:port" of the socket's peer.
+std::string peer_address(int fd);
+
+/// Connects to `where` before the deadline; the socket is left non-blocking.
+Result<Fd> connect_tcp(const HostPort& where, Deadline deadline);
+/// TCP keepalive: a peer whose host died is noticed after about
+/// idle + interval * count seconds (a process that dies closes at once).
+void set_keepalive(int fd, int idle_s, int interval_s, int count);
+
+/// Writes all of `bytes` to a non-blocking socket before the deadline.
+/// `what` names the exchange in errors.
+Status send_all(int fd, std::span<const uint8_t> bytes, Deadline deadline, std::string_view what);
+/// Reads exactly `out.size()` bytes before the deadline; kConnectionReset
+/// when the peer closes first.
+Status recv_exact(int fd, std::span<uint8_t> out, Deadline deadline, std::string_view what);
+
+/// Connected AF_UNIX SOCK_SEQPACKET pair, both ends close-on-exec.
+Result<std::pair<Fd, Fd>> seqpacket_pair();
+/// Sends one message, with `pass` (if valid) as SCM_RIGHTS ancillary data;
+/// kAgain when a non-blocking socket's peer has no room for it.
+Status send_message(int fd, std::span<const uint8_t> bytes, int pass = -1);
+/// Receives one message into `buf` (never blocks when the fd is
+/// non-blocking: kAgain). Returns its size, 0 at end of stream; a passed fd
+/// lands in `passed`. A message longer than `buf` is kTooBig.
+Result<size_t> recv_message(int fd, std::span<uint8_t> buf, Fd* passed);
+
+/// Who is at the other end of a TCP connection on this host, as the kernel
+/// records it (/proc/net/tcp): a peer's claims about itself are checked
+/// against this before it is trusted with shared memory.
+struct LocalPeer {
+  uint32_t uid = 0;     ///< owner of the peer's socket
+  uint64_t inode = 0;   ///< the peer's socket inode
+};
+/// kNotFound unless the peer of `fd` is a socket of this host's network
+/// namespace (a loopback connection).
+Result<LocalPeer> local_peer(int fd);
+/// Whether process `pid` holds socket `inode` among its descriptors.
+bool process_holds_socket(pid_t pid, uint64_t inode);
+
+}  // namespace outboard::net
