@@ -6,21 +6,24 @@ BUILD := build/py
 ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
 FUZZ_BUILD := build/fuzz
-FUZZ_TARGETS := gpt2_encode tiktoken_loader vocab_merges_loader wordpiece_encode tokenizer_json_loader
-# A fixed seed and run count keep CI reproducible; raise FUZZ_RUNS to fuzz longer.
+FUZZ_TARGETS := gpt2_encode tiktoken_loader vocab_merges_loader wordpiece_encode tokenizer_json_loader \
+  frame bootstrap descriptor config service_requests
+# A fixed seed and run count keep CI reproducible; `make fuzz FUZZ_SECONDS=N`
+# fuzzes every target for N seconds instead.
 FUZZ_RUNS ?= 50000
+FUZZ_SECONDS ?= 30
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # UCX's malloc hooks confuse the sanitizers; its transports work without them.
 SANITIZER_ENV := UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
 
-.PHONY: run test bootstrap build vocab test-cpp test-asan test-tsan test-fuzz test-python clean
+.PHONY: run test bootstrap build vocab test-cpp test-asan test-tsan test-fuzz fuzz fuzz-build test-ucx122 test-python clean
 
 run: build vocab
 	$(VENV)/bin/outboard run
 
-test: build vocab test-cpp test-asan test-tsan test-fuzz test-python
+test: build vocab test-cpp test-asan test-tsan test-ucx122 test-fuzz test-python
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -53,18 +56,39 @@ test-tsan: bootstrap
 
 # Each libFuzzer target runs briefly from its seed corpus (ASan+UBSan on);
 # every input that once failed is kept in tests/fuzz/corpus as a regression seed.
-test-fuzz: vocab
+fuzz-build: vocab
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DOUTBOARD_FUZZ=ON -DOUTBOARD_TESTS=OFF -DOUTBOARD_PYTHON=OFF -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
 	  -DOUTBOARD_SANITIZE=address,undefined > /dev/null
 	cmake --build $(FUZZ_BUILD) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+
+test-fuzz: fuzz-build
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_LIMIT="-seed=1 -runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS)"
+
+fuzz: fuzz-build
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_LIMIT="-max_total_time=$(FUZZ_SECONDS)"
+
+fuzz-run:
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
-	  if $(SANITIZER_ENV) $(FUZZ_BUILD)/fuzz_$$t -seed=1 -runs=$(FUZZ_RUNS) -max_total_time=120 -timeout=10 -rss_limit_mb=4096 \
+	  if $(SANITIZER_ENV) $(FUZZ_BUILD)/fuzz_$$t $(FUZZ_LIMIT) -timeout=10 -rss_limit_mb=4096 \
 	       -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t > $(FUZZ_BUILD)/$$t.log 2>&1; \
-	  then echo "fuzz_$$t: $$(grep -c . $(FUZZ_BUILD)/$$t.log) log lines, $$(grep -o 'Done [0-9]* runs' $(FUZZ_BUILD)/$$t.log)"; \
+	  then echo "fuzz_$$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' $(FUZZ_BUILD)/$$t.log)," \
+	            "$$(grep -o 'cov: [0-9]* ft: [0-9]*' $(FUZZ_BUILD)/$$t.log | tail -1)"; \
 	  else tail -40 $(FUZZ_BUILD)/$$t.log; exit 1; fi; \
 	done
+
+# The C++ suites again, built against UCX 1.22 from the libucx-cu13 wheel
+# (Debian has 1.13): its self transport maps memory where 1.13's does not,
+# which is how a use-after-unmap hidden by 1.13 was found.
+UCX122_BUILD := build/ucx122
+test-ucx122: bootstrap
+	$(PY) -m pip install -q "libucx-cu13==1.22.0"
+	ucx=$$($(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))'); \
+	PKG_CONFIG_PATH=$$ucx/lib/pkgconfig cmake -S . -B $(UCX122_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DOUTBOARD_PYTHON=OFF -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPKG_CONFIG_ARGN=--define-prefix > /dev/null
+	cmake --build $(UCX122_BUILD) --target outboard_unit_tests outboard-agent
+	ctest --test-dir $(UCX122_BUILD) --output-on-failure -j2 --timeout 180
 
 test-python: build
 	$(PY) -m pytest -q

@@ -201,7 +201,7 @@ Result<std::shared_ptr<tokenize::Gpt2Bpe>> build_bpe(const nlohmann::json& vocab
 Result<nlohmann::json> parse_json(std::string_view text, const std::string& src) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number out of range
     return Status(Code::kInvalidArgument, src + " is not valid JSON: " + e.what());
   }
 }

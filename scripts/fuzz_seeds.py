@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the wire fuzzers (tests/fuzz/corpus/<target>/): one valid input
+of each shape a peer sends, so a brief run starts from messages that decode. Re-run after a
+format changes; crashes found later are added beside these by hand, named regression-*."""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fuzz" / "corpus"
+
+
+def frame(kind: int, payload: bytes) -> bytes:
+    return struct.pack("<IBBHI", 0x3142424F, kind, 1, 0, len(payload)) + payload
+
+
+def blob(b: bytes) -> bytes:
+    return struct.pack("<I", len(b)) + b
+
+
+def hello(ring: bool) -> bytes:
+    body = struct.pack("<III", 7, 4242, 1) + bytes(range(32)) + struct.pack("<QIQ", 1 << 20, 256, 1 << 27)
+    body += blob(b"\x01" * 180) + (struct.pack("<I", 64) + blob(b"\x02" * 60) if ring else struct.pack("<I", 0) + blob(b""))
+    return frame(1, body)
+
+
+def welcome() -> bytes:
+    body = struct.pack("<I", 3) + blob(b"\x03" * 200) + struct.pack("<QIQ", 1 << 26, 256, 1 << 27)
+    names = [b"echo", b"graph", b"memory", b"sink", b"stats", b"tokenize"]
+    body += struct.pack("<I", len(names)) + b"".join(blob(n) for n in names) + struct.pack("<I", 0) + blob(b"")
+    return frame(2, body)
+
+
+def refusal() -> bytes:
+    return frame(3, struct.pack("<b", -6) + blob(b"64 connections in their handshake reach 64"))
+
+
+def posix_key(pid: int, fd: int, address: int, length: int) -> bytes:
+    seg_id = (1 << 63) | (1 << 62) | (fd << 30) | pid
+    return struct.pack("<QQQ", seg_id, address, length)
+
+
+def descriptor(parts: list[tuple[int, bytes]], base: int = 0x7F0000000000, length: int = 4096) -> bytes:
+    md_map = 0
+    keys = b""
+    for index, key in sorted(parts):
+        md_map |= 1 << index
+        keys += bytes([len(key)]) + key
+    return struct.pack("<IQQQB", 0x3152424F, base, length, md_map, 0) + keys
+
+
+def frame_header(kind: int, flags: int, extra: bytes) -> bytes:
+    return struct.pack("<BBbBII", 4, kind, 0, flags, 9, 17) + extra
+
+
+def main() -> int:
+    seeds: dict[str, dict[str, bytes]] = {
+        "bootstrap": {
+            "hello": b"\x07" + hello(ring=False),
+            "hello-ring": b"\x00" + hello(ring=True),
+            "welcome": b"\xff" + welcome(),
+            "refusal": b"\x03" + refusal(),
+        },
+        "frame": {
+            "request": frame_header(4, 0x30, struct.pack("<QI", 5, 2)),
+            "response-credit": frame_header(5, 0x50, struct.pack("<QIQ", 5, 1, 64)),
+            "notify": frame_header(7, 0xB0, struct.pack("<QIQ", 1, 3, 4096)),
+        },
+        "descriptor": {
+            # The fuzzer's pid never matches: these reach the posix checks and fail there.
+            "posix-shm": b"\x01" + descriptor([(0, b""), (3, posix_key(1234, 27, 0x7F0000000000, 8192))]),
+            "tcp-only": b"\x00" + descriptor([(1, b""), (2, b"")]),
+            "sysv": b"\x01" + descriptor([(2, struct.pack("<IQ", 5, 0x7F0000000000))]),
+        },
+        "config": {
+            "size": b"\x00" + b"64MiB",
+            "json": b"\x01" + b'{"listen": "127.0.0.1:7000", "max-msg-size": "1MiB", "tokenize-threads": 2}',
+            "argv": b"\x02" + b"--listen\x00127.0.0.1:0\x00--isolation\x00none\x00--spin-us\x000",
+            "setup": b"\x03" + b'{"options": {"listen": "127.0.0.1:1"}, "transports": "posix", "net_devices": ""}',
+        },
+    }
+    # Services: byte 0 picks echo, graph, memory, sink, stats, tokenize (| 0x80: one-way).
+    encode = struct.pack("<IIQQIIB7x", 0, 0, 0, 1024, 2, 0, 0) + struct.pack("<QQ", 5, 6) + b"hello world!"
+    graph = b"G" + blob(b"seed") + struct.pack("<QI", 4096, 2) + b"\x01" + blob(b"sha") + b"\x03" + blob(b"check")
+    graph += struct.pack("<III", 1, 0, 1)
+    seeds["service_requests"] = {
+        "echo": b"\x00hello",
+        "graph-ship": b"\x01" + graph,
+        "graph-instance": b"\x01I" + struct.pack("<I", 0) + bytes(96),
+        "graph-submit": b"\x01S" + struct.pack("<III", 1, 0, 1) + struct.pack("<QI", 0, 4) + b"abcd",
+        "memory-allocate": b"\x02A" + struct.pack("<Q", 4096),
+        "memory-fill": b"\x02P" + struct.pack("<Q", 7),
+        "memory-checksum": b"\x02S" + struct.pack("<QQ", 0, 64),
+        "sink": b"\x83some bytes to tally",
+        "stats": b"\x04",
+        "tokenize-open": b"\x05Ogpt2",
+        "tokenize-encode": b"\x05E" + encode,
+        "tokenize-upload": b"\x05L\x03[PAD]\n[UNK]\nhello\n",
+    }
+    for target, files in seeds.items():
+        d = CORPUS / target
+        d.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            (d / name).write_bytes(data)
+    print(f"wrote {sum(len(f) for f in seeds.values())} seeds under {CORPUS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
