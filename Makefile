@@ -84,9 +84,9 @@ fuzz-run:
 UCX122_BUILD := build/ucx122
 test-ucx122: bootstrap
 	$(PY) -m pip install -q "libucx-cu13==1.22.0"
-	ucx=$$($(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))'); \
-	PKG_CONFIG_PATH=$$ucx/lib/pkgconfig cmake -S . -B $(UCX122_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DOUTBOARD_PYTHON=OFF -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPKG_CONFIG_ARGN=--define-prefix > /dev/null
+	cmake -S . -B $(UCX122_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTBOARD_PYTHON=OFF \
+	  -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
+	  -DOUTBOARD_UCX_ROOT=$$($(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))') > /dev/null
 	cmake --build $(UCX122_BUILD) --target outboard_unit_tests outboard-agent
 	ctest --test-dir $(UCX122_BUILD) --output-on-failure -j2 --timeout 180
 

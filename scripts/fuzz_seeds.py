@@ -27,7 +27,7 @@ def hello(ring: bool) -> bytes:
 
 
 def welcome() -> bytes:
-    body = struct.pack("<I", 3) + blob(b"\x03" * 200) + struct.pack("<QIQ", 1 << 26, 256, 1 << 27)
+    body = struct.pack("<II", 3, 5151) + blob(b"\x03" * 200) + struct.pack("<QIQ", 1 << 26, 256, 1 << 27)
     names = [b"echo", b"graph", b"memory", b"sink", b"stats", b"tokenize"]
     body += struct.pack("<I", len(names)) + b"".join(blob(n) for n in names) + struct.pack("<I", 0) + blob(b"")
     return frame(2, body)

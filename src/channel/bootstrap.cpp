@@ -95,6 +95,7 @@ std::vector<uint8_t> encode(const Hello& h) {
 std::vector<uint8_t> encode(const Welcome& m) {
   codec::Writer w;
   w.put(m.connection_id);
+  w.put(m.pid);
   put_blob(w, m.worker_address);
   w.put(m.max_msg_size);
   w.put(m.window_msgs);
@@ -141,6 +142,7 @@ Result<Welcome> decode_welcome(std::span<const uint8_t> payload) {
   Welcome m;
   uint32_t services = 0;
   OB_RETURN_IF_ERROR(f.get(m.connection_id, "connection_id"));
+  OB_RETURN_IF_ERROR(f.get(m.pid, "pid"));
   OB_RETURN_IF_ERROR(f.blob(m.worker_address, kMaxWorkerAddress, "worker_address"));
   OB_RETURN_IF_ERROR(f.get(m.max_msg_size, "max_msg_size"));
   OB_RETURN_IF_ERROR(f.get(m.window_msgs, "window_msgs"));

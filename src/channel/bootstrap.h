@@ -61,6 +61,7 @@ struct Hello {
 /// Agent -> client.
 struct Welcome {
   uint32_t connection_id = 0;  ///< the agent's id for this connection
+  uint32_t pid = 0;            ///< the process that serves it (the client's own: no memory is mapped)
   std::vector<uint8_t> worker_address;
   uint64_t max_msg_size = 0;
   uint32_t window_msgs = 0;

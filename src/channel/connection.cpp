@@ -149,11 +149,12 @@ Result<std::vector<uint8_t>> Connection::Impl::open_ring() {
 }
 
 Result<transport::RemoteKey> Connection::Impl::import(std::span<const uint8_t> descriptor, bool map) {
-  return data_ep.import_region(descriptor, map, peer_policy ? &*peer_policy : nullptr);
+  return data_ep.import_region(descriptor, map && !peer_in_process, peer_policy ? &*peer_policy : nullptr);
 }
 
 void Connection::Impl::bind_peer_ring(uint32_t slots, std::span<const uint8_t> descriptor) {
-  if (slots == 0 || config.ring_slots == 0 || state == State::kClosed) return;  // either side may opt out
+  // Either side may opt out; a peer in this process gets none (peer_in_process).
+  if (slots == 0 || config.ring_slots == 0 || state == State::kClosed || peer_in_process) return;
   auto key = import(descriptor, /*map=*/true);
   if (!key.ok()) {
     OB_LOG_WARN("connection %u: ring of %s not imported: %s", local_id, peer_address.c_str(),
@@ -188,6 +189,8 @@ void Connection::Impl::fail(const Status& why) {
   failed.for_each([&why](uint64_t, Pending& p) { p.fn(why); });
   if (counters) ++counters->disconnects;
   if (on_closed) on_closed(local_id);
+  if (Impl* peer = peer_in_process ? hub->find(peer_id) : nullptr; peer && peer->peer_id == local_id)
+    peer->fail(Status(why.code(), "peer " + peer->peer_address + " in this process closed: " + why.message()));
 }
 
 void Connection::Impl::tick(Clock::time_point now) {
@@ -647,6 +650,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   if (!welcome.ok()) return fail(welcome.status().with_context(what));
   Lock lock(hub->mutex());
   impl->peer_id = welcome->connection_id;
+  impl->peer_in_process = welcome->pid == static_cast<uint32_t>(::getpid());
   impl->peer_max_msg = welcome->max_msg_size;
   impl->send_msgs = welcome->window_msgs;
   impl->send_bytes = welcome->window_bytes;

@@ -122,6 +122,13 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   /// Agent side: what the client's region descriptors may name (it is not
   /// trusted). Unset on the client side, which trusts its agent.
   std::optional<transport::DescriptorPolicy> peer_policy;
+  /// The peer is in this process (an agent with Isolation::kNone and its
+  /// client): UCX may hand either side a raw pointer into the other's
+  /// memory (its self transport in 1.22), which the other frees when it
+  /// goes. So nothing of the peer is mapped here (no ring, no mapped
+  /// regions: everything through UCX, under the hub's lock), and the two
+  /// close together.
+  bool peer_in_process = false;
   std::unique_ptr<channel::RxRing> rx_ring;
   std::unique_ptr<channel::TxRing> tx_ring;
 

@@ -45,6 +45,11 @@ class Hub {
 
   uint32_t add(Connection::Impl* conn);
   void remove(uint32_t id);
+  /// The connection of this process with local id `id`, if any. Lock held.
+  [[nodiscard]] Connection::Impl* find(uint32_t id) const {
+    auto it = conns_.find(id);
+    return it == conns_.end() ? nullptr : it->second;
+  }
   /// Polls `conn`'s rx_ring on every progress() round until removed.
   void add_ring(Connection::Impl* conn) { rings_.push_back(conn); }
   void remove_ring(Connection::Impl* conn) { std::erase(rings_, conn); }

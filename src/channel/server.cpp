@@ -1,5 +1,7 @@
 #include "channel/server.h"
 
+#include <unistd.h>
+
 #include "outboard/log.h"
 
 OB_LOG_MODULE("server");
@@ -52,6 +54,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   conn->send_bytes = hello.window_bytes;
   conn->peer_address = "client " + std::to_string(conn->local_id) + " (" + peer.name + ")";
   conn->peer_policy = peer.policy;
+  conn->peer_in_process = hello.pid == static_cast<uint32_t>(::getpid());
   auto refused = [&](const Status& st) {
     ++counters_.errors;
     OB_LOG_WARN("%s not served: %s", conn->peer_address.c_str(), st.to_string().c_str());
@@ -66,6 +69,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   if (!ring.ok()) return refused(ring.status());
   Welcome welcome;
   welcome.connection_id = conn->local_id;
+  welcome.pid = static_cast<uint32_t>(::getpid());
   welcome.worker_address = hub_->worker().address();
   welcome.max_msg_size = conn->config.max_msg_size;
   welcome.window_msgs = conn->config.recv_window_msgs;

@@ -14,8 +14,10 @@
 #include <thread>
 
 #include "graph/deque.h"
+#include "graph/steal.h"
 #include "graph/futex.h"
 #include "graph/graph_impl.h"
+#include "graph/steal.h"
 #include "outboard/affinity.h"
 #include "outboard/log.h"
 #include "util/cpu_relax.h"
@@ -40,14 +42,12 @@ constexpr unsigned kProgressBudget = 1u << 16;
 // 51 -> 36 ns per task at a fixed 300 ns). After a steal of roots (a whole
 // instance, or half a run of roots: coarse work) the wait for the next item
 // runs from that steal, so a thief back from it steals again at once.
-constexpr uint64_t kStealPatienceNs = 300;  // a thread's first
+// (kStealPatienceNs, steal.h: a thread's first.)
 // A fixed patience cost 1 µs bodies ~2% there, as the thief sat out work it
 // should have taken. So each thief adapts its own to what its steals bring:
 // a stolen item whose chain ran for less than a hand-off (kHandOffNs) doubles
 // it, a longer one halves it (empty bodies 36 -> 31.5 ns per task, 1 µs
-// bodies 583 -> 570: TBB's 575).
-constexpr uint64_t kMinStealPatienceNs = 50;
-constexpr uint64_t kMaxStealPatienceNs = 4000;
+// bodies 583 -> 570: TBB's 575). The rules are steal.h's.
 // A chain's time is not its worth: stealing fine-grained work makes the
 // thief's and the victim's tasks contend for the same lines, and that
 // slowdown made steals look long and worth more of them (binary tree of
@@ -59,8 +59,6 @@ constexpr uint64_t kMaxStealPatienceNs = 4000;
 // this window of samples and the one before.
 constexpr uint32_t kPaceSampleEvery = 256;
 constexpr uint32_t kPaceWindow = 256;
-// ...unless the victim holds more than this many items: a backlog.
-constexpr int64_t kStealBacklogItems = 64;
 // A run of at most this many roots is kept when its engine tasks together
 // cost less than a hand-off (kHandOffNs); longer runs are not summed.
 constexpr uint32_t kCheapRunMax = 8;
@@ -75,14 +73,11 @@ struct Worker {
   WorkDeque deque;
   alignas(64) std::atomic<uint32_t> sleep{kAwake};  // futex word
   uint64_t rng = 0;
-  // Per victim: the top index of the oldest item this thread saw there (or
-  // the next one after a steal of roots there), and since when.
-  struct Seen {
-    int64_t top = -1;
-    uint64_t since_ns = 0;
-  };
+  // Per victim: the oldest item this thread saw there (or the next one
+  // after a steal of roots there), and since when.
+  using Seen = detail::Seen;
   std::vector<Seen> seen;
-  uint64_t patience_ns = kStealPatienceNs;
+  uint64_t patience_ns = detail::kStealPatienceNs;
   uint64_t stole_at_ns = 0;  // set by a steal of one item, until it has run
   // Fastest ns per task in this window of pace samples and in the last one.
   struct Pace {
@@ -210,20 +205,9 @@ struct ExecutorCore {
     return false;
   }
 
-  // Whether a thief may steal from `victim`: its oldest item (a top index
-  // names one item for as long as it is there) has waited `patience_ns`
-  // since the thief first saw it, or the victim has a backlog.
   static bool patient_enough(const WorkDeque& victim, Worker::Seen& seen, uint64_t patience_ns) {
-    int64_t size = victim.size();
-    if (size <= 0) return false;
-    if (size > kStealBacklogItems) return true;
-    int64_t top = victim.top();
-    uint64_t now = now_ns();
-    if (seen.top != top) {
-      seen = {top, now};
-      return false;
-    }
-    return now - seen.since_ns >= patience_ns;
+    const int64_t size = victim.size();
+    return size > 0 && detail::patient_enough(size, victim.top(), now_ns(), seen, patience_ns);
   }
 
   bool has_work() {
@@ -372,9 +356,7 @@ struct ExecutorCore {
     uint32_t tasks = execute(item, self);
     if (tasks != 0) self->pace.add(static_cast<double>(now_ns() - t0) / static_cast<double>(tasks));
     if (!stolen) return;
-    const bool worth = static_cast<double>(tasks) * self->pace.best() >= static_cast<double>(kHandOffNs);
-    self->patience_ns = worth ? std::max(self->patience_ns / 2, kMinStealPatienceNs)
-                              : std::min(self->patience_ns * 2, kMaxStealPatienceNs);
+    self->patience_ns = detail::adapted_patience(self->patience_ns, tasks, self->pace.best());
   }
 
   // Returns how many nodes it ran.

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -39,10 +41,15 @@ class Holder final : public Service {
   std::vector<Responder> held_;
 };
 
-/// A config whose sessions run in processes of this build's outboard-agent.
+/// A config whose sessions run in processes of this build's outboard-agent;
+/// with OUTBOARD_TEST_ISOLATION=none, in this process (agent and client
+/// then share one UCX worker, which is how a peer's mapped memory can
+/// outlive the peer).
 inline AgentConfig test_config() {
   AgentConfig config;
   config.session_program = OUTBOARD_AGENT_PATH;
+  if (const char* isolation = std::getenv("OUTBOARD_TEST_ISOLATION"); isolation && std::string(isolation) == "none")
+    config.isolation = Isolation::kNone;
   return config;
 }
 
@@ -52,6 +59,7 @@ class AgentFixture : public ::testing::Test {
   /// (Isolation::kNone): a session process runs the built-in services only.
   void start_agent(AgentConfig config = test_config(), std::unique_ptr<Service> extra = nullptr) {
     if (extra) config.isolation = Isolation::kNone;
+    isolation_ = config.isolation;
     auto agent = Agent::create(config);
     ASSERT_TRUE(agent.ok()) << agent.status().to_string();
     agent_ = std::move(agent).value();
@@ -74,12 +82,15 @@ class AgentFixture : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status().to_string();
     return c.ok() ? std::move(c).value() : nullptr;
   }
+  /// Whether the agent serves its clients in this process.
+  bool agent_in_process() const { return agent_ && isolation_ == Isolation::kNone; }
   static std::span<const uint8_t> bytes(const std::string& s) {
     return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
   }
 
   std::unique_ptr<Agent> agent_;
   std::thread thread_;
+  Isolation isolation_ = Isolation::kProcess;
 };
 
 }  // namespace outboard::testing
