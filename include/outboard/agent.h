@@ -44,6 +44,9 @@ struct AgentConfig {
   std::string cores;                   ///< --cores "0,2-3": pin the agent; empty: no pinning
   std::string address_file;            ///< --address-file: written once listening
   uint64_t max_region_size = 1ull << 30;  ///< --max-region-size for the memory service
+  /// --max-memory: agent memory held for clients (regions, graph instances),
+  /// all sessions together.
+  uint64_t max_memory = 8ull << 30;
   // The tokenize service.
   uint32_t tokenize_threads = 1;          ///< --tokenize-threads: workers tokenizing batches (0: the progress thread)
   uint32_t tokenize_queue = 1024;         ///< --tokenize-queue: batches waiting for a worker

@@ -64,6 +64,12 @@ class ServiceHost {
   /// raises no event. The progress thread busy-polls (a core) while any is
   /// registered. Thread mode: the progress thread.
   virtual void add_poller(std::function<bool()> poll) = 0;
+  /// Takes `bytes` of agent memory held for a client (a region, a graph
+  /// instance) from the agent-wide --max-memory; kNoMemory naming `what`,
+  /// the agent's use and the limit when it is spent. Give each back with
+  /// release_memory(). Thread mode: any thread.
+  [[nodiscard]] virtual Status reserve_memory(uint64_t /*bytes*/, std::string_view /*what*/) { return {}; }
+  virtual void release_memory(uint64_t /*bytes*/) {}
 };
 
 class Service {

@@ -181,7 +181,12 @@ NB_MODULE(_core, m) {
       std::rethrow_exception(p);
     } catch (const StatusError& e) {
       nb::object errors = nb::module_::import_("outboard.errors");
-      nb::object exc = errors.attr("from_code")(static_cast<int>(e.status.code()), e.status.message());
+      // A message may quote a peer's bytes that are not UTF-8: escaped, the
+      // error keeps its type (a UnicodeDecodeError would replace it).
+      const std::string& text = e.status.message();
+      nb::object message = nb::steal(PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()),
+                                                           "backslashreplace"));
+      nb::object exc = errors.attr("from_code")(static_cast<int>(e.status.code()), message);
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     }
   });
@@ -210,8 +215,9 @@ NB_MODULE(_core, m) {
       .def_static(
           "connect",
           [](const std::string& address, uint64_t max_msg_size, double connect_timeout, uint64_t keepalive_ms,
-             uint32_t spin_us, bool map_peer_regions, uint32_t ring_slots) {
+             uint32_t spin_us, bool map_peer_regions, uint32_t ring_slots, const std::string& session) {
             ChannelConfig cfg;
+            cfg.session = session;
             cfg.map_peer_regions = map_peer_regions;
             cfg.ring_slots = ring_slots;
             cfg.max_msg_size = max_msg_size;
@@ -223,7 +229,8 @@ NB_MODULE(_core, m) {
           },
           "address"_a, "max_msg_size"_a = ChannelConfig{}.max_msg_size, "connect_timeout"_a = 5.0,
           "keepalive_ms"_a = ChannelConfig{}.keepalive_ms, "spin_us"_a = ChannelConfig{}.spin_us,
-          "map_peer_regions"_a = ChannelConfig{}.map_peer_regions, "ring_slots"_a = ChannelConfig{}.ring_slots)
+          "map_peer_regions"_a = ChannelConfig{}.map_peer_regions, "ring_slots"_a = ChannelConfig{}.ring_slots,
+          "session"_a = "")
       .def("request",
            [](Connection& c, std::string_view service, nb::bytes payload, double timeout) {
              Result<Buffer> r = [&] {

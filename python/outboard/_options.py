@@ -42,7 +42,9 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
     if not path:
         return args
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(Path(path).read_bytes().decode())
+    except UnicodeDecodeError as e:
+        raise BadConfig(f"--json file '{path}' is not UTF-8 text (byte {e.start})") from None
     except (OSError, json.JSONDecodeError) as e:
         raise BadConfig(f"cannot read --json file '{path}': {e}") from None
     if not isinstance(doc, dict):

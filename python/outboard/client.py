@@ -45,8 +45,9 @@ class Client:
 
     def tokenizer(self, name: str | Path, *, placement: Placement = "agent", policy: AutoPolicy | None = None,
                   timeout: float = DEFAULT_TIMEOUT_S, output: np.ndarray | None = None) -> OffloadTokenizer:
-        """``name``: "gpt2", "bert-base-uncased" or a vocabulary path (on the agent's machine for the
-        agent placement). ``placement``: "agent", "host" or "auto" (per batch; see AutoPolicy).
+        """``name``: "gpt2", "bert-base-uncased", a file name in the agent's vocabulary directory, or
+        a path of this machine's (a ``Path``, or a name with a "/"), which the agent is sent: it opens
+        nothing outside its own directory. ``placement``: "agent", "host" or "auto" (per batch; see AutoPolicy).
         ``output``: a writable 1-D int32 array of yours (pinned host memory for a GPU's copy, say) that
         the agent's ids land in; it is held while any batch views it, and a batch that does not fit
         gets memory of the tokenizer's own. Host batches return arrays of their own. On one host with
@@ -80,6 +81,7 @@ def connect(
     spin_us: int | None = None,
     map_peer_regions: bool = True,
     ring_slots: int | None = None,
+    session: str = "",
     agent_args: tuple[str, ...] = (),
 ) -> Client:
     """Connects to the agent at ``addr`` ("host:port"); ``None`` starts a local one. ``spin_us``: how
@@ -87,9 +89,12 @@ def connect(
     ``map_peer_regions``: reach the agent's regions on this host by CPU copies where UCX maps them
     here (False: every put and get through UCX). ``ring_slots``: slots of this side's ring, into
     which an agent on this host writes small frames, as this side into the agent's (0: every frame
-    through UCX)."""
+    through UCX). ``session``: which of the agent's sessions (processes) serves this connection:
+    "" this process's (connections of one process share one), "new" one of its own, or 64 hex
+    digits shared with whoever else presents them (``OUTBOARD_SESSION_TOKEN`` sets the process's)."""
     agent = LocalAgent(*agent_args).start() if addr is None else None
-    kwargs: dict[str, Any] = {"connect_timeout": connect_timeout, "map_peer_regions": map_peer_regions}
+    kwargs: dict[str, Any] = {"connect_timeout": connect_timeout, "map_peer_regions": map_peer_regions,
+                              "session": session}
     if max_msg_size is not None:
         kwargs["max_msg_size"] = max_msg_size
     if keepalive_ms is not None:

@@ -208,7 +208,9 @@ class OffloadTokenizer:
             raise InvalidArgument(f"placement '{placement}' is not one of {', '.join(PLACEMENTS)}")
         if placement != "host" and client is None:
             raise InvalidArgument(f"placement '{placement}' needs a client connected to an agent")
-        self.name = str(name)
+        # A Path is a file of this machine, sent to the agent whatever its form (the agent takes
+        # a name with a "/" for one).
+        self.name = str(name.absolute()) if isinstance(name, Path) else name
         self.placement = placement
         self.timeout = timeout
         self.policy = (policy or AutoPolicy()) if placement == "auto" else policy
@@ -425,6 +427,9 @@ class OffloadTokenizer:
 
     def _options(self, max_len: int | None, allowed_special: Literal["all"] | Collection[str], utf8: str,
                  add_special_tokens: bool, capacity: int | None) -> dict[str, Any]:
+        for name, value, limit in (("max_len", max_len, 2**32 - 1), ("capacity", capacity, 2**64 - 1)):
+            if value is not None and not 0 <= value <= limit:
+                raise InvalidArgument(f"{name} {value} is not in 0..{limit}")
         allow = allowed_special == "all" or bool(allowed_special)
         if allowed_special not in ("all", ()) and self._local is not None:
             self._local._allow(allowed_special)  # unknown names are an error, as in tiktoken

@@ -1,6 +1,7 @@
 #include "outboard/agent.h"
 
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +20,7 @@
 #include "outboard/affinity.h"
 #include "outboard/graph.h"
 #include "outboard/log.h"
+#include "util/budget.h"
 #include "util/poller.h"
 
 OB_LOG_MODULE("agent");
@@ -64,6 +66,8 @@ config::Options agent_options(const AgentConfig& a) {
            "as the agent into the client's (0: all through UCX)"},
           {"max-region-size", Type::kSize, std::to_string(a.max_region_size),
            "largest region the memory service allocates"},
+          {"max-memory", Type::kSize, std::to_string(a.max_memory),
+           "agent memory held for clients (regions, graph instances), all sessions together"},
           {"tokenize-threads", Type::kInt, std::to_string(a.tokenize_threads),
            "threads tokenizing batches (0: the progress thread tokenizes; with --spin-us it then polls its core)"},
           {"tokenize-queue", Type::kInt, std::to_string(a.tokenize_queue), "batches that may wait for a tokenize thread"},
@@ -94,6 +98,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.address_file = o.str("address-file");
   a.channel.max_msg_size = o.size("max-msg-size");
   a.max_region_size = o.size("max-region-size");
+  a.max_memory = o.size("max-memory");
   a.channel.recv_window_bytes = o.size("recv-window-bytes");
   auto in_range = [&](const char* name, int64_t lo, int64_t hi) -> Result<int64_t> {
     int64_t v = o.integer(name);
@@ -222,6 +227,13 @@ Status Agent::add_service(std::unique_ptr<Service> service) {
 
 Status Agent::start() {
   Impl& im = *impl_;
+  // A descriptor per connection and one per session: take all the kernel
+  // allows this user (a soft limit of 1024 would stop the agent at ~500
+  // sessions); --max-connections is the agent's own bound.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   if (!im.config.cores.empty()) {
     OB_ASSIGN_OR_RETURN(auto cores, parse_core_list(im.config.cores));
     OB_RETURN_IF_ERROR(pin_to_cores(cores));  // session processes inherit it
@@ -239,7 +251,9 @@ Status Agent::start() {
   agent::ListenerLimits limits{im.config.max_connections, im.config.max_handshakes, im.config.handshake_timeout_ms};
   auto closed = [&listener_slot = im.listener](size_t n) { listener_slot->closed(n); };
   if (im.config.isolation == Isolation::kNone) {
-    OB_ASSIGN_OR_RETURN(im.session, agent::Session::create(im.config, std::move(im.extra), [closed] { closed(1); }));
+    OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::create(im.config.max_memory, 1));
+    OB_ASSIGN_OR_RETURN(im.session, agent::Session::create(im.config, std::move(im.extra), std::move(budget),
+                                                           [closed] { closed(1); }));
     im.dispatch = std::make_unique<InProcessSessions>(*im.session);
   } else {
     std::string program = im.config.session_program;
@@ -252,7 +266,8 @@ Status Agent::start() {
     }
     if (::access(program.c_str(), X_OK) != 0)
       return {Code::kBadConfig, "session program '" + program + "' is not executable: " + std::strerror(errno)};
-    im.dispatch = std::make_unique<agent::ProcessSessions>(im.config, program, *im.poller, closed);
+    OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::create(im.config.max_memory, im.config.max_connections));
+    im.dispatch = std::make_unique<agent::ProcessSessions>(im.config, program, std::move(budget), *im.poller, closed);
   }
   OB_ASSIGN_OR_RETURN(im.listener, agent::Listener::create(where, limits, *im.poller, *im.dispatch));
   im.address = im.listener->address();
@@ -279,6 +294,7 @@ void Agent::stop() {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
   }
+  if (impl_->session) impl_->session->hub().wake();  // asleep with no deadline to watch: up to a second
 }
 
 Status Agent::run() {

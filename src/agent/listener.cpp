@@ -22,10 +22,22 @@ constexpr int64_t kAcceptBackoffMs = 100;
 constexpr int kMaxTickMs = 100;
 constexpr unsigned kAcceptsPerWake = 64;
 
+// Of a refused client's unread bytes, what is read and dropped before the
+// close: a socket closed with input pending sends a reset, which may
+// overtake the refusal.
+constexpr size_t kDrainOnRefusal = 64 << 10;
+
 // One try, never waiting: a client that does not read its refusal loses it.
 void refuse_now(int fd, const channel::Refusal& why) {
   const auto bytes = channel::encode(why);
   [[maybe_unused]] ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  uint8_t sink[4096];
+  for (size_t drained = 0; drained < kDrainOnRefusal;) {
+    const ssize_t got = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+    if (got <= 0) break;
+    drained += static_cast<size_t>(got);
+  }
+  ::shutdown(fd, SHUT_WR);
 }
 }  // namespace
 

@@ -37,11 +37,19 @@ std::string session_key(const channel::SessionToken& token, bool shared_memory) 
 }
 }  // namespace
 
+ProcessSessions::ProcessSessions(const AgentConfig& config, std::string program, std::shared_ptr<MemoryBudget> budget,
+                                 net::Poller& poller, std::function<void(size_t)> closed)
+    : config_(config), program_(std::move(program)), budget_(std::move(budget)), poller_(poller), closed_(std::move(closed)) {
+  for (uint32_t slot = config_.max_connections; slot-- > 0;) free_slots_.push_back(slot);
+}
+
 ProcessSessions::~ProcessSessions() {
   for (auto& [fd, p] : by_fd_) poller_.remove(fd);
 }
 
 Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bool shared_memory) {
+  // Never more sessions than connections: a slot is free for each.
+  if (free_slots_.empty()) return Status(Code::kAgain, "every session slot is taken (agent option --max-connections)");
   OB_ASSIGN_OR_RETURN(auto ends, net::seqpacket_pair());
   // Not at the fd the child wants it at: dup2 onto itself would leave it close-on-exec.
   net::Fd child(::fcntl(ends.second.get(), F_DUPFD_CLOEXEC, kSessionControlFd + 1));
@@ -69,6 +77,9 @@ Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bo
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return Status(Code::kIoError, "cannot start a session process (" + program_ + "): " + std::strerror(rc));
   children_.insert(pid);
+  const uint32_t slot = free_slots_.back();
+  free_slots_.pop_back();
+  slot_of_[pid] = slot;
 
   // What the session's UCX may use: shared memory (posix only: a client's
   // segments are reached through /proc/<its pid>, which is checked) for a
@@ -76,6 +87,7 @@ Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bo
   SessionSetup setup;
   setup.config = config_;
   setup.log_level = log::level();
+  setup.budget_slot = slot;
   OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(config_.listen));
   setup.transport.net_devices = net::interface_of(where.host);
   // A UCX_TLS in the agent's environment that names no shared memory (to
@@ -83,7 +95,7 @@ Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bo
   setup.transport.transports = !shared_memory ? "tcp" : std::getenv("UCX_TLS") ? "posix,tcp" : "posix";
   net::Fd control = std::move(ends.first);
   if (::fcntl(control.get(), F_SETFL, O_NONBLOCK) != 0 ||
-      !net::send_message(control.get(), encode_config(encode_setup(setup))).ok()) {
+      !net::send_message(control.get(), encode_config(encode_setup(setup)), budget_->fd()).ok()) {
     ::kill(pid, SIGKILL);
     return Status(Code::kIoError, "cannot configure session process " + std::to_string(pid));
   }
@@ -156,10 +168,17 @@ void ProcessSessions::end(int fd) {
 }
 
 void ProcessSessions::reap() {
-  int status = 0;
-  pid_t pid;
-  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+  // Ours only, by pid: a program embedding the agent may have children of its own.
+  for (pid_t pid : std::vector<pid_t>(children_.begin(), children_.end())) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) != pid) continue;
     children_.erase(pid);
+    // Only now: a session's slot is its own until it can no longer write it.
+    if (auto it = slot_of_.find(pid); it != slot_of_.end()) {
+      budget_->release_slot(it->second);
+      free_slots_.push_back(it->second);
+      slot_of_.erase(it);
+    }
     if (WIFSIGNALED(status))
       OB_LOG_WARN("session process %d ended by signal %d (%s)", static_cast<int>(pid), WTERMSIG(status),
                   strsignal(WTERMSIG(status)));
@@ -178,9 +197,11 @@ void ProcessSessions::shut_down(Deadline deadline) {
   for (pid_t pid : children_) {
     OB_LOG_WARN("session process %d did not end in time: killed", static_cast<int>(pid));
     ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
   }
-  children_.clear();
+  while (!children_.empty()) {
+    reap();
+    if (!children_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(kReapPollMs));
+  }
 }
 
 }  // namespace outboard::agent

@@ -15,15 +15,16 @@
 
 #include "agent/listener.h"
 #include "outboard/agent.h"
+#include "util/budget.h"
 
 namespace outboard::agent {
 
 class ProcessSessions final : public SessionDispatch {
  public:
   /// `closed(n)`: n clients handed off have left (Listener::closed).
-  ProcessSessions(const AgentConfig& config, std::string program, net::Poller& poller,
-                  std::function<void(size_t)> closed)
-      : config_(config), program_(std::move(program)), poller_(poller), closed_(std::move(closed)) {}
+  /// `budget`: the agent's --max-memory, shared with every session (a slot each).
+  ProcessSessions(const AgentConfig& config, std::string program, std::shared_ptr<MemoryBudget> budget,
+                  net::Poller& poller, std::function<void(size_t)> closed);
   ~ProcessSessions() override;
 
   void hand_off(net::Fd socket, const channel::Hello& hello, std::vector<uint8_t> hello_bytes,
@@ -50,6 +51,9 @@ class ProcessSessions final : public SessionDispatch {
 
   AgentConfig config_;
   std::string program_;
+  std::shared_ptr<MemoryBudget> budget_;
+  std::vector<uint32_t> free_slots_;            // of the budget
+  std::unordered_map<pid_t, uint32_t> slot_of_;  // a session's slot, until it is reaped
   net::Poller& poller_;
   std::function<void(size_t)> closed_;
   std::unordered_map<std::string, int> by_key_;  // token digest -> control fd

@@ -29,7 +29,10 @@ class HubHost final : public ServiceHost {
  public:
   void post(std::function<void()> fn) override { hub->post(std::move(fn)); }
   void add_poller(std::function<bool()> poll) override { hub->add_poller(std::move(poll)); }
+  Status reserve_memory(uint64_t bytes, std::string_view what) override { return budget->reserve(bytes, what); }
+  void release_memory(uint64_t bytes) override { budget->release(bytes); }
   std::shared_ptr<channel::Hub> hub;
+  std::shared_ptr<MemoryBudget> budget;
 };
 
 }  // namespace
@@ -83,9 +86,10 @@ Session::~Session() {
 
 Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
                                                  std::vector<std::unique_ptr<Service>> extra,
-                                                 std::function<void()> on_closed) {
+                                                 std::shared_ptr<MemoryBudget> budget, std::function<void()> on_closed) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  impl->host.budget = std::move(budget);
   impl->on_closed = std::move(on_closed);
   std::unique_ptr<Session> session(new Session(std::move(impl)));
   Session* self = session.get();
@@ -179,13 +183,14 @@ std::string encode_setup(const SessionSetup& setup) {
   j["options"]["log-level"] = std::to_string(static_cast<int>(setup.log_level));
   j["transports"] = setup.transport.transports;
   j["net_devices"] = setup.transport.net_devices;
+  j["budget_slot"] = setup.budget_slot;
   return j.dump();
 }
 
 Result<SessionSetup> decode_setup(std::string_view text) {
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("options") || !j["transports"].is_string() ||
-      !j["net_devices"].is_string())
+      !j["net_devices"].is_string() || !j["budget_slot"].is_number_unsigned())
     return Status(Code::kBadConfig, "session setup is not the JSON the agent sends");
   auto options = agent_options();
   OB_RETURN_IF_ERROR(options.apply_json(j["options"].dump(), "the session setup"));
@@ -194,6 +199,7 @@ Result<SessionSetup> decode_setup(std::string_view text) {
   OB_ASSIGN_OR_RETURN(setup.log_level, log::parse_level(options.str("log-level")));
   setup.transport.transports = j["transports"].get<std::string>();
   setup.transport.net_devices = j["net_devices"].get<std::string>();
+  setup.budget_slot = j["budget_slot"].get<uint32_t>();
   return setup;
 }
 
@@ -223,7 +229,8 @@ int run_agent_session(int control_fd) {
     OB_LOG_ERR("session %d: no setup from the agent", static_cast<int>(getpid()));
     return 1;
   }
-  auto n = net::recv_message(control.get(), buf, nullptr);
+  net::Fd budget_fd;
+  auto n = net::recv_message(control.get(), buf, &budget_fd);
   if (!n.ok() || n.value() < 1 || buf[0] != static_cast<uint8_t>(ControlKind::kConfig)) {
     OB_LOG_ERR("session %d: the agent's first message is not a setup", static_cast<int>(getpid()));
     return 1;
@@ -246,7 +253,14 @@ int run_agent_session(int control_fd) {
     return 1;
   }
   const int fd = control.get();
-  auto session = Session::create(setup->config, {}, [fd] { (void)net::send_message(fd, encode_closed()); });
+  auto budget = MemoryBudget::attach(budget_fd.release(), setup->config.max_memory, setup->config.max_connections,
+                                     setup->budget_slot);
+  if (!budget.ok()) {
+    OB_LOG_ERR("session %d: %s", static_cast<int>(getpid()), budget.status().to_string().c_str());
+    return 1;
+  }
+  auto session = Session::create(setup->config, {}, std::move(budget).value(),
+                                 [fd] { (void)net::send_message(fd, encode_closed()); });
   if (!session.ok()) {
     OB_LOG_ERR("session %d: %s", static_cast<int>(getpid()), session.status().to_string().c_str());
     return 1;

@@ -15,6 +15,7 @@
 #include "channel/server.h"
 #include "outboard/agent.h"
 #include "outboard/log.h"
+#include "util/budget.h"
 
 namespace outboard::agent {
 
@@ -22,9 +23,10 @@ class Session {
  public:
   /// The built-in services and `extra`; `on_closed` runs (on the progress
   /// thread) each time a client adopted here leaves.
+  /// `budget`: where the services' memory for clients is counted.
   static Result<std::unique_ptr<Session>> create(const AgentConfig& config,
                                                  std::vector<std::unique_ptr<Service>> extra,
-                                                 std::function<void()> on_closed);
+                                                 std::shared_ptr<MemoryBudget> budget, std::function<void()> on_closed);
   ~Session();
 
   /// Serves a client whose hello the listener read; one that does not
@@ -51,6 +53,7 @@ struct SessionSetup {
   AgentConfig config;
   transport::TransportConfig transport;
   log::Level log_level = log::Level::kWarning;
+  uint32_t budget_slot = 0;  ///< this session's slot of the agent's MemoryBudget (its fd comes with the setup)
 };
 std::string encode_setup(const SessionSetup& setup);
 Result<SessionSetup> decode_setup(std::string_view json);

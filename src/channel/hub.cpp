@@ -19,7 +19,10 @@ namespace outboard::channel {
 
 constexpr uint64_t kTickIntervalNs = 1'000'000;  // request-deadline resolution
 constexpr uint64_t kWatchIntervalNs = 50'000;   // liveness (watched sockets) polling while busy
-constexpr int kMaxSleepMs = 10;                  // bounds a missed wake-up
+constexpr int kMaxSleepMs = 10;                  // bounds a missed wake-up, and a request deadline's lateness
+// With no request deadline to watch a sleep is longer: an idle agent session
+// (a process per client) wakes once a second, not 100 times.
+constexpr int kIdleSleepMs = 1000;
 constexpr unsigned kRingFramesPerRound = 16;     // per ring: one busy peer does not starve the others
 constexpr unsigned kUcxRoundsWhileRingsBusy = 4;  // UCX is progressed every this many rounds then
 
@@ -275,6 +278,12 @@ unsigned Hub::progress() {
   return n;
 }
 
+bool Hub::deadlines_pending() const {
+  for (const auto& [id, c] : conns_)
+    if (!c->deadlines.empty()) return true;
+  return false;
+}
+
 unsigned Hub::progress_until_idle(unsigned max_rounds) {
   unsigned n = 0;
   for (unsigned round = 0, idle = 0; round < max_rounds && idle < kUcxRoundsWhileRingsBusy; ++round) {
@@ -323,7 +332,7 @@ bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std:
     if (busy) spin_end = now + spin_ns;  // busy again: keep polling before sleeping
     busy = false;
     if (now >= spin_end && pollers_.empty()) {
-      sleep(lock, std::min(deadline.remaining_ms(), kMaxSleepMs));
+      sleep(lock, std::min(deadline.remaining_ms(), deadlines_pending() ? kMaxSleepMs : kIdleSleepMs));
       continue;
     }
     lock.unlock();

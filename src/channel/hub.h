@@ -12,6 +12,8 @@
 // bootstrap was a second UCX worker polled there.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -83,6 +85,13 @@ class Hub {
   /// True while UCX runs our handler of an incoming frame, where nothing
   /// may block or progress. Lock held.
   [[nodiscard]] bool in_ucx_callback() const { return in_ucx_; }
+  /// Wakes a thread asleep in wait_until() to re-check its condition.
+  /// Async-signal-safe (an eventfd write).
+  void wake() {
+    has_posted_.store(true, std::memory_order_release);  // so that progress() reads the eventfd back
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+  }
   /// Runs `fn` on whichever thread next progresses the hub. Thread mode:
   /// any thread, without the hub's lock (a busy progress thread barely
   /// releases it); wakes a thread sleeping in wait_until().
@@ -106,6 +115,8 @@ class Hub {
   void wake_rings();
   /// Runs the handlers of watched fds that are ready.
   unsigned poll_watched();
+  /// Whether a connection waits for a request's deadline.
+  [[nodiscard]] bool deadlines_pending() const;
   /// Sleeps until an event or `timeout_ms`, the lock released meanwhile.
   void sleep(Lock& lock, int timeout_ms);
 

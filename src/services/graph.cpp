@@ -15,6 +15,7 @@
 #include "outboard/log.h"
 #include "services/builtin.h"
 #include "services/graph_wire.h"
+#include "util/text.h"
 
 OB_LOG_MODULE("graph");
 
@@ -47,8 +48,12 @@ struct Task {
 };
 
 struct AgentInstance {
+  ~AgentInstance() {
+    if (host) host->release_memory(memory_bytes);
+  }
   uint32_t id = 0;
   ClientState* client = nullptr;
+  ServiceHost* host = nullptr;  // the memory came from its budget
   std::unique_ptr<uint8_t[]> memory;
   uint64_t memory_bytes = 0;
   std::vector<Task> tasks;
@@ -423,7 +428,7 @@ class GraphService final : public Service {
       case wire::kSubmit: return submit(r, c, reader);
       case wire::kHostDone: return host_done(r, c, reader);
       default:
-        return r.responder.fail({Code::kInvalidArgument, std::string("unknown graph request '") + op + "'"});
+        return r.responder.fail({Code::kInvalidArgument, "unknown graph request " + quote({&op, 1})});
     }
   }
 
@@ -462,7 +467,7 @@ class GraphService final : public Service {
     if (!in.get_string(name) || !in.get(agent_bytes) || !in.get(nodes)) return truncated("header");
     const GraphServiceConfig& cfg = core_->config;
     if (agent_bytes > cfg.max_memory)
-      return r.responder.fail({Code::kTooBig, "graph '" + name + "': " + std::to_string(agent_bytes) +
+      return r.responder.fail({Code::kTooBig, "graph " + quote(name) + ": " + std::to_string(agent_bytes) +
                                                   " B of agent memory per instance exceeds the connection's " +
                                                   std::to_string(cfg.max_memory) + " B (agent option --graph-max-memory)"});
     if (nodes > in.in.size() / 5) return truncated("nodes");  // each takes at least 5 B
@@ -474,13 +479,13 @@ class GraphService final : public Service {
       NodeKind kind;
       std::string node_name;
       if (!in.get(kind) || !in.get_string(node_name)) return truncated("nodes");
-      Result<NodeId> id = Status(Code::kInvalidArgument, "node '" + node_name + "' has unknown kind " +
+      Result<NodeId> id = Status(Code::kInvalidArgument, "node " + quote(node_name) + " has unknown kind " +
                                                             std::to_string(static_cast<int>(kind)));
       using namespace std::placeholders;
       if (kind == NodeKind::kSha256) id = shipped.graph->add_async(node_name, std::bind(run_sha256, core, _1, _2));
       else if (kind == NodeKind::kDma) id = shipped.graph->add_async(node_name, std::bind(run_dma, core, _1, _2));
       else if (kind == NodeKind::kHost) id = shipped.graph->add_async(node_name, std::bind(run_host, core, _1, _2));
-      if (!id.ok()) return r.responder.fail(id.status().with_context("graph '" + name + "'"));
+      if (!id.ok()) return r.responder.fail(id.status().with_context("graph " + quote(name)));
       shipped.kinds.push_back(kind);
     }
     uint32_t edges = 0;
@@ -490,7 +495,7 @@ class GraphService final : public Service {
       in.get(from);
       in.get(to);
       Status st = shipped.graph->add_dependency(from, to);
-      if (!st.ok()) return r.responder.fail(st.with_context("graph '" + name + "'"));
+      if (!st.ok()) return r.responder.fail(st.with_context("graph " + quote(name)));
     }
     if (!in.in.empty()) return r.responder.fail({Code::kInvalidArgument, "graph request has trailing bytes"});
     if (Status st = shipped.graph->freeze(); !st.ok()) return r.responder.fail(st);
@@ -508,18 +513,22 @@ class GraphService final : public Service {
     const size_t n = g.kinds.size();
     if (in.in.size() != n * sizeof(wire::Buffers))
       return r.responder.fail({Code::kInvalidArgument, "instance request carries " + std::to_string(in.in.size()) +
-                                                           " B of buffers; graph '" + g.graph->name() + "' needs " +
+                                                           " B of buffers; graph " + quote(g.graph->name()) + " needs " +
                                                            std::to_string(n * sizeof(wire::Buffers))});
     if (c.live_instances >= cfg.max_instances)
       return r.responder.fail({Code::kTooBig, std::to_string(c.live_instances) + " instances on this connection reach " +
                                                   std::to_string(cfg.max_instances) + " (agent option --graph-max-instances)"});
     if (g.agent_bytes > cfg.max_memory - c.agent_bytes)
-      return r.responder.fail({Code::kTooBig, "instance of graph '" + g.graph->name() + "' needs " +
+      return r.responder.fail({Code::kTooBig, "instance of graph " + quote(g.graph->name()) + " needs " +
                                                   std::to_string(g.agent_bytes) + " B of agent memory; the connection holds " +
                                                   std::to_string(c.agent_bytes) + " B of its " + std::to_string(cfg.max_memory) +
                                                   " B (agent option --graph-max-memory)"});
+    if (Status st = core_->host->reserve_memory(g.agent_bytes, "instance of graph " + quote(g.graph->name()));
+        !st.ok())
+      return r.responder.fail(st);
     auto inst = std::make_unique<AgentInstance>();
     inst->client = &c;
+    inst->host = core_->host;
     inst->memory_bytes = g.agent_bytes;
     inst->memory = std::make_unique<uint8_t[]>(g.agent_bytes);
     inst->tasks.resize(n);
@@ -533,7 +542,7 @@ class GraphService final : public Service {
       t.owner = inst.get();
       t.node = i;
       in.get(t.buffers);
-      const std::string node = "node '" + g.graph->node_name(i) + "'";
+      const std::string node = "node " + quote(g.graph->node_name(i));
       if (Status st = check_task(c, t, g.agent_bytes, node, inst->memory.get()); !st.ok()) return r.responder.fail(st);
       (void)inst->run->set_data(i, &t);
     }

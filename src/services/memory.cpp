@@ -5,6 +5,7 @@
 
 #include "outboard/checksum.h"
 #include "services/builtin.h"
+#include "util/text.h"
 
 namespace outboard::services {
 namespace {
@@ -115,11 +116,21 @@ class Memory final : public Service {
         if (a > max_)
           return r.responder.fail({Code::kTooBig, "region of " + std::to_string(a) + " B exceeds max_region_size " +
                                                       std::to_string(max_) + " B (agent option --max-region-size)"});
+        // The region this connection held goes first: its memory is the new one's.
+        regions_.erase(r.peer->id());
+        if (Status st = host_->reserve_memory(a, "memory region"); !st.ok()) return r.responder.fail(st);
         auto region = r.peer->allocate_memory(a, kind);
-        if (!region.ok()) return r.responder.fail(region.status());
+        if (!region.ok()) {
+          host_->release_memory(a);
+          return r.responder.fail(region.status());
+        }
         auto desc = region.value().descriptor();
         Buffer out = Buffer::copy_of(desc);
-        regions_[r.peer->id()] = std::make_shared<Region>(std::move(region).value());
+        // Given back when the last holder (this table, a mirror) lets go.
+        regions_[r.peer->id()] = std::shared_ptr<Region>(new Region(std::move(region).value()), [host = host_, a](Region* p) {
+          delete p;
+          host->release_memory(a);
+        });
         return r.responder.respond(std::move(out));
       }
       case 'P': {
@@ -157,9 +168,9 @@ class Memory final : public Service {
         return mirror(r, a, b, c, d, in);
       }
       default:
-        return r.responder.fail({Code::kInvalidArgument, std::string("unknown memory request '") + op + "'"});
+        return r.responder.fail({Code::kInvalidArgument, "unknown memory request " + quote({&op, 1})});
     }
-    r.responder.fail({Code::kInvalidArgument, std::string("memory request '") + op + "' is truncated"});
+    r.responder.fail({Code::kInvalidArgument, "memory request " + quote({&op, 1}) + " is truncated"});
   }
 
  private:

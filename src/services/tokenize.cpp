@@ -49,7 +49,7 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 // One answer for every name the directory does not serve, whatever is on
 // disk: a client learns nothing about the agent's files from it.
 Status not_in_vocab_dir(std::string_view name) {
-  return {Code::kNotFound, "vocabulary " + quote(name) +
+  return {Code::kNotFound, "vocabulary " + quote(name, kMaxVocabName) +
                                " is not in the agent's vocabulary directory (`outboard vocab fetch` there fills it; "
                                "a vocabulary file of the client's own is uploaded)"};
 }

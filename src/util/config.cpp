@@ -51,7 +51,11 @@ Result<uint64_t> parse_size(std::string_view text) {
   else if (unit == "k") shift = 10;
   else if (unit == "m") shift = 20;
   else if (unit == "g") shift = 30;
-  else return Status(Code::kBadConfig, "'" + std::string(text) + "' has an unknown size unit");
+  else if (unit == "t") shift = 40;
+  else if (unit == "p") shift = 50;
+  else
+    return Status(Code::kBadConfig, "'" + std::string(text) + "' has an unknown size unit '" + unit +
+                                        "' (k, m, g, t or p, with or without i and B)");
   if (shift && x > (UINT64_MAX >> shift))
     return Status(Code::kBadConfig, "'" + std::string(text) + "' overflows 64 bits");
   return x << shift;
@@ -99,9 +103,13 @@ Status Options::set(std::string_view name, std::string_view value, std::string_v
 }
 
 Status Options::apply_json(std::string_view text, std::string_view source) {
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object())
-    return {Code::kBadConfig, std::string(source) + " is not a JSON object"};
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {  // the message names the line and column
+    return {Code::kBadConfig, std::string(source) + " is not valid JSON: " + e.what()};
+  }
+  if (!doc.is_object()) return {Code::kBadConfig, std::string(source) + " is not a JSON object"};
   // DOCA argp groups options under these two keys; accept both shapes.
   nlohmann::json flat = nlohmann::json::object();
   for (auto& [key, value] : doc.items()) {

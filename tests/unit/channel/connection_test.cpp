@@ -267,6 +267,36 @@ TEST_F(ConnectionTest, ShutdownFailsInFlightRequestsWithShutDown) {
   EXPECT_EQ(answer.code(), Code::kShutDown) << answer.to_string();
 }
 
+TEST_F(ConnectionTest, TheAgentBoundsTheRequestsOfAClientThatDoesNotCountItsOwn) {
+  stop_agent();
+  AgentConfig config = testing::test_config();
+  config.channel.max_outstanding_requests = 4;
+  auto holder = std::make_unique<testing::Holder>();
+  testing::Holder* held = holder.get();
+  start_agent(config, std::move(holder));
+  ChannelConfig lax;
+  lax.max_outstanding_requests = 100;  // the client would let 100 out
+  auto c = connect(lax);
+  ASSERT_TRUE(c);
+  std::vector<Status> answers(6);
+  int done = 0;
+  for (size_t i = 0; i < answers.size(); ++i)
+    ASSERT_TRUE(c->submit("holder", Buffer(), soon(), [&, i](Result<Buffer> r) {
+                   answers[i] = r.status();
+                   ++done;
+                 }).ok());
+  ASSERT_TRUE(c->wait_until(soon(), [&] { return done == 2; }));
+  for (size_t i : {4u, 5u}) {
+    EXPECT_EQ(answers[i].code(), Code::kAgain);
+    EXPECT_EQ(answers[i].message(),
+              "4 requests outstanding reach max_outstanding_requests 4 (agent option --max-outstanding-requests)");
+  }
+  EXPECT_EQ(held->held(), 4u);
+  held->answer_all(bytes("ok"));
+  ASSERT_TRUE(c->wait_until(soon(), [&] { return done == 6; }));
+  for (size_t i : {0u, 1u, 2u, 3u}) EXPECT_TRUE(answers[i].ok()) << answers[i].to_string();
+}
+
 TEST_F(ConnectionTest, ShutdownFailsClientWithShutDown) {
   auto c = connect();
   ASSERT_TRUE(c);

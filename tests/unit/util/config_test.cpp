@@ -73,8 +73,20 @@ TEST(ConfigTest, ParseSizeUnits) {
   EXPECT_EQ(parse_size("64k").value(), 65536u);
   EXPECT_EQ(parse_size("64MiB").value(), 64u << 20);
   EXPECT_EQ(parse_size("1G").value(), 1u << 30);
+  EXPECT_EQ(parse_size("1TiB").value(), 1ull << 40);
+  EXPECT_EQ(parse_size("2p").value(), 2ull << 50);
   EXPECT_FALSE(parse_size("").ok());
   EXPECT_FALSE(parse_size("99999999999999999999G").ok());
+  EXPECT_FALSE(parse_size("16384P").ok());  // 2^64: overflows
+  EXPECT_EQ(parse_size("3parsecs").status().message(),
+            "'3parsecs' has an unknown size unit 'parsecs' (k, m, g, t or p, with or without i and B)");
+}
+
+TEST(ConfigTest, AJsonSyntaxErrorNamesWhereItIs) {
+  Status st = table().apply_json("{\"max-msg-size\": ", "'cfg.json'");
+  EXPECT_EQ(st.code(), Code::kBadConfig);
+  EXPECT_NE(st.message().find("'cfg.json' is not valid JSON"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("line 1, column 18"), std::string::npos) << st.message();
 }
 
 }  // namespace
