@@ -1,10 +1,5 @@
 #include "channel/bootstrap.h"
 
-#include <sys/socket.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "channel/ring.h"
 #include "util/codec.h"
 #include "util/net.h"
@@ -67,11 +62,18 @@ class Fields {
   const char* message_;
 };
 
-Status check_ring(Fields& f, uint32_t slots, const std::vector<uint8_t>& descriptor) {
-  if (slots != 0 && !valid_ring_slots(slots))
-    return f.invalid("ring_slots", slots, "0 or a power of two up to " + std::to_string(kMaxRingSlots));
-  if ((slots == 0) != descriptor.empty())
-    return f.invalid("ring_descriptor", descriptor.size(), slots ? "a descriptor for the ring" : "none without a ring");
+// What a Hello and a Welcome both carry, and must carry.
+template <typename M>
+Status check_common(Fields& f, const M& m) {
+  if (m.connection_id == 0) return f.invalid("connection_id", 0, "a connection id from 1");
+  if (m.max_msg_size == 0) return f.invalid("max_msg_size", 0, "at least 1 B");
+  if (m.window_msgs == 0) return f.invalid("window_msgs", 0, "at least 1 message");
+  if (m.worker_address.empty()) return f.invalid("worker_address", 0, "a UCX worker address");
+  if (m.ring_slots != 0 && !valid_ring_slots(m.ring_slots))
+    return f.invalid("ring_slots", m.ring_slots, "0 or a power of two up to " + std::to_string(kMaxRingSlots));
+  if ((m.ring_slots == 0) != m.ring_descriptor.empty())
+    return f.invalid("ring_descriptor", m.ring_descriptor.size(),
+                     m.ring_slots ? "a descriptor for the ring" : "none without a ring");
   return {};
 }
 
@@ -128,12 +130,8 @@ Result<Hello> decode_hello(std::span<const uint8_t> payload) {
   OB_RETURN_IF_ERROR(f.get(h.ring_slots, "ring_slots"));
   OB_RETURN_IF_ERROR(f.blob(h.ring_descriptor, kMaxRingDescriptor, "ring_descriptor"));
   OB_RETURN_IF_ERROR(f.end());
-  if (h.connection_id == 0) return f.invalid("connection_id", 0, "a connection id from 1");
   if (h.flags & ~kHelloFlags) return f.invalid("flags", h.flags, "a subset of " + std::to_string(kHelloFlags));
-  if (h.max_msg_size == 0) return f.invalid("max_msg_size", 0, "at least 1 B");
-  if (h.window_msgs == 0) return f.invalid("window_msgs", 0, "at least 1 message");
-  if (h.worker_address.empty()) return f.invalid("worker_address", 0, "a UCX worker address");
-  OB_RETURN_IF_ERROR(check_ring(f, h.ring_slots, h.ring_descriptor));
+  OB_RETURN_IF_ERROR(check_common(f, h));
   return h;
 }
 
@@ -158,11 +156,7 @@ Result<Welcome> decode_welcome(std::span<const uint8_t> payload) {
   OB_RETURN_IF_ERROR(f.get(m.ring_slots, "ring_slots"));
   OB_RETURN_IF_ERROR(f.blob(m.ring_descriptor, kMaxRingDescriptor, "ring_descriptor"));
   OB_RETURN_IF_ERROR(f.end());
-  if (m.connection_id == 0) return f.invalid("connection_id", 0, "a connection id from 1");
-  if (m.max_msg_size == 0) return f.invalid("max_msg_size", 0, "at least 1 B");
-  if (m.window_msgs == 0) return f.invalid("window_msgs", 0, "at least 1 message");
-  if (m.worker_address.empty()) return f.invalid("worker_address", 0, "a UCX worker address");
-  OB_RETURN_IF_ERROR(check_ring(f, m.ring_slots, m.ring_descriptor));
+  OB_RETURN_IF_ERROR(check_common(f, m));
   return m;
 }
 

@@ -32,66 +32,47 @@ Result<std::shared_ptr<Hub>> Hub::get(const transport::TransportConfig& transpor
   std::lock_guard lock(mu);
   if (auto hub = current.lock()) return hub;
   OB_ASSIGN_OR_RETURN(auto worker, transport::Worker::process_worker(transport));
+  OB_ASSIGN_OR_RETURN(net::Poller watched, net::Poller::create());
   net::Fd epoll_fd(epoll_create1(EPOLL_CLOEXEC));
-  net::Fd watch_fd(epoll_create1(EPOLL_CLOEXEC));
   net::Fd wake_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!epoll_fd.valid() || !watch_fd.valid() || !wake_fd.valid())
+  if (!epoll_fd.valid() || !wake_fd.valid())
     return Status(Code::kIoError, std::string("epoll/eventfd: ") + std::strerror(errno));
-  for (int fd : {worker->event_fd(), watch_fd.get(), wake_fd.get()}) {
+  for (int fd : {worker->event_fd(), watched.fd(), wake_fd.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
     if (epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
       return Status(Code::kIoError, std::string("epoll_ctl: ") + std::strerror(errno));
   }
-  std::shared_ptr<Hub> hub(new Hub(std::move(worker), epoll_fd.release(), watch_fd.release(), wake_fd.release()));
+  std::shared_ptr<Hub> hub(new Hub(std::move(worker), epoll_fd.release(), std::move(watched), wake_fd.release()));
   current = hub;
   return hub;
 }
 
-Hub::Hub(std::shared_ptr<transport::Worker> worker, int epoll_fd, int watch_fd, int wake_fd)
-    : worker_(std::move(worker)), epoll_fd_(epoll_fd), watch_fd_(watch_fd), wake_fd_(wake_fd) {
+Hub::Hub(std::shared_ptr<transport::Worker> worker, int epoll_fd, net::Poller watched, int wake_fd)
+    : worker_(std::move(worker)), epoll_fd_(epoll_fd), watched_(std::move(watched)), wake_fd_(wake_fd) {
   worker_->set_am_handler([this](transport::IncomingAm& am) { on_am(am); });
 }
 
 Hub::~Hub() {
   ::close(epoll_fd_);
-  ::close(watch_fd_);
   ::close(wake_fd_);
 }
 
 Status Hub::watch(int fd, std::function<void()> on_ready) {
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.fd = fd;
-  if (epoll_ctl(watch_fd_, EPOLL_CTL_ADD, fd, &ev) != 0)
-    return {Code::kIoError, "watch fd " + std::to_string(fd) + ": " + std::strerror(errno)};
-  watched_[fd] = std::make_shared<std::function<void()>>(std::move(on_ready));
+  OB_RETURN_IF_ERROR(watched_.add(fd, std::move(on_ready)));
   watch_due_ = true;  // it may be ready already
   return {};
 }
 
-void Hub::unwatch(int fd) {
-  if (watched_.erase(fd) != 0) epoll_ctl(watch_fd_, EPOLL_CTL_DEL, fd, nullptr);
-}
+void Hub::unwatch(int fd) { watched_.remove(fd); }
 
 unsigned Hub::poll_watched() {
   watch_due_ = false;
   if (watched_.empty()) return 0;
-  epoll_event events[64];
-  const int n = ::epoll_wait(watch_fd_, events, 64, 0);
-  unsigned handled = 0;
-  for (int i = 0; i < n; ++i) {
-    // Looked up per event: an earlier handler may have unwatched (and
-    // closed) this fd; the copy keeps the handler alive while it runs.
-    auto it = watched_.find(events[i].data.fd);
-    if (it == watched_.end()) continue;
-    auto handler = it->second;
-    (*handler)();
-    ++handled;
-  }
-  if (n == 64) watch_due_ = true;  // more may be ready
-  return handled;
+  const unsigned n = watched_.wait(0);
+  if (n == net::Poller::kMaxEvents) watch_due_ = true;  // more may be ready
+  return n;
 }
 
 Status Hub::arm() {

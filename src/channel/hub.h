@@ -25,6 +25,7 @@
 #include "channel/frame.h"
 #include "outboard/channel.h"
 #include "transport/transport.h"
+#include "util/poller.h"
 
 namespace outboard::channel {
 
@@ -102,7 +103,7 @@ class Hub {
   bool wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std::function<bool()>& done);
 
  private:
-  Hub(std::shared_ptr<transport::Worker> worker, int epoll_fd, int watch_fd, int wake_fd);
+  Hub(std::shared_ptr<transport::Worker> worker, int epoll_fd, net::Poller watched, int wake_fd);
   unsigned run_posted();
   void on_am(transport::IncomingAm& am);
   /// `ring_owner`: the connection whose ring held the frame, which it must name.
@@ -122,9 +123,8 @@ class Hub {
 
   std::shared_ptr<transport::Worker> worker_;
   int epoll_fd_ = -1;
-  int watch_fd_ = -1;  // epoll of the watched fds, itself in epoll_fd_
-  int wake_fd_ = -1;   // eventfd in epoll_fd_, written by post()
-  std::unordered_map<int, std::shared_ptr<std::function<void()>>> watched_;
+  net::Poller watched_;  // its own epoll, itself in epoll_fd_
+  int wake_fd_ = -1;     // eventfd in epoll_fd_, written by post()
   bool watch_due_ = false;  // a sleep ended: poll the watched fds on the next round
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;

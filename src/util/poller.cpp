@@ -29,8 +29,8 @@ void Poller::remove(int fd) {
 }
 
 unsigned Poller::wait(int timeout_ms) {
-  epoll_event events[64];
-  const int n = ::epoll_wait(epoll_.get(), events, 64, timeout_ms);
+  epoll_event events[kMaxEvents];
+  const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout_ms);
   unsigned ran = 0;
   for (int i = 0; i < n; ++i) {
     // Per event: an earlier handler may have removed (and closed) this fd.

@@ -18,9 +18,14 @@ class Poller {
   /// Calls `on_ready` from wait() while `fd` is readable (or hung up).
   Status add(int fd, std::function<void()> on_ready);
   void remove(int fd);
-  /// Waits up to `timeout_ms` and runs the handlers of the ready fds;
-  /// returns how many ran.
+  /// Waits up to `timeout_ms` and runs the handlers of the ready fds (at
+  /// most kMaxEvents); returns how many ran.
   unsigned wait(int timeout_ms);
+  [[nodiscard]] bool empty() const { return handlers_.empty(); }
+  /// Readable while a watched fd is: a poller can sit in another's epoll set.
+  [[nodiscard]] int fd() const { return epoll_.get(); }
+
+  static constexpr int kMaxEvents = 64;
 
  private:
   explicit Poller(Fd epoll) : epoll_(std::move(epoll)) {}
