@@ -98,7 +98,7 @@ def test_malformed_json_file_is_an_error(tmp_path) -> None:
     f = tmp_path / "agent.json"
     f.write_text("{not json")
     r = _run_agent("--json", str(f))
-    assert r.returncode == 2 and "is not a JSON object" in r.stderr
+    assert r.returncode == 2 and "is not valid JSON" in r.stderr and "line 1, column 3" in r.stderr, r.stderr
 
 
 def test_debug_log_shows_shared_memory_lanes_with_microsecond_stamps(start_agent) -> None:

@@ -98,6 +98,10 @@ def dev_shm() -> int:
     return len(os.listdir("/dev/shm"))
 
 
+def maps(pid: int) -> int:
+    return len(Path(f"/proc/{pid}/maps").read_text().splitlines())
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -536,19 +540,24 @@ result = {{}}
 
 
 def test_client_lifetimes_leave_nothing_behind(agent: outboard.LocalAgent) -> None:
-    lifetimes = int(os.environ.get("OUTBOARD_TEST_LIFETIMES", "40"))
+    lifetimes = int(os.environ.get("OUTBOARD_TEST_LIFETIMES", "200"))
     warm = outboard.connect(agent.address, session="new")  # the agent's first session is made
     warm.close()
     assert wait_for(lambda: not children(agent.pid), 10)
-    before = {"sysv": sysv_segments(), "dev_shm": dev_shm(), "fds": fds(agent.pid), "rss_kib": rss_kib(agent.pid)}
+
+    def snapshot() -> dict[str, int]:
+        return {"sysv": sysv_segments(), "dev_shm": dev_shm(), "fds": fds(agent.pid), "maps": maps(agent.pid),
+                "rss_kib": rss_kib(agent.pid)}
+
+    before = snapshot()
     for i in range(lifetimes):
         kill = i % 3 == 2
         code = "import json, sys, outboard\nfrom outboard import errors\nADDRESS = sys.argv[1]\n" + _lifetime_script(kill)
         p = subprocess.run([sys.executable, "-c", code, agent.address], capture_output=True, text=True, timeout=60)
         assert p.returncode == (-signal.SIGKILL if kill else 0), p.stderr[-2000:]
     assert wait_for(lambda: not children(agent.pid), 10), children(agent.pid)
-    after = {"sysv": sysv_segments(), "dev_shm": dev_shm(), "fds": fds(agent.pid), "rss_kib": rss_kib(agent.pid)}
+    after = snapshot()
     print(f"{lifetimes} client lifetimes: before {before}, after {after}")
     assert after["sysv"] <= before["sysv"] and after["dev_shm"] <= before["dev_shm"]
-    assert after["fds"] == before["fds"]
+    assert after["fds"] == before["fds"] and after["maps"] == before["maps"]
     assert after["rss_kib"] < before["rss_kib"] + 2048
