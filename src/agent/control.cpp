@@ -5,18 +5,19 @@
 namespace outboard::agent {
 
 namespace {
-std::vector<uint8_t> start(ControlKind kind) { return {static_cast<uint8_t>(kind)}; }
+std::vector<uint8_t> just(ControlKind kind) { return {static_cast<uint8_t>(kind)}; }
 }  // namespace
 
 std::vector<uint8_t> encode_config(const std::string& json) {
-  auto out = start(ControlKind::kConfig);
-  out.insert(out.end(), json.begin(), json.end());
-  return out;
+  codec::Writer w;
+  w.put(ControlKind::kConfig);
+  w.put_bytes(json);
+  return std::move(w.bytes);
 }
 
 std::vector<uint8_t> encode_adopt(const channel::PeerInfo& peer, std::span<const uint8_t> hello) {
   codec::Writer w;
-  w.bytes = start(ControlKind::kAdopt);
+  w.put(ControlKind::kAdopt);
   w.put_string(peer.name);
   w.put(static_cast<uint8_t>(peer.policy.shared_memory));
   w.put(static_cast<int32_t>(peer.policy.owner));
@@ -24,8 +25,8 @@ std::vector<uint8_t> encode_adopt(const channel::PeerInfo& peer, std::span<const
   return std::move(w.bytes);
 }
 
-std::vector<uint8_t> encode_closed() { return start(ControlKind::kClosed); }
-std::vector<uint8_t> encode_end() { return start(ControlKind::kEnd); }
+std::vector<uint8_t> encode_closed() { return just(ControlKind::kClosed); }
+std::vector<uint8_t> encode_end() { return just(ControlKind::kEnd); }
 
 Result<Adopt> decode_adopt(std::span<const uint8_t> body) {
   codec::Reader r{body};

@@ -1,5 +1,11 @@
 #include "channel/bootstrap.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
 #include "channel/ring.h"
 #include "util/codec.h"
 #include "util/net.h"
@@ -77,7 +83,55 @@ Status check_common(Fields& f, const M& m) {
   return {};
 }
 
+// Where the bytes of a session token come from; kBadConfig naming the source.
+Status fill_token(std::string_view hex, SessionToken& out, std::string_view source) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (hex.size() != 2 * out.size())
+    return {Code::kBadConfig, std::string(source) + " is " + std::to_string(hex.size()) + " characters, expected " +
+                                  std::to_string(2 * out.size()) + " hex digits"};
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return {Code::kBadConfig, std::string(source) + " is not hex digits"};
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return {};
+}
+
+Status random_token(SessionToken& out) {
+  if (::getrandom(out.data(), out.size(), 0) != static_cast<ssize_t>(out.size()))
+    return {Code::kIoError, std::string("getrandom: ") + std::strerror(errno)};
+  return {};
+}
+
 }  // namespace
+
+Result<SessionToken> session_token(const std::string& session) {
+  SessionToken token{};
+  if (session == "new") {
+    OB_RETURN_IF_ERROR(random_token(token));
+  } else if (!session.empty()) {
+    OB_RETURN_IF_ERROR(fill_token(session, token, "session token"));
+  } else {
+    // One per process, made once: the connections of one process share a
+    // session unless they ask otherwise.
+    static const Result<SessionToken> process_token = []() -> Result<SessionToken> {
+      SessionToken t{};
+      if (const char* env = std::getenv("OUTBOARD_SESSION_TOKEN"); env && *env) {
+        OB_RETURN_IF_ERROR(fill_token(env, t, "OUTBOARD_SESSION_TOKEN"));
+        return t;
+      }
+      OB_RETURN_IF_ERROR(random_token(t));
+      return t;
+    }();
+    return process_token;
+  }
+  return token;
+}
 
 std::vector<uint8_t> encode(const Hello& h) {
   codec::Writer w;

@@ -78,6 +78,11 @@ struct Refusal {
   std::string message;
 };
 
+/// The token a connection presents (ChannelConfig::session): "" this
+/// process's ($OUTBOARD_SESSION_TOKEN, else random, made once), "new" a
+/// fresh random one, else 64 hex digits. kBadConfig naming a bad one.
+Result<SessionToken> session_token(const std::string& session);
+
 /// Whole messages, header included.
 std::vector<uint8_t> encode(const Hello& hello);
 std::vector<uint8_t> encode(const Welcome& welcome);

@@ -1,4 +1,3 @@
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,55 +29,6 @@ constexpr unsigned kDrainRounds = 256;
 constexpr uint64_t kReorderSlack = 64;
 // Of a peer's close reason, what is kept.
 constexpr size_t kMaxCloseReason = 256;
-
-// Where the bytes of a session token come from; kBadConfig naming the source.
-Status fill_token(std::string_view hex, channel::SessionToken& out, std::string_view source) {
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  if (hex.size() != 2 * out.size())
-    return {Code::kBadConfig, std::string(source) + " is " + std::to_string(hex.size()) + " characters, expected " +
-                                  std::to_string(2 * out.size()) + " hex digits"};
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return {Code::kBadConfig, std::string(source) + " is not hex digits"};
-    out[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
-  return {};
-}
-
-Status random_token(channel::SessionToken& out) {
-  if (::getrandom(out.data(), out.size(), 0) != static_cast<ssize_t>(out.size()))
-    return {Code::kIoError, std::string("getrandom: ") + std::strerror(errno)};
-  return {};
-}
-
-// The token this connection presents (ChannelConfig::session).
-Result<channel::SessionToken> session_token(const std::string& session) {
-  channel::SessionToken token{};
-  if (session == "new") {
-    OB_RETURN_IF_ERROR(random_token(token));
-  } else if (!session.empty()) {
-    OB_RETURN_IF_ERROR(fill_token(session, token, "session token"));
-  } else {
-    // One per process, made once: the connections of one process share a
-    // session unless they ask otherwise.
-    static const Result<channel::SessionToken> process_token = []() -> Result<channel::SessionToken> {
-      channel::SessionToken t{};
-      if (const char* env = std::getenv("OUTBOARD_SESSION_TOKEN"); env && *env) {
-        OB_RETURN_IF_ERROR(fill_token(env, t, "OUTBOARD_SESSION_TOKEN"));
-        return t;
-      }
-      OB_RETURN_IF_ERROR(random_token(t));
-      return t;
-    }();
-    return process_token;
-  }
-  return token;
-}
 
 }  // namespace
 
@@ -598,7 +548,7 @@ uint32_t Connection::id() const { return impl_->local_id; }
 Result<std::unique_ptr<Connection>> Connection::connect(const std::string& address,
                                                         const ChannelConfig& config) {
   OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(address));
-  OB_ASSIGN_OR_RETURN(auto token, session_token(config.session));
+  OB_ASSIGN_OR_RETURN(auto token, channel::session_token(config.session));
   OB_ASSIGN_OR_RETURN(auto hub, channel::Hub::get());
   const Deadline deadline = Deadline::after_ms(config.connect_timeout_ms);
   // The socket exchange runs without the hub's lock: an agent in this
