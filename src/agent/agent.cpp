@@ -184,6 +184,7 @@ struct Agent::Impl {
   std::vector<std::unique_ptr<Service>> extra;  // Isolation::kNone
   std::optional<net::Poller> poller;
   std::unique_ptr<agent::SessionDispatch> dispatch;
+  agent::ProcessSessions* processes = nullptr;  // `dispatch`, with Isolation::kProcess
   std::unique_ptr<agent::Listener> listener;
   std::unique_ptr<agent::Session> session;  // Isolation::kNone: the one, in this process
   std::thread listener_thread;              // Isolation::kNone: the listener's loop
@@ -267,12 +268,13 @@ Status Agent::start() {
     if (::access(program.c_str(), X_OK) != 0)
       return {Code::kBadConfig, "session program '" + program + "' is not executable: " + std::strerror(errno)};
     OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::create(im.config.max_memory, im.config.max_connections));
-    im.dispatch = std::make_unique<agent::ProcessSessions>(im.config, program, std::move(budget), *im.poller, closed);
+    auto processes = std::make_unique<agent::ProcessSessions>(im.config, program, std::move(budget), *im.poller, closed);
+    im.processes = processes.get();
+    im.dispatch = std::move(processes);
   }
   OB_ASSIGN_OR_RETURN(im.listener, agent::Listener::create(where, limits, *im.poller, *im.dispatch));
   im.address = im.listener->address();
   im.config.listen = im.address;  // sessions report the port actually bound
-  if (auto* p = dynamic_cast<agent::ProcessSessions*>(im.dispatch.get())) p->set_listen(im.address);
   if (!im.config.address_file.empty()) {
     std::string tmp = im.config.address_file + ".tmp";
     {
@@ -303,7 +305,7 @@ Status Agent::run() {
   auto listen_until_stopped = [this, &im] {
     while (!stop_.load(std::memory_order_relaxed)) {
       im.poller->wait(im.listener->tick());
-      if (auto* p = dynamic_cast<agent::ProcessSessions*>(im.dispatch.get())) p->reap();
+      if (im.processes) im.processes->reap();
     }
   };
   if (im.session) {
@@ -314,7 +316,7 @@ Status Agent::run() {
   }
   listen_until_stopped();
   OB_LOG_INFO("shutting down: %zu connections", im.listener->connections());
-  static_cast<agent::ProcessSessions&>(*im.dispatch).shut_down(Deadline::after_ms(kSessionsShutdownMs));
+  im.processes->shut_down(Deadline::after_ms(kSessionsShutdownMs));
   return {};
 }
 
@@ -331,7 +333,7 @@ std::string Agent::stats_json() {
     j["handshake_timeouts"] = c.handshake_timeouts;
     j["accept_errors"] = c.accept_errors;
   }
-  if (auto* p = dynamic_cast<agent::ProcessSessions*>(im.dispatch.get())) j["sessions"] = p->sessions();
+  if (im.processes) j["sessions"] = im.processes->sessions();
   j["address"] = im.address;
   j["pid"] = getpid();
   j["uptime_s"] = std::chrono::duration<double>(Clock::now() - im.started).count();

@@ -21,24 +21,6 @@ constexpr int kBacklog = 1024;
 constexpr int64_t kAcceptBackoffMs = 100;
 constexpr int kMaxTickMs = 100;
 constexpr unsigned kAcceptsPerWake = 64;
-
-// Of a refused client's unread bytes, what is read and dropped before the
-// close: a socket closed with input pending sends a reset, which may
-// overtake the refusal.
-constexpr size_t kDrainOnRefusal = 64 << 10;
-
-// One try, never waiting: a client that does not read its refusal loses it.
-void refuse_now(int fd, const channel::Refusal& why) {
-  const auto bytes = channel::encode(why);
-  [[maybe_unused]] ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  uint8_t sink[4096];
-  for (size_t drained = 0; drained < kDrainOnRefusal;) {
-    const ssize_t got = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);
-    if (got <= 0) break;
-    drained += static_cast<size_t>(got);
-  }
-  ::shutdown(fd, SHUT_WR);
-}
 }  // namespace
 
 Result<std::unique_ptr<Listener>> Listener::create(const net::HostPort& where, const ListenerLimits& limits,
@@ -75,13 +57,13 @@ void Listener::on_accept() {
     ++counters_.accepted;
     if (pending_.size() >= limits_.max_handshakes) {
       ++counters_.refused_limits;
-      refuse_now(fd, {Code::kAgain, std::to_string(pending_.size()) + " connections in their handshake reach " +
+      channel::refuse(fd, {Code::kAgain, std::to_string(pending_.size()) + " connections in their handshake reach " +
                                         std::to_string(limits_.max_handshakes) + " (agent option --max-handshakes)"});
       continue;
     }
     if (connections() >= limits_.max_connections) {
       ++counters_.refused_limits;
-      refuse_now(fd, {Code::kAgain, std::to_string(connections()) + " connections reach " +
+      channel::refuse(fd, {Code::kAgain, std::to_string(connections()) + " connections reach " +
                                         std::to_string(limits_.max_connections) + " (agent option --max-connections)"});
       continue;
     }
@@ -127,7 +109,7 @@ void Listener::finish(int fd) {
   if (!hello.ok()) {
     ++counters_.refused_hello;
     OB_LOG_DBG("%s: %s", net::peer_address(fd).c_str(), hello.status().to_string().c_str());
-    return refuse_now(fd, {hello.status().code(), hello.status().message()});
+    return channel::refuse(fd, {hello.status().code(), hello.status().message()});
   }
   const channel::PeerInfo peer = describe(fd, hello.value());
   auto payload = p.reader.payload();
@@ -138,7 +120,7 @@ void Listener::finish(int fd) {
 
 void Listener::drop(int fd, const channel::Refusal& why) {
   OB_LOG_DBG("%s refused: %s", net::peer_address(fd).c_str(), why.message.c_str());
-  refuse_now(fd, why);
+  channel::refuse(fd, why);
   poller_.remove(fd);
   pending_.erase(fd);
 }

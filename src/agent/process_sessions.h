@@ -22,7 +22,9 @@ namespace outboard::agent {
 class ProcessSessions final : public SessionDispatch {
  public:
   /// `closed(n)`: n clients handed off have left (Listener::closed).
-  /// `budget`: the agent's --max-memory, shared with every session (a slot each).
+  /// `config` is read at each start (the agent's: it outlives this, and
+  /// holds the port once bound); `budget`: the agent's --max-memory, shared
+  /// with every session (a slot each).
   ProcessSessions(const AgentConfig& config, std::string program, std::shared_ptr<MemoryBudget> budget,
                   net::Poller& poller, std::function<void(size_t)> closed);
   ~ProcessSessions() override;
@@ -35,8 +37,6 @@ class ProcessSessions final : public SessionDispatch {
   /// down) and waits for them until the deadline; then kills the rest.
   void shut_down(Deadline deadline);
   [[nodiscard]] size_t sessions() const { return by_fd_.size(); }
-  /// The address the listener bound (its port once chosen), for the sessions' stats.
-  void set_listen(const std::string& address) { config_.listen = address; }
 
  private:
   struct Proc {
@@ -49,7 +49,7 @@ class ProcessSessions final : public SessionDispatch {
   void on_control(int fd);
   void end(int fd);
 
-  AgentConfig config_;
+  const AgentConfig& config_;
   std::string program_;
   std::shared_ptr<MemoryBudget> budget_;
   std::vector<uint32_t> free_slots_;            // of the budget

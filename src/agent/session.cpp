@@ -212,60 +212,34 @@ std::atomic<bool>* g_session_stop = nullptr;
 void on_session_signal(int) {
   if (g_session_stop) g_session_stop->store(true, std::memory_order_relaxed);
 }
-}  // namespace
 
-int run_agent_session(int control_fd) {
+// A session process from its setup to its end; an error stops it before
+// it serves anyone (the listener then sees its control socket close).
+Status serve_session(net::Fd control) {
   using namespace agent;
-  net::Fd control(control_fd);
-  // Die with the agent even while busy, where the control socket's end
-  // would be noticed only at the next round.
-  const pid_t agent_pid = ::getppid();
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != agent_pid) return 1;
   std::vector<uint8_t> buf(kMaxControlMessage);
   // The setup comes first, at once: the agent sends it right after starting us.
   pollfd p{control.get(), POLLIN, 0};
-  if (::poll(&p, 1, 10'000) != 1) {
-    OB_LOG_ERR("session %d: no setup from the agent", static_cast<int>(getpid()));
-    return 1;
-  }
+  if (::poll(&p, 1, 10'000) != 1) return {Code::kTimedOut, "no setup from the agent"};
   net::Fd budget_fd;
   auto n = net::recv_message(control.get(), buf, &budget_fd);
-  if (!n.ok() || n.value() < 1 || buf[0] != static_cast<uint8_t>(ControlKind::kConfig)) {
-    OB_LOG_ERR("session %d: the agent's first message is not a setup", static_cast<int>(getpid()));
-    return 1;
-  }
-  auto setup = decode_setup({reinterpret_cast<const char*>(buf.data()) + 1, n.value() - 1});
-  if (!setup.ok()) {
-    OB_LOG_ERR("session %d: %s", static_cast<int>(getpid()), setup.status().to_string().c_str());
-    return 1;
-  }
-  log::set_level(setup->log_level);
+  if (!n.ok() || n.value() < 1 || buf[0] != static_cast<uint8_t>(ControlKind::kConfig))
+    return {Code::kInvalidArgument, "the agent's first message is not a setup"};
+  OB_ASSIGN_OR_RETURN(SessionSetup setup, decode_setup({reinterpret_cast<const char*>(buf.data()) + 1, n.value() - 1}));
+  log::set_level(setup.log_level);
   std::atomic<bool> stop{false};
   g_session_stop = &stop;
   struct sigaction sa {};
   sa.sa_handler = on_session_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  auto hub = channel::Hub::get(setup->transport);
-  if (!hub.ok()) {
-    OB_LOG_ERR("session %d: %s", static_cast<int>(getpid()), hub.status().to_string().c_str());
-    return 1;
-  }
+  OB_ASSIGN_OR_RETURN(auto hub, channel::Hub::get(setup.transport));
   const int fd = control.get();
-  auto budget = MemoryBudget::attach(budget_fd.release(), setup->config.max_memory, setup->config.max_connections,
-                                     setup->budget_slot);
-  if (!budget.ok()) {
-    OB_LOG_ERR("session %d: %s", static_cast<int>(getpid()), budget.status().to_string().c_str());
-    return 1;
-  }
-  auto session = Session::create(setup->config, {}, std::move(budget).value(),
-                                 [fd] { (void)net::send_message(fd, encode_closed()); });
-  if (!session.ok()) {
-    OB_LOG_ERR("session %d: %s", static_cast<int>(getpid()), session.status().to_string().c_str());
-    return 1;
-  }
-  Session& s = *session.value();
+  OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::attach(budget_fd.release(), setup.config.max_memory,
+                                                        setup.config.max_connections, setup.budget_slot));
+  OB_ASSIGN_OR_RETURN(auto session, Session::create(setup.config, {}, std::move(budget),
+                                                    [fd] { (void)net::send_message(fd, encode_closed()); }));
+  Session& s = *session;
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
   auto on_control = [&] {
     for (;;) {
@@ -296,13 +270,26 @@ int run_agent_session(int control_fd) {
   };
   {
     channel::Lock lock(s.hub().mutex());
-    if (Status st = s.hub().watch(fd, on_control); !st.ok()) {
-      OB_LOG_ERR("session %d: %s", static_cast<int>(getpid()), st.to_string().c_str());
-      return 1;
-    }
+    OB_RETURN_IF_ERROR(s.hub().watch(fd, on_control));
   }
   s.run(stop);
   g_session_stop = nullptr;
+  return {};
+}
+
+}  // namespace
+
+int run_agent_session(int control_fd) {
+  net::Fd control(control_fd);
+  // Die with the agent even while busy, where the control socket's end
+  // would be noticed only at the next round.
+  const pid_t agent_pid = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != agent_pid) return 1;
+  if (Status st = serve_session(std::move(control)); !st.ok()) {
+    OB_LOG_ERR("session %d: %s", static_cast<int>(getpid()), st.to_string().c_str());
+    return 1;
+  }
   return 0;
 }
 

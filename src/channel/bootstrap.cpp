@@ -1,5 +1,6 @@
 #include "channel/bootstrap.h"
 
+#include <sodium.h>
 #include <sys/random.h>
 
 #include <cerrno>
@@ -85,20 +86,12 @@ Status check_common(Fields& f, const M& m) {
 
 // Where the bytes of a session token come from; kBadConfig naming the source.
 Status fill_token(std::string_view hex, SessionToken& out, std::string_view source) {
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
   if (hex.size() != 2 * out.size())
     return {Code::kBadConfig, std::string(source) + " is " + std::to_string(hex.size()) + " characters, expected " +
                                   std::to_string(2 * out.size()) + " hex digits"};
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return {Code::kBadConfig, std::string(source) + " is not hex digits"};
-    out[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
+  size_t n = 0;
+  if (sodium_hex2bin(out.data(), out.size(), hex.data(), hex.size(), nullptr, &n, nullptr) != 0 || n != out.size())
+    return {Code::kBadConfig, std::string(source) + " is not hex digits"};
   return {};
 }
 

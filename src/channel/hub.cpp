@@ -44,19 +44,17 @@ Result<std::shared_ptr<Hub>> Hub::get(const transport::TransportConfig& transpor
     if (epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
       return Status(Code::kIoError, std::string("epoll_ctl: ") + std::strerror(errno));
   }
-  std::shared_ptr<Hub> hub(new Hub(std::move(worker), epoll_fd.release(), std::move(watched), wake_fd.release()));
+  std::shared_ptr<Hub> hub(new Hub(std::move(worker), std::move(epoll_fd), std::move(watched), std::move(wake_fd)));
   current = hub;
   return hub;
 }
 
-Hub::Hub(std::shared_ptr<transport::Worker> worker, int epoll_fd, net::Poller watched, int wake_fd)
-    : worker_(std::move(worker)), epoll_fd_(epoll_fd), watched_(std::move(watched)), wake_fd_(wake_fd) {
+Hub::Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd)
+    : worker_(std::move(worker)),
+      epoll_fd_(std::move(epoll_fd)),
+      watched_(std::move(watched)),
+      wake_fd_(std::move(wake_fd)) {
   worker_->set_am_handler([this](transport::IncomingAm& am) { on_am(am); });
-}
-
-Hub::~Hub() {
-  ::close(epoll_fd_);
-  ::close(wake_fd_);
 }
 
 Status Hub::watch(int fd, std::function<void()> on_ready) {
@@ -105,7 +103,7 @@ void Hub::sleep(Lock& lock, int timeout_ms) {
   if (!arm().ok()) return;
   lock.unlock();
   epoll_event events[3];
-  ::epoll_wait(epoll_fd_, events, 3, timeout_ms);
+  ::epoll_wait(epoll_fd_.get(), events, 3, timeout_ms);
   lock.lock();
   watch_due_ = true;
 }
@@ -115,9 +113,7 @@ void Hub::post(std::function<void()> fn) {
     std::lock_guard lock(posted_mu_);
     posted_.push_back(std::move(fn));
   }
-  has_posted_.store(true, std::memory_order_release);
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+  wake();
 }
 
 unsigned Hub::run_posted() {
@@ -127,7 +123,7 @@ unsigned Hub::run_posted() {
     batch.swap(posted_);
     has_posted_.store(false, std::memory_order_relaxed);
     uint64_t count;  // reset the eventfd, or the epoll fd stays readable
-    [[maybe_unused]] ssize_t r = ::read(wake_fd_, &count, sizeof count);
+    [[maybe_unused]] ssize_t r = ::read(wake_fd_.get(), &count, sizeof count);
   }
   for (auto& fn : batch) fn();
   return static_cast<unsigned>(batch.size());

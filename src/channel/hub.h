@@ -36,13 +36,12 @@ class Hub {
   /// The process's hub, created on first use (`transport` sets up its UCX
   /// context then; later calls share it, whatever they pass).
   static Result<std::shared_ptr<Hub>> get(const transport::TransportConfig& transport = {});
-  ~Hub();
 
   /// Data endpoints, regions, fences.
   transport::Worker& worker() { return *worker_; }
   std::recursive_mutex& mutex() { return worker_->mutex(); }
   /// Readable when the worker or a watched fd has events (after arm()).
-  [[nodiscard]] int event_fd() const { return epoll_fd_; }
+  [[nodiscard]] int event_fd() const { return epoll_fd_.get(); }
   /// Arms the worker; kAgain when events are pending. Lock held.
   Status arm();
 
@@ -87,11 +86,11 @@ class Hub {
   /// may block or progress. Lock held.
   [[nodiscard]] bool in_ucx_callback() const { return in_ucx_; }
   /// Wakes a thread asleep in wait_until() to re-check its condition.
-  /// Async-signal-safe (an eventfd write).
+  /// Async-signal-safe (an atomic store and an eventfd write).
   void wake() {
     has_posted_.store(true, std::memory_order_release);  // so that progress() reads the eventfd back
     const uint64_t one = 1;
-    [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+    [[maybe_unused]] ssize_t r = ::write(wake_fd_.get(), &one, sizeof one);
   }
   /// Runs `fn` on whichever thread next progresses the hub. Thread mode:
   /// any thread, without the hub's lock (a busy progress thread barely
@@ -103,7 +102,7 @@ class Hub {
   bool wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std::function<bool()>& done);
 
  private:
-  Hub(std::shared_ptr<transport::Worker> worker, int epoll_fd, net::Poller watched, int wake_fd);
+  Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd);
   unsigned run_posted();
   void on_am(transport::IncomingAm& am);
   /// `ring_owner`: the connection whose ring held the frame, which it must name.
@@ -122,9 +121,9 @@ class Hub {
   void sleep(Lock& lock, int timeout_ms);
 
   std::shared_ptr<transport::Worker> worker_;
-  int epoll_fd_ = -1;
+  net::Fd epoll_fd_;
   net::Poller watched_;  // its own epoll, itself in epoll_fd_
-  int wake_fd_ = -1;     // eventfd in epoll_fd_, written by post()
+  net::Fd wake_fd_;      // eventfd in epoll_fd_, written by wake()
   bool watch_due_ = false;  // a sleep ended: poll the watched fds on the next round
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;

@@ -1,5 +1,6 @@
 #include "channel/server.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "outboard/log.h"
@@ -12,11 +13,22 @@ namespace {
 // A welcome is a few KiB into a fresh socket's buffer: it never waits long
 // unless the client stopped reading, which only delays that client.
 constexpr int64_t kWelcomeTimeoutMs = 1000;
-constexpr int64_t kRefusalTimeoutMs = 100;
+// Of a refused client's unread bytes, what is read and dropped before the
+// close: a socket closed with input pending sends a reset, which may
+// overtake the refusal.
+constexpr size_t kDrainOnRefusal = 64 << 10;
 }  // namespace
 
 void refuse(int socket, const Refusal& refusal) {
-  (void)net::send_all(socket, encode(refusal), Deadline::after_ms(kRefusalTimeoutMs), "refusal");
+  const auto bytes = encode(refusal);
+  [[maybe_unused]] ssize_t n = ::send(socket, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  uint8_t sink[4096];
+  for (size_t drained = 0; drained < kDrainOnRefusal;) {
+    const ssize_t got = ::recv(socket, sink, sizeof sink, MSG_DONTWAIT);
+    if (got <= 0) break;
+    drained += static_cast<size_t>(got);
+  }
+  ::shutdown(socket, SHUT_WR);
 }
 
 Result<std::unique_ptr<Server>> Server::create(const ChannelConfig& config, std::vector<std::string> services,

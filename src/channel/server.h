@@ -55,8 +55,8 @@ class Server {
   Counters counters_;
 };
 
-/// Sends `refusal` on a socket that will not be served, best effort (the
-/// peer may be gone or not reading).
+/// Sends `refusal` on a socket that will not be served, without waiting (a
+/// client that does not read loses it), and ends the socket's output.
 void refuse(int socket, const Refusal& refusal);
 
 }  // namespace outboard::channel

@@ -247,13 +247,10 @@ class Tokenize final : public Service {
                                                   " (agent option --max-vocab-bytes)"});
     unsigned char digest[crypto_hash_sha256_BYTES];
     crypto_hash_sha256(digest, contents.data(), contents.size());
-    std::string key = "sha256:";
-    for (unsigned char b : digest) {
-      static const char* hex = "0123456789abcdef";
-      key += hex[b >> 4];
-      key += hex[b & 15];
-    }
-    key += ":" + std::to_string(format);  // the same bytes read as another format are another tokenizer
+    char hex[2 * sizeof digest + 1];
+    sodium_bin2hex(hex, sizeof hex, digest, sizeof digest);
+    // The same bytes read as another format are another tokenizer.
+    std::string key = "sha256:" + std::string(hex) + ":" + std::to_string(format);
     open(std::move(r), std::move(key), static_cast<VocabFormat>(format), contents);
   }
 

@@ -109,7 +109,6 @@ void put_u64(Bytes& b, uint64_t v) { b.insert(b.end(), reinterpret_cast<uint8_t*
 
 struct Endpoint::State {
   std::unordered_set<void*>* closing = nullptr;  // the worker's in-flight closes
-  FailFn fail;
   DoneFn on_closed;  // close()'s callback, once the close completes
   bool closed = false;
   bool failed = false;
@@ -117,12 +116,13 @@ struct Endpoint::State {
 
 namespace {
 
+// Who owns the connection learns of a lost peer from a socket of its own;
+// this only stops further use of the endpoint (and forces its close).
 void ep_error_cb(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* state = static_cast<Endpoint::State*>(arg);
   if (state->closed || state->failed) return;
   state->failed = true;
   OB_LOG_DBG("endpoint %p failed: %s", static_cast<void*>(ep), ucs_status_string(status));
-  if (state->fail) state->fail(from_ucs(status, "peer endpoint failed"));
 }
 
 void ep_close_cb(void* request, ucs_status_t s, void* user_data) {
@@ -132,15 +132,6 @@ void ep_close_cb(void* request, ucs_status_t s, void* user_data) {
   delete state;
   ucp_request_free(request);
   if (done) done(from_ucs(s, "endpoint close"));
-}
-
-ucp_ep_params_t ep_params(Endpoint::State* state, bool peer_failure = true) {
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  p.err_mode = peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-  p.err_handler.cb = ep_error_cb;
-  p.err_handler.arg = state;
-  return p;
 }
 
 }  // namespace
@@ -158,10 +149,6 @@ Endpoint& Endpoint::operator=(Endpoint&& o) noexcept {
   return *this;
 }
 Endpoint::~Endpoint() { close(false); }
-
-void Endpoint::on_failure(FailFn fail) {
-  if (state_) state_->fail = std::move(fail);
-}
 
 void Endpoint::close(bool force, DoneFn done) {
   if (!ep_) {
@@ -186,8 +173,7 @@ void Endpoint::close(bool force, DoneFn done) {
   state_ = nullptr;
 }
 
-void Endpoint::send(std::span<const uint8_t> header, std::span<const uint8_t> data, DoneFn done,
-                    bool want_reply_ep) {
+void Endpoint::send(std::span<const uint8_t> header, std::span<const uint8_t> data, DoneFn done) {
   if (!ep_ || state_->failed) {
     if (done) done({Code::kConnectionReset, "send on a failed or closed endpoint"});
     return;
@@ -197,24 +183,24 @@ void Endpoint::send(std::span<const uint8_t> header, std::span<const uint8_t> da
                                        " B exceeds " + std::to_string(kMaxAmHeader) + " B"});
     return;
   }
-  if (!want_reply_ep && send_now(header, data)) {
+  if (send_now(header, data)) {
     if (done) done({});
     return;
   }
-  start_send(header, data, new Op{std::move(done)}, want_reply_ep);
+  start_send(header, data, new Op{std::move(done)});
 }
 
 void Endpoint::send(std::span<const uint8_t> header, Buffer data) {
   if (!ep_ || state_->failed || header.size() > kMaxAmHeader) return;  // as a send whose callback ignores errors
   if (send_now(header, data.span())) return;
   auto* op = new Op{nullptr, std::move(data)};
-  start_send(header, op->owned.span(), op, false);
+  start_send(header, op->owned.span(), op);
 }
 
 void Endpoint::send_copy(std::span<const uint8_t> header, std::span<const uint8_t> data) {
   if (!ep_ || state_->failed || header.size() > kMaxAmHeader || send_now(header, data)) return;
   auto* op = new Op{nullptr, Buffer::copy_of(data)};
-  start_send(header, op->owned.span(), op, false);
+  start_send(header, op->owned.span(), op);
 }
 
 bool Endpoint::send_now(std::span<const uint8_t> header, std::span<const uint8_t> data) {
@@ -227,12 +213,11 @@ bool Endpoint::send_now(std::span<const uint8_t> header, std::span<const uint8_t
   return ucp_am_send_nbx(ep_, kAmId, header.data(), header.size(), data.data(), data.size(), &p) == nullptr;
 }
 
-void Endpoint::start_send(std::span<const uint8_t> header, std::span<const uint8_t> data, Op* op,
-                          bool want_reply_ep) {
+void Endpoint::start_send(std::span<const uint8_t> header, std::span<const uint8_t> data, Op* op) {
   op->header_len = header.size();
   std::memcpy(op->header, header.data(), header.size());
   ucp_request_param_t p = op_param(op);
-  p.flags = (want_reply_ep ? UCP_AM_SEND_FLAG_REPLY : 0) | (data.size() <= kEagerMaxBytes ? UCP_AM_SEND_FLAG_EAGER : 0);
+  p.flags = data.size() <= kEagerMaxBytes ? UCP_AM_SEND_FLAG_EAGER : 0;
   if (p.flags != 0) p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   track(ucp_am_send_nbx(ep_, kAmId, op->header, op->header_len, data.data(), data.size(), &p), op,
         "am send");
@@ -511,7 +496,6 @@ Result<std::shared_ptr<Worker>> Worker::create(ucp_context* context) {
     am.data = static_cast<const uint8_t*>(data);
     am.length = length;
     am.rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) am.reply_ep = param->reply_ep;
     WorkerAccess::deliver(static_cast<Worker*>(arg), am);
     return UCS_OK;
   };
@@ -543,8 +527,12 @@ Status Worker::arm() {
 Result<Endpoint> Worker::connect_to(std::span<const uint8_t> address) {
   auto* state = new Endpoint::State();
   state->closing = &closing_;
-  ucp_ep_params_t p = ep_params(state, /*peer_failure=*/false);
-  p.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                 UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  p.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // keeps shm lanes (transport.h)
+  p.err_handler.cb = ep_error_cb;
+  p.err_handler.arg = state;
   p.address = reinterpret_cast<const ucp_address_t*>(address.data());
   ucp_ep_h ep = nullptr;
   ucs_status_t s = ucp_ep_create(worker_, &p, &ep);

@@ -33,7 +33,6 @@ namespace outboard::transport {
 
 using Bytes = std::vector<uint8_t>;
 using DoneFn = std::function<void(Status)>;
-using FailFn = std::function<void(Status)>;
 
 /// How the process's UCX context is set up. UCX_* variables in the
 /// environment are honoured except where a field here narrows them.
@@ -59,7 +58,6 @@ struct IncomingAm {
   const uint8_t* data = nullptr;  ///< eager payload, or the rendezvous descriptor
   size_t length = 0;
   bool rendezvous = false;        ///< fetch with Worker::receive_rendezvous or drop
-  ucp_ep* reply_ep = nullptr;     ///< set when the sender asked for a reply endpoint
 };
 using AmHandler = std::function<void(IncomingAm&)>;
 
@@ -154,14 +152,9 @@ class Endpoint {
   ~Endpoint();
 
   [[nodiscard]] bool valid() const { return ep_ != nullptr; }
-  /// Identity of the ucp endpoint (compare with IncomingAm::reply_ep).
-  [[nodiscard]] ucp_ep* raw() const { return ep_; }
-  /// Called once if the endpoint fails (peer died, reset, keepalive timeout).
-  void on_failure(FailFn fail);
   /// Sends an active message. `header` is copied; `data` must stay valid
   /// until `done` runs (UCX picks eager or zero-copy rendezvous by size).
-  void send(std::span<const uint8_t> header, std::span<const uint8_t> data, DoneFn done,
-            bool want_reply_ep = false);
+  void send(std::span<const uint8_t> header, std::span<const uint8_t> data, DoneFn done);
   /// Sends `data`, kept in the operation until UCX is done with it: no
   /// separate holder or callback to allocate.
   void send(std::span<const uint8_t> header, Buffer data);
@@ -194,7 +187,7 @@ class Endpoint {
   static Result<PolledOp> polled(void* status_ptr, const char* what);
   /// Sends a small message if UCX can complete it in place; false otherwise.
   bool send_now(std::span<const uint8_t> header, std::span<const uint8_t> data);
-  void start_send(std::span<const uint8_t> header, std::span<const uint8_t> data, struct Op* op, bool want_reply_ep);
+  void start_send(std::span<const uint8_t> header, std::span<const uint8_t> data, struct Op* op);
   ucp_ep* ep_ = nullptr;
   State* state_ = nullptr;  // owned; outlives the ep until the close completes
 };
