@@ -13,7 +13,7 @@ CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fuzz" / "corpus"
 
 
 def frame(kind: int, payload: bytes) -> bytes:
-    return struct.pack("<IBBHI", 0x3142424F, kind, 1, 0, len(payload)) + payload
+    return struct.pack("<IBBHI", 0x3142424F, kind, 2, 0, len(payload)) + payload
 
 
 def blob(b: bytes) -> bytes:
@@ -30,6 +30,8 @@ def welcome() -> bytes:
     body = struct.pack("<II", 3, 5151) + blob(b"\x03" * 200) + struct.pack("<QIQ", 1 << 26, 256, 1 << 27)
     names = [b"echo", b"graph", b"memory", b"sink", b"stats", b"tokenize"]
     body += struct.pack("<I", len(names)) + b"".join(blob(n) for n in names) + struct.pack("<I", 0) + blob(b"")
+    facts = [(b"tokenize_threads", 2), (b"graph_threads", 0)]
+    body += struct.pack("<I", len(facts)) + b"".join(blob(n) + struct.pack("<Q", v) for n, v in facts)
     return frame(2, body)
 
 

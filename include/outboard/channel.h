@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "outboard/buffer.h"
@@ -206,6 +207,9 @@ class Connection {
   [[nodiscard]] Status close_reason() const;
   [[nodiscard]] uint64_t peer_max_msg_size() const;
   [[nodiscard]] std::vector<std::string> peer_services() const;
+  /// What the agent announced about itself when it welcomed this connection
+  /// ("tokenize_threads", "graph_threads"); empty on the agent's side.
+  [[nodiscard]] std::vector<std::pair<std::string, uint64_t>> agent_info() const;
   /// Send credits currently free (messages).
   [[nodiscard]] uint32_t send_credits() const;
   /// Runs `fn` once, from progress(), when the peer next returns credits

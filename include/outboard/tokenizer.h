@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +31,15 @@ struct EncodeOptions {
   Utf8Policy utf8 = Utf8Policy::kStrict;
   /// WordPiece: [CLS] text [SEP] (off by default).
   bool add_special_tokens = false;
+};
+
+/// Limits under which encode_each() fails a text alone.
+struct TextLimits {
+  uint64_t max_text_bytes = 0;      ///< a longer text fails unread (0: no limit)
+  uint64_t max_len = 0;             ///< a text with more ids fails, never truncated (0: no limit)
+  std::optional<uint64_t> capacity;  ///< id slots for the whole batch: a text that does not fit fails
+  /// Where max_text_bytes comes from, for its error ("agent option --max-text-bytes").
+  std::string_view max_text_bytes_source;
 };
 
 /// BERT normalizer settings of a WordPiece tokenizer.
@@ -76,6 +86,14 @@ class Tokenizer {
   [[nodiscard]] Status encode_batch(std::span<const std::string_view> texts, std::vector<int32_t>& ids,
                                     std::vector<uint64_t>& offsets, const EncodeOptions& options = {},
                                     unsigned threads = 1) const;
+  /// Encodes every text into ids[offsets[i] .. offsets[i+1]); a text that
+  /// fails (invalid UTF-8, a disallowed special token, over a limit) fails
+  /// alone, adds no ids, and its Status (naming the text's index) is
+  /// returned at its index. The one place of these rules: an agent's
+  /// tokenize service and the host placement both call it.
+  std::vector<Status> encode_each(std::span<const std::string_view> texts, std::vector<int32_t>& ids,
+                                  std::vector<uint64_t>& offsets, const EncodeOptions& options,
+                                  const TextLimits& limits) const;
   /// The bytes the ids stand for; kNotFound naming an unknown id.
   [[nodiscard]] Result<std::string> decode(std::span<const int32_t> ids) const;
 

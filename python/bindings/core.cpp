@@ -85,15 +85,21 @@ std::vector<std::string_view> text_views(const nb::list& texts) {
   return views;
 }
 
+// Per text: None, or (code, message) for a text that failed.
+nb::list errors_to_python(std::span<const Status> statuses) {
+  nb::list errors;
+  for (const Status& st : statuses)
+    errors.append(st.ok() ? nb::object(nb::none()) : nb::object(nb::make_tuple(static_cast<int>(st.code()), st.message())));
+  return errors;
+}
+
 // (ids viewing the registered buffer, offsets, per-text None or (code, message), agent timing).
 nb::tuple batch_to_python(EncodedBatch b) {
   // The ids stay where the agent wrote them; the array holds the slots.
   auto* hold = new std::shared_ptr<const void>(b.keepalive());
   nb::capsule owner(hold, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
   nb::ndarray<nb::numpy, const int32_t, nb::ndim<1>> ids(b.ids().data(), {b.ids().size()}, owner);
-  nb::list errors;
-  for (const Status& st : b.errors())
-    errors.append(st.ok() ? nb::object(nb::none()) : nb::object(nb::make_tuple(static_cast<int>(st.code()), st.message())));
+  nb::list errors = errors_to_python(b.errors());
   const AgentTiming& tm = b.timing();
   nb::dict timing;
   timing["queued_before"] = tm.queued_before;
@@ -297,6 +303,12 @@ NB_MODULE(_core, m) {
       .def_prop_ro("close_reason", [](const Connection& c) { return c.close_reason().to_string(); })
       .def_prop_ro("peer_max_msg_size", &Connection::peer_max_msg_size)
       .def_prop_ro("peer_services", &Connection::peer_services)
+      .def_prop_ro("agent_info",
+                   [](const Connection& c) {
+                     nb::dict info;
+                     for (const auto& [name, value] : c.agent_info()) info[name.c_str()] = value;
+                     return info;
+                   })
       .def_prop_ro("send_credits", &Connection::send_credits)
       .def_prop_ro("lanes", &Connection::lanes)
       .def("register_memory",
@@ -586,6 +598,30 @@ NB_MODULE(_core, m) {
            },
            "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict", "threads"_a = 1,
            "add_special_tokens"_a = false)
+      .def("encode_each",
+           [](const Tokenizer& t, nb::list texts, bool allow_special, bool ordinary, std::string_view utf8,
+              bool add_special_tokens, uint64_t max_len, uint64_t capacity, uint64_t max_text_bytes) {
+             std::vector<std::string_view> views;
+             views.reserve(texts.size());
+             for (nb::handle h : texts) views.push_back(text_view(h));  // the list keeps them alive
+             EncodeOptions o = encode_options(allow_special, ordinary, utf8, add_special_tokens);
+             TextLimits limits;
+             limits.max_text_bytes = max_text_bytes;
+             limits.max_len = max_len;
+             if (capacity != 0) limits.capacity = capacity;
+             std::vector<int32_t> ids;
+             std::vector<uint64_t> offsets;
+             std::vector<Status> statuses;
+             {
+               nb::gil_scoped_release release;
+               statuses = t.encode_each(views, ids, offsets, o, limits);
+             }
+             return nb::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(offsets)), errors_to_python(statuses));
+           },
+           "texts"_a, nb::kw_only(), "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
+           "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "max_text_bytes"_a,
+           "Per text, what an agent's tokenize service does: (ids, offsets, per-text None or (code, message)); "
+           "0 is no limit for max_len and capacity.")
       .def("decode",
            [](const Tokenizer& t, IdInput ids) {
              auto r = t.decode({ids.data(), ids.size()});

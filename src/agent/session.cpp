@@ -118,6 +118,7 @@ Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
       session->server_,
       channel::Server::create(
           config.channel, names, inline_ok,
+          {{"tokenize_threads", config.tokenize_threads}, {"graph_threads", config.graph_threads}},
           [im](Connection::Impl& c, const channel::FrameHeader& h, Buffer p) { im->dispatch(c, h, std::move(p)); },
           [im](uint32_t id) {
             for (auto& [name, s] : im->services) s->on_disconnect(id);

@@ -153,6 +153,11 @@ std::vector<uint8_t> encode(const Welcome& m) {
   for (const auto& s : m.services) w.put_string(s);
   w.put(m.ring_slots);
   put_blob(w, m.ring_descriptor);
+  w.put(static_cast<uint32_t>(m.facts.size()));
+  for (const auto& [name, value] : m.facts) {
+    w.put_string(name);
+    w.put(value);
+  }
   return frame(BootKind::kWelcome, std::move(w.bytes));
 }
 
@@ -202,6 +207,16 @@ Result<Welcome> decode_welcome(std::span<const uint8_t> payload) {
   }
   OB_RETURN_IF_ERROR(f.get(m.ring_slots, "ring_slots"));
   OB_RETURN_IF_ERROR(f.blob(m.ring_descriptor, kMaxRingDescriptor, "ring_descriptor"));
+  uint32_t facts = 0;
+  OB_RETURN_IF_ERROR(f.get(facts, "facts"));
+  if (facts > kMaxFacts) return f.invalid("facts", facts, "at most " + std::to_string(kMaxFacts));
+  m.facts.resize(facts);
+  for (auto& [name, value] : m.facts) {
+    std::vector<uint8_t> bytes;
+    OB_RETURN_IF_ERROR(f.blob(bytes, kMaxFactName, "fact name"));
+    name.assign(bytes.begin(), bytes.end());
+    OB_RETURN_IF_ERROR(f.get(value, "fact value"));
+  }
   OB_RETURN_IF_ERROR(f.end());
   OB_RETURN_IF_ERROR(check_common(f, m));
   return m;

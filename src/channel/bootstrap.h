@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "outboard/clock.h"
@@ -22,7 +23,7 @@
 namespace outboard::channel {
 
 inline constexpr uint32_t kBootMagic = 0x3142424f;  // "OBB1"
-inline constexpr uint8_t kBootVersion = 1;
+inline constexpr uint8_t kBootVersion = 2;
 inline constexpr size_t kBootHeaderBytes = 12;
 /// Largest bootstrap message either side accepts.
 inline constexpr size_t kMaxBootMessage = 16 << 10;
@@ -33,12 +34,18 @@ inline constexpr size_t kMaxRingDescriptor = 1 << 10;
 /// Services an agent may advertise, and the longest name.
 inline constexpr size_t kMaxServices = 256;
 inline constexpr size_t kMaxServiceName = 64;
+/// Facts an agent may announce in a Welcome, and the longest name.
+inline constexpr size_t kMaxFacts = 64;
+inline constexpr size_t kMaxFactName = 64;
 /// Bytes of a session token: clients presenting the same token share a session.
 inline constexpr size_t kSessionTokenBytes = 32;
 
 enum class BootKind : uint8_t { kHello = 1, kWelcome = 2, kRefusal = 3 };
 
 using SessionToken = std::array<uint8_t, kSessionTokenBytes>;
+/// What an agent announces about itself ("tokenize_threads" -> 4), so a
+/// client need not ask.
+using Facts = std::vector<std::pair<std::string, uint64_t>>;
 
 /// Hello flags.
 inline constexpr uint32_t kHelloSharedMemory = 1;  ///< the client's UCX can use posix shared memory
@@ -69,6 +76,7 @@ struct Welcome {
   std::vector<std::string> services;
   uint32_t ring_slots = 0;
   std::vector<uint8_t> ring_descriptor;
+  Facts facts;
 };
 
 /// Agent -> client, instead of a Welcome: why it will not serve this

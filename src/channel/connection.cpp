@@ -605,6 +605,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   impl->send_msgs = welcome->window_msgs;
   impl->send_bytes = welcome->window_bytes;
   impl->peer_services = std::move(welcome->services);
+  impl->agent_info = std::move(welcome->facts);
   impl->start_data_endpoint(welcome->worker_address);
   impl->bind_peer_ring(welcome->ring_slots, welcome->ring_descriptor);
   if (impl->state != Impl::State::kClosed) {
@@ -806,6 +807,7 @@ Status Connection::close_reason() const {
 }
 uint64_t Connection::peer_max_msg_size() const { return impl_->peer_max_msg; }
 std::vector<std::string> Connection::peer_services() const { return impl_->peer_services; }
+std::vector<std::pair<std::string, uint64_t>> Connection::agent_info() const { return impl_->agent_info; }
 uint32_t Connection::send_credits() const {
   Lock lock(impl_->hub->mutex());
   return impl_->send_msgs;

@@ -32,7 +32,7 @@ void refuse(int socket, const Refusal& refusal) {
 }
 
 Result<std::unique_ptr<Server>> Server::create(const ChannelConfig& config, std::vector<std::string> services,
-                                               std::vector<bool> inline_services,
+                                               std::vector<bool> inline_services, Facts facts,
                                                Connection::Impl::ServiceFn on_service,
                                                std::function<void(uint32_t)> on_closed) {
   OB_ASSIGN_OR_RETURN(auto hub, Hub::get());
@@ -41,6 +41,7 @@ Result<std::unique_ptr<Server>> Server::create(const ChannelConfig& config, std:
   s->config_ = config;
   s->services_ = std::move(services);
   s->inline_services_ = std::move(inline_services);
+  s->facts_ = std::move(facts);
   s->on_service_ = std::move(on_service);
   s->on_closed_ = std::move(on_closed);
   return s;
@@ -89,6 +90,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   welcome.services = services_;
   welcome.ring_slots = conn->rx_ring ? conn->config.ring_slots : 0;
   welcome.ring_descriptor = std::move(ring).value();
+  welcome.facts = facts_;
   Status st = net::send_all(socket.get(), encode(welcome), Deadline::after_ms(kWelcomeTimeoutMs),
                             "welcome to " + conn->peer_address);
   if (st.ok()) st = conn->watch_socket(std::move(socket));

@@ -23,8 +23,9 @@ class Server {
  public:
   /// `inline_services[i]`: service i's frames may be handed to `on_service`
   /// inside UCX's receive callback (Service::handles_inline()).
+  /// `facts` go into every Welcome.
   static Result<std::unique_ptr<Server>> create(const ChannelConfig& config, std::vector<std::string> services,
-                                                std::vector<bool> inline_services,
+                                                std::vector<bool> inline_services, Facts facts,
                                                 Connection::Impl::ServiceFn on_service,
                                                 std::function<void(uint32_t)> on_closed);
   ~Server();
@@ -49,6 +50,7 @@ class Server {
   ChannelConfig config_;
   std::vector<std::string> services_;
   std::vector<bool> inline_services_;
+  Facts facts_;
   Connection::Impl::ServiceFn on_service_;
   std::function<void(uint32_t)> on_closed_;
   std::vector<std::shared_ptr<Connection::Impl>> conns_;

@@ -341,38 +341,25 @@ class Tokenize final : public Service {
     options.utf8 = (h.flags & wire::kUtf8Replace) ? Utf8Policy::kReplace : Utf8Policy::kStrict;
     options.add_special_tokens = h.flags & wire::kAddSpecialTokens;
 
-    auto ids = std::make_shared<std::vector<int32_t>>();
-    std::vector<wire::TextResult> results(h.texts);
-    std::vector<std::string> errors;
+    std::vector<std::string_view> texts(h.texts);
     const uint8_t* text = job.texts;
     for (uint32_t i = 0; i < h.texts; ++i) {
-      const uint64_t len = job.lengths[i];
-      std::string_view s(reinterpret_cast<const char*>(text), len);
-      text += len;
-      const size_t before = ids->size();
-      Status st;
-      if (len > cfg.max_text_bytes) {
-        st = {Code::kTooBig, "text " + std::to_string(i) + " of " + std::to_string(len) + " B exceeds max_text_bytes " +
-                                 std::to_string(cfg.max_text_bytes) + " (agent option --max-text-bytes)"};
-      } else {
-        st = job.tokenizer->encode(s, *ids, options);
-        if (!st.ok()) st = st.with_context("text " + std::to_string(i));
-      }
-      const uint64_t n = ids->size() - before;
-      if (st.ok() && h.max_len != 0 && n > h.max_len)
-        st = {Code::kTooBig, "text " + std::to_string(i) + " has " + std::to_string(n) + " ids, over max_len " +
-                                 std::to_string(h.max_len)};
-      if (st.ok() && ids->size() > h.out_capacity)
-        st = {Code::kTooBig, "output buffer too small: text " + std::to_string(i) + " needs " + std::to_string(n) +
-                                 " ids at id " + std::to_string(before) + " but the buffer holds " +
-                                 std::to_string(h.out_capacity) + " ids"};
-      if (!st.ok()) {
-        ids->resize(before);
-        results[i] = {before, 0, static_cast<int32_t>(st.code())};
-        errors.push_back(st.message());
-      } else {
-        results[i] = {before, static_cast<uint32_t>(n), 0};
-      }
+      texts[i] = {reinterpret_cast<const char*>(text), job.lengths[i]};
+      text += job.lengths[i];
+    }
+    TextLimits limits;
+    limits.max_text_bytes = cfg.max_text_bytes;
+    limits.max_text_bytes_source = "agent option --max-text-bytes";
+    limits.max_len = h.max_len;
+    limits.capacity = h.out_capacity;
+    auto ids = std::make_shared<std::vector<int32_t>>();
+    std::vector<uint64_t> offsets;
+    const std::vector<Status> statuses = job.tokenizer->encode_each(texts, *ids, offsets, options, limits);
+    std::vector<wire::TextResult> results(h.texts);
+    std::vector<std::string> errors;
+    for (uint32_t i = 0; i < h.texts; ++i) {
+      results[i] = {offsets[i], static_cast<uint32_t>(offsets[i + 1] - offsets[i]), static_cast<int32_t>(statuses[i].code())};
+      if (!statuses[i].ok()) errors.push_back(statuses[i].message());
     }
     wire::ResultHeader rh;
     rh.texts = h.texts;

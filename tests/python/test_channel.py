@@ -100,6 +100,12 @@ def test_unknown_service_names_the_offered_ones(client: outboard.Client) -> None
     assert "'nope'" in str(e.value) and "echo" in str(e.value)
 
 
+def test_the_welcome_announces_the_agents_threads(start_agent) -> None:
+    agent = start_agent("--tokenize-threads", "3", "--graph-threads", "2")
+    with outboard.connect(agent.address) as client:
+        assert client.connection.agent_info == {"tokenize_threads": 3, "graph_threads": 2}
+
+
 def test_stats_count_traffic(client: outboard.Client) -> None:
     client.request("echo", b"12345")
     s = client.stats()

@@ -51,6 +51,47 @@ TEST(TokenizerTest, Gpt2KnownAnswers) {
   EXPECT_EQ(t->decode(bad).status().code(), Code::kNotFound);
 }
 
+// Each text fails alone, by the rules an agent's tokenize service applies
+// (it calls encode_each too), and adds no ids.
+TEST(TokenizerTest, EncodeEachFailsTextsAlone) {
+  if (!fs::exists(gpt2_path())) GTEST_SKIP() << "run `outboard vocab fetch` first";
+  auto t = Tokenizer::from_tiktoken(gpt2_path());
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  const std::vector<std::string_view> texts = {"Hello world", "bad \xff byte", "a<|endoftext|>",
+                                               "0123456789", "Hello world Hello", "Hello"};
+  TextLimits limits;
+  limits.max_text_bytes = 16;
+  limits.max_text_bytes_source = "agent option --max-text-bytes";
+  limits.max_len = 3;
+  limits.capacity = 2;
+  std::vector<int32_t> ids;
+  std::vector<uint64_t> offsets;
+  const std::vector<Status> st = t->encode_each(texts, ids, offsets, {}, limits);
+  ASSERT_EQ(st.size(), texts.size());
+  EXPECT_TRUE(st[0].ok());
+  EXPECT_EQ(st[1].code(), Code::kInvalidArgument);
+  EXPECT_NE(st[1].message().find("text 1"), std::string::npos) << st[1].message();
+  EXPECT_EQ(st[2].code(), Code::kInvalidArgument);
+  EXPECT_NE(st[2].message().find("special token"), std::string::npos) << st[2].message();
+  EXPECT_EQ(st[3].code(), Code::kTooBig);
+  EXPECT_NE(st[3].message().find("text 3 has 5 ids, over max_len 3"), std::string::npos) << st[3].message();
+  EXPECT_EQ(st[4].code(), Code::kTooBig);
+  EXPECT_EQ(st[4].message(), "text 4 of 17 B exceeds max_text_bytes 16 (agent option --max-text-bytes)");
+  EXPECT_EQ(st[5].code(), Code::kTooBig);
+  EXPECT_NE(st[5].message().find("output buffer too small: text 5 needs 1 ids at id 2 but the buffer holds 2"),
+            std::string::npos)
+      << st[5].message();
+  EXPECT_EQ(ids, (std::vector<int32_t>{15496, 995}));
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 2, 2, 2, 2, 2, 2}));
+
+  // No limits: every valid text, ids as encode() gives them.
+  const std::vector<Status> all = t->encode_each(texts, ids, offsets, {}, {});
+  EXPECT_TRUE(all[3].ok() && all[4].ok() && all[5].ok());
+  std::vector<int32_t> one;
+  ASSERT_TRUE(t->encode(texts[4], one).ok());
+  EXPECT_EQ(std::vector<int32_t>(ids.begin() + offsets[4], ids.begin() + offsets[5]), one);
+}
+
 TEST(TokenizerTest, MalformedTiktokenFilesNameTheLine) {
   std::string base;
   for (int b = 0; b < 3; ++b) base += "QUE= " + std::to_string(b) + "\n";
