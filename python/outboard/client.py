@@ -10,7 +10,8 @@ import numpy as np
 
 from . import _core
 from ._agent import LocalAgent
-from .offload import AutoPolicy, OffloadTokenizer, Placement
+from .offload.policy import AutoPolicy
+from .offload.tokenizer import OffloadTokenizer, Placement
 
 #: Default deadline of a blocking call, in seconds.
 DEFAULT_TIMEOUT_S = 10.0
@@ -54,7 +55,7 @@ class Client:
         UCX 1.13 the agent reaches only the tokenizer's own memory (UCX-allocated) with one-sided
         writes: into ``output`` they are emulated with messages this process copies, so pass it only
         when the ids must be in that memory (a GPU's pinned buffer)."""
-        return OffloadTokenizer(self, name, placement=placement, policy=policy, timeout=timeout, output=output)
+        return OffloadTokenizer(self._conn, name, placement=placement, policy=policy, timeout=timeout, output=output)
 
     def stats(self) -> dict[str, Any]:
         return json.loads(self.request("stats"))

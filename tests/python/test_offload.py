@@ -1,48 +1,30 @@
 """Tokenization offload against real agent processes: exact ids in every placement, per-text
-errors, zero-copy results, concurrency, and failures of either side."""
+errors, zero-copy results, concurrency, and failures of either side (blocking calls and submit()'s
+futures; asyncio and BatchQueue in test_offload_async.py and test_offload_queue.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from offload_support import kill_soon, seconds_of_work, sample_texts, doomed_agent, local, model  # noqa: F401 (fixtures)
 
 import outboard
 from outboard import errors
-from outboard.offload import MAX_TEXT_BYTES, AutoPolicy, _LoopCompletions
-
-
-def _texts() -> list[str]:
-    from pydoc_data.topics import topics
-
-    docs = [t for t in topics.values() if t][:60]
-    docs += ["", " ", "naïve café — Ελληνικά, русский, 日本語のテキスト 🙂🙂", "a\tb\r\nc  d\n\n", "x" * 3000]
-    return docs
-
-
-@pytest.fixture(params=["gpt2", "bert-base-uncased"])
-def model(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture
-def local(model: str) -> outboard.Tokenizer:
-    return outboard.offload.open_local(model)
+from outboard.offload import MAX_TEXT_BYTES, AutoPolicy
 
 
 @pytest.mark.parametrize("placement", ["agent", "host", "auto"])
 def test_every_placement_gives_the_in_process_ids(client: outboard.Client, model: str,
                                                   local: outboard.Tokenizer, placement: str) -> None:
     tok = client.tokenizer(model, placement=placement)
-    texts = _texts()
+    texts = sample_texts()
     for start in range(0, len(texts), 16):  # batches of distinct texts
         part = texts[start:start + 16]
         batch = tok.encode_batch(part)
@@ -57,7 +39,7 @@ def test_agent_ids_view_the_registered_buffer_and_survive_later_batches(client: 
                                                                         local: outboard.Tokenizer,
                                                                         model: str) -> None:
     tok = client.tokenizer(model)
-    texts = _texts()
+    texts = sample_texts()
     first = tok.encode_batch(texts[:8])
     kept = first.ids.copy()
     assert first.ids.base is not None and not first.ids.flags.writeable and first.ids.dtype == np.int32
@@ -80,7 +62,7 @@ def test_agent_ids_land_in_the_callers_array_which_is_held_while_a_batch_views_i
     freed = weakref.ref(output)
     tok = client.tokenizer(model, output=output)
     base = output.ctypes.data
-    texts = [t for t in _texts() if len(t.encode()) < 4000][:6]  # a slot per byte is reserved
+    texts = [t for t in sample_texts() if len(t.encode()) < 4000][:6]  # a slot per byte is reserved
     batch = tok.encode_batch(texts)
     assert base <= batch.ids.ctypes.data and batch.ids.ctypes.data + batch.ids.nbytes <= base + output.nbytes
     for i, text in enumerate(texts):
@@ -115,7 +97,7 @@ def test_an_agent_tokenizing_on_its_polling_progress_thread_gives_the_same_ids(s
     agent = start_agent("--tokenize-threads", "0", "--spin-us", "1000000")
     with outboard.connect(agent.address, spin_us=0) as client:
         tok = client.tokenizer(model)
-        texts = _texts()
+        texts = sample_texts()
         futures = [tok.submit(texts[i:i + 8]) for i in range(0, len(texts), 8)]  # several in flight
         for start, future in zip(range(0, len(texts), 8), futures):
             batch = future.result(timeout=30)
@@ -160,7 +142,7 @@ def test_too_small_an_output_buffer_names_the_sizes(client: outboard.Client) -> 
 def test_ten_megabyte_texts_and_the_length_limit(start_agent, local: outboard.Tokenizer, model: str) -> None:
     agent = start_agent("--max-text-bytes", str(12 << 20))
     with outboard.connect(agent.address) as c:
-        big = (" ".join(_texts()) * 200)[: 10 << 20]
+        big = (" ".join(sample_texts()) * 200)[: 10 << 20]
         batch = c.tokenizer(model).encode_batch([big, "x" * ((12 << 20) + 1), "tail"])
         assert np.array_equal(batch[0], local.encode(big))
         assert isinstance(batch.errors[1], errors.TooBig) and "exceeds max_text_bytes 12582912" in str(batch.errors[1])
@@ -171,7 +153,7 @@ def test_ten_megabyte_texts_and_the_length_limit(start_agent, local: outboard.To
 def test_threads_and_futures_share_one_tokenizer(client: outboard.Client, local: outboard.Tokenizer,
                                                  model: str) -> None:
     tok = client.tokenizer(model)
-    texts = _texts()
+    texts = sample_texts()
     bad: list[int] = []
 
     def work(k: int) -> None:
@@ -197,7 +179,7 @@ def test_submitted_batches_finish_beside_callers_that_wait(client: outboard.Clie
                                                            model: str) -> None:
     # Futures are finished by the collector, or by a waiting caller's progress (which wakes it).
     tok = client.tokenizer(model)
-    texts = _texts()
+    texts = sample_texts()
     bad: list[tuple[str, int, int]] = []
 
     def submitter(k: int) -> None:
@@ -231,7 +213,7 @@ def test_auto_routes_each_submitted_batch_and_learns_the_agents_workers(start_ag
     with outboard.connect(agent.address) as c:
         tok = c.tokenizer(model, placement="auto")
         assert tok.policy.agent_workers == 3
-        texts = _texts()
+        texts = sample_texts()
         futures = [tok.submit([t]) for t in texts]  # all at once: the agent's queue fills, some spill
         for t, f in zip(texts, futures):
             b = f.result(timeout=30)
@@ -292,7 +274,7 @@ def test_submit_waits_for_credit_when_more_batches_are_in_flight_than_the_agent_
     agent = start_agent("--recv-window-msgs", "4")
     with outboard.connect(agent.address) as c:
         tok = c.tokenizer(model)
-        texts = _texts()
+        texts = sample_texts()
         futures = [tok.submit([t]) for t in texts]  # far more than 4 at once
         for t, f in zip(texts, futures):
             assert np.array_equal(f.result(timeout=30)[0], local.encode(t))
@@ -318,31 +300,11 @@ def test_a_client_leaving_mid_batch_harms_nobody(agent: outboard.LocalAgent, cli
     assert agent.process.poll() is None
 
 
-def _seconds_of_work() -> list[str]:
-    """A batch the agent tokenizes for seconds: 16 texts of 3.6 MB without a repeated word (a
-    repeated word is cheap: a 60 MB batch of one word ended within the 0.3 s these tests wait)."""
-    distinct = " ".join(f"{i * 2654435761 % 2**32:x}" for i in range(400_000))
-    return [distinct] * 16
-
-
-@pytest.fixture
-def doomed_agent() -> Iterator[outboard.LocalAgent]:
-    agent = outboard.LocalAgent().start()
-    yield agent
-    agent.stop()
-
-
-def _kill_soon(agent: outboard.LocalAgent, delay: float) -> threading.Timer:
-    timer = threading.Timer(delay, lambda: os.kill(agent.pid, signal.SIGKILL))
-    timer.start()
-    return timer
-
-
 def test_agent_killed_mid_batch_fails_the_caller_within_a_second(doomed_agent: outboard.LocalAgent) -> None:
     c = outboard.connect(doomed_agent.address)
     tok = c.tokenizer("gpt2", timeout=30)
-    big = _seconds_of_work()
-    _kill_soon(doomed_agent, 0.3)
+    big = seconds_of_work()
+    kill_soon(doomed_agent, 0.3)
     start = time.monotonic()
     with pytest.raises((errors.ConnectionReset, errors.NotConnected)):
         tok.encode_batch(big)
@@ -352,8 +314,8 @@ def test_agent_killed_mid_batch_fails_the_caller_within_a_second(doomed_agent: o
 def test_agent_killed_mid_batch_fails_submitted_futures_within_a_second(doomed_agent: outboard.LocalAgent) -> None:
     c = outboard.connect(doomed_agent.address)
     tok = c.tokenizer("gpt2", timeout=30)
-    futures = [tok.submit(_seconds_of_work()) for _ in range(2)]
-    _kill_soon(doomed_agent, 0.3)
+    futures = [tok.submit(seconds_of_work()) for _ in range(2)]
+    kill_soon(doomed_agent, 0.3)
     start = time.monotonic()
     for future in futures:
         with pytest.raises((errors.ConnectionReset, errors.NotConnected)):
@@ -367,7 +329,7 @@ def test_auto_falls_back_to_the_host_when_the_agent_dies(doomed_agent: outboard.
     first = tok.encode_batch(["warm up"])  # explores the agent first
     assert first.placement == "agent"
     text = "word " * 400_000
-    _kill_soon(doomed_agent, 0.1)
+    kill_soon(doomed_agent, 0.1)
     time.sleep(0.2)
     batch = tok.encode_batch([text])
     assert batch.placement == "host"
@@ -387,240 +349,4 @@ def test_auto_redoes_submitted_batches_on_the_host_when_the_agent_dies(doomed_ag
     assert batch.placement == "host" and tok.policy.routed == {"agent": 2, "host": 2}  # sent there, redone here
     assert np.array_equal(batch[0], outboard.Tokenizer.gpt2().encode(text))
     assert tok.submit(["next"]).result(timeout=10).placement == "host"  # agent presumed down for a while
-    tok.close()
-
-
-# ---- asyncio: encode_batch_async() finishes agent batches on the loop itself
-
-def _loop_completions(loop: asyncio.AbstractEventLoop) -> list[_LoopCompletions]:
-    return list(_LoopCompletions._of.get(loop, {}).values())
-
-
-@pytest.mark.parametrize("placement", ["agent", "host", "auto"])
-def test_async_batches_give_the_in_process_ids_in_every_placement(client: outboard.Client, local: outboard.Tokenizer,
-                                                                  model: str, placement: str) -> None:
-    tok = client.tokenizer(model, placement=placement)
-    texts = _texts()
-
-    async def main() -> list[outboard.offload.Batch]:
-        return await asyncio.gather(*(tok.encode_batch_async([t, b"\xff"]) for t in texts))
-
-    for t, b in zip(texts, asyncio.run(main())):
-        assert np.array_equal(b[0], local.encode(t))
-        assert isinstance(b.errors[1], errors.InvalidArgument)
-        assert b.placement in ({"host", "agent"} if placement == "auto" else {placement})
-    tok.close()
-
-
-def test_async_batches_wait_for_credit_without_blocking_the_loop(start_agent, local: outboard.Tokenizer,
-                                                                 model: str) -> None:
-    agent = start_agent("--recv-window-msgs", "2")
-    with outboard.connect(agent.address) as c:
-        tok = c.tokenizer(model)
-        texts = _texts()
-
-        async def main() -> tuple[list[outboard.offload.Batch], int]:
-            batches = await asyncio.gather(*(tok.encode_batch_async([t]) for t in texts))  # far more than 2
-            return batches, sum(r.waits_for_credit for r in _loop_completions(asyncio.get_running_loop()))
-
-        batches, waits = asyncio.run(main())
-        assert waits > 0  # submits found the window full and awaited credit instead of blocking
-        # One batch at a time tries again, not every waiting one at every answer (that was quadratic).
-        assert waits <= 3 * len(texts), waits
-        for t, b in zip(texts, batches):
-            assert np.array_equal(b[0], local.encode(t))
-        tok.close()
-
-
-def test_async_and_threaded_batches_of_several_tokenizers_share_the_loop(client: outboard.Client) -> None:
-    # One event fd serves every connection of the process: one watcher per loop, and batches that
-    # another thread's progress finishes wake it.
-    gpt2, bert = client.tokenizer("gpt2"), client.tokenizer("bert-base-uncased")
-    local = {"gpt2": outboard.Tokenizer.gpt2(), "bert": outboard.Tokenizer.bert_base_uncased()}
-    texts = _texts()
-    threaded: list[bool] = []
-
-    def waiter() -> None:
-        threaded.extend(np.array_equal(gpt2.encode_batch([t])[0], local["gpt2"].encode(t)) for t in texts)
-
-    async def main() -> list[bool]:
-        thread = threading.Thread(target=waiter)
-        thread.start()
-        ok = []
-        for _ in range(3):
-            g = [gpt2.encode_batch_async([t]) for t in texts]
-            b = [bert.encode_batch_async([t]) for t in texts]
-            got = await asyncio.gather(*g, *b)
-            ok += [np.array_equal(x[0], local["gpt2"].encode(t)) for x, t in zip(got, texts)]
-            ok += [np.array_equal(x[0], local["bert"].encode(t)) for x, t in zip(got[len(texts):], texts)]
-            assert len(_loop_completions(asyncio.get_running_loop())) == 1
-        await asyncio.to_thread(thread.join)
-        return ok
-
-    assert all(asyncio.run(main())) and all(threaded) and len(threaded) == len(texts)
-    gpt2.close()
-    bert.close()
-
-
-@pytest.mark.parametrize("placement", ["agent", "auto"])
-def test_a_cancelled_async_batch_leaves_the_others_alone(client: outboard.Client, placement: str) -> None:
-    tok = client.tokenizer("gpt2", placement=placement, policy=AutoPolicy(slack=1e9))  # auto: the agent
-    local = outboard.Tokenizer.gpt2()
-    texts = _texts()
-
-    async def main() -> list[outboard.offload.Batch]:
-        doomed = asyncio.ensure_future(tok.encode_batch_async(["word " * 200_000]))
-        rest = [asyncio.ensure_future(tok.encode_batch_async([t])) for t in texts]
-        await asyncio.sleep(0)
-        doomed.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await doomed
-        batches = await asyncio.gather(*rest)
-        await asyncio.sleep(0.3)  # the cancelled batch's answer arrives and is dropped
-        assert all(not r.futures for r in _loop_completions(asyncio.get_running_loop()))
-        return batches
-
-    for t, b in zip(texts, asyncio.run(main())):
-        assert np.array_equal(b[0], local.encode(t))
-    if placement == "auto":  # the cancelled batch counts as ended: no phantom queue at the agent
-        assert tok.policy._in_flight == {"host": 0, "agent": 0}
-    tok.close()
-
-
-def test_an_async_batch_times_out_at_its_deadline_while_the_agent_is_stopped(doomed_agent: outboard.LocalAgent) -> None:
-    c = outboard.connect(doomed_agent.address)
-    tok = c.tokenizer("gpt2", timeout=0.5)
-    session = c.stats()["pid"]  # the agent's process that serves this client
-    os.kill(session, signal.SIGSTOP)
-    try:
-        start = time.monotonic()
-        with pytest.raises(errors.TimedOut):
-            asyncio.run(tok.encode_batch_async(["frozen agent"]))
-        assert 0.5 <= time.monotonic() - start < 0.5 + 1.0
-    finally:
-        os.kill(session, signal.SIGCONT)
-
-
-def test_agent_killed_mid_batch_fails_async_batches_within_a_second(doomed_agent: outboard.LocalAgent) -> None:
-    c = outboard.connect(doomed_agent.address)
-    tok = c.tokenizer("gpt2", timeout=30)
-
-    async def main() -> list[BaseException | outboard.offload.Batch]:
-        pending = [tok.encode_batch_async(_seconds_of_work()) for _ in range(2)]
-        _kill_soon(doomed_agent, 0.3)
-        return await asyncio.gather(*pending, return_exceptions=True)
-
-    start = time.monotonic()
-    outcomes = asyncio.run(main())
-    assert time.monotonic() - start < 0.3 + 1.0
-    assert all(isinstance(o, (errors.ConnectionReset, errors.NotConnected)) for o in outcomes), outcomes
-
-
-def test_auto_redoes_async_batches_on_the_host_when_the_agent_dies(doomed_agent: outboard.LocalAgent) -> None:
-    c = outboard.connect(doomed_agent.address)
-    tok = c.tokenizer("gpt2", placement="auto", timeout=30, policy=AutoPolicy(slack=1e9))  # the agent if alive
-    text = "word " * 100_000
-
-    async def main() -> list[str]:
-        seen = [(await tok.encode_batch_async(["warm up"])).placement for _ in range(2)]  # explores each once
-        os.kill(doomed_agent.pid, signal.SIGKILL)
-        await asyncio.to_thread(doomed_agent.process.wait, 10)
-        batch = await tok.encode_batch_async([text])
-        assert np.array_equal(batch[0], outboard.Tokenizer.gpt2().encode(text))
-        return seen + [batch.placement, (await tok.encode_batch_async(["next"])).placement]
-
-    assert asyncio.run(main()) == ["agent", "host", "host", "host"]  # sent there, redone here; then presumed down
-    assert tok.policy.routed == {"agent": 2, "host": 3}
-    tok.close()
-
-
-# ---- BatchQueue: a serving loop puts batches and polls them finished, no thread woken per batch
-
-def _drain(queue: outboard.BatchQueue, timeout: float = 30) -> dict[int, outboard.Batch | BaseException]:
-    out: dict[int, outboard.Batch | BaseException] = {}
-    deadline = time.monotonic() + timeout
-    while queue.pending and time.monotonic() < deadline:
-        for ticket, result in queue.poll(0.05):
-            assert ticket not in out  # each batch is returned once
-            out[ticket] = result
-    return out
-
-
-def _one(queue: outboard.BatchQueue, texts: list[str]) -> outboard.Batch | BaseException:
-    ticket = queue.put(texts)
-    return _drain(queue)[ticket]
-
-
-@pytest.mark.parametrize("placement", ["agent", "host", "auto"])
-def test_queued_batches_give_the_in_process_ids_and_per_text_errors_in_every_placement(
-        start_agent, local: outboard.Tokenizer, model: str, placement: str) -> None:
-    agent = start_agent("--recv-window-msgs", "4")  # more batches out than its window: put() waits for credit
-    with outboard.connect(agent.address) as c:
-        tok = c.tokenizer(model, placement=placement)
-        queue = tok.queue()
-        texts = _texts()
-        tickets = {queue.put([t, b"\xff"]): t for t in texts}
-        assert len(tickets) == len(texts) and queue.pending <= len(texts)
-        finished = _drain(queue)
-        assert sorted(finished) == sorted(tickets) and queue.pending == 0 and queue.poll() == []
-        for ticket, text in tickets.items():
-            batch = finished[ticket]
-            assert isinstance(batch, outboard.Batch), batch
-            assert np.array_equal(batch[0], local.encode(text)) and isinstance(batch.errors[1], errors.InvalidArgument)
-        assert {b.placement for b in finished.values()} <= ({placement} if placement != "auto" else {"host", "agent"})
-        if placement == "auto":
-            assert tok.policy._in_flight == {"host": 0, "agent": 0}
-        assert tok._collector is None  # the polls finished the agent's batches: no thread was started
-        tok.close()
-
-
-def test_a_queue_poll_waits_at_most_its_timeout_and_a_batch_at_most_its_deadline(
-        doomed_agent: outboard.LocalAgent) -> None:
-    c = outboard.connect(doomed_agent.address)
-    queue = c.tokenizer("gpt2", timeout=1.0).queue()
-    start = time.monotonic()
-    assert queue.poll(5.0) == []  # nothing out: nothing to wait for
-    assert time.monotonic() - start < 0.5
-    batch = _one(queue, ["before"])
-    assert isinstance(batch, outboard.Batch) and batch.ok
-    session = c.stats()["pid"]  # the agent's process that serves this client
-    os.kill(session, signal.SIGSTOP)
-    try:
-        start = time.monotonic()
-        ticket = queue.put(["frozen agent"])
-        assert queue.poll(0.2) == [] and queue.pending == 1
-        assert 0.2 <= time.monotonic() - start < 0.2 + 0.5
-        [(got, failed)] = _drain(queue).items()
-        assert got == ticket and isinstance(failed, errors.TimedOut)
-        assert 1.0 <= time.monotonic() - start < 1.0 + 1.0
-    finally:
-        os.kill(session, signal.SIGCONT)
-
-
-def test_agent_killed_mid_batch_fails_queued_batches_within_a_second(doomed_agent: outboard.LocalAgent) -> None:
-    c = outboard.connect(doomed_agent.address)
-    queue = c.tokenizer("gpt2", timeout=30).queue()
-    tickets = [queue.put(_seconds_of_work()) for _ in range(2)]
-    _kill_soon(doomed_agent, 0.3)
-    start = time.monotonic()
-    finished = _drain(queue)
-    assert time.monotonic() - start < 0.3 + 1.0
-    assert sorted(finished) == tickets
-    assert all(isinstance(r, (errors.ConnectionReset, errors.NotConnected)) for r in finished.values()), finished
-    # Refused on a dead connection: the error comes back from poll(), not put().
-    assert isinstance(_one(queue, ["after"]), (errors.ConnectionReset, errors.NotConnected))
-
-
-def test_auto_redoes_queued_batches_on_the_host_when_the_agent_dies(doomed_agent: outboard.LocalAgent) -> None:
-    c = outboard.connect(doomed_agent.address)
-    tok = c.tokenizer("gpt2", placement="auto", timeout=30, policy=AutoPolicy(slack=1e9))  # the agent if alive
-    queue = tok.queue()
-    seen = [_one(queue, ["warm up"]).placement for _ in range(2)]  # explores each placement once
-    os.kill(doomed_agent.pid, signal.SIGKILL)
-    doomed_agent.process.wait(10)
-    text = "word " * 100_000
-    batch = _one(queue, [text])
-    assert isinstance(batch, outboard.Batch) and np.array_equal(batch[0], outboard.Tokenizer.gpt2().encode(text))
-    assert seen + [batch.placement] == ["agent", "host", "host"]  # sent there, redone here
-    assert tok.policy.routed == {"agent": 2, "host": 2}
     tok.close()

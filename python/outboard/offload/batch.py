@@ -1,0 +1,83 @@
+"""A batch's ids and per-text errors, whichever placement produced them, and the options a batch
+is tokenized with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+from .. import _core
+from ..errors import Error, from_code
+
+Text = Union[str, bytes]
+
+#: Longest text the host placement takes: the agent's --max-text-bytes default, so both agree.
+MAX_TEXT_BYTES = 16 << 20
+
+
+@dataclass
+class Batch:
+    """Ids of a batch: text i is ``ids[offsets[i]:offsets[i+1]]``; a failed text is empty and has
+    its error in ``errors[i]``. From the agent, ``ids`` views the registered buffer it wrote."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    errors: list[Error | None]
+    placement: str
+    #: What the agent reported (queue_ns, tokenize_ns, cpu_ns, put_ns, queued_before); empty on host.
+    agent: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.errors)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Ids of text i; raises its error if it failed."""
+        err = self.errors[i]
+        if err is not None:
+            raise err
+        return self.ids[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+    @property
+    def ok(self) -> bool:
+        return all(e is None for e in self.errors)
+
+
+#: How a batch ended: its Batch, or the error that failed it as a whole.
+Outcome = Union[Batch, BaseException]
+
+
+@dataclass(frozen=True)
+class Options:
+    """How every text of a batch is tokenized; 0 is no limit for ``max_len`` and ``capacity``."""
+
+    max_len: int = 0
+    allow_special: bool = False
+    utf8: str = "strict"
+    add_special_tokens: bool = False
+    capacity: int = 0
+
+    def keywords(self) -> dict[str, Any]:
+        """The keyword arguments of the native calls (the agent's and the host's alike)."""
+        return dict(allow_special=self.allow_special, utf8=self.utf8, add_special_tokens=self.add_special_tokens,
+                    max_len=self.max_len, capacity=self.capacity)
+
+
+def agent_answer(ok: bool, result: tuple[Any, ...]) -> Batch | Error:
+    """An answer of a native ``Completions``: the agent's batch, or the error that failed it."""
+    if not ok:
+        return from_code(*result)
+    ids, offsets, errors, timing = result
+    return Batch(ids, offsets, _errors(errors), "agent", timing)
+
+
+def host_batch(core: _core.Tokenizer, texts: list[Text], options: Options) -> Batch:
+    """The batch tokenized in this process, by the per-text rules the agent's tokenize service runs
+    (one native function for both: the same ids, errors and messages)."""
+    ids, offsets, errors = core.encode_each(texts, **options.keywords(), max_text_bytes=MAX_TEXT_BYTES)
+    return Batch(ids, offsets, _errors(errors), "host")
+
+
+def _errors(native: list[tuple[int, str] | None]) -> list[Error | None]:
+    return [None if e is None else from_code(*e) for e in native]
