@@ -6,11 +6,13 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from . import _core, _options, latency, machine
 from ._agent import agent_executable
 from .client import connect
+from .bench import SUITES, suite_module
 from .errors import BadConfig, Error
 
 DEFAULT_SIZES = "64,4096,65536,1048576"
@@ -77,36 +79,24 @@ def cmd_vocab(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
-
-
-def cmd_bench_suite(args: argparse.Namespace) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import harness, suite_module
 
     suite = suite_module(args.suite).SUITE
-    known = [c.name for c in suite.cases]
-    cases = args.cases.split(",") if args.cases else []
-    if getattr(args, "offload", False) and "offload" not in cases:
-        cases.append("offload")
-    if unknown := [c for c in cases if c not in known]:
-        raise BadConfig(f"--cases: unknown {unknown}; {suite.name} has {', '.join(known)}")
-    if args.repeat < 1:
-        raise BadConfig(f"--repeat is {args.repeat}; it must be at least 1")
-    options = harness.Options(quick=args.quick, out=args.out, agent=args.agent, repeat=args.repeat,
-                              log_level=str(args.log_level), progress=not args.no_progress, cases=cases)
-    harness.run(suite, options)
+    harness.run(suite, suite.parse(args))
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from .bench import tokenize
+#: The suite `outboard run` runs, quick, with its defaults (every model) against a local agent.
+MAIN_JOB = "tokenize"
 
-    tokenize.run(quick=True, out=args.out, agent=args.agent, agent_cores=None, consumer_cores=None,
-                 models=list(tokenize.MODELS), progress=True)
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .bench import harness, suite_module
+
+    suite = suite_module(MAIN_JOB).SUITE
+    harness.run(suite, harness.Options(quick=True, out=args.out, agent=args.agent, log_level=str(args.log_level),
+                                       extra=suite.defaults()))
     return 0
 
 
@@ -116,7 +106,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         if args.compare_with:
             text = report.compare(args.dir, args.compare_with)
-            out = report.Path(args.compare_with) / f"compare-{report.Path(args.dir).name}.md"
+            out = Path(args.compare_with) / f"compare-{Path(args.dir).name}.md"
             out.write_text(text + "\n")
         else:
             out = report.write(args.dir)
@@ -125,35 +115,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise BadConfig(str(e)) from None
     print(text)
     print(f"\nwritten: {out}")
-    return 0
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import tokenizer
-
-    models = list(tokenizer.MODELS) if args.models == "all" else args.models.split(",")
-    unknown = [m for m in models if m not in tokenizer.MODELS]
-    if unknown:
-        raise BadConfig(f"--models: unknown {unknown}; choose from {', '.join(tokenizer.MODELS)} or all")
-    tokenizer.run(quick=args.quick, out=args.out, core=args.core, rounds=args.rounds,
-                  chunks_per_round=args.chunks, threads=args.threads, models=models)
-    return 0
-
-
-def cmd_bench_tokenize(args: argparse.Namespace) -> int:
-    from .bench import tokenize
-
-    models = args.models.split(",")
-    unknown = [m for m in models if m not in tokenize.MODELS]
-    if unknown:
-        raise BadConfig(f"--models: unknown {unknown}; choose from {', '.join(tokenize.MODELS)}")
-    try:
-        load_payloads = [int(x) for x in args.load_payloads.split(",")] if args.load_payloads else None
-    except ValueError:
-        raise BadConfig(f"--load-payloads: '{args.load_payloads}' is not a list of byte counts") from None
-    tokenize.run(quick=args.quick, out=args.out, agent=args.agent, agent_cores=args.agent_cores,
-                 consumer_cores=args.consumer_cores, models=models, progress=not args.no_progress, embed=args.embed,
-                 load_payloads=load_payloads)
     return 0
 
 
@@ -187,47 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks: peers side by side, distinct payloads, percentiles")
     suites = bench.add_subparsers(dest="suite", required=True)
-    p = suites.add_parser("tokenizer", help="GPT-2 BPE speed vs tiktoken, HF tokenizers and fastokens")
-    _options.add_common(p)
-    p.set_defaults(_parser=p, func=cmd_bench)
-    p.add_argument("--quick", action="store_true", help="a short run (about a minute)")
-    p.add_argument("--out", metavar="DIR", help="output directory (default results/tokenizer-<time>/)")
-    p.add_argument("--core", type=int, help="core to pin to (default: the last one)")
-    p.add_argument("--rounds", type=int, default=3, help="rounds of fresh chunks")
-    p.add_argument("--chunks", type=int, default=200, help="distinct 8 KB chunks per round")
-    p.add_argument("--threads", type=_ints, default=[1, 2], help="thread counts for encode_batch scaling")
-    p.add_argument("--models", default="all", help="gpt2, bert or all")
-
-    p = suites.add_parser("tokenize", help="tokenization offload: host vs agent vs auto, stages and load")
-    _options.add_common(p)
-    p.set_defaults(_parser=p, func=cmd_bench_tokenize)
-    p.add_argument("--quick", action="store_true", help="a short run (under two minutes)")
-    p.add_argument("--out", metavar="DIR", help="output directory (default results/tokenize-<time>/)")
-    p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
-    p.add_argument("--agent-cores", help="cores for the local agent (default: the upper half)")
-    p.add_argument("--consumer-cores", help="cores for this process (default: the lower half)")
-    p.add_argument("--models", default="gpt2,bert-base-uncased", help="gpt2, bert-base-uncased or both")
-    p.add_argument("--load-payloads", metavar="BYTES,...",
-                   help="payloads of the load test, each one of the payload sweep's (default 8192)")
-    p.add_argument("--embed", choices=("auto", "numpy", "torch"), default="auto",
-                   help="where the embedding lookup runs: torch on CUDA when present (auto), or numpy on the CPU")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    for name, help in (("channel", "channel latency, streaming, set-up and concurrency vs ucx_perftest"),
-                       ("rdma", "one-sided write/read bandwidth and latency (perftest shape) vs ucx_perftest"),
-                       ("graph", "task graphs: per-task and per-instance overhead vs TBB, OpenMP, pthreads")):
-        p = suites.add_parser(name, help=help, description=help)
-        _options.add_common(p)
-        p.set_defaults(_parser=p, func=cmd_bench_suite)
-        p.add_argument("--quick", action="store_true", help="a smoke run (under a minute)")
-        p.add_argument("--out", metavar="DIR", help=f"output directory (default results/{name}-<time>/)")
-        p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
-        p.add_argument("--repeat", type=int, default=1, help="measure every cell N times, order rotated")
-        p.add_argument("--cases", help="comma-separated subset of the suite's cases")
-        p.add_argument("--no-progress", action="store_true", help="no progress bar")
-        if name == "graph":
-            p.add_argument("--offload", action="store_true",
-                           help="the seed graph offloaded to the agent (the `offload` case alone, or with --cases)")
+    for name in SUITES:  # each suite declares its own options
+        suite = suite_module(name).SUITE
+        p = suites.add_parser(suite.name, help=suite.help, description=suite.help)
+        suite.add_arguments(p)
+        p.set_defaults(_parser=p, func=cmd_bench)
 
     p = command("report", "re-render a benchmark run's report.md and charts, or compare two runs")
     p.add_argument("dir", help="a run directory (results.jsonl + meta.json)")

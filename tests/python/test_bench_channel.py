@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from outboard import cli
-from outboard.bench import channel, harness, netns
-from outboard.bench.harness import Options
+from outboard.bench import harness, netns, stats
+from outboard.bench.declare import Case, Options
+from outboard.bench.suites import channel
 from outboard.bench.peers import ucx_perftest
 
 
@@ -53,10 +54,13 @@ def test_peer_runs_in_the_same_run_and_ratios_are_reported(quick_run: Path) -> N
     rows = _rows(quick_run)
     peer = {r["params"]["size"]: r["metrics"] for r in rows if r["impl"] == "ucx_perftest" and r["case"] == "latency"}
     assert set(peer) == {64, 4096, 65536} and all(m["one_way_us"]["p50"] > 0 for m in peer.values())
-    ratios = harness.ratios(rows, channel.LATENCY)
+    ratios = stats.ratios(rows, channel.LATENCY)
     assert len(ratios) == 3 and all(v > 0 for v in ratios.values())
     report = (quick_run / "report.md").read_text()
-    assert "outboard / ucx_perftest (lower is better)" in report and "outboard / ucx_perftest (higher is better)" in report
+    assert "outboard / ucx_perftest (lower is better" in report and "outboard / ucx_perftest (higher is better" in report
+    # Every ratio is the median of three repetitions at least, with its spread, and the goals are judged.
+    assert all(r.repetitions >= harness.MIN_RATIO_REPEATS for r in stats.ratio_stats(rows, channel.LATENCY).values())
+    assert "goal ≤ 1.3×" in report and "goal ≥ 0.8×" in report
     for chart in ("latency-one_way_us-p50.png", "streaming-mib_s-p50.png"):
         assert (quick_run / "charts" / chart).stat().st_size > 1000
 
@@ -82,7 +86,7 @@ def test_unknown_case_is_refused_with_the_known_ones(capsys) -> None:
     assert "latncy" in err and "latency" in err and "streaming" in err
 
 
-def _small(case: harness.Case, transports: list[str]) -> harness.Case:
+def _small(case: Case, transports: list[str]) -> Case:
     return dataclasses.replace(case, quick={"transport": transports, "size": [64]})
 
 
@@ -97,7 +101,7 @@ def test_tcp_and_two_namespace_runs(transport: str, tmp_path: Path) -> None:
     meta = json.loads((d / "meta.json").read_text())
     assert meta["failed"] == {}
     ours = [r for r in rows if r["impl"] == "outboard"]
-    assert len(ours) == 2 and all(r["correctness"]["ok"] for r in ours)
+    assert len(ours) == 2 * harness.MIN_RATIO_REPEATS and all(r["correctness"]["ok"] for r in ours)
     assert meta["transports"][transport] == "tcp"  # really over TCP, not shared memory
     if ucx_perftest.unavailable() is None:
         assert {r["case"] for r in rows if r["impl"] == "ucx_perftest"} == {"latency", "streaming"}

@@ -1,11 +1,13 @@
-"""The benchmark harness: results schema, meta, ratios, re-rendering and comparison.
+"""The benchmark harness: results schema, meta, interleaved repetitions, ratios, re-rendering.
 
-The suite here is a fake (unit test only): its implementations return fixed measurements, so
-the harness's bookkeeping can be checked exactly. Real suites are tested in test_bench_channel.
+The suites here are fakes (unit test only): their implementations return fixed measurements, so
+the harness's bookkeeping can be checked exactly. Real suites are tested in test_bench_channel and
+the others; the statistics alone in test_bench_stats.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from outboard.bench import harness, report
-from outboard.bench.harness import Case, Chart, Column, Impl, Measurement, Options, Suite
+from outboard.bench import harness, report, stats
+from outboard.bench.declare import OURS, Case, Chart, Column, Goal, Impl, Measurement, Options, Suite
 
 
 def _fake_impl(name: str, base: float, ok: bool = True) -> Impl:
@@ -31,12 +33,14 @@ def _fake_impl(name: str, base: float, ok: bool = True) -> Impl:
 
 FAKE_CASE = Case(
     "fake", "Fake case", sweep={"size": [1, 2, 4]}, quick={"size": [1, 2]},
-    impls=[_fake_impl(harness.OURS, 3.0), _fake_impl("peer", 2.0),
+    impls=[_fake_impl(OURS, 3.0), _fake_impl("peer", 2.0),
            Impl("absent", lambda env, p: Measurement({}, True), lambda env, p: "not installed here")],
     columns=[Column("p50", "lat_us.p50"), Column("p99", "lat_us.p99"), Column("rate", "rate")],
     reference="peer", ratio_metric="lat_us.p50")
 FAKE_SUITE = Suite("fake", "Fake suite", [FAKE_CASE], [Chart("fake", "size", "lat_us.p50", "Fake latency", "µs")],
                    setup=lambda options: nullcontext(None))
+#: The same without a reference: measured --repeat times, no more.
+PLAIN_SUITE = dataclasses.replace(FAKE_SUITE, cases=[dataclasses.replace(FAKE_CASE, reference=None, ratio_metric=None)])
 
 
 @pytest.fixture
@@ -46,14 +50,14 @@ def fake_run(tmp_path: Path) -> Path:
 
 def test_results_rows_follow_the_schema(fake_run: Path) -> None:
     rows = [json.loads(line) for line in (fake_run / "results.jsonl").read_text().splitlines()]
-    assert len(rows) == 3 * 2 * 2  # sizes x repeats x available impls
+    assert len(rows) == 3 * 3 * 2  # sizes x repeats (--repeat 2, at least 3 with a reference) x available impls
     for row in rows:
         assert set(row) == {"suite", "case", "impl", "params", "metrics", "correctness"}
         assert row["suite"] == "fake" and row["case"] == "fake"
-        assert row["params"]["repeat"] in (0, 1) and row["correctness"]["ok"] is True
+        assert row["params"]["repeat"] in (0, 1, 2) and row["correctness"]["ok"] is True
         assert row["correctness"]["seen"] == row["params"]["size"]
     # Implementations interleave, the order rotating each repeat.
-    assert [r["impl"] for r in rows[:4]] == [harness.OURS, "peer", "peer", harness.OURS]
+    assert [r["impl"] for r in rows[:6]] == [OURS, "peer", "peer", OURS, OURS, "peer"]
 
 
 def test_meta_records_machine_run_and_skips(fake_run: Path) -> None:
@@ -65,10 +69,11 @@ def test_meta_records_machine_run_and_skips(fake_run: Path) -> None:
         a, b = meta["core_to_core_before"]["cores"]
         assert f"a cache line from core {a} to core {b} in " in (fake_run / "report.md").read_text()
     assert meta["command"] == "outboard bench fake --repeat 2"
+    assert meta["repeat"] == 2 and meta["ratio_repeats"] == harness.MIN_RATIO_REPEATS
     assert any("absent" in where and why == "not installed here" for where, why in meta["skipped"].items())
 
 
-def test_ratio_is_ours_over_reference_of_medians_per_cell() -> None:
+def test_ratio_is_the_median_of_ours_over_reference_per_repetition() -> None:
     def row(impl, size, rep, p50, ok=True):
         return {"case": "fake", "impl": impl, "params": {"size": size, "repeat": rep},
                 "metrics": {"lat_us": {"p50": p50}}, "correctness": {"ok": ok}}
@@ -77,34 +82,35 @@ def test_ratio_is_ours_over_reference_of_medians_per_cell() -> None:
             row("peer", 1, 0, 2.0), row("peer", 1, 1, 2.0),
             row("outboard", 2, 0, 6.0), row("peer", 2, 0, 1.0, ok=False),  # a failed check gives no ratio
             row("outboard", 4, 0, 8.0)]  # no peer measurement, no ratio
-    r = harness.ratios(rows, FAKE_CASE)
-    assert r == {(("size", 1),): pytest.approx(5.0 / 2.0)}
-    # Paired by repeat (repeat 2 has no peer measurement): the run's own noise band around the ratio.
-    assert harness.ratio_spread(rows, FAKE_CASE) == {(("size", 1),): (pytest.approx(1.5), pytest.approx(2.5))}
+    # Paired by repeat (repeat 2 has no peer measurement): the median of 3 / 2 and 5 / 2, and its spread.
+    assert stats.ratio_stats(rows, FAKE_CASE) == {(("size", 1),): stats.Ratio(2.0, 1.5, 2.5, 2)}
+    assert stats.ratios(rows, FAKE_CASE) == {(("size", 1),): 2.0}
 
 
 def test_a_second_implementation_gets_its_own_ratio_beside_the_goals(tmp_path: Path) -> None:
     case = Case("fake", "Fake", {"size": [1]},
-                [_fake_impl(harness.OURS, 3.0), _fake_impl("ours like peer", 4.0), _fake_impl("peer", 2.0)],
+                [_fake_impl(OURS, 3.0), _fake_impl("ours like peer", 4.0), _fake_impl("peer", 2.0)],
                 [Column("p50", "lat_us.p50")], reference="peer", ratio_metric="lat_us.p50",
-                ours="ours like peer", also_ratio=(harness.OURS,))
+                ours="ours like peer", also_ratio=(OURS,))
     suite = Suite("fake", "Fake", [case], [], setup=lambda options: nullcontext(None))
     d = harness.run(suite, Options(out=str(tmp_path / "two"), progress=False))
     rows = [json.loads(line) for line in (d / "results.jsonl").read_text().splitlines()]
-    assert harness.ratios(rows, case) == {(("size", 1),): pytest.approx(4.0 / 2.0)}
-    assert harness.ratios(rows, case, harness.OURS) == {(("size", 1),): pytest.approx(3.0 / 2.0)}
+    # Three repetitions: ours like peer 4, 5, 4 over 2, 3, 2; outboard 3, 4, 3 over the same.
+    assert stats.ratios(rows, case) == {(("size", 1),): pytest.approx(4.0 / 2.0)}
+    assert stats.ratios(rows, case, OURS) == {(("size", 1),): pytest.approx(3.0 / 2.0)}
     text = (d / "report.md").read_text()
-    assert "| size | impl | p50 | check | ratio / peer (lower is better) |" in text
-    assert "| 1 | ours like peer | 4.00 | ok | **2.00×** |" in text  # the goal's ratio, bold
-    assert "| 1 | outboard | 3.00 | ok | 1.50× |" in text
+    assert ("| size | impl | p50 | check | ratio / peer (lower is better; median of the repetitions' ratios, in "
+            "brackets their lowest and highest) |") in text
+    assert "| 1 | ours like peer | 4.00 | ok | **2.00×** (1.67–2.00) |" in text  # the goal's ratio, bold
+    assert "| 1 | outboard | 3.00 | ok | 1.50× (1.33–1.50) |" in text
     assert "| 1 | peer | 2.00 | ok |  |" in text
 
 
 def test_report_has_tables_ratios_and_charts(fake_run: Path) -> None:
     text = (fake_run / "report.md").read_text()
-    assert ("| size | impl | p50 | p99 | rate | check | outboard / peer (lower is better; in brackets, its lowest "
-            "and highest in one repeat) |") in text
-    assert "**1.40×** (1.33–1.50)" in text  # size 1: median(3, 4) / median(2, 3); repeats 3 / 2 and 4 / 3
+    assert ("| size | impl | p50 | p99 | rate | check | outboard / peer (lower is better; median of the repetitions' "
+            "ratios, in brackets their lowest and highest) |") in text
+    assert "**1.50×** (1.33–1.50)" in text  # size 1: repeats 3 / 2, 4 / 3, 3 / 2
     assert "absent" in text and "not installed here" in text  # skipped, with the reason
     assert "![Fake latency](charts/fake-lat_us-p50.png)" in text
     assert (fake_run / "charts" / "fake-lat_us-p50.png").stat().st_size > 1000
@@ -136,17 +142,17 @@ def test_a_failing_implementation_is_recorded_and_the_run_goes_on(tmp_path: Path
     def broken(env, params):
         raise RuntimeError("peer crashed")
 
-    case = Case("fake", "Fake", {"size": [1]}, [_fake_impl(harness.OURS, 1.0), Impl("peer", broken)],
+    case = Case("fake", "Fake", {"size": [1]}, [_fake_impl(OURS, 1.0), Impl("peer", broken)],
                 [Column("p50", "lat_us.p50")], reference="peer", ratio_metric="lat_us.p50")
     suite = Suite("fake", "Fake", [case], [], setup=lambda options: nullcontext(None))
     d = harness.run(suite, Options(out=str(tmp_path / "f"), progress=False))
     meta = json.loads((d / "meta.json").read_text())
     assert list(meta["failed"].values()) == ["RuntimeError: peer crashed"]
-    assert len((d / "results.jsonl").read_text().splitlines()) == 1
+    assert len((d / "results.jsonl").read_text().splitlines()) == harness.MIN_RATIO_REPEATS
 
 
 def test_matplotlib_loads_only_when_charts_are_drawn() -> None:
-    code = ("import sys, outboard, outboard.bench.harness, outboard.bench.report, outboard.bench.channel; "
+    code = ("import sys, outboard, outboard.bench.harness, outboard.bench.report, outboard.bench.suites.channel; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -174,21 +180,21 @@ def test_a_slow_state_is_waited_out_before_a_measurement_and_recorded(tmp_path: 
     probes = iter([60.0, 60.0, 24.0, 59.0, 59.0, 61.0, 290.0, 280.0, 61.0, 60.0] + [60.0] * 20)
     clock = _FakeClock()
     watch = harness.MachineWatch(lambda: next(probes), clock.sleep, lambda: clock.now)
-    out = harness.run(FAKE_SUITE, Options(out=str(tmp_path / "run"), repeat=1, progress=False), watch)
-    assert clock.slept == [harness.SLOW_STATE_PROBE_S] * 2 and watch.waited_s == 2 * harness.SLOW_STATE_PROBE_S
+    out = harness.run(PLAIN_SUITE, Options(out=str(tmp_path / "run"), repeat=1, progress=False), watch)
+    assert clock.slept == [stats.SLOW_STATE_PROBE_S] * 2 and watch.waited_s == 2 * stats.SLOW_STATE_PROBE_S
     rows = _rows(out)
     before = [r["metrics"]["core_to_core_ns"] for r in rows]
     after = [r["metrics"]["core_to_core_after_ns"] for r in rows]
     assert before == [60.0, 24.0, 59.0, 61.0, 60.0, 60.0] and after == [60.0, 59.0, 61.0, 60.0, 60.0, 60.0]
-    assert harness.measurements_in(rows, "slow") == []
+    assert stats.measurements_in(rows, "slow") == []
     meta = json.loads((out / "meta.json").read_text())
     assert meta["slow_state_waited_s"] == 2.0 and meta["slow_state_retaken"] == 0
     report_md = (out / "report.md").read_text()
     assert "slow state" not in report_md
     # The fast probe is the shared-core placement: listed, not waited out or taken again.
     second = rows[1]
-    assert harness.measurements_in(rows, "shared core") == [
-        (second["case"], harness.cell_key(second["params"]), 0, second["impl"], 24.0)]
+    assert stats.measurements_in(rows, "shared core") == [
+        (second["case"], stats.cell_key(second["params"]), 0, second["impl"], 24.0)]
     assert "## Measured with both vCPUs on one physical core" in report_md and ": 24 ns" in report_md
 
 
@@ -197,12 +203,12 @@ def test_a_slow_state_that_lasts_is_waited_on_once_and_listed_in_the_report(tmp_
     probes = iter([60.0] * 32 + [300.0] * 100)
     clock = _FakeClock()
     watch = harness.MachineWatch(lambda: next(probes), clock.sleep, lambda: clock.now)
-    out = harness.run(FAKE_SUITE, Options(out=str(tmp_path / "run"), repeat=4, progress=False), watch)
+    out = harness.run(PLAIN_SUITE, Options(out=str(tmp_path / "run"), repeat=4, progress=False), watch)
     # One wait of SLOW_STATE_WAIT_S, then measurements run without waiting while the state lasts.
-    assert watch.waited_s == pytest.approx(harness.SLOW_STATE_WAIT_S, abs=harness.SLOW_STATE_PROBE_S)
+    assert watch.waited_s == pytest.approx(stats.SLOW_STATE_WAIT_S, abs=stats.SLOW_STATE_PROBE_S)
     assert watch.retaken == 0  # it was slow before them too
     rows = _rows(out)
-    slow = harness.measurements_in(rows, "slow")
+    slow = stats.measurements_in(rows, "slow")
     assert len(slow) == 8 and {key for _, key, *_ in slow} == {(('size', 4),)} and all(ns == 300.0 for *_, ns in slow)
     report_md = (out / "report.md").read_text()
     assert "## Measured in the VM's slow state" in report_md
@@ -215,11 +221,11 @@ def test_a_measurement_the_slow_state_came_during_is_taken_again_once_it_passed(
     clock = _FakeClock()
     watch = harness.MachineWatch(lambda: next(probes), clock.sleep, lambda: clock.now)
     calls = []
-    impl = Impl(harness.OURS, lambda env, p: calls.append(p["size"]) or Measurement({"lat_us": 1.0}, True))
+    impl = Impl(OURS, lambda env, p: calls.append(p["size"]) or Measurement({"lat_us": 1.0}, True))
     case = Case("one", "One", sweep={"size": [1, 2]}, impls=[impl], columns=[Column("lat", "lat_us")])
     out = harness.run(Suite("one", "One", [case], [], setup=lambda options: nullcontext(None)),
                       Options(out=str(tmp_path / "run"), progress=False), watch)
-    assert calls == [1, 1, 2] and watch.retaken == 1 and clock.slept == [harness.SLOW_STATE_PROBE_S]
+    assert calls == [1, 1, 2] and watch.retaken == 1 and clock.slept == [stats.SLOW_STATE_PROBE_S]
     rows = _rows(out)
     assert [(r["metrics"]["core_to_core_ns"], r["metrics"]["core_to_core_after_ns"]) for r in rows] == [
         (60.0, 60.0), (60.0, 60.0)]
@@ -229,6 +235,69 @@ def test_a_measurement_the_slow_state_came_during_is_taken_again_once_it_passed(
 def test_without_a_second_core_nothing_is_probed_or_waited(tmp_path: Path) -> None:
     clock = _FakeClock()
     watch = harness.MachineWatch(lambda: None, clock.sleep, lambda: clock.now)
-    out = harness.run(FAKE_SUITE, Options(out=str(tmp_path / "run"), repeat=1, progress=False), watch)
+    out = harness.run(PLAIN_SUITE, Options(out=str(tmp_path / "run"), repeat=1, progress=False), watch)
     rows = _rows(out)
     assert clock.slept == [] and all("core_to_core" not in str(r["metrics"]) for r in rows)
+
+
+def _recording_suite(log: list[tuple[str, int]]) -> Suite:
+    """A fake suite whose implementations log (impl, size) as they are measured: one case with a
+    reference (ratio rows), one without."""
+
+    def impl(name: str) -> Impl:
+        return Impl(name, lambda env, p: log.append((name, p["size"])) or Measurement({"lat_us": 1.0}, True))
+
+    ratio = Case("ratio", "Ratio", {"size": [1, 2, 3]}, [impl("A"), impl("B")], [Column("lat", "lat_us")],
+                 quick={"size": [1, 2]}, reference="B", ratio_metric="lat_us", ours="A")
+    plain = Case("plain", "Plain", {"size": [7]}, [impl("C")], [Column("lat", "lat_us")])
+    return Suite("fake", "Fake", [ratio, plain], [], setup=lambda options: nullcontext(None))
+
+
+def test_quick_ratio_rows_are_measured_three_times_interleaved_with_their_peer(tmp_path: Path) -> None:
+    log: list[tuple[str, int]] = []
+    d = harness.run(_recording_suite(log), Options(quick=True, out=str(tmp_path / "q"), progress=False))
+    # Every repetition of a cell back to back, ours and the peer alternating (A B, B A, A B).
+    assert log == [("A", 1), ("B", 1), ("B", 1), ("A", 1), ("A", 1), ("B", 1),
+                   ("A", 2), ("B", 2), ("B", 2), ("A", 2), ("A", 2), ("B", 2),
+                   ("C", 7)]  # without a reference: --repeat times, once
+    rows = _rows(d)
+    assert [r["params"]["repeat"] for r in rows if r["case"] == "ratio" and r["impl"] == "A"] == [0, 1, 2] * 2
+    assert all(r.repetitions == 3 for r in stats.ratio_stats(rows, _recording_suite([]).cases[0]).values())
+
+
+def test_more_repeats_than_the_minimum_are_honoured(tmp_path: Path) -> None:
+    log: list[tuple[str, int]] = []
+    harness.run(_recording_suite(log), Options(quick=True, out=str(tmp_path / "r"), repeat=5, progress=False,
+                                               cases=["ratio"]))
+    assert log.count(("A", 1)) == log.count(("B", 1)) == 5 and ("C", 7) not in log
+
+
+def test_the_report_marks_a_goal_the_repetitions_straddle(tmp_path: Path) -> None:
+    # size 1: ours 3, 4, 3 over the peer's 2, 3, 2 = 1.5, 1.33, 1.5; size 2: 7, 6, 7 over 5, 4, 5 = 1.4, 1.5, 1.4.
+    case = dataclasses.replace(FAKE_CASE, goal=Goal(1.45, {"size": 2}), impls=FAKE_CASE.impls[:2],
+                               quick={"size": [1, 2]})
+    suite = dataclasses.replace(FAKE_SUITE, cases=[case], charts=[])
+    text = (harness.run(suite, Options(quick=True, out=str(tmp_path / "g"), progress=False)) / "report.md").read_text()
+    assert "| 2 | outboard | 7.00 | 12.00 | 333.33 | ok | **1.40×** (1.40–1.50) **straddles** goal ≤ 1.45× |" in text
+    assert "| 1 | outboard | 3.00 | 6.00 | 333.33 | ok | **1.50×** (1.33–1.50) |" in text  # the goal is not size 1's
+    for goal, mark in ((1.6, "meets goal ≤ 1.6×"), (1.2, "**misses** goal ≤ 1.2×")):
+        again = dataclasses.replace(suite, cases=[dataclasses.replace(case, goal=Goal(goal, {"size": 2}))])
+        rendered = report.render(again, *report.load(tmp_path / "g"), None)
+        assert f"**1.40×** (1.40–1.50) {mark} |" in rendered
+
+
+def test_a_suite_with_a_body_of_its_own_gets_the_same_run_directory_and_report(tmp_path: Path, capsys) -> None:
+    def body(run: harness.Run, env: object) -> None:
+        run.progress.expect(2)
+        for k in range(2):
+            run.results.add("own", "outboard", {"k": k}, {"n": k}, {"ok": True})
+            run.progress.step(f"k {k}")
+        run.results.meta["own"] = "yes"
+
+    suite = Suite("own", "Own", body=body, render=lambda rows, meta, d: f"# Own\n\n{len(rows)} rows, own {meta['own']}",
+                  brief=lambda rows, meta: f"own brief: {len(rows)} rows")
+    d = harness.run(suite, Options(out=str(tmp_path / "own"), progress=False))
+    assert [r["params"]["k"] for r in _rows(d)] == [0, 1]
+    assert (d / "report.md").read_text() == "# Own\n\n2 rows, own yes\n"
+    out = capsys.readouterr().out
+    assert "own brief: 2 rows" in out and f"report: {d}/report.md" in out and "# Own" not in out

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from outboard import cli
-from outboard.bench import harness, rdma
-from outboard.bench.harness import Options
+from outboard.bench import harness, stats
+from outboard.bench.declare import Options
+from outboard.bench.suites import rdma
 from outboard.bench.peers import ucx_perftest
 
 
@@ -57,8 +58,8 @@ def test_peer_columns_and_ratios(quick_run: Path) -> None:
     rows = _rows(quick_run)
     for case, metric in (("write_bw", "bw_avg_mib_s"), ("read_bw", "bw_avg_mib_s"), ("write_lat", "t_us.p50")):
         peer = [r for r in rows if r["case"] == case and r["impl"] == "ucx_perftest"]
-        assert peer and all(harness.get(r["metrics"], metric) > 0 for r in peer), case
-    assert harness.ratios(rows, rdma.WRITE_BW) and harness.ratios(rows, rdma.WRITE_LAT)
+        assert peer and all(stats.get(r["metrics"], metric) > 0 for r in peer), case
+    assert stats.ratios(rows, rdma.WRITE_BW) and stats.ratios(rows, rdma.WRITE_LAT)
     report = (quick_run / "report.md").read_text()
     assert "| size | transport | impl | #iterations | t_min µs | t_max µs | t_typical µs | t_avg µs | 99% µs | 99.9% µs |" \
         in report

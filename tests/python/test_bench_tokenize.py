@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import outboard
-from outboard.bench import tokenize as bench
+from outboard.bench.suites import tokenize_offload as bench
 
 VOCAB = 1000
 
@@ -107,7 +107,7 @@ def test_agent_ids_land_in_pinned_memory_and_reach_the_gpu_unchanged(client: out
 
 def test_native_open_loops_give_the_in_process_ids_for_every_request(start_agent) -> None:
     """The C++ load generator: every request is answered once, with the ids this process makes."""
-    from outboard import _core
+    from outboard import _bench, _core
     from outboard.offload import open_local
 
     agent = start_agent("--tokenize-threads", "1")
@@ -120,16 +120,16 @@ def test_native_open_loops_give_the_in_process_ids_for_every_request(start_agent
     expected = [_core.checksum(local.encode(t).tobytes()) for t in texts]
     assert [_core.checksum(local.encode(t)) for t in texts] == expected  # read in place, same digest
     try:
-        floor = _core.bench_open_loop_arrivals(arrivals)
+        floor = _bench.bench_open_loop_arrivals(arrivals)
         assert floor["cpu_s"] > 0 and floor["wall_s"] >= arrivals[-1]
-        host = _core.bench_open_loop_host(local._core, texts, arrivals, 2, 10.0)
-        on_agent = _core.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals, 10.0)
+        host = _bench.bench_open_loop_host(local._core, texts, arrivals, 2, 10.0)
+        on_agent = _bench.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals, 10.0)
         for r in (host, on_agent):
             assert r["failed"] == 0 and len(r["latency_us"]) == len(texts)
             assert list(r["checksums"]) == expected
             assert (r["latency_us"] > 0).all() and r["wall_s"] >= arrivals[-1] and r["cpu_s"] > 0
         with pytest.raises(outboard.errors.InvalidArgument, match="one text per arrival"):
-            _core.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals[:-1], 10.0)
+            _bench.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals[:-1], 10.0)
     finally:
         remote.close()
         client.close()
@@ -147,7 +147,7 @@ def test_native_open_loop_fails_requests_of_a_killed_agent_within_their_timeout(
     start = time.monotonic()
     try:
         with pytest.raises(outboard.Error):  # a submit refused on a connection known to be dead
-            _core.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals, 1.0)
+            _bench.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals, 1.0)
         assert time.monotonic() - start < 0.3 + 0.2 + 1.0 + 1.0
     finally:
         client.close()

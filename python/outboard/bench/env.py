@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import LocalAgent
 from . import netns
-from .harness import Options
+from .declare import Options
 from .peers import ucx_perftest
 
 #: UCX settings of the client (and peer) per transport; the agent keeps its own.

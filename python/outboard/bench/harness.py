@@ -1,212 +1,34 @@
-"""The harness behind ``outboard bench <suite>``.
+"""The harness behind ``outboard bench <suite>``: runs a declared suite (declare.py; how to declare
+one: README.md) and writes what it measured.
 
-A suite is declarative: cases, each a parameter sweep (a smaller one for ``--quick``), the
-implementations compared — ours and its peers — with the peer that ratios are taken against, the
-table columns and the charts. The harness runs every cell for every implementation, interleaved
-(the order rotates on each ``--repeat``), writes one row per measurement to results.jsonl, the
-machine and run context to meta.json, and renders report.md with charts (see report.py).
+For a suite of cases it runs every cell for every implementation, interleaved: all repetitions of a
+cell back to back, the order rotating on each (A B, B A, A B, ...), so that each ratio is taken
+between two measurements made moments apart, and every case with a reference at least
+MIN_RATIO_REPEATS times, ``--quick`` included (one pair decides nothing on a noisy VM). A suite with
+a body of its own runs that instead, with the same progress bar, results and report. Each run writes
+one row per measurement to results.jsonl, the machine and run context to meta.json, and report.md
+with charts (report.py); the terminal gets the report's tables, or the suite's brief.
 """
 
 from __future__ import annotations
 
-import itertools
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import machine
+from . import report
+from .declare import Case, Impl, Options, Suite
 from .output import Results, run_dir
+from .stats import SLOW_STATE_FACTOR, SLOW_STATE_PROBE_S, SLOW_STATE_WAIT_S, median
 
-#: The implementation that is ours in every suite; ratios are ours / peer.
-OURS = "outboard"
-#: Before and after each measurement (one implementation in one cell) the harness times a cache line
-#: between two cores. On these VMs that time has a usual value (~60 ns), a rare faster one and a slow
-#: state (~280 ns, the host having placed the vCPUs apart) that moves every figure between threads
-#: and processes. Above this many times the run's median probe the harness waits for it to pass,
-#: probing every SLOW_STATE_PROBE_S for at most SLOW_STATE_WAIT_S, and does not wait again until a
-#: probe finds it gone (a state that lasts is recorded, not waited out per measurement). A
-#: measurement that began in the usual state and ended in the slow one is taken again, once.
-SLOW_STATE_FACTOR = 2.0
-SLOW_STATE_WAIT_S = 20.0
-SLOW_STATE_PROBE_S = 1.0
-#: Below the run's median probe divided by this, the host runs both vCPUs on one physical core (SMT
-#: siblings, a line in ~20 ns): nothing is waited out or taken again, the report lists them.
-SHARED_CORE_FACTOR = 2.0
-#: The states the report lists measurements of, apart from the usual one.
-UNUSUAL_STATES = ("slow", "shared core")
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """What one implementation measured in one cell. Metrics are numbers or order statistics
-    ({"p50": .., "p90": .., ...}); their unit is part of the name (``one_way_us``, ``mib_s``).
-    ``ok`` is the correctness check on the very data that was timed. ``series``: raw data a chart
-    draws from (a timeline), kept in the row so that ``outboard report`` can redraw it."""
-
-    metrics: dict[str, Any]
-    ok: bool
-    correctness: dict[str, Any] = field(default_factory=dict)
-    series: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Impl:
-    name: str
-    measure: Callable[[Any, dict[str, Any]], Measurement]
-    #: Why it cannot run here (peer missing, not root, ...), or None.
-    unavailable: Callable[[Any, dict[str, Any]], str | None] = lambda env, params: None
-
-
-@dataclass(frozen=True)
-class Column:
-    label: str
-    metric: str  # "name" or "name.stat"
-    digits: int = 2
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    title: str
-    sweep: Mapping[str, Sequence[Any]]
-    impls: Sequence[Impl]
-    columns: Sequence[Column]
-    quick: Mapping[str, Sequence[Any]] = field(default_factory=dict)
-    #: Ratios ours / reference of this metric, per cell, from the same run.
-    reference: str | None = None
-    ratio_metric: str | None = None
-    lower_is_better: bool = True
-    #: The implementation whose ratio to the reference the case reports (the goal's ratio).
-    ours: str = OURS
-    #: Other implementations whose ratio to the reference is shown beside it.
-    also_ratio: Sequence[str] = ()
-    notes: str = ""
-
-    def cells(self, quick: bool) -> list[dict[str, Any]]:
-        sweep = {**self.sweep, **(self.quick if quick else {})}
-        keys = list(sweep)
-        return [dict(zip(keys, values)) for values in itertools.product(*(sweep[k] for k in keys))]
-
-
-@dataclass(frozen=True)
-class Chart:
-    case: str
-    x: str  # a swept parameter
-    metric: str
-    title: str
-    ylabel: str
-    logx: bool = True
-    logy: bool = False
-    #: Other parameters that split the lines (one line per impl and value).
-    split: Sequence[str] = ()
-    #: "line" (metric against x), or "timeline": the spans in a row's series["timeline"] as bars.
-    kind: str = "line"
-
-
-@dataclass(frozen=True)
-class Suite:
-    name: str
-    title: str
-    cases: Sequence[Case]
-    charts: Sequence[Chart]
-    #: Opens what the measurements need (agents, peers); yields the env passed to Impl.measure.
-    setup: Callable[[Any], AbstractContextManager[Any]]
-    #: Extra meta.json entries from the env after the run (transports in use, versions).
-    describe: Callable[[Any], dict[str, Any]] = lambda env: {}
-    notes: str = ""
-
-
-@dataclass
-class Options:
-    quick: bool = False
-    out: str | None = None
-    agent: str | None = None
-    repeat: int = 1
-    log_level: str = "warning"
-    progress: bool = True
-    cases: Sequence[str] = ()
-
-
-def get(metrics: Mapping[str, Any], path: str) -> float | None:
-    """A metric by "name" or "name.stat"; None when the implementation did not report it."""
-    name, _, stat = path.partition(".")
-    value = metrics.get(name)
-    if stat:
-        value = value.get(stat) if isinstance(value, Mapping) else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-#: A cell: its swept parameters, sorted, without the repeat.
-Cell = tuple[tuple[str, Any], ...]
-
-
-def cell_key(params: Mapping[str, Any]) -> Cell:
-    return tuple(sorted((k, v) for k, v in params.items() if k != "repeat"))
-
-
-def median(values: Sequence[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-
-def _paired(rows: Sequence[Mapping[str, Any]], case: Case,
-            impl: str | None) -> Iterator[tuple[Cell, dict[int, list[float]], dict[int, list[float]]]]:
-    """Per cell that both `impl` (default: the case's ours) and the reference measured, from rows
-    that passed their check: each side's ratio-metric values by repeat."""
-    if not case.reference or not case.ratio_metric:
-        return
-    by: dict[tuple[str, Cell], dict[int, list[float]]] = {}
-    for r in rows:
-        if r["case"] != case.name or not r["correctness"].get("ok", False):
-            continue
-        v = get(r["metrics"], case.ratio_metric)
-        if v is not None:
-            repeats = by.setdefault((r["impl"], cell_key(r["params"])), {})
-            repeats.setdefault(int(r["params"].get("repeat", 0)), []).append(v)
-    for (name, key), ours in by.items():
-        if name == (impl or case.ours) and (case.reference, key) in by:
-            yield key, ours, by[(case.reference, key)]
-
-
-def ratios(rows: Sequence[Mapping[str, Any]], case: Case, impl: str | None = None) -> dict[Cell, float]:
-    """`impl` (default: the case's ours) / reference of the case's ratio metric per cell: each side's
-    median over the repeats of this run. Cells where either side is missing or failed its check have
-    no ratio."""
-    out = {}
-    for key, ours, ref in _paired(rows, case, impl):
-        theirs = median([v for vs in ref.values() for v in vs])
-        if theirs > 0:
-            out[key] = median([v for vs in ours.values() for v in vs]) / theirs
-    return out
-
-
-def ratio_spread(rows: Sequence[Mapping[str, Any]], case: Case,
-                 impl: str | None = None) -> dict[Cell, tuple[float, float]]:
-    """Per cell measured in two or more repeats: the lowest and highest ratio of `impl` to the
-    reference within one repeat (the two measured back to back). A spread across 1 means this run
-    cannot tell them apart."""
-    out = {}
-    for key, ours, ref in _paired(rows, case, impl):
-        theirs = {rep: median(vs) for rep, vs in ref.items()}
-        paired = [median(vs) / theirs[rep] for rep, vs in ours.items() if theirs.get(rep, 0) > 0]
-        if len(paired) >= 2:
-            out[key] = (min(paired), max(paired))
-    return out
-
-
-def summarize(samples: Sequence[float], digits: int = 4) -> dict[str, float]:
-    """Order statistics of a sample list (nearest rank, as outboard::stats), the count and the mean."""
-    from .. import _core
-
-    values = [float(v) for v in samples]
-    s = _core.summarize(values)
-    return ({k: round(float(s[k]), digits) for k in ("p50", "p90", "p99", "p999", "min", "max")}
-            | {"count": int(s["count"]), "avg": round(sum(values) / max(len(values), 1), digits)})
+#: Repetitions of every cell of a case with a reference, whatever --repeat asks: a ratio's median
+#: and spread need three at least.
+MIN_RATIO_REPEATS = 3
 
 
 class MachineWatch:
@@ -243,39 +65,11 @@ class MachineWatch:
 
 
 def _core_to_core_ns() -> float | None:
-    from .. import machine
-
     c2c = machine.core_to_core()
     return None if c2c is None else float(c2c["p50_ns"])
 
 
-def measurements_in(rows: Sequence[Mapping[str, Any]], state: str) -> list[tuple[str, Cell, int, str, float]]:
-    """(case, cell, repeat, impl, core-to-core ns) of the measurements with a probe before or after
-    them in `state` (one of UNUSUAL_STATES), judged against the whole run's median probe before
-    measurements (the watch judged each against those before it). A state that lasted half the run
-    would pass for the usual one; on these VMs the slow one lasts about a tenth."""
-    assert state in UNUSUAL_STATES, state
-    probes = [r["metrics"]["core_to_core_ns"] for r in rows if "core_to_core_ns" in r["metrics"]]
-    if not probes:
-        return []
-    usual = median(probes)
-    out = []
-    for r in rows:
-        seen = [r["metrics"][k] for k in ("core_to_core_ns", "core_to_core_after_ns") if k in r["metrics"]]
-        if not seen:
-            continue
-        if state == "slow":
-            ns = max(seen)
-            found = ns > SLOW_STATE_FACTOR * usual
-        else:
-            ns = min(seen)
-            found = ns < usual / SHARED_CORE_FACTOR
-        if found:
-            out.append((r["case"], cell_key(r["params"]), int(r["params"].get("repeat", 0)), r["impl"], ns))
-    return out
-
-
-class _Progress:
+class Progress:
     """A one-line progress bar on stderr (a terminal only)."""
 
     def __init__(self, total: int, enabled: bool) -> None:
@@ -283,7 +77,11 @@ class _Progress:
         self.enabled = enabled and sys.stderr.isatty()
         self.start = time.monotonic()
 
-    def step(self, label: str) -> None:
+    def expect(self, total: int) -> None:
+        """Sets how many steps there are (a suite's body knows once it has its plan)."""
+        self.total = total
+
+    def step(self, label: str = "") -> None:
         self.done += 1
         if not self.enabled:
             return
@@ -298,6 +96,21 @@ class _Progress:
             sys.stderr.write("\n")
 
 
+@dataclass
+class Run:
+    """What a suite's body gets: its options, the results it adds rows to (and whose meta it may
+    extend), the progress bar it steps."""
+
+    options: Options
+    results: Results
+    progress: Progress
+
+
+def repeats(case: Case, options: Options) -> int:
+    """How many times each cell of the case is measured."""
+    return max(options.repeat, MIN_RATIO_REPEATS) if case.reference else options.repeat
+
+
 def command_line(suite: Suite, options: Options) -> str:
     """The command that reproduces a run (its output directory aside)."""
     parts = ["outboard", "bench", suite.name]
@@ -305,28 +118,35 @@ def command_line(suite: Suite, options: Options) -> str:
     parts += ["--repeat", str(options.repeat)] if options.repeat != 1 else []
     parts += ["--cases", ",".join(options.cases)] if options.cases else []
     parts += ["--agent", options.agent] if options.agent else []
+    defaults = suite.defaults()
+    for option in suite.options:
+        value = options.extra.get(option.dest, defaults[option.dest])
+        if value != defaults[option.dest] and not option.cases:
+            parts += option.text(value)
     return shlex.join(parts)
 
 
 def run(suite: Suite, options: Options, watch: MachineWatch | None = None) -> Path:
     """Runs the suite; returns the directory holding results.jsonl, meta.json, report.md, charts/.
     ``watch``: the machine's state around each measurement (default: the core-to-core probe)."""
-    from . import report
-
+    suite.check(options)
     directory = run_dir(suite.name, options.out)
     cases = [c for c in suite.cases if not options.cases or c.name in options.cases]
     results = Results(directory, suite.name, {
         "command": command_line(suite, options), "quick": options.quick, "repeat": options.repeat,
+        "ratio_repeats": max(options.repeat, MIN_RATIO_REPEATS),
         "cases": [c.name for c in cases], "skipped": {}, "failed": {},
     })
     plan = [(case, params) for case in cases for params in case.cells(options.quick)]
-    bar = _Progress(sum(len(c.impls) for c, _ in plan) * options.repeat, options.progress)
+    bar = Progress(sum(len(c.impls) * repeats(c, options) for c, _ in plan), options.progress)
     watch = watch or MachineWatch(_core_to_core_ns)
     try:
         with suite.setup(options) as env:
             try:
+                if suite.body is not None:
+                    suite.body(Run(options, results, bar), env)
                 for case, params in plan:
-                    for rep in range(options.repeat):
+                    for rep in range(repeats(case, options)):
                         for impl in _rotated(case.impls, rep):
                             bar.step(f"{case.name} {impl.name} {params}")
                             _measure(results, case, impl, env, params, rep, watch)
@@ -337,9 +157,9 @@ def run(suite: Suite, options: Options, watch: MachineWatch | None = None) -> Pa
     finally:
         bar.close()
         results.close()
-    report.write(directory, suite)
-    print(report.summary(directory, suite))
-    print(f"\nresults: {directory}/results.jsonl  report: {directory}/report.md")
+    path = report.write(directory, suite)
+    print(suite.brief(results.rows, results.meta) if suite.brief else report.summary(directory, suite))
+    print(f"\nresults: {directory}/results.jsonl  report: {path}")
     return directory
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from . import suite_module
-from .harness import (SHARED_CORE_FACTOR, SLOW_STATE_FACTOR, SLOW_STATE_WAIT_S, Case, Suite, cell_key, get,
-                      measurements_in, median, ratio_spread, ratios)
+from .declare import Case, Suite
+from .stats import (SHARED_CORE_FACTOR, SLOW_STATE_FACTOR, SLOW_STATE_WAIT_S, Ratio, cell_key, get,
+                    measurements_in, median, ratio_stats)
 
 
 def load(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -25,8 +26,9 @@ def load(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, json.loads(meta.read_text())
 
 
-def _suite(meta: Mapping[str, Any]) -> Any:
-    return suite_module(meta["suite"])
+def _suite(meta: Mapping[str, Any]) -> Suite:
+    suite: Suite = suite_module(meta["suite"]).SUITE
+    return suite
 
 
 def write(directory: Path, suite: Suite | None = None) -> Path:
@@ -34,11 +36,7 @@ def write(directory: Path, suite: Suite | None = None) -> Path:
     declaration defaults to the registered one named in meta.json."""
     directory = Path(directory)
     rows, meta = load(directory)
-    module = None if suite else _suite(meta)
-    if suite or hasattr(module, "SUITE"):
-        text = render(suite or module.SUITE, rows, meta, directory)
-    else:  # a suite with its own renderer (tokenizer, tokenize)
-        text = module.render(rows, meta, directory)
+    text = render(suite or _suite(meta), rows, meta, directory)
     path = directory / "report.md"
     path.write_text(text + "\n")
     return path
@@ -69,11 +67,11 @@ def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if not cells:
         return []
     swept = [k for k, _ in next(iter(cells))]
-    ratio = {impl: ratios(rows, case, impl) for impl in (case.ours, *case.also_ratio)}
-    spread = {impl: ratio_spread(rows, case, impl) for impl in ratio}
+    ratio = {impl: ratio_stats(rows, case, impl) for impl in (case.ours, *case.also_ratio)}
     better = "lower" if case.lower_is_better else "higher"
     over = case.ours if not case.also_ratio else "ratio"
-    band = "; in brackets, its lowest and highest in one repeat" if any(spread.values()) else ""
+    band = ("; median of the repetitions' ratios, in brackets their lowest and highest"
+            if any(r.repetitions > 1 for by_cell in ratio.values() for r in by_cell.values()) else "")
     ratio_head = [f"{over} / {case.reference} ({better} is better{band})"] if case.reference else []
     head = [*swept, "impl", *(c.label for c in case.columns), "check", *ratio_head]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -85,14 +83,26 @@ def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
             extra = []
             if case.reference:
                 r = ratio.get(impl, {}).get(key)
-                text = "" if r is None else f"**{r:.2f}×**" if impl == case.ours else f"{r:.2f}×"
-                if r is not None and key in spread.get(impl, {}):
-                    lo, hi = spread[impl][key]
-                    text += f" ({lo:.2f}–{hi:.2f})"
-                extra = [text]
+                extra = ["" if r is None else _ratio_text(case, r, params, impl == case.ours)]
             lines.append("| " + " | ".join([*(_param(params[k]) for k in swept), impl, *values,
                                              "ok" if ok else "**FAILED**", *extra]) + " |")
     return lines
+
+
+#: How the report marks a goal's ratio, by its verdict (stats.Ratio.verdict).
+GOAL_MARKS = {"met": "meets", "missed": "**misses**", "straddles": "**straddles**"}
+
+
+def _ratio_text(case: Case, r: Ratio, params: Mapping[str, Any], goals: bool) -> str:
+    """"**1.12×** (0.95–1.31)", and for the goal's ratio in a cell the goal covers, whether the
+    repetitions meet it, miss it or straddle it (this run does not decide it)."""
+    text = f"**{r.median:.2f}×**" if goals else f"{r.median:.2f}×"
+    if r.repetitions > 1:
+        text += f" ({r.low:.2f}–{r.high:.2f})"
+    if goals and case.goal is not None and case.goal.applies(params):
+        verdict = r.verdict(case.goal.ratio, case.lower_is_better)
+        text += f" {GOAL_MARKS[verdict]} goal {'≤' if case.lower_is_better else '≥'} {case.goal.ratio:g}×"
+    return text
 
 
 def _param(v: Any) -> str:
@@ -102,6 +112,10 @@ def _param(v: Any) -> str:
 
 
 def render(suite: Suite, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], directory: Path | None) -> str:
+    """The report's text (charts drawn into DIRECTORY/charts; none when it is None): the suite's own
+    renderer where it has one, else a table per case."""
+    if suite.render is not None:
+        return suite.render(rows, meta, directory)
     lines = [f"# {suite.title}", "", _machine_line(meta), ""]
     if meta.get("transports"):
         lines += [f"Transports in use: {meta['transports']}.", ""]
@@ -239,12 +253,7 @@ def _draw_timeline(plt: Any, chart: Any, case: Case, rows: Sequence[Mapping[str,
 def summary(directory: Path, suite: Suite | None = None) -> str:
     """The report's tables without charts, for the terminal."""
     rows, meta = load(directory)
-    if suite is None:
-        module = _suite(meta)
-        if not hasattr(module, "SUITE"):
-            return module.render(rows, meta)
-        suite = module.SUITE
-    return render(suite, rows, meta, None)
+    return render(suite or _suite(meta), rows, meta, None)
 
 
 def compare(before: Path, after: Path) -> str:
@@ -253,10 +262,9 @@ def compare(before: Path, after: Path) -> str:
     rows_b, meta_b = load(after)
     if meta_a["suite"] != meta_b["suite"]:
         raise ValueError(f"cannot compare a '{meta_a['suite']}' run with a '{meta_b['suite']}' run")
-    module = _suite(meta_a)
-    if not hasattr(module, "SUITE"):
+    suite = _suite(meta_a)
+    if not suite.cases:
         raise ValueError(f"suite '{meta_a['suite']}' has no declared columns to compare")
-    suite: Suite = module.SUITE
     lines = [f"# {suite.title}: {Path(after).name} vs {Path(before).name}", "",
              f"Before: {_machine_line(meta_a)}", "", f"After: {_machine_line(meta_b)}", ""]
     for case in suite.cases:

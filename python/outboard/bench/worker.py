@@ -19,18 +19,18 @@ OP_TIMEOUT_S = 60.0
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
-    from .. import _core, connect
+    from .. import _bench, connect
     from ..latency import transports
-    from .harness import summarize
+    from .stats import summarize
 
     if spec.get("core") is not None:
         os.sched_setaffinity(0, {int(spec["core"])})
     op, address, size = spec["op"], spec["agent"], int(spec["size"])
     if op == "session":
-        cold = _core.bench_session(address, size, 1, OP_TIMEOUT_S)  # the process's first: starts UCX too
+        cold = _bench.bench_session(address, size, 1, OP_TIMEOUT_S)  # the process's first: starts UCX too
         # UCX's context lives while any connection does: one kept open makes the rest warm connects.
         with connect(address):
-            runs = [_core.bench_session(address, size, int(spec["count"]), OP_TIMEOUT_S)
+            runs = [_bench.bench_session(address, size, int(spec["count"]), OP_TIMEOUT_S)
                     for _ in range(spec["trials"])]
         return {"connect_cold_us": cold["connect_us"], "connect_us": summarize([r["connect_us"] for r in runs]),
                 "stream_us": summarize([r["stream_us"] for r in runs]),
@@ -39,7 +39,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if op == "one_sided_bw":
         clients = [connect(address) for _ in range(int(spec.get("endpoints", 1)))]
         try:
-            r = _core.bench_one_sided_bandwidth([c.connection for c in clients], spec["put"], size, int(spec["ops"]),
+            r = _bench.bench_one_sided_bandwidth([c.connection for c in clients], spec["put"], size, int(spec["ops"]),
                                                 int(spec["iterations"]), int(spec["warmup"]),
                                                 bool(spec.get("reuse_buffer")), OP_TIMEOUT_S,
                                                 gpu_target=bool(spec.get("gpu_target")))
@@ -59,24 +59,24 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             time.sleep(max(0.0, start_at - time.time()))
         if op == "round_trips":
             t0 = time.perf_counter()
-            samples, mismatches = _core.bench_round_trips(client.connection, size, int(spec["iterations"]),
+            samples, mismatches = _bench.bench_round_trips(client.connection, size, int(spec["iterations"]),
                                                           int(spec["warmup"]), OP_TIMEOUT_S)
             out |= {"one_way_us": summarize(samples / 2), "rtt_us": summarize(samples), "mismatches": int(mismatches),
                     "seconds": time.perf_counter() - t0, "requests": len(samples)}
         elif op == "stream":
             reuse = bool(spec.get("reuse_payload"))
-            _core.bench_stream(client.connection, size, max(1, int(spec["count"]) // 10), reuse, OP_TIMEOUT_S)  # warm-up
-            trials = [_core.bench_stream(client.connection, size, int(spec["count"]), reuse, OP_TIMEOUT_S)
+            _bench.bench_stream(client.connection, size, max(1, int(spec["count"]) // 10), reuse, OP_TIMEOUT_S)  # warm-up
+            trials = [_bench.bench_stream(client.connection, size, int(spec["count"]), reuse, OP_TIMEOUT_S)
                       for _ in range(int(spec["trials"]))]
             out |= {"mib_s": summarize([t["bytes"] / t["seconds"] / 2**20 for t in trials]),
                     "msg_per_s": summarize([t["messages"] / t["seconds"] for t in trials]),
                     "verified": all(t["verified"] for t in trials)}
         elif op == "one_sided_lat":
             if spec.get("mirror"):
-                samples, mismatches = _core.bench_signal_ping_pong(client.connection, size, int(spec["iterations"]),
+                samples, mismatches = _bench.bench_signal_ping_pong(client.connection, size, int(spec["iterations"]),
                                                                    int(spec["warmup"]), OP_TIMEOUT_S)
             else:
-                samples, mismatches = _core.bench_one_sided_latency(client.connection, spec["notify"], size,
+                samples, mismatches = _bench.bench_one_sided_latency(client.connection, spec["notify"], size,
                                                                     int(spec["iterations"]), int(spec["warmup"]),
                                                                     OP_TIMEOUT_S)
             out |= {"rtt_us": summarize(samples), "one_way_us": summarize(samples / 2), "mismatches": int(mismatches)}

@@ -16,8 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .env import client_core, describe, peer_run, peer_unavailable, setup, transport_unavailable, worker
-from .harness import OURS, Case, Chart, Column, Impl, Measurement, Suite
+from ..env import client_core, describe, peer_run, peer_unavailable, setup, transport_unavailable, worker
+from ..declare import OURS, Case, Chart, Column, Goal, Impl, Measurement, Suite
 
 SIZES = [64, 128, 256, 512, 1024, 2048, 4096, 65536, 1 << 20]
 #: perftest's GPUNetIO comparison: 512 writes per iteration, 2048 iterations.
@@ -120,7 +120,7 @@ WRITE_BW = Case(
            Impl(OURS_ONE_BUFFER, _ours_bw(True, reuse_buffer=True), transport_unavailable),
            Impl("ucx_perftest", _peer_bw("ucp_put_bw"), peer_unavailable)],
     columns=BW_COLUMNS, reference="ucx_perftest", ratio_metric="bw_avg_mib_s", lower_is_better=False,
-    ours=OURS_ONE_BUFFER, also_ratio=(OURS,),
+    ours=OURS_ONE_BUFFER, also_ratio=(OURS,), goal=Goal(0.9, {"size": 4096}),
     notes="An iteration is 512 puts (fewer above 128 KiB: 64 MiB per iteration at most) then a flush; 2048 "
           "iterations on shared memory, 200 over TCP (fewer above 4 KiB); peak is the "
           "best iteration, average all bytes over all iterations. After the cell the agent checksums its region "
@@ -157,6 +157,7 @@ WRITE_LAT = Case(
     impls=[Impl(OURS_PING_PONG, _ours_lat(False, mirror=True), transport_unavailable),
            Impl(OURS, _ours_lat(True), transport_unavailable), Impl("ucx_perftest", _peer_put_lat, peer_unavailable)],
     columns=LAT_COLUMNS, reference="ucx_perftest", ratio_metric="t_us.p50", ours=OURS_PING_PONG, also_ratio=(OURS,),
+    goal=Goal(1.2),
     notes="Half a round trip, as perftest's write_lat. `outboard (put_signal ping-pong)` is perftest's protocol on "
           "our API, like for like with ucp_put_lat (its ratio, bold, is the goal's: ≤ 1.2× ucx_perftest): a "
           "put_signal() of the bytes into the agent's region, the signal word their last 8 (perftest's sequence "
@@ -190,6 +191,7 @@ SUITE = Suite(
             Chart("write_lat", "size", "t_us.p50", "write_lat typical (one-way)", "µs", logy=True, split=["transport"]),
             Chart("endpoints", "endpoints", "bw_avg_mib_s", "write_bw vs endpoints (4 KiB)", "MiB/s")],
     setup=setup, describe=describe,
+    help="one-sided write/read bandwidth and latency (perftest shape) vs ucx_perftest",
     notes="**Mapped regions.** On one host UCX maps the agent's region into the client's process "
           "(`ucp_rkey_ptr`), so our puts and gets there are CPU copies made in the call, and put_signal's signal "
           "a release store rather than UCX's fence (a full barrier) and a second put. ucx_perftest makes the "

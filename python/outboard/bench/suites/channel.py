@@ -12,8 +12,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .env import Env, client_core, describe, peer_run, peer_unavailable, setup, transport_unavailable, worker, workers
-from .harness import OURS, Case, Chart, Column, Impl, Measurement, Suite, median
+from ..env import Env, client_core, describe, peer_run, peer_unavailable, setup, transport_unavailable, worker, workers
+from ..declare import OURS, Case, Chart, Column, Goal, Impl, Measurement, Suite
+from ..stats import median
 
 SIZES = [0, 64, 128, 256, 512, 1024, 4080, 4096, 65535, 65536, 1 << 20]
 
@@ -109,7 +110,7 @@ LATENCY = Case(
     columns=[Column("p50 µs", "one_way_us.p50", 3), Column("p90 µs", "one_way_us.p90", 3),
              Column("p99 µs", "one_way_us.p99", 3), Column("max µs", "one_way_us.max", 1),
              Column("mean µs", "one_way_us.avg", 3)],
-    reference="ucx_perftest", ratio_metric="one_way_us.p50",
+    reference="ucx_perftest", ratio_metric="one_way_us.p50", goal=Goal(1.3, {"size": 64}),
     notes="Ours: every response compared with its request (distinct payloads). Frames up to ~240 B go into "
           "the peer's ring (its memory, mapped here through UCX on one host); `outboard (no rings)` sends every "
           "frame as a UCX active message, as frames of other sizes and hosts go. The peer's mean is its overall "
@@ -127,7 +128,7 @@ STREAMING = Case(
            Impl("ucx_perftest", _peer_stream, peer_unavailable)],
     columns=[Column("MiB/s p50", "mib_s.p50", 0), Column("MiB/s min", "mib_s.min", 0),
              Column("msg/s p50", "msg_per_s.p50", 0)],
-    reference="ucx_perftest", ratio_metric="mib_s.p50", lower_is_better=False,
+    reference="ucx_perftest", ratio_metric="mib_s.p50", lower_is_better=False, goal=Goal(0.8, {"size": 65536}),
     notes="Ours: messages posted (many in flight), timed from the first until the sink's tally (count, bytes, "
           "order-sensitive digest) is back, so every byte is delivered and checked inside the clock; p50 over "
           "trials. `outboard` sends distinct payloads cycling through 64 MiB; `outboard (one payload)` resends "
@@ -164,6 +165,6 @@ SUITE = Suite(
             Chart("sessions", "count", "per_message_us.p50", "Per-message cost vs messages per session",
                   "µs / message", logy=True),
             Chart("concurrent", "clients", "requests_per_s", "Aggregate request rate", "requests/s")],
-    setup=setup, describe=describe,
+    setup=setup, describe=describe, help="channel latency, streaming, set-up and concurrency vs ucx_perftest",
     notes="Agent and peer server pinned to one core, clients to another (when there are two). ucx_perftest "
           "runs on the same transport (UCX_TLS) in the same run; ratios are ours / ucx_perftest per cell.")

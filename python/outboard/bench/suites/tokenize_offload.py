@@ -32,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import _core
-from ..errors import BadConfig, Error
-from ..offload import SUBMIT_THREADS
-from .harness import summarize
+from ... import _bench, _core
+from ...errors import BadConfig, Error
+from ...offload import SUBMIT_THREADS
+from ..declare import Option, Options, Suite
+from ..stats import summarize
 
 PLACEMENTS = ("host", "agent", "auto")
 NATIVE_PLACEMENTS = ("host", "agent")  # the load test driven from C++ too (auto's policy is Python)
@@ -331,13 +332,13 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
                             {"requests": len(work), "failed": failed, "ids_differ": differ, "routed": routed})
                 progress()
         # The same schedule driven by C++ (a native server's shape): what the Python layer costs.
-        floor = _core.bench_open_loop_arrivals(floor_arrivals)["cpu_s"] * 1e6 / len(floor_arrivals)
+        floor = _bench.bench_open_loop_arrivals(floor_arrivals)["cpu_s"] * 1e6 / len(floor_arrivals)
         for p in NATIVE_PLACEMENTS:
             texts = [texts_for(payload, 1)[0].encode() for _ in arrivals]
             agent_cpu0 = client.stats()["cpu_ns"]
             timeout = pipe.tok[p].timeout
-            r = (_core.bench_open_loop_host(host._local._core, texts, arrivals, SUBMIT_THREADS, timeout) if p == "host"
-                 else _core.bench_open_loop_agent(client.connection, pipe.tok[p]._remote, texts, arrivals, timeout))
+            r = (_bench.bench_open_loop_host(host._local._core, texts, arrivals, SUBMIT_THREADS, timeout) if p == "host"
+                 else _bench.bench_open_loop_agent(client.connection, pipe.tok[p]._remote, texts, arrivals, timeout))
             agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
             differ = sum(int(sum_) != _core.checksum(host.encode_batch([t]).ids)
                          for t, sum_ in zip(texts, r["checksums"]) if sum_ != 0)
@@ -425,7 +426,7 @@ def _open_loop_asyncio(tok: Any, work: list[list[bytes]], arrivals: list[float],
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
-        timer = _core.ArrivalTimer()
+        timer = _bench.ArrivalTimer()
         arrived = loop.create_future()
         running: set[asyncio.Task[None]] = set()
         nxt = 0
@@ -509,29 +510,39 @@ def _cores(spec: str | None, default: list[int]) -> list[int]:
     return out
 
 
-def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | None, consumer_cores: str | None,
-        models: list[str], progress: bool = True, embed: str = "auto", load_payloads: list[int] | None = None) -> Path:
-    from .. import LocalAgent, connect, corpus
-    from .output import Results, run_dir
+def _payloads(quick: bool) -> list[int]:
+    return [1024, 8192, 65536] if quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 
+
+def _check(options: Options) -> None:
+    load_payloads = options.extra["load_payloads"] or [8192]
+    payloads = _payloads(options.quick)
+    if any(p not in payloads for p in load_payloads):
+        raise BadConfig(f"load payloads {load_payloads}: each must be one of the payload sweep's {payloads}")
+
+
+def _run(run: Any, env: Any) -> None:
+    """The suite's body (harness.Run): single requests, then the load test, per model."""
+    from ... import LocalAgent, connect, corpus
+
+    quick, agent, results = run.options.quick, run.options.agent, run.results
+    agent_cores, consumer_cores = run.options.extra["agent_cores"], run.options.extra["consumer_cores"]
+    models, embed = run.options.extra["models"], run.options.extra["embed"]
     cores = sorted(os.sched_getaffinity(0))
     half = max(1, len(cores) // 2)
     consumer = _cores(consumer_cores, cores[:half] if len(cores) >= 2 else cores)
     agent_side = _cores(agent_cores, cores[half:] if len(cores) >= 2 else cores)
-    payloads = [1024, 8192, 65536] if quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
-    load_payloads = load_payloads or [8192]
-    if any(p not in payloads for p in load_payloads):
-        raise BadConfig(f"load payloads {load_payloads}: each must be one of the payload sweep's {payloads}")
+    payloads = _payloads(quick)
+    load_payloads = run.options.extra["load_payloads"] or [8192]
     batches = [1, 8] if quick else [1, 4, 8, 16, 32]
     requests = 40 if quick else 300
     rates_frac = [0.25, 0.5, 1.0] if quick else [0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
     seconds = 0.5 if quick else 4.0
-    directory = run_dir("tokenize", out)
     command = ("outboard bench tokenize" + (" --quick" if quick else "") + f" --models {','.join(models)}"
                + (f" --embed {embed}" if embed != "auto" else "")
                + (f" --load-payloads {','.join(map(str, load_payloads))}" if load_payloads != [8192] else "")
                + f" --agent-cores {','.join(map(str, agent_side))} --consumer-cores {','.join(map(str, consumer))}")
-    results = Results(directory, "tokenize", {
+    results.meta.update({
         "consumer_cores": consumer, "agent_cores": agent_side if agent is None else "remote", "models": models,
         "embed_device": None, "command": command,
         "note": "emulated offload: agent and consumer share one noisy VM; ratios, not absolute times",
@@ -561,7 +572,8 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
         client = connect(agent, spin_us=0)  # a waiting consumer sleeps: its CPU is what we measure
         cells = len(models) * (len(payloads) + len(batches) + 1) + len(models) * len(load_payloads) * len(
             rates_frac) * (len(PLACEMENTS) + len(ASYNCIO_PLACEMENTS) + len(ENGINE_PLACEMENTS) + len(NATIVE_PLACEMENTS))
-        bar = _Progress(cells * 1, progress)
+        bar = run.progress
+        bar.expect(cells)
         for model in models:
             embedder = make_embedder(embed, GPT2_VOCAB if model == "gpt2" else 30522)
             results.meta["embed_device"] = embedder.device
@@ -569,12 +581,12 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
             for size in payloads:
                 single_requests(results, pipe, model, "corpus", size, 1, requests if size <= 16384 else requests // 3,
                                 corpus_texts, lambda: None)
-                bar.step()
+                bar.step(f"{model} single {size} B")
             for b in batches:
                 single_requests(results, pipe, model, "corpus", 8192, b, requests, corpus_texts, lambda: None)
-                bar.step()
+                bar.step(f"{model} single batch {b}")
             single_requests(results, pipe, model, "random-words", 8192, 1, requests, word_texts, lambda: None)
-            bar.step()
+            bar.step(f"{model} single random words")
             for size in load_payloads:
                 # Requests/s the consumer's cores tokenize back to back: the rates run past it, to saturation.
                 capacity = len(consumer) * 1e6 / _host_service_us(pipe.tok["host"], [
@@ -589,12 +601,6 @@ def run(*, quick: bool, out: str | None, agent: str | None, agent_cores: str | N
         gc.unfreeze()
         if local is not None:
             local.stop()
-    results.close()
-    report = render(results.rows, results.meta, directory)
-    (directory / "report.md").write_text(report)
-    print(report)
-    print(f"\nresults: {directory}/results.jsonl, report: {directory}/report.md")
-    return directory
 
 
 def _host_service_us(tok: Any, texts: list[bytes]) -> float:
@@ -607,19 +613,6 @@ def _host_service_us(tok: Any, texts: list[bytes]) -> float:
         tok.encode_batch([text])
         times.append((_now() - t0) / 1e3)
     return float(np.median(times))
-
-
-class _Progress:
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, 0, enabled
-        self.t0 = time.monotonic()
-
-    def step(self) -> None:
-        self.done += 1
-        if self.enabled:
-            print(f"\r[{self.done}/{self.total}] {time.monotonic() - self.t0:5.1f} s", end="", flush=True)
-            if self.done == self.total:
-                print()
 
 
 # ---- report
@@ -810,3 +803,47 @@ def _charts(rows: list[dict[str, Any]], model: str, directory: Path) -> list[Pat
         a1.legend()
         save(fig, f"load-{size // 1024}KB")
     return paths
+
+
+def brief(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The run in ten seconds, for the terminal: per model and placement, one 8 KB request's p50 and
+    the consumer's CPU for it, and how many requests (every one of the run, the load test's too)
+    gave ids that differ from the host placement's."""
+    lines = [f"Tokenization offload: consumer cores {meta.get('consumer_cores')}, agent cores "
+             f"{meta.get('agent_cores')}, embed on {meta.get('embed_device')}. One 8 KB request, p50:", "",
+             f"{'model':<20} {'placement':<10} {'8 KB p50 µs':>12} {'consumer CPU µs/req':>20}  ids differ"]
+    for model in meta.get("models", []):
+        for placement, r in _single(rows, model).items():
+            m = r["metrics"]
+            mine = [x for x in rows if x["impl"] == placement and x["params"].get("model") == model]
+            differ = sum(x["correctness"].get("ids_differ", 0) for x in mine)
+            requests = sum(x["correctness"].get("requests", 0) for x in mine)
+            lines.append(f"{model:<20} {placement:<10} {m['total_us']['p50']:>12.1f} "
+                         f"{m['consumer_cpu_us']['p50']:>20.1f}  {differ} of {requests} requests")
+    return "\n".join(lines)
+
+
+def _models(text: str) -> list[str]:
+    models = text.split(",")
+    if unknown := [m for m in models if m not in MODELS]:
+        raise BadConfig(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
+    return models
+
+
+def _byte_counts(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise BadConfig(f"--load-payloads: '{text}' is not a list of byte counts") from None
+
+
+SUITE = Suite(
+    name="tokenize", title="Tokenization offload", body=_run, check=_check, render=render, brief=brief,
+    help="tokenization offload: host vs agent vs auto, stages and load", quick_help="a short run (under two minutes)",
+    options=[Option("--agent-cores", "cores for the local agent (default: the upper half)"),
+             Option("--consumer-cores", "cores for this process (default: the lower half)"),
+             Option("--models", "gpt2, bert-base-uncased or both", default=",".join(MODELS), parse=_models),
+             Option("--load-payloads", "payloads of the load test, each one of the payload sweep's (default 8192)",
+                    parse=_byte_counts, metavar="BYTES,..."),
+             Option("--embed", "where the embedding lookup runs: torch on CUDA when present (auto), or numpy on the CPU",
+                    default="auto", choices=("auto", "numpy", "torch"))])

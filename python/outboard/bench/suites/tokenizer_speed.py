@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .harness import summarize
+from ...errors import BadConfig
+from ..declare import Option, Suite
+from ..stats import summarize
 
 CHUNK_BYTES = 8192
 
@@ -40,7 +41,7 @@ Peers = tuple[dict[str, Callable[[str], Any]], dict[str, str], str]
 
 def _bert_peers(tmp: Path) -> Peers:
     """BERT uncased: outboard, HF tokenizers (the reference; padding and truncation off) and tokie."""
-    from .. import Tokenizer, vocab
+    from ... import Tokenizer, vocab
 
     impls: dict[str, Callable[[str], Any]] = {}
     missing: dict[str, str] = {}
@@ -69,8 +70,8 @@ def _bert_peers(tmp: Path) -> Peers:
 
 def _gpt2_peers(tmp: Path) -> Peers:
     """GPT-2: outboard, tiktoken (the reference), HF tokenizers and fastokens."""
-    from .. import Tokenizer, vocab
-    from . import references
+    from ... import Tokenizer, vocab
+    from .. import references
 
     gpt2 = vocab.path("gpt2")
     impls: dict[str, Callable[[str], Any]] = {}
@@ -99,16 +100,18 @@ def _as_list(ids: Any) -> list[int]:
     return ids.tolist() if hasattr(ids, "tolist") else list(ids)
 
 
-def run(*, quick: bool, out: str | None, core: int | None, rounds: int, chunks_per_round: int,
-        threads: list[int], models: list[str], progress: bool = True) -> Path:
+def _run(run: Any, env: Any) -> None:
+    """The suite's body (harness.Run): every model's four measurements."""
+    quick, extra, results = run.options.quick, run.options.extra, run.results
+    core, rounds, chunks_per_round = extra["core"], extra["rounds"], extra["chunks"]
+    threads, models = extra["threads"], extra["models"]
     # Peers read these at import: one thread each on the pinned core.
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     os.environ.setdefault("RAYON_RS_NUM_THREADS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import importlib.metadata as md
 
-    from .. import Tokenizer, corpus
-    from .output import Results, run_dir
+    from ... import Tokenizer, corpus
 
     all_cores = sorted(os.sched_getaffinity(0))
     pin = core if core is not None else all_cores[-1]
@@ -120,38 +123,31 @@ def run(*, quick: bool, out: str | None, core: int | None, rounds: int, chunks_p
     random.Random(1).shuffle(chunks)
     need = rounds * chunks_per_round
     if len(chunks) < need:
-        raise SystemExit(f"corpus gives {len(chunks)} distinct chunks, {need} needed")
+        raise BadConfig(f"corpus gives {len(chunks)} distinct chunks, {need} needed")
     versions = {}
     for pkg in ("tiktoken", "tokenizers", "fastokens", "tokie"):
         try:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             pass
-    directory = run_dir("tokenizer", out)
-    results = Results(directory, "tokenizer", {
+    results.meta.update({
         "pinned_core": pin, "peers": versions, "missing": {}, "rounds": rounds,
         "chunks_per_round": chunks_per_round, "corpus_bytes": sum(len(d.encode()) for d in docs),
         "unicode": Tokenizer.unicode_version(), "models": models,
-        "command": "outboard bench tokenizer" + (" --quick" if quick else "") + f" --models {','.join(models)}",
     })
+    run.progress.expect(len(models) * (rounds + 3))
     with tempfile.TemporaryDirectory() as tmp:
         for model in models:
             impls, missing, reference = MODELS[model](Path(tmp))
             results.meta["missing"].update({f"{model}/{k}": v for k, v in missing.items()})
             _bench_model(results, model, impls, reference, docs, chunks[:need], rounds, chunks_per_round, pin,
-                         all_cores, threads, progress)
-    results.close()
-    report = render(results.rows, results.meta)
-    (directory / "report.md").write_text(report)
-    print(report)
-    print(f"\nresults: {directory}/results.jsonl, report: {directory}/report.md")
-    return directory
+                         all_cores, threads, run.progress.step)
 
 
 def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]], reference: str,
                  docs: list[str], chunks: list[str], rounds: int, chunks_per_round: int, pin: int,
-                 all_cores: list[int], threads: list[int], progress: bool) -> None:
-    from .. import Tokenizer
+                 all_cores: list[int], threads: list[int], progress: Callable[[str], None]) -> None:
+    from ... import Tokenizer
 
     # 1. 8 KB chunks: fresh chunks every round, implementations interleaved.
     samples: dict[str, list[float]] = {n: [] for n in impls}
@@ -174,9 +170,7 @@ def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]
             outputs[name] = [_as_list(x) for x in got]
         for name in impls:
             mismatches[name] += sum(a != b for a, b in zip(outputs[name], outputs[reference]))
-        if progress:
-            print(f"  {model} round {r + 1}/{rounds}: {len(batch)} fresh 8 KB chunks x {len(impls)} implementations",
-                  file=sys.stderr)
+        progress(f"{model} round {r + 1}/{rounds}: {len(batch)} fresh 8 KB chunks x {len(impls)} implementations")
     nbytes = sum(len(c.encode()) for c in chunks)
     for name in impls:
         results.add("chunk-8k", name, {"model": model, "chunks": len(chunks), "chunk_bytes": CHUNK_BYTES,
@@ -200,6 +194,7 @@ def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]
                      "tokens": sum(len(x) for x in doc_out[name])},
                     {"reference": reference, "mismatched_documents": bad, "compared": len(docs)})
     del doc_out
+    progress(f"{model} whole documents")
 
     # 3. encode_batch scaling with threads (all cores allowed).
     os.sched_setaffinity(0, set(all_cores))
@@ -214,6 +209,7 @@ def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]
                     {"mb_per_s": round(doc_bytes / dt / 1e6, 2), "speedup": round(base / dt, 2)},
                     {"tokens": int(len(ids))})
     os.sched_setaffinity(0, {pin})
+    progress(f"{model} encode_batch threads")
 
     # 4. Worst case: no spaces at all, growing sizes (linear means time/KiB stays flat).
     rng = random.Random(5)
@@ -227,6 +223,7 @@ def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]
             results.add("worst-case", name, {"model": model, "bytes": size, "input": "random letters, no spaces"},
                         {"ms": round(dt * 1000, 2), "us_per_kb": round(dt * 1e6 / (size / 1024), 2)},
                         {"reference": reference, "equal_to_reference": outs[name] == outs.get(reference, outs[name])})
+    progress(f"{model} worst case")
 
 
 def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | None = None) -> str:
@@ -271,3 +268,27 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
                          f"{'yes' if eq else 'NO'} |")
     lines += ["", f"Reproduce: `{meta['command']}` (git {meta['git']})."]
     return "\n".join(lines)
+
+
+def _models(text: str) -> list[str]:
+    models = list(MODELS) if text == "all" else text.split(",")
+    if unknown := [m for m in models if m not in MODELS]:
+        raise BadConfig(f"--models: unknown {unknown}; choose from {', '.join(MODELS)} or all")
+    return models
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise BadConfig(f"--threads: '{text}' is not a comma-separated list of integers") from None
+
+
+SUITE = Suite(
+    name="tokenizer", title="Tokenizer benchmark", body=_run, render=render, uses_agent=False,
+    help="GPT-2 BPE speed vs tiktoken, HF tokenizers and fastokens", quick_help="a short run (about a minute)",
+    options=[Option("--core", "core to pin to (default: the last one)", type=int),
+             Option("--rounds", "rounds of fresh chunks", default=3, type=int),
+             Option("--chunks", "distinct 8 KB chunks per round", default=200, type=int),
+             Option("--threads", "thread counts for encode_batch scaling", default="1,2", parse=_ints),
+             Option("--models", "gpt2, bert or all", default="all", parse=_models)])

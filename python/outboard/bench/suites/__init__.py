@@ -1,0 +1,1 @@
+"""One module per benchmark suite, each declaring a ``SUITE`` (see ../README.md)."""
