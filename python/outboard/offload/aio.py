@@ -10,16 +10,12 @@ from collections.abc import Callable
 
 from .. import _core
 from ..errors import Again, Error, TimedOut
-from .batch import Batch, Options, Outcome, Text
+from .batch import Batch, Finish, HostRunner, Options, Outcome, Text
 from .inflight import InFlight
 
 #: Seconds between an event loop's checks of its agent batches' deadlines and of the agent's
 #: liveness, while it has any (events wake it at once; these need the clock).
 LOOP_WATCH_S = 0.05
-
-Finish = Callable[[Outcome], None]
-#: Runs a host batch's work on a pool thread, then hands its outcome to a callback (on that thread).
-OnPool = Callable[[Callable[[], Batch], Finish], None]
 
 
 class LoopCompletions:
@@ -165,7 +161,7 @@ class LoopRoute:
     LoopCompletions, the host's on the tokenizer's pool, its outcome handed over on the loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, connection: _core.Connection | None,
-                 remote: _core.RemoteTokenizer | None, timeout: float, on_pool: OnPool) -> None:
+                 remote: _core.RemoteTokenizer | None, timeout: float, on_pool: HostRunner) -> None:
         self.loop = loop
         self._connection = connection
         self._remote = remote
@@ -188,13 +184,3 @@ class LoopRoute:
         if self._job is not None:
             completions, job = self._job
             completions.cancel(job)
-
-
-def settle(future: asyncio.Future[Batch], outcome: Outcome) -> None:
-    """Hands an outcome to the future awaited for it, unless its task gave up on it."""
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)

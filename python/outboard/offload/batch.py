@@ -3,13 +3,18 @@ is tokenized with."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from .. import _core
 from ..errors import Error, from_code
+
+if TYPE_CHECKING:
+    import asyncio
+    from concurrent.futures import Future
 
 Text = Union[str, bytes]
 
@@ -46,6 +51,10 @@ class Batch:
 
 #: How a batch ended: its Batch, or the error that failed it as a whole.
 Outcome = Union[Batch, BaseException]
+#: Where a batch's outcome goes, once.
+Finish = Callable[[Outcome], None]
+#: Runs a host batch's work somewhere (this thread, a pool thread) and hands its outcome on.
+HostRunner = Callable[[Callable[[], Batch], Finish], None]
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,17 @@ class Options:
         """The keyword arguments of the native calls (the agent's and the host's alike)."""
         return dict(allow_special=self.allow_special, utf8=self.utf8, add_special_tokens=self.add_special_tokens,
                     max_len=self.max_len, capacity=self.capacity)
+
+
+def settle(future: asyncio.Future[Batch] | Future[Batch], outcome: Outcome) -> None:
+    """Hands an outcome to the future (asyncio's or a thread's) it is awaited with, unless its caller
+    gave up on it."""
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 def agent_answer(ok: bool, result: tuple[Any, ...]) -> Batch | Error:

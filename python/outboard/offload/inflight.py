@@ -4,15 +4,11 @@ waiting for them."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from .. import _core
 from ..errors import Again, Error
-from .batch import Options, Outcome, Text, agent_answer
-
-#: Where an agent batch's answer goes: its Batch, or the error that failed it as a whole.
-Sink = Callable[[Outcome], None]
-
+from .batch import Finish, Options, Outcome, Text, agent_answer
 
 class InFlight:
     """Batches sent to the agent and not yet answered, over one native ``_core.Completions``.
@@ -27,14 +23,14 @@ class InFlight:
         self.connection = connection
         self._native = _core.Completions(connection)
         self._lock = threading.Lock()
-        self._sinks: dict[int, Sink] = {}
+        self._sinks: dict[int, Finish] = {}
         self._next_token = 0
 
     def __len__(self) -> int:
         """Batches expected and not yet answered."""
         return len(self._sinks)
 
-    def expect(self, sink: Sink) -> int:
+    def expect(self, sink: Finish) -> int:
         """A token to send a batch under, whose answer will go to ``sink``."""
         with self._lock:
             token, self._next_token = self._next_token, self._next_token + 1

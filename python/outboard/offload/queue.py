@@ -8,9 +8,8 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from ..errors import Error
 from ..tokenizer import Utf8Policy
-from .batch import Batch, Options, Outcome, Text
+from .batch import Batch, Finish, Options, Outcome, Text
 from .inflight import InFlight
 
 if TYPE_CHECKING:  # only for annotations: the tokenizer imports this module
@@ -103,11 +102,11 @@ class BatchQueue:
             inflight.connection.progress_until_idle(POLL_ROUNDS)
             inflight.take()
 
-    def _to_agent(self, texts: list[Text], options: Options, answered: Callable[[Outcome], None]) -> None:
+    def _to_agent(self, texts: list[Text], options: Options, answered: Finish) -> None:
         assert self._inflight is not None and self._tok._remote is not None
         self._inflight.send(self._inflight.expect(answered), self._tok._remote, texts, options, self._tok.timeout)
 
-    def _on_host(self, work: Callable[[], Batch], finish: Callable[[Outcome], None]) -> None:
+    def _on_host(self, work: Callable[[], Batch], finish: Finish) -> None:
         with self._ready:
             self._host_out += 1
 

@@ -15,10 +15,10 @@ from typing import Literal
 import numpy as np
 
 from .. import _core
-from ..errors import Error, InvalidArgument
+from ..errors import InvalidArgument
 from ..tokenizer import Tokenizer, Utf8Policy
 from . import aio
-from .batch import Batch, Options, Outcome, Text, host_batch
+from .batch import Batch, Finish, HostRunner, Options, Outcome, Text, host_batch, settle
 from .inflight import InFlight
 from .policy import AutoPolicy
 from .queue import BatchQueue
@@ -31,9 +31,6 @@ SUBMIT_THREADS = 4
 #: Seconds the collector of agent batches stays after the last one finished.
 COLLECT_WAIT_S = 0.2
 
-Finish = Callable[[Outcome], None]
-#: Runs a host batch's work somewhere (this thread, a pool thread) and hands its outcome on.
-HostRunner = Callable[[Callable[[], Batch], Finish], None]
 #: Sends a batch to the agent; its answer (or the error that failed it) goes to the callback.
 AgentSender = Callable[[list[Text], Options, Finish], None]
 
@@ -120,7 +117,7 @@ class OffloadTokenizer:
         options = self._options(max_len, allowed_special, utf8, add_special_tokens, capacity)
         future: Future[Batch] = Future()
         future.set_running_or_notify_cancel()
-        self._route(list(texts), options, functools.partial(_settle, future), host=self._on_pool,
+        self._route(list(texts), options, functools.partial(settle, future), host=self._on_pool,
                     agent=self._agent_collected)
         return future
 
@@ -137,7 +134,7 @@ class OffloadTokenizer:
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[Batch] = loop.create_future()
         route = aio.LoopRoute(loop, self._connection, self._remote, self.timeout, self._on_pool)
-        self._route(list(texts), options, functools.partial(aio.settle, ended), host=route.host, agent=route.agent)
+        self._route(list(texts), options, functools.partial(settle, ended), host=route.host, agent=route.agent)
         try:
             return await ended
         except asyncio.CancelledError:
@@ -278,13 +275,6 @@ def _run_here(work: Callable[[], Batch], finish: Finish) -> None:
 def _outcome(future: Future[Batch]) -> Outcome:
     failed = future.exception()
     return future.result() if failed is None else failed
-
-
-def _settle(future: Future[Batch], outcome: Outcome) -> None:
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
 
 
 def _output_memory(output: np.ndarray | None) -> np.ndarray | None:
