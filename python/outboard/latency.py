@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import _core
+from . import _bench, _core
 from .client import Client
 
 
@@ -26,7 +26,7 @@ class LatencyRow:
 
 
 def measure(client: Client, size: int, iterations: int, warmup: int, timeout: float = 10.0) -> LatencyRow:
-    samples, mismatches = _core.bench_round_trips(client.connection, size, iterations, warmup, timeout)
+    samples, mismatches = _bench.bench_round_trips(client.connection, size, iterations, warmup, timeout)
     s = _core.summarize(samples.tolist())
     return LatencyRow(size, s["count"], s["p50"], s["p90"], s["p99"], s["min"], s["max"], int(mismatches))
 

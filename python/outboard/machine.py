@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from . import _core
+from . import _bench, _core
 
 
 def _cpu_model() -> str:
@@ -41,7 +41,7 @@ def core_to_core() -> dict[str, Any] | None:
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         return None
-    ns = sorted(float(v) for v in _core.bench_core_to_core(cores[0], cores[1], CORE_TO_CORE_BATCHES,
+    ns = sorted(float(v) for v in _bench.bench_core_to_core(cores[0], cores[1], CORE_TO_CORE_BATCHES,
                                                             CORE_TO_CORE_ROUND_TRIPS, CORE_TO_CORE_TIMEOUT_S))
     return {"cores": cores[:2], "p50_ns": round(ns[len(ns) // 2], 1), "min_ns": round(ns[0], 1),
             "max_ns": round(ns[-1], 1)}

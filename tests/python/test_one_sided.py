@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import outboard
-from outboard import _core, errors
+from outboard import _bench, _core, errors
 
 
 def op(code: str, *args: int, tail: bytes = b"") -> bytes:
@@ -79,7 +79,7 @@ def test_a_gpu_region_is_refused_naming_why_where_ucx_has_no_cuda(client: outboa
     with pytest.raises(errors.Unsupported, match="GPU memory region of 4096 B: this UCX has no CUDA memory support"):
         client.request("memory", op("A", 4096, tail=b"\x01"))
     with pytest.raises(errors.Unsupported, match="GPU memory region of"):
-        _core.bench_one_sided_bandwidth([conn], True, 4096, 4, 2, 1, False, 10.0, gpu_target=True)
+        _bench.bench_one_sided_bandwidth([conn], True, 4096, 4, 2, 1, False, 10.0, gpu_target=True)
     remote = conn.import_region(client.request("memory", op("A", 4096)))  # the connection serves on
     data = _core.pattern(4096, seed=5)
     conn.put(remote, 0, data, 10.0)

@@ -1,0 +1,215 @@
+// outboard._core channel classes: Connection, Region, RemoteRegion.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include "common.h"
+#include "outboard/channel.h"
+
+namespace outboard {
+namespace {
+
+using namespace nb::literals;
+using ByteArray = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// A registered region and, for user memory, the array that owns it.
+struct PyRegion {
+  Region region;
+  nb::object owner;
+};
+
+}  // namespace
+
+void bind_channel(nb::module_& m) {
+  nb::class_<PyRegion>(m, "Region")
+      .def_prop_ro("size", [](const PyRegion& r) { return r.region.size(); })
+      .def_prop_ro("descriptor", [](const PyRegion& r) {
+        auto d = r.region.descriptor();
+        return nb::bytes(reinterpret_cast<const char*>(d.data()), d.size());
+      })
+      .def("array", [](PyRegion& r) {
+        return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(r.region.data(), {r.region.size()}, nb::find(&r));
+      }, "A numpy view of the region (no copy).");
+
+  nb::class_<RemoteRegion>(m, "RemoteRegion")
+      .def_prop_ro("size", &RemoteRegion::size)
+      .def_prop_ro("mapped", &RemoteRegion::mapped,
+                   "True when the peer's region is mapped into this process: one-sided calls are CPU copies.");
+
+  nb::class_<Connection>(m, "Connection")
+      .def_static(
+          "connect",
+          [](const std::string& address, uint64_t max_msg_size, double connect_timeout, uint64_t keepalive_ms,
+             uint32_t spin_us, bool map_peer_regions, uint32_t ring_slots, const std::string& session) {
+            ChannelConfig cfg;
+            cfg.session = session;
+            cfg.map_peer_regions = map_peer_regions;
+            cfg.ring_slots = ring_slots;
+            cfg.max_msg_size = max_msg_size;
+            cfg.connect_timeout_ms = static_cast<int64_t>(connect_timeout * 1000);
+            cfg.keepalive_ms = keepalive_ms;
+            cfg.spin_us = spin_us;
+            nb::gil_scoped_release release;
+            return unwrap(Connection::connect(address, cfg));
+          },
+          "address"_a, "max_msg_size"_a = ChannelConfig{}.max_msg_size, "connect_timeout"_a = 5.0,
+          "keepalive_ms"_a = ChannelConfig{}.keepalive_ms, "spin_us"_a = ChannelConfig{}.spin_us,
+          "map_peer_regions"_a = ChannelConfig{}.map_peer_regions, "ring_slots"_a = ChannelConfig{}.ring_slots,
+          "session"_a = "")
+      .def("request",
+           [](Connection& c, std::string_view service, nb::bytes payload, double timeout) {
+             Result<Buffer> r = [&] {
+               nb::gil_scoped_release release;
+               return c.request(service, view(payload), deadline_in(timeout));
+             }();
+             return to_bytes(unwrap(std::move(r)));
+           },
+           "service"_a, "payload"_a, "timeout"_a)
+      .def("send",
+           [](Connection& c, nb::bytes payload, std::string_view service, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.send(view(payload), deadline_in(timeout), service);
+             }
+             check(st);
+           },
+           "payload"_a, "service"_a, "timeout"_a)
+      .def("receive",
+           [](Connection& c, double timeout) {
+             Result<Incoming> r = [&] {
+               nb::gil_scoped_release release;
+               return c.receive(deadline_in(timeout));
+             }();
+             Incoming in = unwrap(std::move(r));
+             if (in.kind == Incoming::Kind::kNotify) return nb::make_tuple("notify", in.cookie, in.offset, in.length);
+             return nb::make_tuple("message", to_bytes(in.data));
+           },
+           "timeout"_a)
+      .def("progress", &Connection::progress, nb::call_guard<nb::gil_scoped_release>())
+      .def("progress_until_idle", &Connection::progress_until_idle, "max_rounds"_a,
+           nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("event_fd", &Connection::event_fd)
+      .def("arm",
+           [](Connection& c) {
+             nb::gil_scoped_release release;  // arm() progresses first
+             Status st = c.arm();
+             if (st.code() == Code::kAgain) return false;
+             check(st);
+             return true;
+           },
+           "Arms event_fd; False when events are pending (call progress instead of waiting).")
+      .def("submit",
+           [](Connection& c, std::string_view service, nb::bytes payload, double timeout, nb::callable done) {
+             // The callback runs inside progress() (GIL released there): take it back.
+             auto fn = std::make_shared<nb::object>(done);
+             check(c.submit(service, Buffer::copy_of(view(payload)), deadline_in(timeout),
+                            [fn](Result<Buffer> r) {
+                              nb::gil_scoped_acquire gil;
+                              if (r.ok())
+                                (*fn)(to_bytes(r.value()), nb::none());
+                              else
+                                (*fn)(nb::none(), nb::module_::import_("outboard.errors")
+                                                      .attr("from_code")(static_cast<int>(r.status().code()),
+                                                                         r.status().message()));
+                              fn->reset();
+                            }));
+           },
+           "service"_a, "payload"_a, "timeout"_a, "done"_a,
+           "Asynchronous request: done(response, error) runs from progress(). Raises Again without credit.")
+      .def("close", &Connection::close, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("is_open", &Connection::is_open)
+      .def_prop_ro("close_reason", [](const Connection& c) { return c.close_reason().to_string(); })
+      .def_prop_ro("peer_max_msg_size", &Connection::peer_max_msg_size)
+      .def_prop_ro("peer_services", &Connection::peer_services)
+      .def_prop_ro("agent_info",
+                   [](const Connection& c) {
+                     nb::dict info;
+                     for (const auto& [name, value] : c.agent_info()) info[name.c_str()] = value;
+                     return info;
+                   })
+      .def_prop_ro("send_credits", &Connection::send_credits)
+      .def_prop_ro("lanes", &Connection::lanes)
+      .def("register_memory",
+           [](Connection& c, ByteArray array) {
+             auto r = c.register_memory(array.data(), array.size());
+             return PyRegion{unwrap(std::move(r)), nb::cast(array)};
+           },
+           "array"_a, nb::keep_alive<0, 1>())
+      .def("allocate_memory", [](Connection& c, size_t size) { return PyRegion{unwrap(c.allocate_memory(size)), {}}; },
+           "size"_a)
+      .def("import_region", [](Connection& c, nb::bytes d) { return unwrap(c.import_region(view(d))); }, "descriptor"_a)
+      .def("put",
+           [](Connection& c, const RemoteRegion& r, uint64_t offset, nb::bytes data, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.put(r, offset, view(data), deadline_in(timeout));
+             }
+             check(st);
+           },
+           "region"_a, "offset"_a, "data"_a, "timeout"_a)
+      .def("get",
+           [](Connection& c, const RemoteRegion& r, uint64_t offset, size_t size, double timeout) {
+             Buffer out(size);
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.get(r, offset, out.span(), deadline_in(timeout));
+             }
+             check(st);
+             return to_bytes(out);
+           },
+           "region"_a, "offset"_a, "size"_a, "timeout"_a)
+      .def("flush",
+           [](Connection& c, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.flush(deadline_in(timeout));
+             }
+             check(st);
+           },
+           "timeout"_a)
+      .def("put_notify",
+           [](Connection& c, const RemoteRegion& r, uint64_t offset, nb::bytes data, uint64_t cookie, double timeout,
+              std::string_view service) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.put_notify(r, offset, view(data), cookie, deadline_in(timeout), service);
+             }
+             check(st);
+           },
+           "region"_a, "offset"_a, "data"_a, "cookie"_a, "timeout"_a, "service"_a = "")
+      .def("put_signal",
+           [](Connection& c, const RemoteRegion& r, uint64_t offset, nb::bytes data, uint64_t signal_offset,
+              uint64_t signal, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.put_signal(r, offset, view(data), signal_offset, signal, deadline_in(timeout));
+             }
+             check(st);
+           },
+           "region"_a, "offset"_a, "data"_a, "signal_offset"_a, "signal"_a, "timeout"_a,
+           "Put, then the 8-byte signal, ordered: a peer polling the signal word sees the data.")
+      .def("wait_signal",
+           [](Connection& c, const PyRegion& r, uint64_t offset, uint64_t at_least, double timeout) {
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = c.wait_signal(r.region, offset, at_least, deadline_in(timeout));
+             }
+             check(st);
+           },
+           "region"_a, "offset"_a, "at_least"_a, "timeout"_a,
+           "Busy-polls until the 8-byte word at offset of our region is at least at_least (a peer's put_signal).")
+      .def("fence", [](Connection& c) { check(c.fence()); });
+}
+
+}  // namespace outboard

@@ -1,0 +1,291 @@
+// outboard._core tokenizer classes: Tokenizer (in this process), and
+// RemoteTokenizer with its Completions (on an agent).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "common.h"
+#include "outboard/channel.h"
+#include "outboard/tokenize_client.h"
+#include "outboard/tokenizer.h"
+
+namespace outboard {
+namespace {
+
+using namespace nb::literals;
+using IdInput = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+EncodeOptions encode_options(bool allow_special, bool ordinary, std::string_view utf8, bool add_special_tokens) {
+  EncodeOptions o;
+  o.allow_special = allow_special;
+  o.ordinary = ordinary;
+  o.add_special_tokens = add_special_tokens;
+  if (utf8 == "replace") o.utf8 = Utf8Policy::kReplace;
+  else if (utf8 != "strict") raise({Code::kInvalidArgument, "utf8 policy '" + std::string(utf8) + "' is not 'strict' or 'replace'"});
+  return o;
+}
+
+// Per text: None, or (code, message) for a text that failed.
+nb::list errors_to_python(std::span<const Status> statuses) {
+  nb::list errors;
+  for (const Status& st : statuses)
+    errors.append(st.ok() ? nb::object(nb::none()) : nb::object(nb::make_tuple(static_cast<int>(st.code()), st.message())));
+  return errors;
+}
+
+// (ids viewing the registered buffer, offsets, per-text None or (code, message), agent timing).
+nb::tuple batch_to_python(EncodedBatch b) {
+  // The ids stay where the agent wrote them; the array holds the slots.
+  auto* hold = new std::shared_ptr<const void>(b.keepalive());
+  nb::capsule owner(hold, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
+  nb::ndarray<nb::numpy, const int32_t, nb::ndim<1>> ids(b.ids().data(), {b.ids().size()}, owner);
+  nb::list errors = errors_to_python(b.errors());
+  const AgentTiming& tm = b.timing();
+  nb::dict timing;
+  timing["queued_before"] = tm.queued_before;
+  timing["queue_ns"] = tm.queue_ns;
+  timing["tokenize_ns"] = tm.tokenize_ns;
+  timing["cpu_ns"] = tm.cpu_ns;
+  timing["put_ns"] = tm.put_ns;
+  std::vector<uint64_t> offsets = b.offsets();
+  return nb::make_tuple(ids, to_numpy(std::move(offsets)), errors, timing);
+}
+
+// Batches submitted without waiting, finished by whoever progresses the
+// connection and collected here by token. Completion callbacks run under the
+// connection's lock, so they only queue (into state they share, which outlives
+// this object if it goes first): Python is touched in collect(), after the
+// lock is let go.
+class Completions {
+ public:
+  explicit Completions(Connection& c) : conn_(c), queue_(std::make_shared<Queue>()) {}
+
+  void submit(RemoteTokenizer& t, uint64_t token, std::span<const std::string_view> texts, const OffloadOptions& o,
+              Deadline deadline, Connection::Credit credit) {
+    auto done = [q = queue_, token, &conn = conn_](Result<EncodedBatch> r) {
+      {
+        std::lock_guard lock(q->mu);
+        q->done.emplace_back(token, std::move(r));
+      }
+      // Finished by another thread's progress: the collector may be asleep.
+      if (std::this_thread::get_id() != q->collector.load(std::memory_order_relaxed)) conn.wake();
+    };
+    check(t.submit(texts, o, deadline, std::move(done), credit));
+  }
+
+  nb::list collect(double timeout) {
+    {
+      nb::gil_scoped_release release;
+      queue_->collector.store(std::this_thread::get_id(), std::memory_order_relaxed);
+      auto any = [q = queue_.get()] {
+        std::lock_guard lock(q->mu);
+        return !q->done.empty();
+      };
+      if (!any()) (void)conn_.wait_until(deadline_in(timeout), any);
+    }
+    return take();
+  }
+
+  // What an event loop calls once it has progressed the connection itself.
+  nb::list take() {
+    std::vector<std::pair<uint64_t, Result<EncodedBatch>>> ready;
+    queue_->collector.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    {
+      std::lock_guard lock(queue_->mu);
+      ready.swap(queue_->done);
+    }
+    nb::list out;
+    for (auto& [token, r] : ready) {
+      const bool ok = r.ok();
+      nb::object result = ok ? nb::object(batch_to_python(std::move(r).value()))
+                             : nb::object(nb::make_tuple(static_cast<int>(r.status().code()), r.status().message()));
+      out.append(nb::make_tuple(token, ok, result));
+    }
+    return out;
+  }
+
+ private:
+  struct Queue {
+    std::mutex mu;
+    std::atomic<std::thread::id> collector;
+    std::vector<std::pair<uint64_t, Result<EncodedBatch>>> done;
+  };
+  Connection& conn_;
+  std::shared_ptr<Queue> queue_;
+};
+
+}  // namespace
+
+void bind_tokenizer(nb::module_& m) {
+  nb::class_<Tokenizer>(m, "Tokenizer")
+      .def_static("from_tiktoken",
+                  [](const std::string& path, std::vector<std::pair<std::string, int32_t>> specials) {
+                    return unwrap(Tokenizer::from_tiktoken(path, std::move(specials)));
+                  },
+                  "path"_a, "specials"_a = std::vector<std::pair<std::string, int32_t>>{})
+      .def_static("from_vocab_merges",
+                  [](const std::string& vocab, const std::string& merges) {
+                    return unwrap(Tokenizer::from_vocab_merges(vocab, merges));
+                  },
+                  "vocab_json"_a, "merges_txt"_a)
+      .def_static("bert_wordpiece",
+                  [](const std::string& vocab, bool lowercase, int strip_accents) {
+                    WordPieceOptions o;
+                    o.lowercase = lowercase;
+                    o.strip_accents = strip_accents;
+                    return unwrap(Tokenizer::bert_wordpiece(vocab, o));
+                  },
+                  "vocab_txt"_a, "lowercase"_a = true, "strip_accents"_a = -1)
+      .def_static("from_tokenizer_json",
+                  [](const std::string& path) { return unwrap(Tokenizer::from_tokenizer_json(path)); }, "path"_a)
+      .def_prop_ro("config_report", [](const Tokenizer& t) { return std::string(t.config_report()); })
+      .def("encode",
+           [](const Tokenizer& t, nb::handle text, bool allow_special, bool ordinary, std::string_view utf8,
+              bool add_special_tokens) {
+             std::string_view view = text_view(text);
+             EncodeOptions o = encode_options(allow_special, ordinary, utf8, add_special_tokens);
+             std::vector<int32_t> ids;
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = t.encode(view, ids, o);
+             }
+             check(st);
+             return to_numpy(std::move(ids));
+           },
+           "text"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
+           "add_special_tokens"_a = false)
+      .def("encode_batch",
+           [](const Tokenizer& t, nb::list texts, bool allow_special, bool ordinary, std::string_view utf8,
+              unsigned threads, bool add_special_tokens) {
+             std::vector<std::string_view> views;
+             views.reserve(texts.size());
+             for (nb::handle h : texts) views.push_back(text_view(h));  // the list keeps them alive
+             EncodeOptions o = encode_options(allow_special, ordinary, utf8, add_special_tokens);
+             std::vector<int32_t> ids;
+             std::vector<uint64_t> offsets;
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = t.encode_batch(views, ids, offsets, o, threads);
+             }
+             check(st);
+             return nb::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(offsets)));
+           },
+           "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict", "threads"_a = 1,
+           "add_special_tokens"_a = false)
+      .def("encode_each",
+           [](const Tokenizer& t, nb::list texts, bool allow_special, bool ordinary, std::string_view utf8,
+              bool add_special_tokens, uint64_t max_len, uint64_t capacity, uint64_t max_text_bytes) {
+             std::vector<std::string_view> views;
+             views.reserve(texts.size());
+             for (nb::handle h : texts) views.push_back(text_view(h));  // the list keeps them alive
+             EncodeOptions o = encode_options(allow_special, ordinary, utf8, add_special_tokens);
+             TextLimits limits;
+             limits.max_text_bytes = max_text_bytes;
+             limits.max_len = max_len;
+             if (capacity != 0) limits.capacity = capacity;
+             std::vector<int32_t> ids;
+             std::vector<uint64_t> offsets;
+             std::vector<Status> statuses;
+             {
+               nb::gil_scoped_release release;
+               statuses = t.encode_each(views, ids, offsets, o, limits);
+             }
+             return nb::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(offsets)), errors_to_python(statuses));
+           },
+           "texts"_a, nb::kw_only(), "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
+           "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "max_text_bytes"_a,
+           "Per text, what an agent's tokenize service does: (ids, offsets, per-text None or (code, message)); "
+           "0 is no limit for max_len and capacity.")
+      .def("decode",
+           [](const Tokenizer& t, IdInput ids) {
+             auto r = t.decode({ids.data(), ids.size()});
+             std::string s = unwrap(std::move(r));
+             return nb::bytes(s.data(), s.size());
+           },
+           "ids"_a)
+      .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
+      .def("special_id", &Tokenizer::special_id, "text"_a)
+      .def_static("unicode_version", [] { return std::string(Tokenizer::unicode_version()); });
+
+  nb::class_<RemoteTokenizer>(m, "RemoteTokenizer")
+      .def_static(
+          "open",
+          [](Connection& c, const std::string& name, double timeout, uint64_t pool_ids, nb::object output) {
+            OutputMemory memory;
+            if (!output.is_none()) {
+              auto ids = nb::cast<nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(output);
+              memory.ids = {ids.data(), ids.shape(0)};
+              // Batches may outlive the tokenizer, and their last view may go on any thread.
+              memory.owner = std::shared_ptr<void>(output.release().ptr(), [](void* o) {
+                if (!Py_IsInitialized()) return;
+                nb::gil_scoped_acquire gil;
+                Py_DECREF(static_cast<PyObject*>(o));
+              });
+            }
+            Result<std::unique_ptr<RemoteTokenizer>> r = Status();
+            {
+              nb::gil_scoped_release release;
+              r = memory.owner ? RemoteTokenizer::open(c, name, deadline_in(timeout), std::move(memory))
+                               : RemoteTokenizer::open(c, name, deadline_in(timeout), pool_ids);
+            }
+            return unwrap(std::move(r));
+          },
+          "connection"_a, "name"_a, "timeout"_a, "pool_ids"_a = uint64_t{1} << 22, "output"_a = nb::none(),
+          nb::keep_alive<0, 1>(),
+          "`output`: a writable 1-D int32 array (pinned host memory, say) the ids land in first.")
+      .def_prop_ro("vocab_size", &RemoteTokenizer::vocab_size)
+      .def(
+          "encode_batch",
+          [](RemoteTokenizer& t, nb::list texts, bool allow_special, bool ordinary, std::string_view utf8,
+             bool add_special_tokens, uint32_t max_len, uint64_t capacity, double timeout) {
+            std::vector<std::string_view> views = text_views(texts);
+            OffloadOptions o{encode_options(allow_special, ordinary, utf8, add_special_tokens), max_len, capacity};
+            Result<EncodedBatch> r = Status();
+            {
+              nb::gil_scoped_release release;
+              r = t.encode_batch(views, o, deadline_in(timeout));
+            }
+            return batch_to_python(unwrap(std::move(r)));
+          },
+          "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
+          "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "timeout"_a = 10.0,
+          "(ids viewing the registered buffer, offsets, per-text None or (code, message), agent timing).")
+      .def(
+          "submit",
+          [](RemoteTokenizer& t, Completions& into, uint64_t token, nb::list texts, bool allow_special, bool ordinary,
+             std::string_view utf8, bool add_special_tokens, uint32_t max_len, uint64_t capacity, double timeout,
+             bool wait_credit) {
+            std::vector<std::string_view> views = text_views(texts);
+            OffloadOptions o{encode_options(allow_special, ordinary, utf8, add_special_tokens), max_len, capacity};
+            nb::gil_scoped_release release;  // a new slab may take a round trip
+            into.submit(t, token, views, o, deadline_in(timeout),
+                        wait_credit ? Connection::Credit::kWait : Connection::Credit::kFail);
+          },
+          "completions"_a, "token"_a, "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
+          "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "timeout"_a = 10.0,
+          "wait_credit"_a = true,
+          "encode_batch without waiting: the result is collected from `completions` under `token`. Without "
+          "wait_credit, raises Again (nothing sent) when the agent's window is full.");
+
+  nb::class_<Completions>(m, "Completions")
+      .def(nb::init<Connection&>(), "connection"_a, nb::keep_alive<1, 2>())
+      .def("collect", &Completions::collect, "timeout"_a,
+           "[(token, ok, result)] of batches finished since the last call, waiting up to `timeout` s (driving the "
+           "connection) for one; result is encode_batch's tuple, or (code, message).")
+      .def("take", &Completions::take,
+           "collect() for an event loop that progresses the connection itself: what is ready, never waiting. "
+           "Batches finished by other threads wake the connection's event_fd.");
+
+}
+
+}  // namespace outboard
