@@ -56,6 +56,11 @@ class [[nodiscard]] Status {
 
 inline Status ok_status() { return {}; }
 
+namespace detail {
+/// Prints "check failed: <condition> at <file>:<line>: <message>" and aborts.
+[[noreturn]] void check_failed(const char* condition, const char* file, int line, std::string_view message = {});
+}  // namespace detail
+
 /// A value or the Status that explains why there is none.
 template <typename T>
 class [[nodiscard]] Result {
@@ -66,17 +71,32 @@ class [[nodiscard]] Result {
 
   [[nodiscard]] bool ok() const { return std::holds_alternative<T>(v_); }
   [[nodiscard]] Status status() const { return ok() ? Status() : std::get<Status>(v_); }
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  /// The value; a Result that holds an error is misuse (OB_CHECK).
+  T& value() & { return check_value(), std::get<T>(v_); }
+  const T& value() const& { return check_value(), std::get<T>(v_); }
+  T&& value() && { return check_value(), std::get<T>(std::move(v_)); }
   T* operator->() { return &value(); }
   T& operator*() & { return value(); }
 
  private:
+  void check_value() const {
+    if (!ok()) [[unlikely]]
+      detail::check_failed("ok()", __FILE__, __LINE__, "value() of " + std::get<Status>(v_).to_string());
+  }
   std::variant<T, Status> v_;
 };
 
 }  // namespace outboard
+
+/// A broken precondition, which only a programming error can cause (a
+/// moved-from handle, value() of an error), aborts naming file:line. Bad
+/// input and lost peers return a Status instead: misuse aborts, failure
+/// returns. `OB_CHECK(cond)` or `OB_CHECK(cond, message)`.
+#define OB_CHECK(cond, ...)                                                                  \
+  do {                                                                                       \
+    if (!(cond)) [[unlikely]]                                                                \
+      ::outboard::detail::check_failed(#cond, __FILE__, __LINE__ __VA_OPT__(, ) __VA_ARGS__); \
+  } while (0)
 
 #define OB_CONCAT_INNER(a, b) a##b
 #define OB_CONCAT(a, b) OB_CONCAT_INNER(a, b)

@@ -201,10 +201,8 @@ size_t Graph::instance_state_bytes() const {
 Instance::Instance(std::unique_ptr<InstanceRun> run) : run_(std::move(run)) { run_->self = this; }
 
 Instance::~Instance() {
-  if (run_ && run_->in_flight.load(std::memory_order_acquire)) {
-    OB_LOG_CRIT("instance of graph '%s' destroyed while in flight", run_->layout->name.c_str());
-    std::abort();
-  }
+  OB_CHECK(!run_ || !run_->in_flight.load(std::memory_order_acquire),
+           "instance of graph '" + run_->layout->name + "' destroyed while in flight");
   // A completion may still be finishing its last touch (the run counter).
   while (run_ && run_->completed.load(std::memory_order_acquire) != run_->submitted.load(std::memory_order_acquire))
     std::this_thread::yield();

@@ -1,6 +1,8 @@
 #include "outboard/status.h"
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 namespace outboard {
 
@@ -41,5 +43,16 @@ Status Status::with_context(std::string_view context) const {
   if (ok()) return *this;
   return {code_, std::string(context) + ": " + message_};
 }
+
+namespace detail {
+
+void check_failed(const char* condition, const char* file, int line, std::string_view message) {
+  std::fprintf(stderr, "outboard: check failed: %s at %s:%d%s%.*s\n", condition, file, line,
+               message.empty() ? "" : ": ", static_cast<int>(message.size()), message.data());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace detail
 
 }  // namespace outboard

@@ -29,6 +29,16 @@ TEST(StatusTest, CodesAndMessagesPropagate) {
   EXPECT_EQ(code_name(Code::kShutDown), "shut down");
 }
 
+// Misuse aborts naming the condition and where; failure returns a Status.
+TEST(StatusDeathTest, ValueOfAnErrorAndABrokenCheckAbortNamingWhere) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Result<int> none = Status{Code::kNotFound, "no such thing"};
+  EXPECT_DEATH((void)none.value(), "check failed: ok\\(\\) at .*status.h:[0-9]+: value\\(\\) of not found: no such thing");
+  const int limit = 3;
+  EXPECT_DEATH(OB_CHECK(limit > 4, "limit is " + std::to_string(limit)), "check failed: limit > 4 at .*util_test.cpp:[0-9]+: limit is 3");
+  OB_CHECK(limit == 3);  // holds: nothing happens
+}
+
 TEST(StatsTest, NearestRankPercentiles) {
   std::vector<double> v;
   for (int i = 100; i >= 1; --i) v.push_back(i);
