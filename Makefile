@@ -18,12 +18,18 @@ SANITIZER_ENV := UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
 
-.PHONY: run test bootstrap build vocab test-cpp test-asan test-tsan test-fuzz fuzz fuzz-build test-ucx122 test-python clean
+.PHONY: run test check bootstrap build vocab test-cpp test-asan test-tsan test-fuzz fuzz fuzz-build test-ucx122 test-python clean
 
 run: build vocab
 	$(VENV)/bin/outboard run
 
 test: build vocab test-cpp test-asan test-tsan test-ucx122 test-fuzz test-python
+
+# The inner loop, about two minutes: an incremental build, the C++ unit tests,
+# and the Python tests not marked slow (tests/python/conftest.py says which).
+check: build vocab
+	ctest --test-dir $(BUILD) --output-on-failure -j2 --timeout 180
+	$(PY) -m pytest -q -m "not slow"
 
 bootstrap:
 	@scripts/bootstrap.sh

@@ -8,6 +8,16 @@ import pytest
 
 import outboard
 
+#: Test files `make check` leaves to `make test`: they run benchmarks, start hundreds of
+#: clients, or tokenize whole corpora.
+SLOW = ("test_bench_", "test_hostile", "exactness")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(part.startswith(SLOW) for part in item.path.parts[-2:]):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture
 def start_agent() -> Iterator[Callable[..., outboard.LocalAgent]]:
