@@ -271,60 +271,15 @@ void Connection::Impl::deliver_deferred(const FrameHeader& h, Buffer data, const
   if (state != State::kClosed) deliver(h, std::move(data), error);
 }
 
+// A frame in order: its credits first, then what its type asks for.
 void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& error) {
-  send_msgs += h.credit_msgs;
-  send_bytes += h.credit_bytes;
-  if (h.credit_msgs) {
-    want_sent = false;
-    auto waiters = std::move(credit_waiters);
-    credit_waiters.clear();
-    for (auto& fn : waiters) hub->defer(std::move(fn));
-  }
-  if (counters && (h.type == FrameType::kMessage || h.type == FrameType::kRequest)) {
-    ++counters->messages_in;
-    counters->bytes_in += data.size();
-  }
+  take_credits(h);
   switch (h.type) {
     case FrameType::kMessage:
     case FrameType::kRequest:
-      if (!error.ok()) {
-        if (counters) ++counters->errors;
-        OB_LOG_WARN("connection %u: %s", local_id, error.to_string().c_str());
-        if (h.type == FrameType::kRequest) {
-          open_requests.emplace(h.id, 0);
-          respond(h.id, error);
-        } else {
-          consumed(0);
-        }
-        return;
-      }
-      if (on_service) {
-        if (h.type == FrameType::kRequest) {
-          if (!admit_request(h.id, data.size())) return;
-        } else if (h.service == channel::kNoService) {
-          if (counters) ++counters->errors;
-          OB_LOG_WARN("connection %u: one-way message names no service; dropped", local_id);
-          return consumed(data.size());
-        } else {
-          open_messages.emplace(h.seq, data.size());
-        }
-        return on_service(*this, h, std::move(data));
-      }
-      if (h.type == FrameType::kRequest) {
-        open_requests.emplace(h.id, data.size());
-        return respond(h.id, Status(Code::kUnsupported, "this side serves no requests"));
-      }
-      inbox.push_back(Incoming{Incoming::Kind::kMessage, std::move(data)});
-      return;
+      return deliver_message(h, std::move(data), error);
     case FrameType::kNotify:
-      if (on_service && h.service != channel::kNoService) {
-        open_messages.emplace(h.seq, 0);
-        return on_service(*this, h, std::move(data));
-      }
-      // The payload is the notified length (8 bytes).
-      inbox.push_back(Incoming{Incoming::Kind::kNotify, {}, h.id, h.arg, 0});
-      if (data.size() == 8) std::memcpy(&inbox.back().length, data.data(), 8);
-      return;
+      return deliver_notify(h, std::move(data));
     case FrameType::kResponse:
       if (h.status == 0) return complete_request(h.id, std::move(data));
       return complete_request(
@@ -336,16 +291,78 @@ void Connection::Impl::deliver(const FrameHeader& h, Buffer data, const Status& 
         maybe_return_credits();
       }
       return;
-    case FrameType::kClose: {
-      // The peer's words, escaped: they reach logs and the other side's errors.
-      const std::string msg = printable({reinterpret_cast<const char*>(data.data()), data.size()}, kMaxCloseReason);
-      const Code code = h.status == 0 || !known_code(h.status) ? Code::kNotConnected : static_cast<Code>(h.status);
-      return fail(Status(code, "peer " + peer_address + " closed the connection" +
-                                   (msg.empty() ? "" : ": " + msg)));
-    }
+    case FrameType::kClose:
+      return deliver_close(h, data);
     case FrameType::kDoorbell:  // the hub drops them: never delivered
       return;
   }
+}
+
+// Credits the peer returned; senders waiting for them run from progress().
+void Connection::Impl::take_credits(const FrameHeader& h) {
+  send_msgs += h.credit_msgs;
+  send_bytes += h.credit_bytes;
+  if (h.credit_msgs) {
+    want_sent = false;
+    auto waiters = std::move(credit_waiters);
+    credit_waiters.clear();
+    for (auto& fn : waiters) hub->defer(std::move(fn));
+  }
+}
+
+// A message or request: refused (a frame that failed to arrive whole), handed
+// to the service it names, or queued for receive().
+void Connection::Impl::deliver_message(const FrameHeader& h, Buffer data, const Status& error) {
+  if (counters) {
+    ++counters->messages_in;
+    counters->bytes_in += data.size();
+  }
+  if (!error.ok()) {
+    if (counters) ++counters->errors;
+    OB_LOG_WARN("connection %u: %s", local_id, error.to_string().c_str());
+    if (h.type == FrameType::kRequest) {
+      open_requests.emplace(h.id, 0);
+      respond(h.id, error);
+    } else {
+      consumed(0);
+    }
+    return;
+  }
+  if (on_service) {
+    if (h.type == FrameType::kRequest) {
+      if (!admit_request(h.id, data.size())) return;
+    } else if (h.service == channel::kNoService) {
+      if (counters) ++counters->errors;
+      OB_LOG_WARN("connection %u: one-way message names no service; dropped", local_id);
+      return consumed(data.size());
+    } else {
+      open_messages.emplace(h.seq, data.size());
+    }
+    return on_service(*this, h, std::move(data));
+  }
+  if (h.type == FrameType::kRequest) {
+    open_requests.emplace(h.id, data.size());
+    return respond(h.id, Status(Code::kUnsupported, "this side serves no requests"));
+  }
+  inbox.push_back(Incoming{Incoming::Kind::kMessage, std::move(data)});
+}
+
+// A one-sided write's notification: to the service it names, or receive()'s.
+void Connection::Impl::deliver_notify(const FrameHeader& h, Buffer data) {
+  if (on_service && h.service != channel::kNoService) {
+    open_messages.emplace(h.seq, 0);
+    return on_service(*this, h, std::move(data));
+  }
+  // The payload is the notified length (8 bytes).
+  inbox.push_back(Incoming{Incoming::Kind::kNotify, {}, h.id, h.arg, 0});
+  if (data.size() == 8) std::memcpy(&inbox.back().length, data.data(), 8);
+}
+
+void Connection::Impl::deliver_close(const FrameHeader& h, const Buffer& data) {
+  // The peer's words, escaped: they reach logs and the other side's errors.
+  const std::string msg = printable({reinterpret_cast<const char*>(data.data()), data.size()}, kMaxCloseReason);
+  const Code code = h.status == 0 || !known_code(h.status) ? Code::kNotConnected : static_cast<Code>(h.status);
+  fail(Status(code, "peer " + peer_address + " closed the connection" + (msg.empty() ? "" : ": " + msg)));
 }
 
 bool Connection::Impl::admit_request(uint64_t id, uint64_t bytes) {

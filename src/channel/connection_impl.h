@@ -191,6 +191,11 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
  private:
   void defer_deliver(const channel::FrameHeader& h, Buffer data, Status error);
   void deliver(const channel::FrameHeader& h, Buffer data, const Status& error);
+  // deliver()'s phases, by frame type.
+  void take_credits(const channel::FrameHeader& h);
+  void deliver_message(const channel::FrameHeader& h, Buffer data, const Status& error);
+  void deliver_notify(const channel::FrameHeader& h, Buffer data);
+  void deliver_close(const channel::FrameHeader& h, const Buffer& data);
   void drain();
   void complete_request(uint64_t id, Result<Buffer> result);
   /// Agent side: opens request `id` of `bytes` for a service; false when it

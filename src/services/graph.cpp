@@ -118,6 +118,8 @@ struct Completion {
   Status status;
 };
 
+struct Round;
+
 // Shared with the closures posted to the progress thread, which may run
 // after the service is gone (they then do nothing).
 struct Core : std::enable_shared_from_this<Core> {
@@ -125,6 +127,10 @@ struct Core : std::enable_shared_from_this<Core> {
   ServiceHost* host = nullptr;
   std::unique_ptr<graph::Executor> executor;
   std::unordered_map<uint32_t, std::unique_ptr<ClientState>> clients;  // progress thread only
+  // Progress thread only. True while pump() runs: a blocking transfer in it
+  // progresses the hub, which may run another posted pump() (or a client's
+  // disconnect) on this thread, inside the first. Those leave the work to
+  // the outer pump's next round and the client table as it is.
   bool pumping = false;
 
   std::mutex mu;
@@ -150,6 +156,10 @@ struct Core : std::enable_shared_from_this<Core> {
   }
 
   void pump();
+  // pump()'s phases.
+  void transfer(std::vector<Transfer>& xfers);
+  void announce_host_ready(Round& round);
+  void announce_completions(Round& round);
   // Without workers the progress thread is the executor (DOCA's progress
   // engine): it runs the ready nodes here.
   void run_ready() {
@@ -207,98 +217,125 @@ Status run_host(Core* core, void* data, NodeDone done) {
 
 // ---------------------------------------------------------------- the pump
 
+// What one round of the pump takes from the workers, and the clients it
+// has events for.
+struct Round {
+  std::vector<Transfer> transfers;
+  std::vector<HostReady> host_ready;
+  std::vector<Completion> completions;
+  std::vector<ClientState*> touched;
+
+  [[nodiscard]] bool empty() const { return transfers.empty() && host_ready.empty() && completions.empty(); }
+  void touch(ClientState& c) {
+    if (std::find(touched.begin(), touched.end(), &c) == touched.end()) touched.push_back(&c);
+  }
+  void clear() {
+    transfers.clear();
+    host_ready.clear();
+    completions.clear();
+    touched.clear();
+  }
+};
+
+// Progress thread: rounds until the workers have queued nothing more.
 void Core::pump() {
   {
     std::lock_guard lock(mu);
     if (detached) return;
   }
-  if (pumping) return;  // a blocking transfer below progressed the hub into here
+  if (pumping) return;  // a blocking transfer below progressed the hub into here: the outer round takes it
   pumping = true;
-  std::vector<Transfer> xfers;
-  std::vector<HostReady> ready;
-  std::vector<Completion> done;
-  std::vector<ClientState*> touched;
-  const auto touch = [&](ClientState& c) {
-    if (std::find(touched.begin(), touched.end(), &c) == touched.end()) touched.push_back(&c);
-  };
+  Round round;
   for (;;) {
     run_ready();
     {
       std::lock_guard lock(mu);
-      xfers.swap(transfers);
-      ready.swap(host_ready);
-      done.swap(completions);
+      round.transfers.swap(transfers);
+      round.host_ready.swap(host_ready);
+      round.completions.swap(completions);
       scheduled = false;
     }
-    if (xfers.empty() && ready.empty() && done.empty()) break;
-    const auto deadline = Deadline::after_ms(kTransferDeadlineMs);
-    std::vector<Transfer*> to_flush;
-    for (Transfer& x : xfers) {
-      Task& t = *x.task;
-      ClientState& c = *t.owner->client;
-      if (c.gone || !c.peer->is_open()) {
-        x.done.finish(client_left());
-        continue;
-      }
-      const wire::Ref& remote = x.put ? t.buffers.dst : t.buffers.src;
-      Status st;
-      if (x.put) {
-        const uint8_t* from = t.kind == NodeKind::kSha256 ? t.digest : t.src;
-        st = c.peer->put(*t.host, remote.offset, {from, remote.length}, deadline);
-      } else {
-        st = c.peer->get(*t.host, remote.offset, {t.dst, remote.length}, deadline);
-      }
-      if (!st.ok() || !x.put) {
-        x.done.finish(st.ok() ? st : st.with_context(x.put ? "put to the client" : "get from the client"));
-        continue;
-      }
-      touch(c);
-      to_flush.push_back(&x);
-    }
-    // One flush per client makes all its puts of this batch visible.
-    for (ClientState* c : touched) {
-      Status st = c->peer->flush(deadline);
-      for (Transfer* x : to_flush)
-        if (x->task->owner->client == c) x->done.finish(st.ok() ? st : st.with_context("flushing puts to the client"));
-    }
-    touched.clear();
-    for (HostReady& h : ready) {
-      AgentInstance& inst = *h.task->owner;
-      if (inst.client->gone || inst.released) {
-        h.done.finish(inst.released ? Status(Code::kBadState, "the client released the instance")
-                                    : client_left());
-        continue;
-      }
-      inst.host_waiting[h.task->node] = h.done;
-      wire::Writer& e = inst.client->add_event();
-      e.put(wire::EventKind::kHostReady);
-      e.put(inst.id);
-      e.put(h.task->node);
-      touch(*inst.client);
-    }
-    for (Completion& d : done) {
-      AgentInstance& inst = *d.instance;
-      ClientState& c = *inst.client;
-      inst.in_flight = false;
-      --c.running;
-      if (!c.gone && !inst.released) {
-        wire::Writer& e = c.add_event();
-        e.put(wire::EventKind::kComplete);
-        e.put(inst.id);
-        e.put(static_cast<int32_t>(d.status.code()));
-        e.put_string(d.status.message());
-        touch(c);
-      }
-      if (inst.released) free_instance(c, inst);
-    }
-    for (ClientState* c : touched) send_events(*c);
-    touched.clear();
-    xfers.clear();
-    ready.clear();
-    done.clear();
+    if (round.empty()) break;
+    transfer(round.transfers);
+    announce_host_ready(round);
+    announce_completions(round);
+    for (ClientState* c : round.touched) send_events(*c);
+    round.clear();
   }
   pumping = false;
   forget_gone_clients();
+}
+
+// The one-sided puts and gets engine nodes asked for, then one flush per
+// client, which makes all its puts of the round visible; each node finishes
+// with its transfer's status.
+void Core::transfer(std::vector<Transfer>& xfers) {
+  const auto deadline = Deadline::after_ms(kTransferDeadlineMs);
+  std::vector<Transfer*> to_flush;
+  std::vector<ClientState*> clients;
+  for (Transfer& x : xfers) {
+    Task& t = *x.task;
+    ClientState& c = *t.owner->client;
+    if (c.gone || !c.peer->is_open()) {
+      x.done.finish(client_left());
+      continue;
+    }
+    const wire::Ref& remote = x.put ? t.buffers.dst : t.buffers.src;
+    Status st;
+    if (x.put) {
+      const uint8_t* from = t.kind == NodeKind::kSha256 ? t.digest : t.src;
+      st = c.peer->put(*t.host, remote.offset, {from, remote.length}, deadline);
+    } else {
+      st = c.peer->get(*t.host, remote.offset, {t.dst, remote.length}, deadline);
+    }
+    if (!st.ok() || !x.put) {
+      x.done.finish(st.ok() ? st : st.with_context(x.put ? "put to the client" : "get from the client"));
+      continue;
+    }
+    if (std::find(clients.begin(), clients.end(), &c) == clients.end()) clients.push_back(&c);
+    to_flush.push_back(&x);
+  }
+  for (ClientState* c : clients) {
+    Status st = c->peer->flush(deadline);
+    for (Transfer* x : to_flush)
+      if (x->task->owner->client == c) x->done.finish(st.ok() ? st : st.with_context("flushing puts to the client"));
+  }
+}
+
+// Host nodes whose inputs are ready: the client runs them and says when.
+void Core::announce_host_ready(Round& round) {
+  for (HostReady& h : round.host_ready) {
+    AgentInstance& inst = *h.task->owner;
+    if (inst.client->gone || inst.released) {
+      h.done.finish(inst.released ? Status(Code::kBadState, "the client released the instance") : client_left());
+      continue;
+    }
+    inst.host_waiting[h.task->node] = h.done;
+    wire::Writer& e = inst.client->add_event();
+    e.put(wire::EventKind::kHostReady);
+    e.put(inst.id);
+    e.put(h.task->node);
+    round.touch(*inst.client);
+  }
+}
+
+// Instances that finished: their clients are told, released ones freed.
+void Core::announce_completions(Round& round) {
+  for (Completion& d : round.completions) {
+    AgentInstance& inst = *d.instance;
+    ClientState& c = *inst.client;
+    inst.in_flight = false;
+    --c.running;
+    if (!c.gone && !inst.released) {
+      wire::Writer& e = c.add_event();
+      e.put(wire::EventKind::kComplete);
+      e.put(inst.id);
+      e.put(static_cast<int32_t>(d.status.code()));
+      e.put_string(d.status.message());
+      round.touch(c);
+    }
+    if (inst.released) free_instance(c, inst);
+  }
 }
 
 void Core::send_events(ClientState& c) {
