@@ -110,7 +110,7 @@ void Hub::sleep(Lock& lock, int timeout_ms) {
 
 void Hub::post(std::function<void()> fn) {
   {
-    std::lock_guard lock(posted_mu_);
+    MutexLock lock(posted_mu_);
     posted_.push_back(std::move(fn));
   }
   wake();
@@ -119,7 +119,7 @@ void Hub::post(std::function<void()> fn) {
 unsigned Hub::run_posted() {
   std::vector<std::function<void()>> batch;
   {
-    std::lock_guard lock(posted_mu_);
+    MutexLock lock(posted_mu_);
     batch.swap(posted_);
     has_posted_.store(false, std::memory_order_relaxed);
     uint64_t count;  // reset the eventfd, or the epoll fd stays readable

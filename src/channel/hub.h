@@ -25,6 +25,7 @@
 #include "channel/frame.h"
 #include "outboard/channel.h"
 #include "transport/transport.h"
+#include "util/mutex.h"
 #include "util/poller.h"
 
 namespace outboard::channel {
@@ -125,8 +126,8 @@ class Hub {
   net::Poller watched_;  // its own epoll, itself in epoll_fd_
   net::Fd wake_fd_;      // eventfd in epoll_fd_, written by wake()
   bool watch_due_ = false;  // a sleep ended: poll the watched fds on the next round
-  std::mutex posted_mu_;
-  std::vector<std::function<void()>> posted_;
+  Mutex posted_mu_;
+  std::vector<std::function<void()>> posted_ OB_GUARDED_BY(posted_mu_);
   std::atomic<bool> has_posted_{false};
   uint64_t next_watch_ns_ = 0;
   std::unordered_map<uint32_t, Connection::Impl*> conns_;

@@ -14,13 +14,13 @@
 #include <thread>
 
 #include "graph/deque.h"
-#include "graph/steal.h"
 #include "graph/futex.h"
 #include "graph/graph_impl.h"
 #include "graph/steal.h"
 #include "outboard/affinity.h"
 #include "outboard/log.h"
 #include "util/cpu_relax.h"
+#include "util/mutex.h"
 
 OB_LOG_MODULE("graph");
 
@@ -104,8 +104,8 @@ struct ExecutorCore {
   Worker* helper = nullptr;
   std::atomic<bool> helper_taken{false};
 
-  std::mutex inject_mu;
-  ItemRing injected;
+  Mutex inject_mu;
+  ItemRing injected OB_GUARDED_BY(inject_mu);
   std::atomic<uint32_t> injected_size{0};
 
   alignas(64) std::atomic<uint32_t> sleeping{0};
@@ -118,15 +118,15 @@ struct ExecutorCore {
   alignas(64) std::atomic<uint32_t> completion_epoch{0};  // futex word for wait()/drain()
   std::atomic<uint32_t> waiters{0};
 
-  std::mutex engine_mu;
+  Mutex engine_mu;
   std::condition_variable engine_cv;
-  ItemRing engine_queue;
-  bool engine_stop = false;
+  ItemRing engine_queue OB_GUARDED_BY(engine_mu);
+  bool engine_stop OB_GUARDED_BY(engine_mu) = false;
   std::vector<std::thread> engine_threads;
 
-  std::mutex done_mu;
-  std::vector<InstanceRun*> done;
-  int event_fd = -1;
+  Mutex done_mu;
+  std::vector<InstanceRun*> done OB_GUARDED_BY(done_mu);
+  int event_fd OB_GUARDED_BY(done_mu) = -1;
 
   // ------------------------------------------------------------ scheduling
   void wake_one() {
@@ -155,7 +155,7 @@ struct ExecutorCore {
 
   void push_injected(const Item& item) {
     {
-      std::lock_guard lock(inject_mu);
+      MutexLock lock(inject_mu);
       injected.push(item);
       injected_size.store(static_cast<uint32_t>(injected.size()), std::memory_order_relaxed);
     }
@@ -177,7 +177,7 @@ struct ExecutorCore {
 
   bool pop_injected(Item& out) {
     if (injected_size.load(std::memory_order_relaxed) == 0) return false;
-    std::lock_guard lock(inject_mu);
+    MutexLock lock(inject_mu);
     if (!injected.pop(out)) return false;
     injected_size.store(static_cast<uint32_t>(injected.size()), std::memory_order_relaxed);
     return true;
@@ -431,7 +431,7 @@ struct ExecutorCore {
     if (config.completion == CompletionMode::kQueued) {
       int fd = -1;
       {
-        std::lock_guard lock(done_mu);
+        MutexLock lock(done_mu);
         if (done.empty()) fd = event_fd;
         done.push_back(r);
       }
@@ -459,7 +459,7 @@ struct ExecutorCore {
     if (config.completion != CompletionMode::kQueued) return 0;
     std::vector<InstanceRun*> ready;
     {
-      std::lock_guard lock(done_mu);
+      MutexLock lock(done_mu);
       if (done.empty()) return 0;
       // Cleared before the list is taken: a completion after this writes again.
       if (event_fd >= 0) {
@@ -474,7 +474,7 @@ struct ExecutorCore {
 
   void push_engine(const Item& item) {
     {
-      std::lock_guard lock(engine_mu);
+      MutexLock lock(engine_mu);
       engine_queue.push(item);
     }
     engine_cv.notify_one();
@@ -539,8 +539,8 @@ void ExecutorCore::engine_loop() {
   for (;;) {
     Item item;
     {
-      std::unique_lock lock(engine_mu);
-      engine_cv.wait(lock, [&] { return engine_stop || !engine_queue.empty(); });
+      MutexLock lock(engine_mu);
+      while (!engine_stop && engine_queue.empty()) engine_cv.wait(lock.native());
       if (!engine_queue.pop(item)) return;
     }
     InstanceRun* r = item.run;
@@ -676,7 +676,7 @@ Executor::~Executor() {
   }
   for (size_t i = 0; i < c.config.threads; ++i) c.workers[i]->thread.join();
   {
-    std::lock_guard lock(c.engine_mu);
+    MutexLock lock(c.engine_mu);
     c.engine_stop = true;
   }
   c.engine_cv.notify_all();
@@ -741,7 +741,7 @@ Result<int> Executor::event_fd() {
   ExecutorCore& c = *core_;
   if (c.config.completion != CompletionMode::kQueued)
     return Status(Code::kBadState, "event_fd needs completion mode kQueued");
-  std::lock_guard lock(c.done_mu);
+  MutexLock lock(c.done_mu);
   if (c.event_fd < 0) {
     c.event_fd = ::eventfd(c.done.empty() ? 0 : 1, EFD_NONBLOCK | EFD_CLOEXEC);
     if (c.event_fd < 0) return Status(Code::kIoError, std::string("eventfd: ") + strerror(errno));
@@ -753,7 +753,7 @@ Status Executor::drain(Deadline deadline) {
   ExecutorCore& c = *core_;
   auto done = [&] {
     if (c.in_flight.load(std::memory_order_acquire) != 0) return false;
-    std::lock_guard lock(c.done_mu);
+    MutexLock lock(c.done_mu);
     return c.done.empty();
   };
   for (;;) {

@@ -15,6 +15,7 @@
 #include "outboard/log.h"
 #include "services/builtin.h"
 #include "services/graph_wire.h"
+#include "util/mutex.h"
 #include "util/text.h"
 
 OB_LOG_MODULE("graph");
@@ -133,12 +134,12 @@ struct Core : std::enable_shared_from_this<Core> {
   // the outer pump's next round and the client table as it is.
   bool pumping = false;
 
-  std::mutex mu;
-  std::vector<Transfer> transfers;
-  std::vector<HostReady> host_ready;
-  std::vector<Completion> completions;
-  bool scheduled = false;
-  bool detached = false;  // the service is going: nothing more is posted
+  Mutex mu;
+  std::vector<Transfer> transfers OB_GUARDED_BY(mu);
+  std::vector<HostReady> host_ready OB_GUARDED_BY(mu);
+  std::vector<Completion> completions OB_GUARDED_BY(mu);
+  bool scheduled OB_GUARDED_BY(mu) = false;
+  bool detached OB_GUARDED_BY(mu) = false;  // the service is going: nothing more is posted
 
   // Any thread: queue for the progress thread. Returns false when the
   // service is going (the caller finishes the node itself).
@@ -146,7 +147,7 @@ struct Core : std::enable_shared_from_this<Core> {
   bool queue(std::vector<T> Core::*list, T item) {
     bool post = false;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (detached) return false;
       (this->*list).push_back(std::move(item));
       post = !std::exchange(scheduled, true);
@@ -240,7 +241,7 @@ struct Round {
 // Progress thread: rounds until the workers have queued nothing more.
 void Core::pump() {
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     if (detached) return;
   }
   if (pumping) return;  // a blocking transfer below progressed the hub into here: the outer round takes it
@@ -249,7 +250,7 @@ void Core::pump() {
   for (;;) {
     run_ready();
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       round.transfers.swap(transfers);
       round.host_ready.swap(host_ready);
       round.completions.swap(completions);
