@@ -45,11 +45,13 @@ class LoopCompletions:
         #: O(waiting) failed sends per answer: 2.8x the host's CPU in overload).
         self.credit: collections.deque[_Job] = collections.deque()
         self.watch: asyncio.TimerHandle | None = None
+        self.busy_at = time.monotonic()  # when a batch last started or ended
         self.waits_for_credit = 0  # times a batch found the agent's window full
 
     def start(self, job: _Job) -> None:
         """Sends a batch, or puts it in line for credit when the agent's window is full (never waits:
         credit comes back with the agent's next answers)."""
+        self.busy_at = time.monotonic()
         job.token = self.inflight.expect(job.finish)
         if not self._send(job):
             self.credit.append(job)
@@ -80,14 +82,14 @@ class LoopCompletions:
 
     def _tick(self) -> None:
         self.credit = collections.deque(job for job in self.credit if not job.over)
-        if not len(self.inflight) and not self.credit:  # idle for a while: let go of the fd and the connection
-            self._unwatch()
+        now = time.monotonic()
+        if not len(self.inflight) and not self.credit and now - self.busy_at >= LOOP_WATCH_S:
+            self._unwatch()  # idle for a while: let go of the fd and the connection
             del self._of[self.loop][self.fd]
             return
         # Request deadlines and the agent's liveness are checked every 16th round of progress.
         for _ in range(16):
             self.connection.progress()
-        now = time.monotonic()
         for job in self.credit:
             if job.deadline <= now:
                 self._no_credit(job)
@@ -100,7 +102,8 @@ class LoopCompletions:
                 armed = self.connection.arm()  # False: it progressed and found work
             except Error as e:  # the fd cannot be armed: nothing of ours would ever finish
                 return self._fail_all(e)
-            self.inflight.take()
+            if self.inflight.take():
+                self.busy_at = time.monotonic()
             if armed:
                 break
         else:
@@ -109,13 +112,18 @@ class LoopCompletions:
 
     def _next_for_credit(self) -> None:
         """Sends the batches in line while there is credit: the first that finds none keeps its place
-        at the head of the line (cancelled ones leave it)."""
+        at the head of the line (cancelled ones leave it). While the agent has returned no message
+        credit the head is not even tried: the loop wakes for much else (every LOOP_WATCH_S, other
+        connections' events), and a failed send per wake-up added up under load."""
         while self.credit:
             job = self.credit[0]
             if not job.over and job.deadline <= time.monotonic():
                 self._no_credit(job)
-            if not job.over and not self._send(job):
-                return
+            if not job.over:
+                if job.connection.send_credits == 0 and job.connection.is_open:
+                    return
+                if not self._send(job):
+                    return
             self.credit.popleft()
 
     def _no_credit(self, job: _Job) -> None:
@@ -138,8 +146,9 @@ class LoopCompletions:
 class _Job:
     """One agent batch of an event loop, from its send (or its wait for credit) to its answer."""
 
-    def __init__(self, remote: _core.RemoteTokenizer, texts: list[Text], options: Options, timeout: float,
-                 answered: Finish) -> None:
+    def __init__(self, connection: _core.Connection, remote: _core.RemoteTokenizer, texts: list[Text],
+                 options: Options, timeout: float, answered: Finish) -> None:
+        self.connection = connection
         self.remote = remote
         self.texts = texts
         self.options = options
@@ -175,7 +184,7 @@ class LoopRoute:
     def agent(self, texts: list[Text], options: Options, answered: Finish) -> None:
         assert self._connection is not None and self._remote is not None
         completions = LoopCompletions.of(self.loop, self._connection)
-        job = _Job(self._remote, texts, options, self._timeout, answered)
+        job = _Job(self._connection, self._remote, texts, options, self._timeout, answered)
         self._job = (completions, job)
         completions.start(job)
 
