@@ -10,10 +10,7 @@ from ._agent import LocalAgent, agent_executable
 from .client import Client, connect
 from .errors import Error
 from .graph import Executor, Graph, Instance
-from .offload.batch import Batch
-from .offload.policy import AutoPolicy
-from .offload.queue import BatchQueue
-from .offload.tokenizer import OffloadTokenizer
+from .offload import AutoPolicy, Batch, BatchQueue, OffloadTokenizer
 from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"

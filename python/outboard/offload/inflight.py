@@ -10,6 +10,7 @@ from .. import _core
 from ..errors import Again, Error
 from .batch import Finish, Options, Outcome, Text, agent_answer
 
+
 class InFlight:
     """Batches sent to the agent and not yet answered, over one native ``_core.Completions``.
 
