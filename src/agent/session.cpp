@@ -28,7 +28,7 @@ constexpr int64_t kShutdownFlushMs = 1000;  // bound on telling clients we stop
 class HubHost final : public ServiceHost {
  public:
   void post(std::function<void()> fn) override { hub->post(std::move(fn)); }
-  void add_poller(std::function<bool()> poll) override { hub->add_poller(std::move(poll)); }
+  void add_poller(std::function<bool()> poll) override OB_HUB_LOCKED { hub->add_poller(std::move(poll)); }
   Status reserve_memory(uint64_t bytes, std::string_view what) override { return budget->reserve(bytes, what); }
   void release_memory(uint64_t bytes) override { budget->release(bytes); }
   std::shared_ptr<channel::Hub> hub;
@@ -145,7 +145,7 @@ void Session::run(const std::atomic<bool>& stop) {
   auto& hub = server_->hub();
   {
     channel::Lock lock(hub.mutex());
-    hub.wait_until(lock, Deadline::after(std::chrono::hours(24 * 365 * 100)), impl_->config.channel.spin_us,
+    hub.wait_until(Deadline::after(std::chrono::hours(24 * 365 * 100)), impl_->config.channel.spin_us,
                    [&stop] { return stop.load(std::memory_order_relaxed); });
   }
   OB_LOG_INFO("shutting down: %zu clients connected", server_->connections());
@@ -242,7 +242,7 @@ Status serve_session(net::Fd control) {
                                                     [fd] { (void)net::send_message(fd, encode_closed()); }));
   Session& s = *session;
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
-  auto on_control = [&] {
+  auto on_control = [&]() OB_HUB_LOCKED {
     for (;;) {
       net::Fd client;
       auto got = net::recv_message(fd, buf, &client);

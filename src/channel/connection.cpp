@@ -70,7 +70,7 @@ void Connection::Impl::start_data_endpoint(std::span<const uint8_t> peer_worker_
 Status Connection::Impl::watch_socket(net::Fd fd) {
   socket = std::move(fd);
   std::weak_ptr<Impl> weak = weak_from_this();
-  return hub->watch(socket.get(), [weak] {
+  return hub->watch(socket.get(), [weak]() OB_HUB_LOCKED {
     if (auto self = weak.lock()) self->on_socket_ready();
   });
 }
@@ -175,7 +175,7 @@ void Connection::Impl::cut_off(const Status& why) {
   if (counters) ++counters->errors;
   broken = true;  // nothing more of it is handled, here or in a ring
   auto self = shared_from_this();
-  hub->defer([self, why] { self->fail(why); });
+  hub->defer([self, why]() OB_HUB_LOCKED { self->fail(why); });
 }
 
 void Connection::Impl::on_frame(FrameHeader& h, transport::IncomingAm& am) {
@@ -216,7 +216,7 @@ void Connection::Impl::on_frame(FrameHeader& h, transport::IncomingAm& am) {
     f.data = Buffer(am.length);
     std::weak_ptr<Impl> weak = weak_from_this();
     uint64_t seq = h.seq;
-    hub->worker().receive_rendezvous(am, f.data.span(), [weak, seq](Status st) {
+    hub->worker().receive_rendezvous(am, f.data.span(), [weak, seq](Status st) OB_HUB_LOCKED {
       auto self = weak.lock();
       if (!self || self->state == State::kClosed) return;
       if (!st.ok()) return self->fail(st.with_context("receive of frame " + std::to_string(seq)));
@@ -410,11 +410,11 @@ void Connection::Impl::maybe_return_credits() {
   post(h, {}, nullptr);
 }
 
-Status Connection::Impl::acquire(uint64_t bytes, Deadline deadline, bool wait, Lock* lock) {
+Status Connection::Impl::acquire(uint64_t bytes, Deadline deadline, bool wait) {
   if (bytes > peer_max_msg)
     return {Code::kTooBig, "message of " + std::to_string(bytes) + " B exceeds max_msg_size " +
                                std::to_string(peer_max_msg) + " B (agent option --max-msg-size)"};
-  auto has_credit = [&] { return state != State::kOpen || (send_msgs > 0 && send_bytes >= bytes); };
+  auto has_credit = [&]() OB_HUB_LOCKED { return state != State::kOpen || (send_msgs > 0 && send_bytes >= bytes); };
   while (!has_credit()) {
     if (!want_sent) {
       // Ask once per stall: the peer returns consumed credits at once.
@@ -428,7 +428,7 @@ Status Connection::Impl::acquire(uint64_t bytes, Deadline deadline, bool wait, L
       return {Code::kAgain, "no send credit (" + std::to_string(send_msgs) + " messages, " +
                                 std::to_string(send_bytes) + " B free; need 1 message, " +
                                 std::to_string(bytes) + " B): progress and retry"};
-    if (!hub->wait_until(*lock, deadline, config.spin_us, has_credit))
+    if (!hub->wait_until(deadline, config.spin_us, has_credit))
       return {Code::kTimedOut, "no send credit from " + peer_address + " before the deadline"};
   }
   OB_RETURN_IF_ERROR(check_open());
@@ -489,8 +489,8 @@ void Connection::Impl::post_copy(FrameHeader& h, std::span<const uint8_t> data) 
   if (!post_to_ring(w, data)) data_ep.send_copy(w.span(), data);
 }
 
-Status Connection::Impl::wait_done(Lock& lock, Deadline deadline, const CompletionPtr& op, const char* what) {
-  if (!hub->wait_until(lock, deadline, config.spin_us, [&] { return op->done; })) {
+Status Connection::Impl::wait_done(Deadline deadline, const CompletionPtr& op, const char* what) {
+  if (!hub->wait_until(deadline, config.spin_us, [&] { return op->done; })) {
     // UCX may still read or write the caller's buffer: only closing the
     // endpoint makes returning safe.
     Status st(Code::kTimedOut, std::string(what) + " to " + peer_address +
@@ -501,8 +501,8 @@ Status Connection::Impl::wait_done(Lock& lock, Deadline deadline, const Completi
   return op->result;
 }
 
-Status Connection::Impl::wait_polled(Lock& lock, Deadline deadline, const transport::PolledOp& op, const char* what) {
-  if (!op.done() && !hub->wait_until(lock, deadline, config.spin_us, [&] { return op.done(); })) {
+Status Connection::Impl::wait_polled(Deadline deadline, const transport::PolledOp& op, const char* what) {
+  if (!op.done() && !hub->wait_until(deadline, config.spin_us, [&] { return op.done(); })) {
     // As wait_done: closing the endpoint is what makes returning safe.
     Status st(Code::kTimedOut, std::string(what) + " to " + peer_address +
                                    " did not complete before the deadline; connection closed");
@@ -639,13 +639,13 @@ Status Connection::send(std::span<const uint8_t> payload, Deadline deadline, std
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(impl_->check_open());
   OB_ASSIGN_OR_RETURN(uint32_t index, impl_->service_index(service));
-  OB_RETURN_IF_ERROR(impl_->acquire(payload.size(), deadline, true, &lock));
+  OB_RETURN_IF_ERROR(impl_->acquire(payload.size(), deadline, true));
   auto op = std::make_shared<Completion>();
   FrameHeader h;
   h.type = FrameType::kMessage;
   h.service = index;
   impl_->post(h, payload, completer(op));
-  return impl_->wait_done(lock, deadline, op, "send");
+  return impl_->wait_done(deadline, op, "send");
 }
 
 Status Connection::post(std::span<const uint8_t> payload, Deadline deadline, std::string_view service,
@@ -653,13 +653,13 @@ Status Connection::post(std::span<const uint8_t> payload, Deadline deadline, std
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(impl_->check_open());
   OB_ASSIGN_OR_RETURN(uint32_t index, impl_->service_index(service));
-  OB_RETURN_IF_ERROR(impl_->acquire(payload.size(), deadline, true, &lock));
+  OB_RETURN_IF_ERROR(impl_->acquire(payload.size(), deadline, true));
   FrameHeader h;
   h.type = FrameType::kMessage;
   h.service = index;
   // UCX completes inside its progress: the caller's code runs after it returns.
   channel::Hub* hub = impl_->hub.get();
-  impl_->post(h, payload, [hub, done = std::move(done)](Status st) mutable {
+  impl_->post(h, payload, [hub, done = std::move(done)](Status st) OB_HUB_LOCKED mutable {
     if (done) hub->defer([done = std::move(done), st = std::move(st)] { done(st); });
   });
   return {};
@@ -669,7 +669,7 @@ Status Connection::try_send(std::span<const uint8_t> payload, std::string_view s
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(impl_->check_open());
   OB_ASSIGN_OR_RETURN(uint32_t index, impl_->service_index(service));
-  OB_RETURN_IF_ERROR(impl_->acquire(payload.size(), Deadline::now(), false, &lock));
+  OB_RETURN_IF_ERROR(impl_->acquire(payload.size(), Deadline::now(), false));
   FrameHeader h;
   h.type = FrameType::kMessage;
   h.service = index;
@@ -679,7 +679,7 @@ Status Connection::try_send(std::span<const uint8_t> payload, std::string_view s
 
 Result<Incoming> Connection::receive(Deadline deadline) {
   Lock lock(impl_->hub->mutex());
-  if (!impl_->hub->wait_until(lock, deadline, impl_->config.spin_us, [&] {
+  if (!impl_->hub->wait_until(deadline, impl_->config.spin_us, [&]() OB_HUB_LOCKED {
         return !impl_->inbox.empty() || impl_->state == Impl::State::kClosed;
       })) {
     return Status(Code::kTimedOut, "no message from " + impl_->peer_address + " before the deadline");
@@ -702,7 +702,7 @@ Result<uint32_t> Connection::Impl::service_index(std::string_view service) const
 }
 
 Result<uint64_t> Connection::Impl::open_request(std::string_view service, size_t bytes, Deadline deadline,
-                                                ResponseFn fn, bool wait, Lock* lock, bool blocking, FrameHeader& h) {
+                                                ResponseFn fn, bool wait, bool blocking, FrameHeader& h) {
   OB_RETURN_IF_ERROR(check_open());
   if (service.empty()) return Status(Code::kInvalidArgument, "request without a service name");
   OB_ASSIGN_OR_RETURN(uint32_t index, service_index(service));
@@ -710,7 +710,7 @@ Result<uint64_t> Connection::Impl::open_request(std::string_view service, size_t
     return Status(Code::kAgain, std::to_string(pending.size()) +
                                     " requests outstanding reach max_outstanding_requests " +
                                     std::to_string(config.max_outstanding_requests));
-  OB_RETURN_IF_ERROR(acquire(bytes, deadline, wait, lock));
+  OB_RETURN_IF_ERROR(acquire(bytes, deadline, wait));
   uint64_t id = next_request_id++;
   pending.emplace(id, {std::move(fn), deadline.at(), blocking});
   if (!blocking) deadlines.insert({deadline.at(), id});
@@ -730,7 +730,7 @@ Status Connection::submit(std::string_view service, Buffer payload, Deadline dea
   Lock lock(impl_->hub->mutex());
   FrameHeader h;
   OB_RETURN_IF_ERROR(impl_->open_request(service, payload.size(), deadline, std::move(on_response),
-                                         credit == Credit::kWait, &lock, /*blocking=*/false, h)
+                                         credit == Credit::kWait, /*blocking=*/false, h)
                          .status());
   impl_->post(h, std::move(payload));
   return {};
@@ -751,10 +751,10 @@ Result<Buffer> Connection::request(std::string_view service, std::span<const uin
                                                          a->result = std::move(r);
                                                          a->done = true;
                                                        },
-                                                       true, &lock, /*blocking=*/true, h));
+                                                       true, /*blocking=*/true, h));
   impl_->post_copy(h, payload);
   // The last progress before the deadline may still have completed it.
-  impl_->hub->wait_until(lock, deadline, impl_->config.spin_us, [&] { return answer.done; });
+  impl_->hub->wait_until(deadline, impl_->config.spin_us, [&] { return answer.done; });
   if (!answer.done) {
     impl_->forget_request(id);
     return impl_->response_timeout(id);
@@ -782,13 +782,13 @@ Status Connection::arm() {
 
 void Connection::wait(Deadline deadline) {
   Lock lock(impl_->hub->mutex());
-  impl_->hub->wait_until(lock, deadline, impl_->config.spin_us,
-                         [&] { return !impl_->inbox.empty() || impl_->state != Impl::State::kOpen; });
+  impl_->hub->wait_until(deadline, impl_->config.spin_us,
+                         [&]() OB_HUB_LOCKED { return !impl_->inbox.empty() || impl_->state != Impl::State::kOpen; });
 }
 
 bool Connection::wait_until(Deadline deadline, const std::function<bool()>& done) {
   Lock lock(impl_->hub->mutex());
-  return impl_->hub->wait_until(lock, deadline, impl_->config.spin_us, done);
+  return impl_->hub->wait_until(deadline, impl_->config.spin_us, done);
 }
 
 void Connection::wake() {
@@ -804,14 +804,14 @@ void Connection::close() {
   const Deadline deadline = Deadline::after_ms(kCloseTimeoutMs);
   auto op = std::make_shared<Completion>();
   impl_->data_ep.flush(completer(op));
-  impl_->hub->wait_until(lock, deadline, 0, [&] { return op->done; });
+  impl_->hub->wait_until(deadline, 0, [&] { return op->done; });
   // The endpoint's close finishes here, while the peer is there to answer.
   // Left to a later progress (the last connection's destructor, say), a
   // TCP close whose peer had since exited tripped an assertion in UCX 1.13.
   auto open = std::make_shared<int>(1);  // outlives this call if the deadline passes
   impl_->data_ep.close(false, [open](Status) { --*open; });
   impl_->fail(Status(Code::kNotConnected, "connection closed by this side"));
-  impl_->hub->wait_until(lock, deadline, 0, [&] { return *open == 0; });
+  impl_->hub->wait_until(deadline, 0, [&] { return *open == 0; });
 }
 
 bool Connection::is_open() const {

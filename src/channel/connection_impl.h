@@ -1,5 +1,8 @@
 // Internal state of a Connection, shared by the client (connect) and the
-// agent side (channel::Server). All members are guarded by the hub mutex.
+// agent side (channel::Server). Its methods run under the hub's lock
+// (OB_HUB_LOCKED); the protocol state they change says so (OB_HUB_GUARDED).
+// What is set before the connection is shared (ids, config, services) is not
+// marked; `state` is atomic for the lock-free mapped one-sided path.
 #pragma once
 
 #include <atomic>
@@ -58,55 +61,55 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   // here and in post(): a copy of the struct, read in 16 B moves just after
   // its fields were stored one by one, stalls on store forwarding (~5 ns a
   // copy, several per round trip, measured).
-  void on_frame(channel::FrameHeader& h, transport::IncomingAm& am);
+  void on_frame(channel::FrameHeader& h, transport::IncomingAm& am) OB_HUB_LOCKED;
   // Marks the connection closed for `why`, fails everything pending.
-  void fail(const Status& why);
+  void fail(const Status& why) OB_HUB_LOCKED;
   /// Takes the bootstrap socket, whose end is the peer's end: watched by the
   /// hub from now on. Lock held.
-  Status watch_socket(net::Fd fd);
+  Status watch_socket(net::Fd fd) OB_HUB_LOCKED;
   // Expires request deadlines.
-  void tick(Clock::time_point now);
-  Status response_timeout(uint64_t id) const;
+  void tick(Clock::time_point now) OB_HUB_LOCKED;
+  Status response_timeout(uint64_t id) const OB_HUB_LOCKED;
 
   // Sending (lock held). Credited frames must first acquire(); post()
   // stamps `h` with its sequence number and the credits it returns.
-  Status acquire(uint64_t bytes, Deadline deadline, bool wait, channel::Lock* lock);
-  void post(channel::FrameHeader& h, std::span<const uint8_t> data, transport::DoneFn done);
+  Status acquire(uint64_t bytes, Deadline deadline, bool wait) OB_HUB_LOCKED;
+  void post(channel::FrameHeader& h, std::span<const uint8_t> data, transport::DoneFn done) OB_HUB_LOCKED;
   /// As post(), the endpoint keeping `data` until UCX is done with it.
-  void post(channel::FrameHeader& h, Buffer data);
+  void post(channel::FrameHeader& h, Buffer data) OB_HUB_LOCKED;
   /// As post(); `data` is copied only if UCX cannot send it at once.
-  void post_copy(channel::FrameHeader& h, std::span<const uint8_t> data);
-  Status wait_done(channel::Lock& lock, Deadline deadline, const CompletionPtr& op, const char* what);
-  Status wait_polled(channel::Lock& lock, Deadline deadline, const transport::PolledOp& op, const char* what);
+  void post_copy(channel::FrameHeader& h, std::span<const uint8_t> data) OB_HUB_LOCKED;
+  Status wait_done(Deadline deadline, const CompletionPtr& op, const char* what) OB_HUB_LOCKED;
+  Status wait_polled(Deadline deadline, const transport::PolledOp& op, const char* what) OB_HUB_LOCKED;
   /// Index of `service` in the peer's list; kNoService for "" (kNotFound if unknown).
-  Result<uint32_t> service_index(std::string_view service) const;
+  Result<uint32_t> service_index(std::string_view service) const OB_HUB_LOCKED;
   /// Registers a request of `bytes` and fills the header that sends it;
   /// its id, by which forget_request() drops its callback.
   /// `blocking`: the caller waits for it on this thread and watches the
   /// deadline itself; `fn` only records the result (it never blocks or calls
   /// back in), so the response may complete it inside UCX's callback.
   Result<uint64_t> open_request(std::string_view service, size_t bytes, Deadline deadline, ResponseFn fn, bool wait,
-                                channel::Lock* lock, bool blocking, channel::FrameHeader& h);
-  void forget_request(uint64_t id);
+                                bool blocking, channel::FrameHeader& h) OB_HUB_LOCKED;
+  void forget_request(uint64_t id) OB_HUB_LOCKED;
   /// Agent side: answers request `id` (once; later answers are ignored).
-  void respond(uint64_t id, Result<Buffer> result);
+  void respond(uint64_t id, Result<Buffer> result) OB_HUB_LOCKED;
   /// Agent side: one-way message `seq` handled; returns its credit once.
-  void acknowledge(uint64_t seq);
+  void acknowledge(uint64_t seq) OB_HUB_LOCKED;
   /// Agent side: fails open requests with `why` and sends kClose.
-  void shut_down(const Status& why);
+  void shut_down(const Status& why) OB_HUB_LOCKED;
   /// Receiver consumed a credited frame of `bytes`.
-  void consumed(uint64_t bytes);
-  Status check_open() const;
-  void start_data_endpoint(std::span<const uint8_t> peer_worker_address);
+  void consumed(uint64_t bytes) OB_HUB_LOCKED;
+  Status check_open() const OB_HUB_LOCKED;
+  void start_data_endpoint(std::span<const uint8_t> peer_worker_address) OB_HUB_LOCKED;
   /// Our ring (config.ring_slots, none if 0), polled by the hub; its
   /// descriptor (empty without one) goes to the peer's bind_peer_ring().
-  Result<std::vector<uint8_t>> open_ring();
+  Result<std::vector<uint8_t>> open_ring() OB_HUB_LOCKED;
   /// Small frames go into the peer's ring where it is mapped here (after
   /// start_data_endpoint); a peer without one or out of reach is no error.
-  void bind_peer_ring(uint32_t slots, std::span<const uint8_t> descriptor);
+  void bind_peer_ring(uint32_t slots, std::span<const uint8_t> descriptor) OB_HUB_LOCKED;
   /// A region descriptor from the peer, checked against peer_policy first
   /// when the peer is not trusted.
-  Result<transport::RemoteKey> import(std::span<const uint8_t> descriptor, bool map);
+  Result<transport::RemoteKey> import(std::span<const uint8_t> descriptor, bool map) OB_HUB_LOCKED;
 
   std::shared_ptr<channel::Hub> hub;
   ChannelConfig config;
@@ -115,7 +118,7 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   // Atomic for the lock-free mapped one-sided path (region.cpp), which
   // reads it without the hub's lock.
   std::atomic<State> state{State::kConnecting};
-  Status reason;
+  Status reason OB_HUB_GUARDED;
   std::string peer_address;
   net::Fd socket;               // the bootstrap socket: its end is the peer's end
   transport::Endpoint data_ep;  // worker-address endpoint: shm on one host
@@ -138,16 +141,16 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   std::vector<std::string> local_services;  // agent side: advertised in the welcome
 
   // Credits.
-  uint32_t send_msgs = 0;
-  uint64_t send_bytes = 0;
-  uint32_t return_msgs = 0;
-  uint64_t return_bytes = 0;
+  uint32_t send_msgs OB_HUB_GUARDED = 0;
+  uint64_t send_bytes OB_HUB_GUARDED = 0;
+  uint32_t return_msgs OB_HUB_GUARDED = 0;
+  uint64_t return_bytes OB_HUB_GUARDED = 0;
   // Credited frames received whose credit has not gone back: a peer that
   // sends past the window it was granted is cut off, not buffered for.
-  uint64_t held_msgs = 0;
-  uint64_t held_bytes = 0;
-  bool peer_starved = false;
-  bool want_sent = false;
+  uint64_t held_msgs OB_HUB_GUARDED = 0;
+  uint64_t held_bytes OB_HUB_GUARDED = 0;
+  bool peer_starved OB_HUB_GUARDED = false;
+  bool want_sent OB_HUB_GUARDED = false;
 
   // Ordering: frames held until all earlier ones are delivered.
   struct RxFrame {
@@ -156,11 +159,11 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
     bool ready = false;
     Status error;
   };
-  uint64_t next_tx_seq = 0;
-  uint64_t next_rx_seq = 0;
-  std::map<uint64_t, RxFrame> reorder;  // bounded: frames beyond the window close the connection
+  uint64_t next_tx_seq OB_HUB_GUARDED = 0;
+  uint64_t next_rx_seq OB_HUB_GUARDED = 0;
+  std::map<uint64_t, RxFrame> reorder OB_HUB_GUARDED;  // bounded: frames beyond the window close the connection
 
-  std::deque<Incoming> inbox;
+  std::deque<Incoming> inbox OB_HUB_GUARDED;
   ServiceFn on_service;               // agent side
   std::function<void(uint32_t)> on_closed;  // agent side: release per-connection state
   channel::Counters* counters = nullptr;  // agent side
@@ -172,48 +175,48 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   };
   /// Deliveries of this connection queued in the hub: while any is, a frame
   /// must queue behind it, whatever its kind.
-  uint32_t deferred_deliveries = 0;
+  uint32_t deferred_deliveries OB_HUB_GUARDED = 0;
   /// Agent side, by service index: its frames may be handled inside UCX's callback.
   std::vector<bool> inline_services;
   /// Whether frame `h`, next in order, may be delivered inside UCX's callback.
-  [[nodiscard]] bool deliverable_inline(const channel::FrameHeader& h) const;
-  uint64_t next_request_id = 1;
-  IdMap<Pending> pending;
-  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
+  [[nodiscard]] bool deliverable_inline(const channel::FrameHeader& h) const OB_HUB_LOCKED;
+  uint64_t next_request_id OB_HUB_GUARDED = 1;
+  IdMap<Pending> pending OB_HUB_GUARDED;
+  std::set<std::pair<Clock::time_point, uint64_t>> deadlines OB_HUB_GUARDED;
   // Agent side, id -> payload bytes (the credit returned with the answer):
-  IdMap<uint64_t> open_requests;  // not yet answered
-  IdMap<uint64_t> open_messages;  // one-way by seq, not yet acknowledged
-  std::vector<std::function<void()>> credit_waiters;
+  IdMap<uint64_t> open_requests OB_HUB_GUARDED;  // not yet answered
+  IdMap<uint64_t> open_messages OB_HUB_GUARDED;  // one-way by seq, not yet acknowledged
+  std::vector<std::function<void()>> credit_waiters OB_HUB_GUARDED;
 
   /// The hub runs a deferred delivery (dropped if the connection closed meanwhile).
-  void deliver_deferred(const channel::FrameHeader& h, Buffer data, const Status& error);
+  void deliver_deferred(const channel::FrameHeader& h, Buffer data, const Status& error) OB_HUB_LOCKED;
 
  private:
-  void defer_deliver(const channel::FrameHeader& h, Buffer data, Status error);
-  void deliver(const channel::FrameHeader& h, Buffer data, const Status& error);
+  void defer_deliver(const channel::FrameHeader& h, Buffer data, Status error) OB_HUB_LOCKED;
+  void deliver(const channel::FrameHeader& h, Buffer data, const Status& error) OB_HUB_LOCKED;
   // deliver()'s phases, by frame type.
-  void take_credits(const channel::FrameHeader& h);
-  void deliver_message(const channel::FrameHeader& h, Buffer data, const Status& error);
-  void deliver_notify(const channel::FrameHeader& h, Buffer data);
-  void deliver_close(const channel::FrameHeader& h, const Buffer& data);
-  void drain();
-  void complete_request(uint64_t id, Result<Buffer> result);
+  void take_credits(const channel::FrameHeader& h) OB_HUB_LOCKED;
+  void deliver_message(const channel::FrameHeader& h, Buffer data, const Status& error) OB_HUB_LOCKED;
+  void deliver_notify(const channel::FrameHeader& h, Buffer data) OB_HUB_LOCKED;
+  void deliver_close(const channel::FrameHeader& h, const Buffer& data) OB_HUB_LOCKED;
+  void drain() OB_HUB_LOCKED;
+  void complete_request(uint64_t id, Result<Buffer> result) OB_HUB_LOCKED;
   /// Agent side: opens request `id` of `bytes` for a service; false when it
   /// was answered (over --max-outstanding-requests) or the peer cut off.
-  bool admit_request(uint64_t id, uint64_t bytes);
+  bool admit_request(uint64_t id, uint64_t bytes) OB_HUB_LOCKED;
   /// Sequence number and returned credits on an outgoing frame.
-  void stamp(channel::FrameHeader& h, size_t bytes);
+  void stamp(channel::FrameHeader& h, size_t bytes) OB_HUB_LOCKED;
   /// Puts a stamped frame into the peer's ring; false: send it through UCX.
-  bool post_to_ring(const channel::WireHeader& w, std::span<const uint8_t> data);
-  void maybe_return_credits();
+  bool post_to_ring(const channel::WireHeader& w, std::span<const uint8_t> data) OB_HUB_LOCKED;
+  void maybe_return_credits() OB_HUB_LOCKED;
   /// Counts a credited frame against the window granted to the peer;
   /// false (and the connection failed) when it is over.
-  bool hold_credit(uint64_t bytes);
+  bool hold_credit(uint64_t bytes) OB_HUB_LOCKED;
   /// Stops handling the peer's frames and fails the connection once out of
   /// UCX's callback: the peer broke the protocol.
-  void cut_off(const Status& why);
-  bool broken = false;
-  void on_socket_ready();
+  void cut_off(const Status& why) OB_HUB_LOCKED;
+  bool broken OB_HUB_GUARDED = false;
+  void on_socket_ready() OB_HUB_LOCKED;
 };
 
 }  // namespace outboard

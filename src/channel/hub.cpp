@@ -54,7 +54,7 @@ Hub::Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Polle
       epoll_fd_(std::move(epoll_fd)),
       watched_(std::move(watched)),
       wake_fd_(std::move(wake_fd)) {
-  worker_->set_am_handler([this](transport::IncomingAm& am) { on_am(am); });
+  worker_->set_am_handler([this](transport::IncomingAm& am) OB_HUB_LOCKED { on_am(am); });
 }
 
 Status Hub::watch(int fd, std::function<void()> on_ready) {
@@ -99,12 +99,12 @@ void Hub::wake_rings() {
 // Called right after a progress() that found nothing, under the same lock:
 // another round here would only repeat its syscalls (UCX polls each TCP
 // interface's epoll set per round); arm() refuses if anything arrived since.
-void Hub::sleep(Lock& lock, int timeout_ms) {
+void Hub::sleep(int timeout_ms) {
   if (!arm().ok()) return;
-  lock.unlock();
+  transport::process_mutex.unlock();
   epoll_event events[3];
   ::epoll_wait(epoll_fd_.get(), events, 3, timeout_ms);
-  lock.lock();
+  transport::process_mutex.lock();
   watch_due_ = true;
 }
 
@@ -177,7 +177,7 @@ unsigned Hub::poll_rings() {
 void Hub::fail_ring_owner(Connection::Impl& owner, const std::string& what) {
   auto conn = owner.shared_from_this();
   OB_LOG_WARN("connection %u: peer wrote %s into its ring", owner.local_id, what.c_str());
-  defer([conn, what] {
+  defer([conn, what]() OB_HUB_LOCKED {
     conn->fail(Status(Code::kIoError, "peer " + conn->peer_address + " wrote " + what + " into its ring"));
   });
 }
@@ -288,7 +288,7 @@ void Hub::run_pollers() {
   in_pollers_ = false;
 }
 
-bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std::function<bool()>& done) {
+bool Hub::wait_until(Deadline deadline, uint32_t spin_us, const std::function<bool()>& done) {
   const uint64_t spin_ns = uint64_t{spin_us} * 1000;
   uint64_t spin_end = 0;
   bool busy = true;  // so the first clock check starts the spin (no clock read here)
@@ -309,12 +309,12 @@ bool Hub::wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std:
     if (busy) spin_end = now + spin_ns;  // busy again: keep polling before sleeping
     busy = false;
     if (now >= spin_end && pollers_.empty()) {
-      sleep(lock, std::min(deadline.remaining_ms(), deadlines_pending() ? kMaxSleepMs : kIdleSleepMs));
+      sleep(std::min(deadline.remaining_ms(), deadlines_pending() ? kMaxSleepMs : kIdleSleepMs));
       continue;
     }
-    lock.unlock();
+    transport::process_mutex.unlock();
     cpu_relax();
-    lock.lock();
+    transport::process_mutex.lock();
   }
 }
 

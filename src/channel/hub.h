@@ -30,7 +30,12 @@
 
 namespace outboard::channel {
 
-using Lock = std::unique_lock<std::recursive_mutex>;
+using Lock = RecursiveLock;
+
+/// Declares what the hub's lock (the process's UCX lock) guards, and which
+/// functions run with it held.
+#define OB_HUB_GUARDED OB_GUARDED_BY(::outboard::transport::process_mutex)
+#define OB_HUB_LOCKED OB_REQUIRES(::outboard::transport::process_mutex)
 
 class Hub {
  public:
@@ -40,35 +45,36 @@ class Hub {
 
   /// Data endpoints, regions, fences.
   transport::Worker& worker() { return *worker_; }
-  std::recursive_mutex& mutex() { return worker_->mutex(); }
+  RecursiveMutex& mutex() OB_RETURN_CAPABILITY(transport::process_mutex) { return transport::process_mutex; }
   /// Readable when the worker or a watched fd has events (after arm()).
   [[nodiscard]] int event_fd() const { return epoll_fd_.get(); }
   /// Arms the worker; kAgain when events are pending. Lock held.
-  Status arm();
+  Status arm() OB_HUB_LOCKED;
 
-  uint32_t add(Connection::Impl* conn);
-  void remove(uint32_t id);
+  uint32_t add(Connection::Impl* conn) OB_HUB_LOCKED;
+  void remove(uint32_t id) OB_HUB_LOCKED;
   /// The connection of this process with local id `id`, if any. Lock held.
-  [[nodiscard]] Connection::Impl* find(uint32_t id) const {
+  [[nodiscard]] Connection::Impl* find(uint32_t id) const OB_HUB_LOCKED {
     auto it = conns_.find(id);
     return it == conns_.end() ? nullptr : it->second;
   }
   /// Polls `conn`'s rx_ring on every progress() round until removed.
-  void add_ring(Connection::Impl* conn) { rings_.push_back(conn); }
-  void remove_ring(Connection::Impl* conn) { std::erase(rings_, conn); }
+  void add_ring(Connection::Impl* conn) OB_HUB_LOCKED { rings_.push_back(conn); }
+  void remove_ring(Connection::Impl* conn) OB_HUB_LOCKED { std::erase(rings_, conn); }
   /// Calls `on_ready` from progress() (lock held) while `fd` is readable or
   /// hung up, until unwatch(fd): sockets whose end means a peer's end, and
   /// the agent's control socket. Lock held.
-  Status watch(int fd, std::function<void()> on_ready);
-  void unwatch(int fd);
+  Status watch(int fd, std::function<void()> on_ready) OB_HUB_LOCKED;
+  void unwatch(int fd) OB_HUB_LOCKED;
 
   /// Runs `fn` after the current ucp_worker_progress returns: UCX forbids
   /// progress (so any blocking call) inside its callbacks, and user code
   /// (services, response callbacks) may block.
-  void defer(std::function<void()> fn) { deferred_.push_back(Deferred{std::move(fn), {}, {}, {}, {}}); }
+  void defer(std::function<void()> fn) OB_HUB_LOCKED { deferred_.push_back(Deferred{std::move(fn), {}, {}, {}, {}}); }
   /// Deferred delivery of a received frame to `conn` (the hot path: no
   /// closure to allocate), in order with the other deferred work.
-  void defer_delivery(std::shared_ptr<Connection::Impl> conn, const FrameHeader& h, Buffer data, Status error) {
+  void defer_delivery(std::shared_ptr<Connection::Impl> conn, const FrameHeader& h, Buffer data, Status error)
+      OB_HUB_LOCKED {
     deferred_.push_back(Deferred{{}, std::move(conn), h, std::move(data), std::move(error)});
   }
 
@@ -76,16 +82,16 @@ class Hub {
   /// false. Memory written by a peer's one-sided put raises no event, so
   /// while any poller is registered wait_until() busy-polls, never sleeps.
   /// Pollers do not run inside a progress() nested in one of them.
-  void add_poller(std::function<bool()> poll) { (in_pollers_ ? added_ : pollers_).push_back(std::move(poll)); }
+  void add_poller(std::function<bool()> poll) OB_HUB_LOCKED { (in_pollers_ ? added_ : pollers_).push_back(std::move(poll)); }
 
   /// Worker progress, deferred work, pollers, request-deadline checks. Lock held.
-  unsigned progress();
+  unsigned progress() OB_HUB_LOCKED;
   /// progress() until a stretch of rounds long enough to include UCX finds
   /// nothing, or `max_rounds`. Lock held.
-  unsigned progress_until_idle(unsigned max_rounds);
+  unsigned progress_until_idle(unsigned max_rounds) OB_HUB_LOCKED;
   /// True while UCX runs our handler of an incoming frame, where nothing
   /// may block or progress. Lock held.
-  [[nodiscard]] bool in_ucx_callback() const { return in_ucx_; }
+  [[nodiscard]] bool in_ucx_callback() const OB_HUB_LOCKED { return in_ucx_; }
   /// Wakes a thread asleep in wait_until() to re-check its condition.
   /// Async-signal-safe (an atomic store and an eventfd write).
   void wake() {
@@ -100,40 +106,41 @@ class Hub {
 
   /// Progresses until `done()` or the deadline: busy-polls for `spin_us`,
   /// then sleeps on the event fd with the lock released. Returns done().
-  bool wait_until(Lock& lock, Deadline deadline, uint32_t spin_us, const std::function<bool()>& done);
+  bool wait_until(Deadline deadline, uint32_t spin_us, const std::function<bool()>& done)
+      OB_REQUIRES(transport::process_mutex);
 
  private:
   Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd);
-  unsigned run_posted();
-  void on_am(transport::IncomingAm& am);
+  unsigned run_posted() OB_HUB_LOCKED;
+  void on_am(transport::IncomingAm& am) OB_HUB_LOCKED;
   /// `ring_owner`: the connection whose ring held the frame, which it must name.
-  void handle_am(transport::IncomingAm& am, Connection::Impl* ring_owner = nullptr);
-  unsigned poll_rings();
+  void handle_am(transport::IncomingAm& am, Connection::Impl* ring_owner = nullptr) OB_HUB_LOCKED;
+  unsigned poll_rings() OB_HUB_LOCKED;
   /// Closes `owner`, whose peer wrote `what` into its ring.
-  void fail_ring_owner(Connection::Impl& owner, const std::string& what);
+  void fail_ring_owner(Connection::Impl& owner, const std::string& what) OB_HUB_LOCKED;
   /// Marks every ring asleep; false, none marked, if one holds a frame.
-  bool sleep_rings();
-  void wake_rings();
+  bool sleep_rings() OB_HUB_LOCKED;
+  void wake_rings() OB_HUB_LOCKED;
   /// Runs the handlers of watched fds that are ready.
-  unsigned poll_watched();
+  unsigned poll_watched() OB_HUB_LOCKED;
   /// Whether a connection waits for a request's deadline.
-  [[nodiscard]] bool deadlines_pending() const;
+  [[nodiscard]] bool deadlines_pending() const OB_HUB_LOCKED;
   /// Sleeps until an event or `timeout_ms`, the lock released meanwhile.
-  void sleep(Lock& lock, int timeout_ms);
+  void sleep(int timeout_ms) OB_REQUIRES(transport::process_mutex);
 
   std::shared_ptr<transport::Worker> worker_;
   net::Fd epoll_fd_;
   net::Poller watched_;  // its own epoll, itself in epoll_fd_
   net::Fd wake_fd_;      // eventfd in epoll_fd_, written by wake()
-  bool watch_due_ = false;  // a sleep ended: poll the watched fds on the next round
+  bool watch_due_ OB_HUB_GUARDED = false;  // a sleep ended: poll the watched fds on the next round
   Mutex posted_mu_;
   std::vector<std::function<void()>> posted_ OB_GUARDED_BY(posted_mu_);
   std::atomic<bool> has_posted_{false};
   uint64_t next_watch_ns_ = 0;
-  std::unordered_map<uint32_t, Connection::Impl*> conns_;
-  uint32_t next_id_ = 1;
-  std::vector<Connection::Impl*> rings_;  // connections with an rx_ring
-  bool rings_asleep_ = false;
+  std::unordered_map<uint32_t, Connection::Impl*> conns_ OB_HUB_GUARDED;
+  uint32_t next_id_ OB_HUB_GUARDED = 1;
+  std::vector<Connection::Impl*> rings_ OB_HUB_GUARDED;  // connections with an rx_ring
+  bool rings_asleep_ OB_HUB_GUARDED = false;
   bool ucx_every_round_ = true;  // false while rings carry the traffic
   struct Deferred {
     std::function<void()> fn;  // empty: a delivery
@@ -142,13 +149,13 @@ class Hub {
     Buffer data;
     Status error;
   };
-  void run(Deferred& d);
-  std::vector<Deferred> deferred_;
-  void run_pollers();
-  std::vector<std::function<bool()>> pollers_;
-  std::vector<std::function<bool()>> added_;  // by pollers while they run: pollers_ must not grow under them
-  bool in_pollers_ = false;
-  bool in_ucx_ = false;
+  void run(Deferred& d) OB_HUB_LOCKED;
+  std::vector<Deferred> deferred_ OB_HUB_GUARDED;
+  void run_pollers() OB_HUB_LOCKED;
+  std::vector<std::function<bool()>> pollers_ OB_HUB_GUARDED;
+  std::vector<std::function<bool()>> added_ OB_HUB_GUARDED;  // by pollers while they run: pollers_ must not grow under them
+  bool in_pollers_ OB_HUB_GUARDED = false;
+  bool in_ucx_ OB_HUB_GUARDED = false;
   unsigned polls_ = 0;
   uint64_t clock_ns_ = 0;  // now_ns() at progress()'s last clock read (every 16th round)
   uint64_t next_tick_ns_ = 0;

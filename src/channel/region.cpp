@@ -83,7 +83,7 @@ bool mapped_path(const Connection::Impl& conn, const RemoteRegion& region) {
   return region.mapped() && region.impl().conn == &conn && conn.state == Connection::Impl::State::kOpen;
 }
 
-Status check_region(const Connection::Impl& conn, const RemoteRegion& region) {
+Status check_region(const Connection::Impl& conn, const RemoteRegion& region) OB_HUB_LOCKED {
   if (region.size() == 0) return {Code::kInvalidArgument, "empty remote region"};
   if (region.impl().conn != &conn)
     return {Code::kInvalidArgument, "remote region was imported on another connection"};
@@ -98,7 +98,7 @@ Status Connection::put(const RemoteRegion& region, uint64_t offset, std::span<co
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
   OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.put(region.impl().key, offset, src));
-  return impl_->wait_polled(lock, deadline, op, "put");
+  return impl_->wait_polled(deadline, op, "put");
 }
 
 Status Connection::get(const RemoteRegion& region, uint64_t offset, std::span<uint8_t> dst,
@@ -107,7 +107,7 @@ Status Connection::get(const RemoteRegion& region, uint64_t offset, std::span<ui
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
   OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.get(region.impl().key, offset, dst));
-  return impl_->wait_polled(lock, deadline, op, "get");
+  return impl_->wait_polled(deadline, op, "get");
 }
 
 Status Connection::flush(Deadline deadline) {
@@ -115,7 +115,7 @@ Status Connection::flush(Deadline deadline) {
   OB_RETURN_IF_ERROR(impl_->check_open());
   auto op = std::make_shared<Completion>();
   impl_->data_ep.flush(completer(op));
-  return impl_->wait_done(lock, deadline, op, "flush");
+  return impl_->wait_done(deadline, op, "flush");
 }
 
 Status Connection::fence() {
@@ -159,8 +159,8 @@ Status Connection::put_signal(const RemoteRegion& region, uint64_t offset, std::
   OB_RETURN_IF_ERROR(impl_->hub->worker().fence());
   OB_ASSIGN_OR_RETURN(transport::PolledOp flag, impl_->data_ep.put(key, signal_offset,
                                                                    {reinterpret_cast<const uint8_t*>(&signal), 8}));
-  OB_RETURN_IF_ERROR(impl_->wait_polled(lock, deadline, data, "put_signal's data"));
-  return impl_->wait_polled(lock, deadline, flag, "put_signal's signal");
+  OB_RETURN_IF_ERROR(impl_->wait_polled(deadline, data, "put_signal's data"));
+  return impl_->wait_polled(deadline, flag, "put_signal's signal");
 }
 
 Status Connection::wait_signal(const Region& region, uint64_t offset, uint64_t at_least, Deadline deadline) {
@@ -190,7 +190,7 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
   OB_ASSIGN_OR_RETURN(uint32_t service_index, impl_->service_index(service));
   // The notification is credited: take the credit before touching the peer.
-  OB_RETURN_IF_ERROR(impl_->acquire(0, deadline, true, &lock));
+  OB_RETURN_IF_ERROR(impl_->acquire(0, deadline, true));
   FrameHeader h;
   h.type = FrameType::kNotify;
   h.id = cookie;
@@ -216,7 +216,7 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
   // notification sent after it never overtakes the data.
   auto length = std::make_shared<uint64_t>(src.size());
   std::weak_ptr<Connection::Impl> weak = impl_;
-  impl_->data_ep.flush([op, weak, length, h](Status fst) mutable {
+  impl_->data_ep.flush([op, weak, length, h](Status fst) OB_HUB_LOCKED mutable {
     auto self = weak.lock();
     if (!self || !fst.ok()) {
       return completer(op)(fst.ok() ? Status(Code::kConnectionReset, "connection closed") : fst);
@@ -224,7 +224,7 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
     self->post(h, {reinterpret_cast<const uint8_t*>(length.get()), 8},
                [op, length](Status sst) { completer(op)(std::move(sst)); });
   });
-  return impl_->wait_done(lock, deadline, op, "put with notify");
+  return impl_->wait_done(deadline, op, "put with notify");
 }
 
 }  // namespace outboard

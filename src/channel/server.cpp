@@ -68,7 +68,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   conn->peer_address = "client " + std::to_string(conn->local_id) + " (" + peer.name + ")";
   conn->peer_policy = peer.policy;
   conn->peer_in_process = hello.pid == static_cast<uint32_t>(::getpid());
-  auto refused = [&](const Status& st) {
+  auto refused = [&](const Status& st) OB_HUB_LOCKED {
     ++counters_.errors;
     OB_LOG_WARN("%s not served: %s", conn->peer_address.c_str(), st.to_string().c_str());
     refuse(socket.get(), {st.code(), st.message()});
@@ -126,7 +126,7 @@ void Server::shut_down(const Status& why, Deadline deadline) {
     ++*pending;
     c->data_ep.flush([pending](Status) { --*pending; });
   }
-  hub_->wait_until(lock, deadline, 0, [&] { return *pending == 0; });
+  hub_->wait_until(deadline, 0, [&] { return *pending == 0; });
   for (auto& c : conns_) c->fail(why);
   conns_.clear();
 }

@@ -415,6 +415,8 @@ std::vector<std::string> expand_transports(const std::string& list) {
 
 }  // namespace
 
+RecursiveMutex process_mutex;
+
 Result<std::string> narrow_transports(const std::string& policy, const char* env) {
   if (!env || !*env || policy.empty()) return policy;
   const bool deny = env[0] == '^';

@@ -1,8 +1,8 @@
 // UCX transport: the only layer that includes UCX headers.
 //
 // Threading model: one UCX context per process and its workers (UCX thread
-// mode SERIALIZED), all under one mutex. Every call into a Worker, its
-// endpoints and regions must hold Worker::mutex(); callbacks run inside
+// mode SERIALIZED), all under one mutex, process_mutex. Every call into a
+// Worker, its endpoints and regions must hold it; callbacks run inside
 // progress() on the calling thread with the mutex already held, so the mutex
 // is recursive.
 #pragma once
@@ -22,6 +22,7 @@
 #include "outboard/memory_kind.h"
 #include "outboard/status.h"
 #include "transport/descriptor.h"
+#include "util/mutex.h"
 
 struct ucp_context;
 struct ucp_worker;
@@ -30,6 +31,10 @@ struct ucp_mem;
 struct ucp_rkey;
 
 namespace outboard::transport {
+
+/// The process's UCX lock: the worker's, the hub's, and every connection's
+/// state (what they guard says so, and clang checks it).
+extern RecursiveMutex process_mutex;
 
 using Bytes = std::vector<uint8_t>;
 using DoneFn = std::function<void(Status)>;
@@ -199,7 +204,7 @@ class Worker {
   static Result<std::shared_ptr<Worker>> process_worker(const TransportConfig& config);
   ~Worker();
 
-  [[nodiscard]] std::recursive_mutex& mutex() { return mu_; }
+  [[nodiscard]] RecursiveMutex& mutex() OB_RETURN_CAPABILITY(process_mutex) { return process_mutex; }
   /// Drives UCX; returns the number of events handled (0 when idle).
   unsigned progress();
   /// A file descriptor that becomes readable when progress() has work.
@@ -234,7 +239,6 @@ class Worker {
   /// Whether this UCX can allocate and register GPU (CUDA) memory.
   [[nodiscard]] bool cuda_memory_supported() const;
 
-  std::recursive_mutex mu_;
   std::unordered_set<void*> closing_;  // endpoint-close requests still in flight
   ucp_context* context_ = nullptr;
   ucp_worker* worker_ = nullptr;

@@ -37,6 +37,40 @@ class OB_CAPABILITY("mutex") Mutex {
   std::mutex mu_;
 };
 
+/// std::recursive_mutex, annotated as a capability.
+class OB_CAPABILITY("mutex") RecursiveMutex {
+ public:
+  void lock() OB_ACQUIRE() { mu_.lock(); }
+  void unlock() OB_RELEASE() { mu_.unlock(); }
+
+ private:
+  std::recursive_mutex mu_;
+};
+
+/// Holds a RecursiveMutex from construction to destruction, except between
+/// an unlock() and the next lock() (a wait that sleeps without it).
+class OB_SCOPED_CAPABILITY RecursiveLock {
+ public:
+  explicit RecursiveLock(RecursiveMutex& mu) OB_ACQUIRE(mu) : mu_(&mu) { mu_->lock(); }
+  ~RecursiveLock() OB_RELEASE() {
+    if (held_) mu_->unlock();
+  }
+  RecursiveLock(const RecursiveLock&) = delete;
+  RecursiveLock& operator=(const RecursiveLock&) = delete;
+  void unlock() OB_RELEASE() {
+    held_ = false;
+    mu_->unlock();
+  }
+  void lock() OB_ACQUIRE() {
+    mu_->lock();
+    held_ = true;
+  }
+
+ private:
+  RecursiveMutex* mu_;
+  bool held_ = true;
+};
+
 /// Holds a Mutex for its scope; native() lends the held lock to a
 /// std::condition_variable, whose waits release and retake it.
 class OB_SCOPED_CAPABILITY MutexLock {

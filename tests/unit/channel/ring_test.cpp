@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -24,7 +26,7 @@ class RingTest : public ::testing::Test {
     auto hub = Hub::get();
     ASSERT_TRUE(hub.ok()) << hub.status().to_string();
     hub_ = std::move(hub).value();
-    lock_ = Lock(hub_->mutex());
+    lock_.emplace(hub_->mutex());
     auto ep = hub_->worker().connect_to(hub_->worker().address());
     ASSERT_TRUE(ep.ok()) << ep.status().to_string();
     ep_ = std::move(ep).value();
@@ -33,7 +35,7 @@ class RingTest : public ::testing::Test {
     tx_.reset();
     rx_.reset();
     ep_.close(true);
-    lock_.unlock();
+    lock_.reset();
   }
   // A ring of `slots` and the sending side bound to it.
   void open(uint32_t slots) {
@@ -52,7 +54,7 @@ class RingTest : public ::testing::Test {
   }
 
   std::shared_ptr<Hub> hub_;
-  Lock lock_;
+  std::optional<Lock> lock_;
   transport::Endpoint ep_;
   std::unique_ptr<RxRing> rx_;
   std::unique_ptr<TxRing> tx_;
