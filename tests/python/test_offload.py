@@ -350,3 +350,17 @@ def test_auto_redoes_submitted_batches_on_the_host_when_the_agent_dies(doomed_ag
     assert np.array_equal(batch[0], outboard.Tokenizer.gpt2().encode(text))
     assert tok.submit(["next"]).result(timeout=10).placement == "host"  # agent presumed down for a while
     tok.close()
+
+
+def test_a_tokenizer_takes_a_connection_and_what_the_agent_announced(start_agent) -> None:
+    agent = start_agent("--tokenize-threads", "2")
+    with outboard.connect(agent.address) as c:
+        assert c.connection.agent_info["tokenize_threads"] == 2  # from the welcome: no round trip
+        tok = outboard.OffloadTokenizer(c.connection, "gpt2", placement="auto")
+        assert tok.policy.agent_workers == 2
+        assert tok.encode_batch(["hello"])[0].tolist() == [31373]
+        tok.close()
+    host = outboard.OffloadTokenizer(None, "gpt2", placement="host")
+    assert host.encode_batch(["hello"]).placement == "host"
+    with pytest.raises(errors.InvalidArgument, match="needs a connection"):
+        outboard.OffloadTokenizer(None, "gpt2", placement="agent")

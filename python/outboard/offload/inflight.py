@@ -4,7 +4,6 @@ waiting for them."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
 
 from .. import _core
 from ..errors import Again, Error
@@ -61,19 +60,19 @@ class InFlight:
     def collect(self, timeout: float) -> int:
         """Hands out the answers that came in, waiting up to ``timeout`` s (driving the connection) for
         one; how many."""
-        return self._hand_out((token, agent_answer(ok, result)) for token, ok, result in self._native.collect(timeout))
+        return self._hand_out([(token, agent_answer(ok, result)) for token, ok, result in self._native.collect(timeout)])
 
     def take(self) -> int:
         """collect() for whoever progressed the connection itself: what is ready, never waiting."""
-        return self._hand_out((token, agent_answer(ok, result)) for token, ok, result in self._native.take())
+        return self._hand_out([(token, agent_answer(ok, result)) for token, ok, result in self._native.take()])
 
     def fail_all(self, error: Error) -> None:
         """Every batch expected fails with ``error`` (nothing would ever answer them)."""
         with self._lock:
             tokens = list(self._sinks)
-        self._hand_out((token, error) for token in tokens)
+        self._hand_out([(token, error) for token in tokens])
 
-    def _hand_out(self, answers: Iterable[tuple[int, Outcome]]) -> int:
+    def _hand_out(self, answers: list[tuple[int, Outcome]]) -> int:
         handed = 0
         for token, answer in answers:
             with self._lock:

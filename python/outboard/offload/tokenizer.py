@@ -87,6 +87,7 @@ class OffloadTokenizer:
         self._submitted = InFlight(connection) if self._remote is not None and connection is not None else None
         self._collector: threading.Thread | None = None
         self._closing = False
+        self._waiting = threading.local()  # per thread, the InFlight of its blocking calls
 
     @property
     def vocab_size(self) -> int:
@@ -204,9 +205,12 @@ class OffloadTokenizer:
 
     def _agent_waiting(self, texts: list[Text], options: Options, answered: Finish) -> None:
         """An agent batch this thread waits for, driving the connection: it takes the answers of an
-        InFlight of its own (another thread's progress that finishes it wakes this one)."""
+        InFlight of its own (another thread's progress that finishes it wakes this one), kept for
+        its next batch."""
         assert self._connection is not None and self._remote is not None
-        inflight = InFlight(self._connection)
+        inflight = getattr(self._waiting, "inflight", None)
+        if inflight is None:
+            inflight = self._waiting.inflight = InFlight(self._connection)
         inflight.send(inflight.expect(answered), self._remote, texts, options, self.timeout)
         while len(inflight):  # the batch's deadline bounds this
             inflight.collect(self.timeout)
