@@ -57,6 +57,12 @@ struct Incoming {
 };
 
 /// Local memory registered for one-sided access by the peer. Move-only.
+namespace channel::detail {
+/// The library's way into these classes (src/channel/access.h): their
+/// constructors from an Impl and their Impl. Nothing else is a friend.
+struct Access;
+}  // namespace channel::detail
+
 class Region {
  public:
   Region();
@@ -71,9 +77,10 @@ class Region {
   [[nodiscard]] std::span<const uint8_t> descriptor() const;
 
   struct Impl;
-  explicit Region(std::unique_ptr<Impl> impl);
 
  private:
+  friend struct channel::detail::Access;
+  explicit Region(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -92,10 +99,10 @@ class RemoteRegion {
   [[nodiscard]] bool mapped() const;
 
   struct Impl;
-  explicit RemoteRegion(std::unique_ptr<Impl> impl);
-  [[nodiscard]] const Impl& impl() const { return *impl_; }
 
  private:
+  friend struct channel::detail::Access;
+  explicit RemoteRegion(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -222,10 +229,11 @@ class Connection {
   [[nodiscard]] uint32_t id() const;
 
   struct Impl;
-  /// `owner`: closing on destruction (false for the agent's view of a client).
-  Connection(std::shared_ptr<Impl> impl, bool owner);
 
  private:
+  friend struct channel::detail::Access;
+  /// `owner`: closing on destruction (false for the agent's view of a client).
+  Connection(std::shared_ptr<Impl> impl, bool owner);
   std::shared_ptr<Impl> impl_;
   bool owner_ = true;
 };

@@ -61,14 +61,14 @@ struct AgentWrite {
 /// A graph shipped to the agent. Keeps the local graph for its host nodes.
 class RemoteGraph {
  public:
+  /// What Offload::ship() returns: `handle` names the graph on the agent.
+  RemoteGraph(std::shared_ptr<const Graph> g, uint32_t handle, uint64_t agent_bytes)
+      : graph_(std::move(g)), handle_(handle), agent_bytes_(agent_bytes) {}
   [[nodiscard]] const Graph& graph() const { return *graph_; }
   [[nodiscard]] uint32_t handle() const { return handle_; }
   [[nodiscard]] uint64_t agent_bytes() const { return agent_bytes_; }
 
  private:
-  friend class Offload;
-  RemoteGraph(std::shared_ptr<const Graph> g, uint32_t handle, uint64_t agent_bytes)
-      : graph_(std::move(g)), handle_(handle), agent_bytes_(agent_bytes) {}
   std::shared_ptr<const Graph> graph_;
   uint32_t handle_;
   uint64_t agent_bytes_;

@@ -11,6 +11,11 @@
 
 namespace outboard {
 
+namespace services::detail {
+/// How the agent builds a Responder (src/services/access.h).
+struct Access;
+}  // namespace services::detail
+
 /// Answers one request. Copyable; answering twice, or after the client left,
 /// is a no-op. For a one-way message respond() acknowledges it: the sender's
 /// credit returns only then, which is how a slow service slows its client.
@@ -18,14 +23,15 @@ namespace outboard {
 class Responder {
  public:
   Responder() = default;
-  Responder(std::shared_ptr<Connection::Impl> conn, uint64_t id, bool one_way)
-      : conn_(std::move(conn)), id_(id), one_way_(one_way) {}
   void respond(Buffer response) const;
   void fail(const Status& status) const;
   /// False for one-way messages: nobody waits for an answer.
   [[nodiscard]] bool expects_response() const { return !one_way_; }
 
  private:
+  friend struct services::detail::Access;
+  Responder(std::shared_ptr<Connection::Impl> conn, uint64_t id, bool one_way)
+      : conn_(std::move(conn)), id_(id), one_way_(one_way) {}
   // Owning: a weak pointer's lock() per answer was two more atomic
   // operations on the hot path. A closed connection ignores the answer.
   std::shared_ptr<Connection::Impl> conn_;

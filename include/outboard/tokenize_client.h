@@ -38,6 +38,15 @@ struct AgentTiming {
 /// the slots are reused once the last copy (and keepalive()) is gone.
 class EncodedBatch {
  public:
+  EncodedBatch() = default;
+  /// `keepalive` holds the memory `ids` views.
+  EncodedBatch(std::shared_ptr<const void> keepalive, std::span<const int32_t> ids, std::vector<uint64_t> offsets,
+               std::vector<Status> errors, AgentTiming timing)
+      : keepalive_(std::move(keepalive)),
+        ids_(ids),
+        offsets_(std::move(offsets)),
+        errors_(std::move(errors)),
+        timing_(timing) {}
   /// Ids of all texts back to back; text i is ids()[offsets()[i] .. offsets()[i+1]).
   [[nodiscard]] std::span<const int32_t> ids() const { return ids_; }
   [[nodiscard]] const std::vector<uint64_t>& offsets() const { return offsets_; }
@@ -45,13 +54,10 @@ class EncodedBatch {
   [[nodiscard]] const std::vector<Status>& errors() const { return errors_; }
   [[nodiscard]] const AgentTiming& timing() const { return timing_; }
   /// Holds the slots, for views that outlive this object.
-  [[nodiscard]] std::shared_ptr<const void> keepalive() const { return slots_; }
-
-  struct Slots;
+  [[nodiscard]] std::shared_ptr<const void> keepalive() const { return keepalive_; }
 
  private:
-  friend class RemoteTokenizer;
-  std::shared_ptr<const Slots> slots_;
+  std::shared_ptr<const void> keepalive_;
   std::span<const int32_t> ids_;
   std::vector<uint64_t> offsets_;
   std::vector<Status> errors_;
@@ -107,6 +113,7 @@ class RemoteTokenizer {
   static uint64_t max_ids(std::string_view text, const EncodeOptions& options);
 
   struct Pool;
+  struct Slots;
 
  private:
   struct Request;
@@ -114,7 +121,7 @@ class RemoteTokenizer {
   static Result<std::unique_ptr<RemoteTokenizer>> open(Connection& connection, const std::string& name,
                                                        Deadline deadline, OutputMemory output, uint64_t pool_ids);
   Result<Request> prepare(std::span<const std::string_view> texts, const OffloadOptions& options, Deadline deadline);
-  static Result<EncodedBatch> finish(const Buffer& reply, std::shared_ptr<EncodedBatch::Slots> slots, size_t texts);
+  static Result<EncodedBatch> finish(const Buffer& reply, std::shared_ptr<Slots> slots, size_t texts);
   Connection& connection_;
   uint32_t handle_;
   size_t vocab_size_;

@@ -11,8 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/control.h"
+#include "channel/access.h"
 #include "channel/hub.h"
 #include "outboard/log.h"
+#include "services/access.h"
 #include "services/builtin.h"
 #include "util/id_map.h"
 
@@ -58,12 +60,12 @@ struct Session::Impl {
     Client& client = *clients.emplace(conn.local_id, {}).first;
     if (!client.channel) {
       client.channel = conn.shared_from_this();
-      client.peer = std::make_shared<Connection>(client.channel, /*owner=*/false);
+      client.peer = channel::detail::Access::connection(client.channel, /*owner=*/false);
     }
     const bool one_way = h.type != channel::FrameType::kRequest;
     const uint64_t id = one_way ? h.seq : h.id;
     if (h.service >= by_index.size())
-      return Responder(client.channel, id, one_way)
+      return services::detail::Access::responder(client.channel, id, one_way)
           .fail({Code::kNotFound, "service index " + std::to_string(h.service) + " is not offered"});
     // Each request is built in the argument itself: one built first and
     // moved in is copied in 16 B moves, which stall on its fields' fresh
@@ -72,9 +74,9 @@ struct Session::Impl {
     if (h.type == channel::FrameType::kNotify) {
       Notification notification{h.id, h.arg, 0};
       if (payload.size() == sizeof(uint64_t)) std::memcpy(&notification.length, payload.data(), sizeof(uint64_t));
-      return service->handle(ServiceRequest{Buffer(), notification, Responder(client.channel, id, one_way), client.peer});
+      return service->handle(ServiceRequest{Buffer(), notification, services::detail::Access::responder(client.channel, id, one_way), client.peer});
     }
-    service->handle(ServiceRequest{std::move(payload), std::nullopt, Responder(client.channel, id, one_way), client.peer});
+    service->handle(ServiceRequest{std::move(payload), std::nullopt, services::detail::Access::responder(client.channel, id, one_way), client.peer});
   }
 };
 

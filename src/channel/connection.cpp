@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "channel/access.h"
 #include "channel/connection_impl.h"
 #include "outboard/log.h"
 #include "util/text.h"
@@ -556,6 +557,10 @@ std::string transport_version() { return "UCX " + transport::ucx_version(); }
 
 Connection::Connection(std::shared_ptr<Impl> impl, bool owner) : impl_(std::move(impl)), owner_(owner) {}
 
+std::unique_ptr<Connection> channel::detail::Access::connection(std::shared_ptr<Connection::Impl> impl, bool owner) {
+  return std::unique_ptr<Connection>(new Connection(std::move(impl), owner));
+}
+
 Connection::~Connection() {
   if (impl_ && owner_) close();
 }
@@ -632,7 +637,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   OB_RETURN_IF_ERROR(impl->check_open());
   OB_LOG_INFO("connected to %s (connection %u, peer max_msg_size %lu B)", address.c_str(), impl->local_id,
               static_cast<unsigned long>(impl->peer_max_msg));
-  return std::make_unique<Connection>(std::move(impl), true);
+  return channel::detail::Access::connection(std::move(impl), /*owner=*/true);
 }
 
 Status Connection::send(std::span<const uint8_t> payload, Deadline deadline, std::string_view service) {

@@ -2,6 +2,7 @@
 // flush, write-with-notify and put-with-signal.
 #include <atomic>
 
+#include "channel/access.h"
 #include "channel/connection_impl.h"
 #include "util/cpu_relax.h"
 
@@ -48,6 +49,11 @@ std::span<const uint8_t> Region::descriptor() const {
 
 RemoteRegion::RemoteRegion() = default;
 RemoteRegion::RemoteRegion(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Region channel::detail::Access::region(std::unique_ptr<Region::Impl> impl) { return Region(std::move(impl)); }
+RemoteRegion channel::detail::Access::remote_region(std::unique_ptr<RemoteRegion::Impl> impl) {
+  return RemoteRegion(std::move(impl));
+}
 RemoteRegion::RemoteRegion(RemoteRegion&&) noexcept = default;
 RemoteRegion& RemoteRegion::operator=(RemoteRegion&&) noexcept = default;
 RemoteRegion::~RemoteRegion() = default;
@@ -57,20 +63,20 @@ bool RemoteRegion::mapped() const { return impl_ && impl_->key.mapped() != nullp
 Result<Region> Connection::register_memory(void* data, size_t size) {
   Lock lock(impl_->hub->mutex());
   OB_ASSIGN_OR_RETURN(auto mr, impl_->hub->worker().register_memory(data, size));
-  return Region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
+  return channel::detail::Access::region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
 }
 
 Result<Region> Connection::allocate_memory(size_t size, MemoryKind kind) {
   Lock lock(impl_->hub->mutex());
   OB_ASSIGN_OR_RETURN(auto mr, impl_->hub->worker().allocate_memory(size, kind));
-  return Region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
+  return channel::detail::Access::region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
 }
 
 Result<RemoteRegion> Connection::import_region(std::span<const uint8_t> descriptor) {
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(impl_->check_open());
   OB_ASSIGN_OR_RETURN(auto key, impl_->import(descriptor, impl_->config.map_peer_regions));
-  return RemoteRegion(
+  return channel::detail::Access::remote_region(
       std::make_unique<RemoteRegion::Impl>(impl_->hub, impl_.get(), std::move(key)));
 }
 
@@ -80,12 +86,12 @@ namespace {
 // touch no UCX state: no lock. A connection that is not open takes the
 // locked path, which names why.
 bool mapped_path(const Connection::Impl& conn, const RemoteRegion& region) {
-  return region.mapped() && region.impl().conn == &conn && conn.state == Connection::Impl::State::kOpen;
+  return region.mapped() && channel::detail::Access::impl(region).conn == &conn && conn.state == Connection::Impl::State::kOpen;
 }
 
 Status check_region(const Connection::Impl& conn, const RemoteRegion& region) OB_HUB_LOCKED {
   if (region.size() == 0) return {Code::kInvalidArgument, "empty remote region"};
-  if (region.impl().conn != &conn)
+  if (channel::detail::Access::impl(region).conn != &conn)
     return {Code::kInvalidArgument, "remote region was imported on another connection"};
   return conn.check_open();
 }
@@ -94,19 +100,19 @@ Status check_region(const Connection::Impl& conn, const RemoteRegion& region) OB
 
 Status Connection::put(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
                        Deadline deadline) {
-  if (mapped_path(*impl_, region)) return transport::put_mapped(region.impl().key, offset, src);
+  if (mapped_path(*impl_, region)) return transport::put_mapped(channel::detail::Access::impl(region).key, offset, src);
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
-  OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.put(region.impl().key, offset, src));
+  OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.put(channel::detail::Access::impl(region).key, offset, src));
   return impl_->wait_polled(deadline, op, "put");
 }
 
 Status Connection::get(const RemoteRegion& region, uint64_t offset, std::span<uint8_t> dst,
                        Deadline deadline) {
-  if (mapped_path(*impl_, region)) return transport::get_mapped(region.impl().key, offset, dst);
+  if (mapped_path(*impl_, region)) return transport::get_mapped(channel::detail::Access::impl(region).key, offset, dst);
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
-  OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.get(region.impl().key, offset, dst));
+  OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.get(channel::detail::Access::impl(region).key, offset, dst));
   return impl_->wait_polled(deadline, op, "get");
 }
 
@@ -140,7 +146,7 @@ Status check_signal_word(uint64_t offset, uint64_t size, const char* whose) {
 Status Connection::put_signal(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
                               uint64_t signal_offset, uint64_t signal, Deadline deadline) {
   if (mapped_path(*impl_, region)) {
-    const transport::RemoteKey& key = region.impl().key;
+    const transport::RemoteKey& key = channel::detail::Access::impl(region).key;
     // The data is copied in the call, so a release store orders the signal
     // after it on any CPU. UCX's fence is a full barrier, which would wait
     // for the data's cache lines to reach this core before the signal's store.
@@ -151,7 +157,7 @@ Status Connection::put_signal(const RemoteRegion& region, uint64_t offset, std::
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
   OB_RETURN_IF_ERROR(check_signal_word(signal_offset, region.size(), "remote"));
-  const transport::RemoteKey& key = region.impl().key;
+  const transport::RemoteKey& key = channel::detail::Access::impl(region).key;
   transport::PolledOp data;
   if (!src.empty()) {
     OB_ASSIGN_OR_RETURN(data, impl_->data_ep.put(key, offset, src));
@@ -196,7 +202,7 @@ Status Connection::put_notify(const RemoteRegion& region, uint64_t offset, std::
   h.id = cookie;
   h.arg = offset;
   h.service = service_index;
-  const transport::RemoteKey& key = region.impl().key;
+  const transport::RemoteKey& key = channel::detail::Access::impl(region).key;
   // The put itself is released to UCX (completion is the flush's business)
   // or, mapped, a copy already in the peer's memory.
   Status put = key.mapped() ? transport::put_mapped(key, offset, src) : impl_->data_ep.put(key, offset, src).status();

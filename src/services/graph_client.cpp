@@ -138,7 +138,7 @@ Result<std::shared_ptr<const RemoteGraph>> Offload::ship(std::shared_ptr<const G
   OB_RETURN_IF_ERROR(request(wire::kGraph, w.bytes, deadline, &answer));
   uint32_t handle = 0;
   if (!wire::Reader{answer.span()}.get(handle)) return Status(Code::kInvalidArgument, "bad graph answer");
-  return std::shared_ptr<const RemoteGraph>(new RemoteGraph(std::move(graph), handle, agent_bytes));
+  return std::make_shared<const RemoteGraph>(std::move(graph), handle, agent_bytes);
 }
 
 Result<std::unique_ptr<RemoteInstance>> Offload::instantiate(std::shared_ptr<const RemoteGraph> graph,

@@ -153,7 +153,7 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
   }
 };
 
-struct EncodedBatch::Slots {
+struct RemoteTokenizer::Slots {
   Slots(std::shared_ptr<RemoteTokenizer::Pool> p, RemoteTokenizer::Pool::Reservation r)
       : pool(std::move(p)), reservation(r) {}
   Slots(const Slots&) = delete;  // exactly one release per reservation
@@ -241,7 +241,7 @@ uint64_t RemoteTokenizer::max_ids(std::string_view text, const EncodeOptions& op
 }
 
 struct RemoteTokenizer::Request {
-  std::shared_ptr<EncodedBatch::Slots> slots;
+  std::shared_ptr<Slots> slots;
   Buffer bytes;  // the message itself: submit() sends it without another copy
   size_t texts = 0;
 };
@@ -259,7 +259,7 @@ Result<RemoteTokenizer::Request> RemoteTokenizer::prepare(std::span<const std::s
     }
   }
   OB_ASSIGN_OR_RETURN(Pool::Reservation res, pool_->reserve(capacity, deadline));
-  Request req{std::make_shared<EncodedBatch::Slots>(pool_, res), {}, texts.size()};
+  Request req{std::make_shared<Slots>(pool_, res), {}, texts.size()};
 
   wire::EncodeHeader h;
   h.tokenizer = handle_;
@@ -288,7 +288,7 @@ Result<RemoteTokenizer::Request> RemoteTokenizer::prepare(std::span<const std::s
   return req;
 }
 
-Result<EncodedBatch> RemoteTokenizer::finish(const Buffer& reply, std::shared_ptr<EncodedBatch::Slots> slots,
+Result<EncodedBatch> RemoteTokenizer::finish(const Buffer& reply, std::shared_ptr<Slots> slots,
                                              size_t texts) {
   const Pool::Reservation& res = slots->reservation;
   auto malformed = [&](const char* what) {
@@ -297,31 +297,29 @@ Result<EncodedBatch> RemoteTokenizer::finish(const Buffer& reply, std::shared_pt
   wire::Reader r{reply.span()};
   wire::ResultHeader rh;
   if (!r.get(rh) || rh.texts != texts || rh.ids > res.count) return malformed("header");
-  EncodedBatch batch;
-  batch.offsets_.reserve(texts + 1);
-  batch.errors_.resize(texts);
+  std::vector<uint64_t> offsets;
+  std::vector<Status> errors(texts);
+  offsets.reserve(texts + 1);
   uint64_t expect = 0;
   std::vector<std::pair<size_t, int32_t>> failed;  // text, code
   for (size_t i = 0; i < texts; ++i) {
     wire::TextResult t;
     if (!r.get(t) || t.offset != expect) return malformed("offsets");
-    batch.offsets_.push_back(t.offset);
+    offsets.push_back(t.offset);
     expect += t.length;
     if (t.code != 0) failed.emplace_back(i, t.code);
   }
   if (expect != rh.ids) return malformed("total");
-  batch.offsets_.push_back(expect);
+  offsets.push_back(expect);
   for (auto [i, code] : failed) {
     uint32_t len = 0;
     std::span<const uint8_t> msg;
     if (!r.get(len) || !r.take(len, msg)) return malformed("messages");
-    batch.errors_[i] = Status(static_cast<Code>(code), std::string(reinterpret_cast<const char*>(msg.data()), msg.size()));
+    errors[i] = Status(static_cast<Code>(code), std::string(reinterpret_cast<const char*>(msg.data()), msg.size()));
   }
-  batch.timing_ = {rh.queued_before, rh.queue_ns, rh.tokenize_ns, rh.cpu_ns, rh.put_ns};
   const auto* base = reinterpret_cast<const int32_t*>(res.slab->region.data()) + res.first;
-  batch.ids_ = {base, rh.ids};
-  batch.slots_ = std::move(slots);
-  return batch;
+  return EncodedBatch(std::move(slots), {base, rh.ids}, std::move(offsets), std::move(errors),
+                      {rh.queued_before, rh.queue_ns, rh.tokenize_ns, rh.cpu_ns, rh.put_ns});
 }
 
 Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_view> texts, const OffloadOptions& options,
