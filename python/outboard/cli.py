@@ -80,7 +80,7 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import harness, suite_module
+    from .bench import harness
 
     suite = suite_module(args.suite).SUITE
     harness.run(suite, suite.parse(args))
@@ -92,7 +92,7 @@ MAIN_JOB = "tokenize"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .bench import harness, suite_module
+    from .bench import harness
 
     suite = suite_module(MAIN_JOB).SUITE
     harness.run(suite, harness.Options(quick=True, out=args.out, agent=args.agent, log_level=str(args.log_level),

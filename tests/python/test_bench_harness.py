@@ -158,6 +158,15 @@ def test_matplotlib_loads_only_when_charts_are_drawn() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_the_report_and_statistics_do_not_import_the_harness() -> None:
+    """No import cycle: harness -> report -> stats and declare, never back."""
+    code = ("import sys, outboard.bench.report, outboard.bench.stats; "
+            "print(sorted(m for m in sys.modules if m.startswith('outboard.bench')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(["outboard.bench", "outboard.bench.declare", "outboard.bench.report",
+                                      "outboard.bench.stats"])
+
+
 class _FakeClock:
     """Unit-test fake: time that only the fake sleep moves."""
 

@@ -108,7 +108,7 @@ def test_agent_ids_land_in_pinned_memory_and_reach_the_gpu_unchanged(client: out
 def test_native_open_loops_give_the_in_process_ids_for_every_request(start_agent) -> None:
     """The C++ load generator: every request is answered once, with the ids this process makes."""
     from outboard import _bench, _core
-    from outboard.offload import open_local
+    from outboard.offload.tokenizer import open_local
 
     agent = start_agent("--tokenize-threads", "1")
     client = outboard.connect(agent.address)
@@ -136,7 +136,7 @@ def test_native_open_loops_give_the_in_process_ids_for_every_request(start_agent
 
 
 def test_native_open_loop_fails_requests_of_a_killed_agent_within_their_timeout(start_agent) -> None:
-    from outboard import _core
+    from outboard import _bench
 
     agent = start_agent()
     client = outboard.connect(agent.address)

@@ -34,7 +34,7 @@ import numpy as np
 
 from ... import _bench, _core
 from ...errors import BadConfig, Error
-from ...offload import SUBMIT_THREADS
+from ...offload.tokenizer import SUBMIT_THREADS
 from ..declare import Option, Options, Suite
 from ..stats import summarize
 
