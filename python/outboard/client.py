@@ -10,8 +10,7 @@ import numpy as np
 
 from . import _core
 from ._agent import LocalAgent
-from .offload.policy import AutoPolicy
-from .offload.tokenizer import OffloadTokenizer, Placement
+from .offload import AutoPolicy, OffloadTokenizer, Placement
 
 #: Default deadline of a blocking call, in seconds.
 DEFAULT_TIMEOUT_S = 10.0

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import outboard
+from outboard.bench import consumer
 from outboard.bench.suites import tokenize_offload as bench
 
 VOCAB = 1000
@@ -28,12 +29,12 @@ def _cuda() -> bool:
 needs_cuda = pytest.mark.skipif(not _cuda(), reason="needs torch with a CUDA device")
 
 
-def _reference(e: bench.Embedder, ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+def _reference(e: consumer.Embedder, ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     rows = []
     for i in range(len(offsets) - 1):
         for pos, tid in enumerate(ids[offsets[i]:offsets[i + 1]]):
-            rows.append(e.word[tid] + e.pos[pos % bench.POSITIONS])
-    return np.array(rows, np.float32).reshape(-1, bench.DIM)
+            rows.append(e.word[tid] + e.pos[pos % consumer.POSITIONS])
+    return np.array(rows, np.float32).reshape(-1, consumer.DIM)
 
 
 def _batch() -> tuple[np.ndarray, np.ndarray]:
@@ -46,7 +47,7 @@ def _batch() -> tuple[np.ndarray, np.ndarray]:
 def test_payloads_are_distinct_windows_until_the_corpus_has_no_fresh_offset() -> None:
     import string
 
-    pool = bench.Payloads(string.ascii_letters)  # 52 distinct characters: 44 windows of 8
+    pool = consumer.Payloads(string.ascii_letters)  # 52 distinct characters: 44 windows of 8
     windows = [pool.take(8) for _ in range(44)]
     assert len(set(windows)) == 44 and all(len(w) == 8 and w in string.ascii_letters for w in windows)
     assert len(pool.take(4)) == 4  # another size has offsets of its own
@@ -55,25 +56,25 @@ def test_payloads_are_distinct_windows_until_the_corpus_has_no_fresh_offset() ->
 
 
 def test_numpy_lookup_adds_each_ids_position_in_its_own_text() -> None:
-    e = bench.Embedder(VOCAB)
+    e = consumer.Embedder(VOCAB)
     ids, offsets = _batch()
     out = e(e.to_device(ids, offsets))
-    assert out.shape == (len(ids), bench.DIM)
+    assert out.shape == (len(ids), consumer.DIM)
     np.testing.assert_allclose(out, _reference(e, ids, offsets), rtol=1e-6)
 
 
 def test_an_unknown_embed_device_is_refused() -> None:
     with pytest.raises(ValueError, match="'tpu' is not one of"):
-        bench.make_embedder("tpu", VOCAB)
+        consumer.make_embedder("tpu", VOCAB)
     if not _cuda():
         with pytest.raises(RuntimeError, match="needs torch with a CUDA device"):
-            bench.make_embedder("torch", VOCAB)
+            consumer.make_embedder("torch", VOCAB)
 
 
 @needs_cuda
 def test_torch_lookup_on_cuda_equals_numpy_on_the_same_tables() -> None:
-    t = bench.TorchEmbedder(VOCAB)
-    n = bench.Embedder(VOCAB)
+    t = consumer.TorchEmbedder(VOCAB)
+    n = consumer.Embedder(VOCAB)
     n.word, n.pos = t.word.cpu().numpy(), t.pos.cpu().numpy()
     ids, offsets = _batch()
     pinned = t.host_buffer(len(ids) + 10)
@@ -90,7 +91,7 @@ def test_torch_lookup_on_cuda_equals_numpy_on_the_same_tables() -> None:
 
 @needs_cuda
 def test_agent_ids_land_in_pinned_memory_and_reach_the_gpu_unchanged(client: outboard.Client) -> None:
-    t = bench.TorchEmbedder(bench.GPT2_VOCAB)
+    t = consumer.TorchEmbedder(bench.GPT2_VOCAB)
     pipe = bench.Pipeline(client, "gpt2", t)
     texts = ["The quick brown fox jumps over the lazy dog. " * 20, "naïve café 🙂"]
     want = pipe.tok["host"].encode_batch(texts)
@@ -108,7 +109,7 @@ def test_agent_ids_land_in_pinned_memory_and_reach_the_gpu_unchanged(client: out
 def test_native_open_loops_give_the_in_process_ids_for_every_request(start_agent) -> None:
     """The C++ load generator: every request is answered once, with the ids this process makes."""
     from outboard import _bench, _core
-    from outboard.offload.tokenizer import open_local
+    from outboard.offload import open_local
 
     agent = start_agent("--tokenize-threads", "1")
     client = outboard.connect(agent.address)
