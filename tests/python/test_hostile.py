@@ -25,6 +25,8 @@ import outboard
 from outboard import errors
 
 GOOD_DEADLINE_S = 2.0
+#: The bootstrap's magic ("OBB1") and version (src/channel/bootstrap.h).
+BOOT_MAGIC, BOOT_VERSION = 0x3142424F, 2
 
 
 # ------------------------------------------------------------------ helpers
@@ -142,7 +144,7 @@ def raw(address: str, payload: bytes, *, close_write: bool = False, timeout: flo
 def refusal_of(reply: bytes) -> tuple[int, str]:
     """(code, message) of a bootstrap refusal."""
     magic, kind, version, _, length = struct.unpack_from("<IBBHI", reply)
-    assert (magic, kind, version) == (0x3142424F, 3, 1), reply[:16]
+    assert (magic, kind, version) == (BOOT_MAGIC, 3, BOOT_VERSION), reply[:16]
     code, n = struct.unpack_from("<bI", reply, 12)
     return code, reply[17:17 + n].decode()
 
@@ -216,10 +218,10 @@ JUNK = {
     "64 zero bytes": bytes(64),
     "2080 random bytes": random.Random(1).randbytes(2080),
     "4 KiB random": random.Random(2).randbytes(4096),
-    "a header announcing 1 GiB": struct.pack("<IBBHI", 0x3142424F, 1, 1, 0, 1 << 30),
-    "another version": struct.pack("<IBBHI", 0x3142424F, 1, 9, 0, 4),
-    "a welcome": struct.pack("<IBBHI", 0x3142424F, 2, 1, 0, 0),
-    "a truncated hello": struct.pack("<IBBHI", 0x3142424F, 1, 1, 0, 40) + bytes(40),
+    "a header announcing 1 GiB": struct.pack("<IBBHI", BOOT_MAGIC, 1, BOOT_VERSION, 0, 1 << 30),
+    "another version": struct.pack("<IBBHI", BOOT_MAGIC, 1, BOOT_VERSION + 7, 0, 4),
+    "a welcome": struct.pack("<IBBHI", BOOT_MAGIC, 2, BOOT_VERSION, 0, 0),
+    "a truncated hello": struct.pack("<IBBHI", BOOT_MAGIC, 1, BOOT_VERSION, 0, 40) + bytes(40),
     "an HTTP request": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
 }
 
