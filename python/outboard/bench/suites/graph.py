@@ -248,6 +248,8 @@ SUITE = Suite(
     setup=lambda options: GraphEnv(options),
     describe=lambda env: {"graph_bench": executable(), "graph_agent": env.agent_address or "none"},
     help="task graphs: per-task and per-instance overhead vs TBB, OpenMP, pthreads",
+    # A process per runtime, cell and repetition (three with a reference), each warming up.
+    quick_help="a short run (three to four minutes: every ratio from three repetitions)",
     options=[Option("--offload", "the seed graph offloaded to the agent (the `offload` case alone, or with --cases)",
                     type=bool, cases=("offload",))],
     notes=__doc__.split("\n\n", 1)[1].replace("\n", " ").replace("``", "`").strip())
