@@ -47,28 +47,17 @@ class OB_CAPABILITY("mutex") RecursiveMutex {
   std::recursive_mutex mu_;
 };
 
-/// Holds a RecursiveMutex from construction to destruction, except between
-/// an unlock() and the next lock() (a wait that sleeps without it).
+/// Holds a RecursiveMutex for its scope. A wait that sleeps without it
+/// releases and retakes the mutex itself (it declares it held: OB_REQUIRES).
 class OB_SCOPED_CAPABILITY RecursiveLock {
  public:
-  explicit RecursiveLock(RecursiveMutex& mu) OB_ACQUIRE(mu) : mu_(&mu) { mu_->lock(); }
-  ~RecursiveLock() OB_RELEASE() {
-    if (held_) mu_->unlock();
-  }
+  explicit RecursiveLock(RecursiveMutex& mu) OB_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~RecursiveLock() OB_RELEASE() { mu_.unlock(); }
   RecursiveLock(const RecursiveLock&) = delete;
   RecursiveLock& operator=(const RecursiveLock&) = delete;
-  void unlock() OB_RELEASE() {
-    held_ = false;
-    mu_->unlock();
-  }
-  void lock() OB_ACQUIRE() {
-    mu_->lock();
-    held_ = true;
-  }
 
  private:
-  RecursiveMutex* mu_;
-  bool held_ = true;
+  RecursiveMutex& mu_;
 };
 
 /// Holds a Mutex for its scope; native() lends the held lock to a
