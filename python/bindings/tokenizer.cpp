@@ -33,11 +33,14 @@ EncodeOptions encode_options(bool allow_special, bool ordinary, std::string_view
   return o;
 }
 
+// A failure as Python sees it: (code, message), for errors.from_code.
+nb::tuple status_tuple(const Status& st) { return nb::make_tuple(static_cast<int>(st.code()), st.message()); }
+
 // Per text: None, or (code, message) for a text that failed.
 nb::list errors_to_python(std::span<const Status> statuses) {
   nb::list errors;
   for (const Status& st : statuses)
-    errors.append(st.ok() ? nb::object(nb::none()) : nb::object(nb::make_tuple(static_cast<int>(st.code()), st.message())));
+    errors.append(st.ok() ? nb::object(nb::none()) : nb::object(status_tuple(st)));
   return errors;
 }
 
@@ -106,7 +109,7 @@ class Completions {
     for (auto& [token, r] : ready) {
       const bool ok = r.ok();
       nb::object result = ok ? nb::object(batch_to_python(std::move(r).value()))
-                             : nb::object(nb::make_tuple(static_cast<int>(r.status().code()), r.status().message()));
+                             : nb::object(status_tuple(r.status()));
       out.append(nb::make_tuple(token, ok, result));
     }
     return out;
@@ -166,9 +169,7 @@ void bind_tokenizer(nb::module_& m) {
       .def("encode_batch",
            [](const Tokenizer& t, nb::list texts, bool allow_special, bool ordinary, std::string_view utf8,
               unsigned threads, bool add_special_tokens) {
-             std::vector<std::string_view> views;
-             views.reserve(texts.size());
-             for (nb::handle h : texts) views.push_back(text_view(h));  // the list keeps them alive
+             const std::vector<std::string_view> views = text_views(texts);
              EncodeOptions o = encode_options(allow_special, ordinary, utf8, add_special_tokens);
              std::vector<int32_t> ids;
              std::vector<uint64_t> offsets;
@@ -185,9 +186,7 @@ void bind_tokenizer(nb::module_& m) {
       .def("encode_each",
            [](const Tokenizer& t, nb::list texts, bool allow_special, bool ordinary, std::string_view utf8,
               bool add_special_tokens, uint64_t max_len, uint64_t capacity, uint64_t max_text_bytes) {
-             std::vector<std::string_view> views;
-             views.reserve(texts.size());
-             for (nb::handle h : texts) views.push_back(text_view(h));  // the list keeps them alive
+             const std::vector<std::string_view> views = text_views(texts);
              EncodeOptions o = encode_options(allow_special, ordinary, utf8, add_special_tokens);
              TextLimits limits;
              limits.max_text_bytes = max_text_bytes;

@@ -112,21 +112,22 @@ std::vector<Status> Tokenizer::encode_each(std::span<const std::string_view> tex
   offsets.assign(1, 0);
   for (size_t i = 0; i < texts.size(); ++i) {
     const size_t before = ids.size();
-    const std::string item = "text " + std::to_string(i);
+    const auto item = [i] { return "text " + std::to_string(i); };  // named only when it fails
     Status& st = statuses[i];
     if (limits.max_text_bytes != 0 && texts[i].size() > limits.max_text_bytes) {
-      st = {Code::kTooBig, item + " of " + std::to_string(texts[i].size()) + " B exceeds max_text_bytes " +
-                               std::to_string(limits.max_text_bytes)};
-      if (!limits.max_text_bytes_source.empty())
-        st = {st.code(), st.message() + " (" + std::string(limits.max_text_bytes_source) + ")"};
+      const std::string source = limits.max_text_bytes_source.empty()
+                                     ? std::string()
+                                     : " (" + std::string(limits.max_text_bytes_source) + ")";
+      st = {Code::kTooBig, item() + " of " + std::to_string(texts[i].size()) + " B exceeds max_text_bytes " +
+                               std::to_string(limits.max_text_bytes) + source};
     } else if (st = encode(texts[i], ids, options); !st.ok()) {
-      st = st.with_context(item);
+      st = st.with_context(item());
     }
     const uint64_t n = ids.size() - before;
     if (st.ok() && limits.max_len != 0 && n > limits.max_len)
-      st = {Code::kTooBig, item + " has " + std::to_string(n) + " ids, over max_len " + std::to_string(limits.max_len)};
+      st = {Code::kTooBig, item() + " has " + std::to_string(n) + " ids, over max_len " + std::to_string(limits.max_len)};
     if (st.ok() && limits.capacity && ids.size() > *limits.capacity)
-      st = {Code::kTooBig, "output buffer too small: " + item + " needs " + std::to_string(n) + " ids at id " +
+      st = {Code::kTooBig, "output buffer too small: " + item() + " needs " + std::to_string(n) + " ids at id " +
                                std::to_string(before) + " but the buffer holds " + std::to_string(*limits.capacity) +
                                " ids"};
     if (!st.ok()) ids.resize(before);
