@@ -30,7 +30,14 @@ struct ChannelConfig {
   /// --keepalive-ms: TCP keepalive of the bootstrap socket, whose end is the
   /// peer's end (rounded up to whole seconds; a peer process that dies closes it at once).
   uint64_t keepalive_ms = 200;
-  uint32_t spin_us = 200;                    ///< --spin-us: busy-poll before sleeping on the event fd
+  /// --spin-us: the most a wait busy-polls before it sleeps on the event fd.
+  uint32_t spin_us = 200;
+  /// --adaptive-spin: a wait polls only while this thread's recent answers
+  /// came within spin_us of it going idle (a small request's round trip: ~10 µs
+  /// saved per answer), and sleeps at once when they came later (an 8 KB
+  /// tokenization: polling would only burn the CPU offload frees). false:
+  /// always poll spin_us.
+  bool adaptive_spin = true;
   /// --map-peer-regions: reach a peer's region that UCX maps into this
   /// process (shared memory, one host) by CPU copies; false: through UCX.
   bool map_peer_regions = true;

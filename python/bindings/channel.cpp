@@ -44,7 +44,8 @@ void bind_channel(nb::module_& m) {
       .def_static(
           "connect",
           [](const std::string& address, uint64_t max_msg_size, double connect_timeout, uint64_t keepalive_ms,
-             uint32_t spin_us, bool map_peer_regions, uint32_t ring_slots, const std::string& session) {
+             uint32_t spin_us, bool adaptive_spin, bool map_peer_regions, uint32_t ring_slots,
+             const std::string& session) {
             ChannelConfig cfg;
             cfg.session = session;
             cfg.map_peer_regions = map_peer_regions;
@@ -53,11 +54,13 @@ void bind_channel(nb::module_& m) {
             cfg.connect_timeout_ms = static_cast<int64_t>(connect_timeout * 1000);
             cfg.keepalive_ms = keepalive_ms;
             cfg.spin_us = spin_us;
+            cfg.adaptive_spin = adaptive_spin;
             nb::gil_scoped_release release;
             return unwrap(Connection::connect(address, cfg));
           },
           "address"_a, "max_msg_size"_a = ChannelConfig{}.max_msg_size, "connect_timeout"_a = 5.0,
           "keepalive_ms"_a = ChannelConfig{}.keepalive_ms, "spin_us"_a = ChannelConfig{}.spin_us,
+          "adaptive_spin"_a = ChannelConfig{}.adaptive_spin,
           "map_peer_regions"_a = ChannelConfig{}.map_peer_regions, "ring_slots"_a = ChannelConfig{}.ring_slots,
           "session"_a = "")
       .def("request",

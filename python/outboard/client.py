@@ -79,13 +79,16 @@ def connect(
     connect_timeout: float = 5.0,
     keepalive_ms: int | None = None,
     spin_us: int | None = None,
+    adaptive_spin: bool = True,
     map_peer_regions: bool = True,
     ring_slots: int | None = None,
     session: str = "",
     agent_args: tuple[str, ...] = (),
 ) -> Client:
-    """Connects to the agent at ``addr`` ("host:port"); ``None`` starts a local one. ``spin_us``: how
-    long a waiting call busy-polls before sleeping (lower saves this process's CPU, adds wake-up time).
+    """Connects to the agent at ``addr`` ("host:port"); ``None`` starts a local one. ``spin_us``: the most
+    a waiting call busy-polls before sleeping; ``adaptive_spin``: poll only while this thread's
+    recent answers came within ``spin_us`` (a small request's round trip), else sleep at once (False:
+    always poll ``spin_us``, trading this process's CPU for wake-up time; README, "Waiting").
     ``map_peer_regions``: reach the agent's regions on this host by CPU copies where UCX maps them
     here (False: every put and get through UCX). ``ring_slots``: slots of this side's ring, into
     which an agent on this host writes small frames, as this side into the agent's (0: every frame
@@ -94,7 +97,7 @@ def connect(
     digits shared with whoever else presents them (``OUTBOARD_SESSION_TOKEN`` sets the process's)."""
     agent = LocalAgent(*agent_args).start() if addr is None else None
     kwargs: dict[str, Any] = {"connect_timeout": connect_timeout, "map_peer_regions": map_peer_regions,
-                              "session": session}
+                              "adaptive_spin": adaptive_spin, "session": session}
     if max_msg_size is not None:
         kwargs["max_msg_size"] = max_msg_size
     if keepalive_ms is not None:

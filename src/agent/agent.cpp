@@ -58,7 +58,9 @@ config::Options agent_options(const AgentConfig& a) {
            "requests the agent may have outstanding per connection"},
           {"keepalive-ms", Type::kInt, std::to_string(c.keepalive_ms),
            "TCP keepalive of each client's bootstrap socket (whole seconds; a client process that dies is seen at once)"},
-          {"spin-us", Type::kInt, std::to_string(c.spin_us), "busy-poll time before sleeping on the event fd"},
+          {"spin-us", Type::kInt, std::to_string(c.spin_us), "the most a wait busy-polls before sleeping on the event fd"},
+          {"adaptive-spin", Type::kBool, c.adaptive_spin ? "true" : "false",
+           "poll only while recent answers came within --spin-us (false: always poll that long)"},
           {"map-peer-regions", Type::kBool, c.map_peer_regions ? "true" : "false",
            "write and read a client's region on this host by CPU copies where UCX maps it here (else through UCX)"},
           {"ring-slots", Type::kInt, std::to_string(c.ring_slots),
@@ -135,6 +137,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.channel.max_outstanding_requests = static_cast<uint32_t>(outstanding);
   a.channel.keepalive_ms = static_cast<uint64_t>(keepalive);
   a.channel.spin_us = static_cast<uint32_t>(std::max<int64_t>(0, o.integer("spin-us")));
+  a.channel.adaptive_spin = o.flag("adaptive-spin");
   a.channel.map_peer_regions = o.flag("map-peer-regions");
   a.channel.ring_slots = static_cast<uint32_t>(ring_slots);
   if (ring_slots != 0 && !channel::valid_ring_slots(a.channel.ring_slots))

@@ -147,7 +147,7 @@ void Session::run(const std::atomic<bool>& stop) {
   auto& hub = server_->hub();
   {
     channel::Lock lock(hub.mutex());
-    hub.wait_until(Deadline::after(std::chrono::hours(24 * 365 * 100)), impl_->config.channel.spin_us,
+    hub.wait_until(Deadline::after(std::chrono::hours(24 * 365 * 100)), channel::spin_of(impl_->config.channel),
                    [&stop] { return stop.load(std::memory_order_relaxed); });
   }
   OB_LOG_INFO("shutting down: %zu clients connected", server_->connections());

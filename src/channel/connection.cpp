@@ -17,6 +17,7 @@ namespace outboard {
 using channel::FrameHeader;
 using channel::FrameType;
 using channel::Lock;
+using channel::spin_of;
 
 namespace {
 // A graceful close's whole budget: the last messages flushed, the endpoint closed.
@@ -154,7 +155,7 @@ Status Connection::try_send(std::span<const uint8_t> payload, std::string_view s
 
 Result<Incoming> Connection::receive(Deadline deadline) {
   Lock lock(impl_->hub->mutex());
-  if (!impl_->hub->wait_until(deadline, impl_->config.spin_us, [&]() OB_HUB_LOCKED {
+  if (!impl_->hub->wait_until(deadline, spin_of(impl_->config), [&]() OB_HUB_LOCKED {
         return !impl_->inbox.empty() || impl_->state == Impl::State::kClosed;
       })) {
     return Status(Code::kTimedOut, "no message from " + impl_->peer_address + " before the deadline");
@@ -229,7 +230,7 @@ Result<Buffer> Connection::request(std::string_view service, std::span<const uin
                                                        true, /*blocking=*/true, h));
   impl_->post_copy(h, payload);
   // The last progress before the deadline may still have completed it.
-  impl_->hub->wait_until(deadline, impl_->config.spin_us, [&] { return answer.done; });
+  impl_->hub->wait_until(deadline, spin_of(impl_->config), [&] { return answer.done; });
   if (!answer.done) {
     impl_->forget_request(id);
     return impl_->response_timeout(id);
@@ -257,13 +258,13 @@ Status Connection::arm() {
 
 void Connection::wait(Deadline deadline) {
   Lock lock(impl_->hub->mutex());
-  impl_->hub->wait_until(deadline, impl_->config.spin_us,
+  impl_->hub->wait_until(deadline, spin_of(impl_->config),
                          [&]() OB_HUB_LOCKED { return !impl_->inbox.empty() || impl_->state != Impl::State::kOpen; });
 }
 
 bool Connection::wait_until(Deadline deadline, const std::function<bool()>& done) {
   Lock lock(impl_->hub->mutex());
-  return impl_->hub->wait_until(deadline, impl_->config.spin_us, done);
+  return impl_->hub->wait_until(deadline, spin_of(impl_->config), done);
 }
 
 void Connection::wake() {
@@ -279,14 +280,14 @@ void Connection::close() {
   const Deadline deadline = Deadline::after_ms(kCloseTimeoutMs);
   auto op = std::make_shared<Completion>();
   impl_->data_ep.flush(completer(op));
-  impl_->hub->wait_until(deadline, 0, [&] { return op->done; });
+  impl_->hub->wait_until(deadline, {}, [&] { return op->done; });
   // The endpoint's close finishes here, while the peer is there to answer.
   // Left to a later progress (the last connection's destructor, say), a
   // TCP close whose peer had since exited tripped an assertion in UCX 1.13.
   auto open = std::make_shared<int>(1);  // outlives this call if the deadline passes
   impl_->data_ep.close(false, [open](Status) { --*open; });
   impl_->fail(Status(Code::kNotConnected, "connection closed by this side"));
-  impl_->hub->wait_until(deadline, 0, [&] { return *open == 0; });
+  impl_->hub->wait_until(deadline, {}, [&] { return *open == 0; });
 }
 
 bool Connection::is_open() const {

@@ -17,6 +17,7 @@ namespace outboard {
 using channel::FrameHeader;
 using channel::FrameType;
 using channel::Lock;
+using channel::spin_of;
 
 namespace {
 // Rounds of progress that deliver what a peer sent before its socket closed
@@ -424,7 +425,7 @@ Status Connection::Impl::acquire(uint64_t bytes, Deadline deadline, bool wait) {
       return {Code::kAgain, "no send credit (" + std::to_string(send_msgs) + " messages, " +
                                 std::to_string(send_bytes) + " B free; need 1 message, " +
                                 std::to_string(bytes) + " B): progress and retry"};
-    if (!hub->wait_until(deadline, config.spin_us, has_credit))
+    if (!hub->wait_until(deadline, spin_of(config), has_credit))
       return {Code::kTimedOut, "no send credit from " + peer_address + " before the deadline"};
   }
   OB_RETURN_IF_ERROR(check_open());
@@ -486,7 +487,7 @@ void Connection::Impl::post_copy(FrameHeader& h, std::span<const uint8_t> data) 
 }
 
 Status Connection::Impl::wait_done(Deadline deadline, const CompletionPtr& op, const char* what) {
-  if (!hub->wait_until(deadline, config.spin_us, [&] { return op->done; })) {
+  if (!hub->wait_until(deadline, spin_of(config), [&] { return op->done; })) {
     // UCX may still read or write the caller's buffer: only closing the
     // endpoint makes returning safe.
     Status st(Code::kTimedOut, std::string(what) + " to " + peer_address +
@@ -498,7 +499,7 @@ Status Connection::Impl::wait_done(Deadline deadline, const CompletionPtr& op, c
 }
 
 Status Connection::Impl::wait_polled(Deadline deadline, const transport::PolledOp& op, const char* what) {
-  if (!op.done() && !hub->wait_until(deadline, config.spin_us, [&] { return op.done(); })) {
+  if (!op.done() && !hub->wait_until(deadline, spin_of(config), [&] { return op.done(); })) {
     // As wait_done: closing the endpoint is what makes returning safe.
     Status st(Code::kTimedOut, std::string(what) + " to " + peer_address +
                                    " did not complete before the deadline; connection closed");

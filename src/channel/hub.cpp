@@ -26,6 +26,8 @@ constexpr int kIdleSleepMs = 1000;
 constexpr unsigned kRingFramesPerRound = 16;     // per ring: one busy peer does not starve the others
 constexpr unsigned kUcxRoundsWhileRingsBusy = 4;  // UCX is progressed every this many rounds then
 
+thread_local IdleGaps t_idle_gaps;  // this thread's waits (adaptive spinning)
+
 Result<std::shared_ptr<Hub>> Hub::get(const transport::TransportConfig& transport) {
   static std::mutex mu;
   static std::weak_ptr<Hub> current;
@@ -103,9 +105,13 @@ void Hub::sleep(int timeout_ms) {
   if (!arm().ok()) return;
   transport::process_mutex.unlock();
   epoll_event events[3];
-  ::epoll_wait(epoll_fd_.get(), events, 3, timeout_ms);
+  const int n = ::epoll_wait(epoll_fd_.get(), events, 3, timeout_ms);
   transport::process_mutex.lock();
-  watch_due_ = true;
+  // The watched fds are polled when epoll says one is ready (or it failed),
+  // not on every wake-up: an epoll_wait each, twice per answer that woke us.
+  for (int i = 0; i < n; ++i) watch_due_ |= events[i].data.fd == watched_.fd();
+  if (n < 0) watch_due_ = true;
+  next_watch_ns_ = now_ns() + kWatchIntervalNs;
 }
 
 void Hub::post(std::function<void()> fn) {
@@ -288,13 +294,15 @@ void Hub::run_pollers() {
   in_pollers_ = false;
 }
 
-bool Hub::wait_until(Deadline deadline, uint32_t spin_us, const std::function<bool()>& done) {
-  const uint64_t spin_ns = uint64_t{spin_us} * 1000;
+bool Hub::wait_until(Deadline deadline, Spin spin, const std::function<bool()>& done) {
   uint64_t spin_end = 0;
+  uint64_t idle_since = 0;  // when this wait last went idle; 0: busy since
   bool busy = true;  // so the first clock check starts the spin (no clock read here)
   for (unsigned idle = 0;; ++idle) {
     if (done()) return true;
     if (progress() != 0) {
+      if (spin.adaptive && idle_since != 0) t_idle_gaps.learn(now_ns() - idle_since, spin);
+      idle_since = 0;
       busy = true;
       idle = 0;
       continue;
@@ -306,7 +314,10 @@ bool Hub::wait_until(Deadline deadline, uint32_t spin_us, const std::function<bo
     if ((idle & 15) != 15) continue;
     const uint64_t now = clock_ns_;
     if (deadline.expired_at(Clock::time_point(std::chrono::nanoseconds(now)))) return false;
-    if (busy) spin_end = now + spin_ns;  // busy again: keep polling before sleeping
+    if (busy) {  // busy again: keep polling before sleeping
+      spin_end = now + t_idle_gaps.spin_ns(spin);
+      idle_since = now;
+    }
     busy = false;
     if (now >= spin_end && pollers_.empty()) {
       sleep(std::min(deadline.remaining_ms(), deadlines_pending() ? kMaxSleepMs : kIdleSleepMs));

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -36,6 +37,37 @@ using Lock = RecursiveLock;
 /// functions run with it held.
 #define OB_HUB_GUARDED OB_GUARDED_BY(::outboard::transport::process_mutex)
 #define OB_HUB_LOCKED OB_REQUIRES(::outboard::transport::process_mutex)
+
+/// How a wait polls before it sleeps (ChannelConfig::spin_us, adaptive_spin).
+struct Spin {
+  uint32_t us = 0;
+  bool adaptive = false;
+};
+inline Spin spin_of(const ChannelConfig& c) { return {c.spin_us, c.adaptive_spin}; }
+
+/// Adaptive spinning's memory, one per waiting thread: an average (weight
+/// 1/2^kShift) of how long its waits stayed idle before something arrived,
+/// each gap counted up to kCapSpins spin windows so that one late answer
+/// does not stop the polling for long. A wait polls while the average is
+/// within its spin window.
+class IdleGaps {
+ public:
+  static constexpr unsigned kShift = 2;
+  static constexpr uint64_t kCapSpins = 2;
+  void learn(uint64_t gap_ns, Spin spin) {
+    const uint64_t gap = std::min(gap_ns, kCapSpins * uint64_t{spin.us} * 1000);
+    average_ns_ = average_ns_ + (gap >> kShift) - (average_ns_ >> kShift);
+  }
+  /// How long a wait that just went idle polls before it sleeps.
+  [[nodiscard]] uint64_t spin_ns(Spin spin) const {
+    const uint64_t window = uint64_t{spin.us} * 1000;
+    return !spin.adaptive || average_ns_ <= window ? window : 0;
+  }
+  [[nodiscard]] uint64_t average_ns() const { return average_ns_; }
+
+ private:
+  uint64_t average_ns_ = 0;
+};
 
 class Hub {
  public:
@@ -104,9 +136,10 @@ class Hub {
   /// releases it); wakes a thread sleeping in wait_until().
   void post(std::function<void()> fn);
 
-  /// Progresses until `done()` or the deadline: busy-polls for `spin_us`,
+  /// Progresses until `done()` or the deadline: busy-polls for `spin.us`
+  /// (adaptive: only while this thread's recent idle gaps were that short),
   /// then sleeps on the event fd with the lock released. Returns done().
-  bool wait_until(Deadline deadline, uint32_t spin_us, const std::function<bool()>& done)
+  bool wait_until(Deadline deadline, Spin spin, const std::function<bool()>& done)
       OB_REQUIRES(transport::process_mutex);
 
  private:

@@ -126,7 +126,7 @@ void Server::shut_down(const Status& why, Deadline deadline) {
     ++*pending;
     c->data_ep.flush([pending](Status) { --*pending; });
   }
-  hub_->wait_until(deadline, 0, [&] { return *pending == 0; });
+  hub_->wait_until(deadline, {}, [&] { return *pending == 0; });
   for (auto& c : conns_) c->fail(why);
   conns_.clear();
 }

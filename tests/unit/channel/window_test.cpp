@@ -50,7 +50,7 @@ struct Pair {
   }
   bool agent_closed() {
     Lock lock(hub->mutex());
-    return hub->wait_until(soon(), 0, [&] { return agent->state == Connection::Impl::State::kClosed; });
+    return hub->wait_until(soon(), {}, [&] { return agent->state == Connection::Impl::State::kClosed; });
   }
 };
 

@@ -1,0 +1,62 @@
+// The hub's waits: adaptive spinning polls while answers come soon after a
+// wait goes idle, and sleeps at once when they come late.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "channel/hub.h"
+
+namespace outboard::channel {
+namespace {
+
+constexpr Spin kAdaptive{1000, true};  // a 1 ms window
+
+TEST(IdleGaps, ShortGapsKeepTheWindowAndLateOnesCloseIt) {
+  IdleGaps gaps;
+  EXPECT_EQ(gaps.spin_ns(kAdaptive), 1'000'000u);  // nothing learnt yet: poll
+  for (int i = 0; i < 8; ++i) gaps.learn(5'000, kAdaptive);  // 5 us round trips
+  EXPECT_EQ(gaps.spin_ns(kAdaptive), 1'000'000u);
+  gaps.learn(50'000'000, kAdaptive);  // one late answer, counted as 2 windows
+  EXPECT_LE(gaps.average_ns(), 1'000'000u);
+  EXPECT_EQ(gaps.spin_ns(kAdaptive), 1'000'000u) << "one late answer stopped the polling";
+  for (int i = 0; i < 4; ++i) gaps.learn(5'000'000, kAdaptive);  // 5 ms tokenizations
+  EXPECT_EQ(gaps.spin_ns(kAdaptive), 0u);
+  EXPECT_EQ(gaps.spin_ns({1000, false}), 1'000'000u) << "without adaptive the window always applies";
+  for (int i = 0; i < 8; ++i) gaps.learn(5'000, kAdaptive);  // round trips again
+  EXPECT_EQ(gaps.spin_ns(kAdaptive), 1'000'000u);
+}
+
+// CPU this thread spends in `waits` waits, each ended by another thread
+// `late` after it began.
+uint64_t cpu_of_waits(Hub& hub, Spin spin, int waits, std::chrono::microseconds late) {
+  const uint64_t cpu0 = thread_cpu_ns();
+  for (int i = 0; i < waits; ++i) {
+    std::atomic<bool> answered{false};
+    std::thread peer([&] {
+      std::this_thread::sleep_for(late);
+      hub.post([&answered] { answered.store(true); });
+    });
+    {
+      Lock lock(hub.mutex());
+      EXPECT_TRUE(hub.wait_until(Deadline::after_ms(10000), spin, [&] { return answered.load(); }));
+    }
+    peer.join();
+  }
+  return thread_cpu_ns() - cpu0;
+}
+
+TEST(HubWait, AdaptiveWaitsSleepThroughLateAnswersThatFixedSpinsPollFor) {
+  auto hub = Hub::get().value();
+  constexpr auto kLate = std::chrono::microseconds(5000);
+  (void)cpu_of_waits(*hub, kAdaptive, 6, kLate);  // learns that answers come late
+  const uint64_t adaptive = cpu_of_waits(*hub, kAdaptive, 5, kLate);
+  const uint64_t fixed = cpu_of_waits(*hub, {1000, false}, 5, kLate);
+  // Fixed: ~1 ms of polling per wait. Adaptive: a wake-up's worth.
+  EXPECT_GT(fixed, 3'000'000u);
+  EXPECT_LT(adaptive, fixed / 3) << "adaptive " << adaptive << " ns, fixed " << fixed << " ns";
+}
+
+}  // namespace
+}  // namespace outboard::channel
