@@ -8,6 +8,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -44,22 +45,28 @@ nb::list errors_to_python(std::span<const Status> statuses) {
   return errors;
 }
 
-// (ids viewing the registered buffer, offsets, per-text None or (code, message), agent timing).
-nb::tuple batch_to_python(EncodedBatch b) {
-  // The ids stay where the agent wrote them; the array holds the slots.
-  auto* hold = new std::shared_ptr<const void>(b.keepalive());
-  nb::capsule owner(hold, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
-  nb::ndarray<nb::numpy, const int32_t, nb::ndim<1>> ids(b.ids().data(), {b.ids().size()}, owner);
-  nb::list errors = errors_to_python(b.errors());
-  const AgentTiming& tm = b.timing();
+// An agent's batch as Python sees it: the ids stay where the agent wrote them
+// (arrays view this object, which holds the slots); errors and timing become
+// Python objects only when asked for, off the hot path of a batch that
+// succeeded.
+struct AgentBatch {
+  EncodedBatch batch;
+  [[nodiscard]] bool ok() const {
+    return std::all_of(batch.errors().begin(), batch.errors().end(), [](const Status& st) { return st.ok(); });
+  }
+};
+
+using IdsView = nb::ndarray<nb::numpy, const int32_t, nb::ndim<1>>;
+using OffsetsView = nb::ndarray<nb::numpy, const uint64_t, nb::ndim<1>>;
+
+nb::dict timing_to_python(const AgentTiming& tm) {
   nb::dict timing;
   timing["queued_before"] = tm.queued_before;
   timing["queue_ns"] = tm.queue_ns;
   timing["tokenize_ns"] = tm.tokenize_ns;
   timing["cpu_ns"] = tm.cpu_ns;
   timing["put_ns"] = tm.put_ns;
-  std::vector<uint64_t> offsets = b.offsets();
-  return nb::make_tuple(ids, to_numpy(std::move(offsets)), errors, timing);
+  return timing;
 }
 
 // Batches submitted without waiting, finished by whoever progresses the
@@ -108,8 +115,7 @@ class Completions {
     nb::list out;
     for (auto& [token, r] : ready) {
       const bool ok = r.ok();
-      nb::object result = ok ? nb::object(batch_to_python(std::move(r).value()))
-                             : nb::object(status_tuple(r.status()));
+      nb::object result = ok ? nb::cast(AgentBatch{std::move(r).value()}) : nb::object(status_tuple(r.status()));
       out.append(nb::make_tuple(token, ok, result));
     }
     return out;
@@ -199,11 +205,14 @@ void bind_tokenizer(nb::module_& m) {
                nb::gil_scoped_release release;
                statuses = t.encode_each(views, ids, offsets, o, limits);
              }
-             return nb::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(offsets)), errors_to_python(statuses));
+             const bool ok = std::all_of(statuses.begin(), statuses.end(), [](const Status& st) { return st.ok(); });
+             return nb::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(offsets)),
+                                   ok ? nb::object(nb::none()) : nb::object(errors_to_python(statuses)));
            },
            "texts"_a, nb::kw_only(), "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
            "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "max_text_bytes"_a,
-           "Per text, what an agent's tokenize service does: (ids, offsets, per-text None or (code, message)); "
+           "Per text, what an agent's tokenize service does: (ids, offsets, None when every text succeeded "
+           "else per text None or (code, message)); "
            "0 is no limit for max_len and capacity.")
       .def("decode",
            [](const Tokenizer& t, IdInput ids) {
@@ -254,7 +263,7 @@ void bind_tokenizer(nb::module_& m) {
               nb::gil_scoped_release release;
               r = t.encode_batch(views, o, deadline_in(timeout));
             }
-            return batch_to_python(unwrap(std::move(r)));
+            return AgentBatch{unwrap(std::move(r))};
           },
           "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
           "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "timeout"_a = 10.0,
@@ -276,11 +285,27 @@ void bind_tokenizer(nb::module_& m) {
           "encode_batch without waiting: the result is collected from `completions` under `token`. Without "
           "wait_credit, raises Again (nothing sent) when the agent's window is full.");
 
+  nb::class_<AgentBatch>(m, "AgentBatch", "A batch the agent tokenized; its arrays keep it (and its slots) alive.")
+      .def_prop_ro("ids", [](nb::handle self) {
+        const EncodedBatch& b = nb::cast<const AgentBatch&>(self).batch;
+        return IdsView(b.ids().data(), {b.ids().size()}, self);
+      }, "Ids of all texts back to back, where the agent put them.")
+      .def_prop_ro("offsets", [](nb::handle self) {
+        const EncodedBatch& b = nb::cast<const AgentBatch&>(self).batch;
+        return OffsetsView(b.offsets().data(), {b.offsets().size()}, self);
+      }, "Text i is ids[offsets[i]:offsets[i+1]].")
+      .def_prop_ro("ok", &AgentBatch::ok, "Every text succeeded.")
+      .def_prop_ro("errors", [](const AgentBatch& b) { return errors_to_python(b.batch.errors()); },
+                   "Per text: None, or (code, message) for a text that failed.")
+      .def_prop_ro("timing", [](const AgentBatch& b) { return timing_to_python(b.batch.timing()); },
+                   "What the agent reported: queued_before, queue_ns, tokenize_ns, cpu_ns, put_ns.")
+      .def("__len__", [](const AgentBatch& b) { return b.batch.errors().size(); });
+
   nb::class_<Completions>(m, "Completions")
       .def(nb::init<Connection&>(), "connection"_a, nb::keep_alive<1, 2>())
       .def("collect", &Completions::collect, "timeout"_a,
            "[(token, ok, result)] of batches finished since the last call, waiting up to `timeout` s (driving the "
-           "connection) for one; result is encode_batch's tuple, or (code, message).")
+           "connection) for one; result is an AgentBatch, or (code, message).")
       .def("take", &Completions::take,
            "collect() for an event loop that progresses the connection itself: what is ready, never waiting. "
            "Batches finished by other threads wake the connection's event_fd.");

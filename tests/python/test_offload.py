@@ -130,6 +130,38 @@ def test_a_failing_text_fails_alone_with_the_same_error_in_every_placement(clien
     assert batch.ok and batch[3][0] == 50256
 
 
+def test_a_batch_that_succeeded_builds_its_errors_and_timing_only_when_read(client: outboard.Client) -> None:
+    for placement in ("agent", "host"):
+        batch = client.tokenizer("gpt2", placement=placement).encode_batch(["hello world", "café", ""])
+        assert batch._errors is None and batch._agent is None  # nothing built on the way
+        assert batch.ok and len(batch) == 3
+        assert batch.errors == [None, None, None]
+        timing = batch.agent
+        assert (timing["tokenize_ns"] > 0) if placement == "agent" else timing == {}
+        assert f"3 texts, {len(batch.ids)} ids, {placement}" in repr(batch)
+    # The arrays hold the agent's batch (and its slots) by themselves.
+    batch = client.tokenizer("gpt2").encode_batch(["the ids outlive the batch object"])
+    ids, offsets, expected = batch.ids, batch.offsets, batch.ids.copy()
+    del batch
+    import gc
+    gc.collect()
+    assert np.array_equal(ids, expected) and offsets.tolist() == [0, len(expected)]
+
+
+def test_the_cpu_of_agent_batches_splits_into_submit_wait_and_completion(client: outboard.Client) -> None:
+    from outboard.offload import measure_cpu
+
+    tok = client.tokenizer("gpt2")
+    texts = [f"request {i}: " + "some words to tokenize " * 40 for i in range(20)]
+    with measure_cpu() as split:
+        for f in [tok.submit([t]) for t in texts]:
+            assert f.result().ok
+    assert split.submit_ns > 0 and split.wait_ns > 0 and split.completion_ns > 0
+    before = (split.submit_ns, split.wait_ns, split.completion_ns)
+    tok.encode_batch(texts[:1])  # outside the block: not counted
+    assert (split.submit_ns, split.wait_ns, split.completion_ns) == before
+
+
 def test_too_small_an_output_buffer_names_the_sizes(client: outboard.Client) -> None:
     for placement in ("agent", "host"):
         batch = client.tokenizer("gpt2", placement=placement).encode_batch(

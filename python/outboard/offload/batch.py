@@ -4,7 +4,7 @@ is tokenized with."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
@@ -22,20 +22,46 @@ Text = Union[str, bytes]
 MAX_TEXT_BYTES = 16 << 20
 
 
-@dataclass
 class Batch:
     """Ids of a batch: text i is ``ids[offsets[i]:offsets[i+1]]``; a failed text is empty and has
-    its error in ``errors[i]``. From the agent, ``ids`` views the registered buffer it wrote."""
+    its error in ``errors[i]``. From the agent, ``ids`` views the registered buffer it wrote, and
+    ``errors`` and ``agent`` are made from the native batch only when read (a batch's answer
+    builds no list or dict on the way)."""
 
-    ids: np.ndarray
-    offsets: np.ndarray
-    errors: list[Error | None]
-    placement: str
-    #: What the agent reported (queue_ns, tokenize_ns, cpu_ns, put_ns, queued_before); empty on host.
-    agent: dict[str, int] = field(default_factory=dict)
+    __slots__ = ("ids", "offsets", "placement", "_errors", "_agent", "_native")
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, errors: list[Error | None] | None, placement: str,
+                 agent: dict[str, int] | None = None) -> None:
+        self.ids = ids
+        self.offsets = offsets
+        self.placement = placement
+        #: None: every text succeeded (host) or not read yet (agent)
+        self._errors = errors
+        self._agent = agent
+        self._native: _core.AgentBatch | None = None
+
+    @classmethod
+    def from_agent(cls, native: _core.AgentBatch) -> Batch:
+        batch = cls(native.ids, native.offsets, None, "agent")
+        batch._native = native
+        return batch
+
+    @property
+    def errors(self) -> list[Error | None]:
+        if self._errors is None:
+            native = self._native.errors if self._native is not None else None
+            self._errors = _errors(native) if native is not None else [None] * len(self)
+        return self._errors
+
+    @property
+    def agent(self) -> dict[str, int]:
+        """What the agent reported (queue_ns, tokenize_ns, cpu_ns, put_ns, queued_before); empty on host."""
+        if self._agent is None:
+            self._agent = self._native.timing if self._native is not None else {}
+        return self._agent
 
     def __len__(self) -> int:
-        return len(self.errors)
+        return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
         """Ids of text i; raises its error if it failed."""
@@ -46,7 +72,12 @@ class Batch:
 
     @property
     def ok(self) -> bool:
-        return all(e is None for e in self.errors)
+        if self._native is not None:
+            return self._native.ok
+        return self._errors is None or all(e is None for e in self._errors)
+
+    def __repr__(self) -> str:
+        return f"Batch({len(self)} texts, {len(self.ids)} ids, {self.placement}{'' if self.ok else ', failed texts'})"
 
 
 #: How a batch ended: its Batch, or the error that failed it as a whole.
@@ -84,19 +115,18 @@ def settle(future: asyncio.Future[Batch] | Future[Batch], outcome: Outcome) -> N
         future.set_result(outcome)
 
 
-def agent_answer(ok: bool, result: tuple[Any, ...]) -> Batch | Error:
+def agent_answer(ok: bool, result: Any) -> Batch | Error:
     """An answer of a native ``Completions``: the agent's batch, or the error that failed it."""
     if not ok:
         return from_code(*result)
-    ids, offsets, errors, timing = result
-    return Batch(ids, offsets, _errors(errors), "agent", timing)
+    return Batch.from_agent(result)
 
 
 def host_batch(core: _core.Tokenizer, texts: list[Text], options: Options) -> Batch:
     """The batch tokenized in this process, by the per-text rules the agent's tokenize service runs
     (one native function for both: the same ids, errors and messages)."""
     ids, offsets, errors = core.encode_each(texts, **options.keywords(), max_text_bytes=MAX_TEXT_BYTES)
-    return Batch(ids, offsets, _errors(errors), "host")
+    return Batch(ids, offsets, None if errors is None else _errors(errors), "host")
 
 
 def _errors(native: list[tuple[int, str] | None]) -> list[Error | None]:
