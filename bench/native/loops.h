@@ -109,6 +109,9 @@ struct OpenLoop {
   uint64_t failed = 0;
   double wall_s = 0;  ///< start to the last completion
   double cpu_s = 0;   ///< this process's CPU over the run, all threads
+  /// Agent placement: CPU in the submit calls, in the completion callbacks,
+  /// and the rest of the thread that waits for answers (its waits and wake-ups).
+  double submit_cpu_s = 0, completion_cpu_s = 0, wait_cpu_s = 0;
 };
 /// The load generator alone: it wakes at every arrival and hands on nothing.
 /// Its CPU is the floor every placement pays.

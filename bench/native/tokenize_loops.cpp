@@ -156,6 +156,7 @@ Result<OpenLoop> open_loop_agent(Connection& c, RemoteTokenizer& tokenizer, std:
     explicit State(std::span<const double> arrivals) : tally(arrivals) {}
     Tally tally;
     std::atomic<size_t> completed{0};
+    uint64_t completion_cpu_ns = 0;  // the collector's alone
   };
   auto state = std::make_shared<State>(arrivals_s);
   const SteadyTime begin = start_soon();
@@ -164,18 +165,28 @@ Result<OpenLoop> open_loop_agent(Connection& c, RemoteTokenizer& tokenizer, std:
                                        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
                                            (arrivals_s.empty() ? 0 : arrivals_s.back()) + timeout_s + 1)));
   // Completions run on the thread that progresses the connection: this one.
-  std::thread collector([&c, &state, n = texts.size(), end] {
+  uint64_t collector_cpu_ns = 0;
+  std::thread collector([&c, &state, &collector_cpu_ns, n = texts.size(), end] {
+    const uint64_t cpu0 = thread_cpu_ns();
     (void)c.wait_until(end, [&] { return state->completed.load(std::memory_order_relaxed) == n; });
+    collector_cpu_ns = thread_cpu_ns() - cpu0;
   });
+  const std::thread::id collector_thread = collector.get_id();
   const double cpu0 = process_cpu_s();
   Status submit_failed;
+  uint64_t submit_cpu_ns = 0;
   const uint64_t start = dispatch(begin, arrivals_s, [&](size_t i) {
-    auto done = [state, i](Result<EncodedBatch> r) {
+    auto done = [state, i, collector_thread](Result<EncodedBatch> r) {
+      const bool timed = std::this_thread::get_id() == collector_thread;
+      const uint64_t t0 = timed ? thread_cpu_ns() : 0;
       if (r.ok() && r.value().errors()[0].ok()) state->tally.finish(i, r.value().ids());
       else state->tally.fail();
+      if (timed) state->completion_cpu_ns += thread_cpu_ns() - t0;
       state->completed.fetch_add(1, std::memory_order_relaxed);
     };
+    const uint64_t t0 = thread_cpu_ns();
     Status st = tokenizer.submit(texts.subspan(i, 1), {}, deadline_in(timeout_s), done);
+    submit_cpu_ns += thread_cpu_ns() - t0;
     if (!st.ok()) {
       if (submit_failed.ok()) submit_failed = st;
       state->tally.fail();
@@ -186,7 +197,12 @@ Result<OpenLoop> open_loop_agent(Connection& c, RemoteTokenizer& tokenizer, std:
   collector.join();
   if (!submit_failed.ok()) return submit_failed;
   if (!state->tally.wait(0)) return never_ended("agent", state->tally);
-  return state->tally.result(start, cpu0);
+  OpenLoop out = state->tally.result(start, cpu0);
+  // A completion run by the dispatcher (in its submit) counts as submit CPU.
+  out.submit_cpu_s = static_cast<double>(submit_cpu_ns) / 1e9;
+  out.completion_cpu_s = static_cast<double>(state->completion_cpu_ns) / 1e9;
+  out.wait_cpu_s = static_cast<double>(collector_cpu_ns - std::min(collector_cpu_ns, state->completion_cpu_ns)) / 1e9;
+  return out;
 }
 
 Result<ArrivalTimer> ArrivalTimer::create() {

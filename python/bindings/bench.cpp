@@ -129,6 +129,9 @@ NB_MODULE(_bench, m) {
     d["failed"] = v.failed;
     d["wall_s"] = v.wall_s;
     d["cpu_s"] = v.cpu_s;
+    d["submit_cpu_s"] = v.submit_cpu_s;
+    d["completion_cpu_s"] = v.completion_cpu_s;
+    d["wait_cpu_s"] = v.wait_cpu_s;
     return d;
   };
   m.def("bench_core_to_core",

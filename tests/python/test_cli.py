@@ -62,7 +62,7 @@ def agents_of(parent: int) -> list[int]:
 
 def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
     out = tmp_path / "main"
-    r = run("run", "--out", str(out), timeout=300)
+    r = run("run", "--out", str(out), timeout=420)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     # The terminal gets a summary read in seconds, not the report: per model and placement the 8 KB p50,
@@ -108,12 +108,27 @@ def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
                 for x in load}) == len(load) // 3
     for stage in ("acquire", "tokenize", "transfer", "embed", "total", "consumer_cpu", "agent_cpu"):
         assert all(f"{stage}_us" in x["metrics"] for x in single)
+    # Every cell runs three times; each says which side was saturated; an agent request's consumer CPU is split
+    # into submit, wait and completion, which the whole process's CPU per request contains.
+    cells = load + native + shaped + engine
+    assert {x["params"]["repeat"] for x in cells} == {0, 1, 2}
+    for x in cells:
+        m = x["metrics"]
+        assert set(m["saturated"]) <= {"host", "agent"} and m["offered_share"]
+        split = m.get("consumer_cpu_split_us_per_request")
+        assert (split is None) == (x["impl"] == "host"), x
+        if split:
+            assert set(split) == {"submit", "wait", "completion"} and split["submit"] > 0 and split["completion"] > 0
+            assert sum(split.values()) <= m["consumer_cpu_us_per_request"] * 1.05
+    assert all(x["metrics"]["consumer_cpu_split_us_per_request"]["wait"] > 0
+               for x in load + native if x["impl"] == "agent")  # a thread sleeps for the answers there
     assert sorted(p.name for p in (out / "charts").iterdir()) == sorted(
         f"{m}-{c}.png" for m in ("gpt2", "bert-base-uncased") for c in ("stages", "payload", "load-8KB"))
     meta = json.loads((out / "meta.json").read_text())
     assert meta["consumer_cores"] and meta["agent_cores"]
     assert meta["command"].startswith("outboard bench tokenize --quick --models gpt2,bert-base-uncased")
-    # The rates are fractions of the host's capacity, timed before the load test, up to saturation.
+    # The rates are fractions of the host's capacity, timed before the load test (as the agent's), up to saturation.
+    assert all(meta["agent_capacity_rps"][m]["8192"] > 0 for m in ("gpt2", "bert-base-uncased"))
     for x in load:
         share = x["params"]["offered_rps"] / meta["host_capacity_rps"][x["params"]["model"]]["8192"]
         assert min(abs(share - f) for f in (0.25, 0.5, 1.0)) < 1e-9, share
@@ -122,7 +137,9 @@ def test_run_is_the_quick_tokenization_offload_benchmark(tmp_path) -> None:
     (out / "report.md").unlink()
     r = run("report", str(out))
     assert r.returncode == 0, r.stderr
-    assert "Published (BF3-Bench, **another machine**" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "Published (BF3-Bench, **another machine**" in report
+    assert "| arrival | submit | wait | completion | rest |" in report and "goal ≤ 0.10" in report
 
 
 @contextmanager

@@ -23,9 +23,11 @@ under every way of waiting), ``aio`` (asyncio's view), ``queue`` (BatchQueue's),
 from __future__ import annotations
 
 from .batch import MAX_TEXT_BYTES, Batch, Options, Text
+from .inflight import CpuSplit, measure_cpu
 from .policy import AutoPolicy
 from .queue import POLL_ROUNDS, POLL_SLICE_S, BatchQueue
 from .tokenizer import COLLECT_WAIT_S, PLACEMENTS, SUBMIT_THREADS, OffloadTokenizer, Placement, open_local
 
-__all__ = ["AutoPolicy", "Batch", "BatchQueue", "COLLECT_WAIT_S", "MAX_TEXT_BYTES", "OffloadTokenizer", "Options",
-           "PLACEMENTS", "POLL_ROUNDS", "POLL_SLICE_S", "Placement", "SUBMIT_THREADS", "Text", "open_local"]
+__all__ = ["AutoPolicy", "Batch", "BatchQueue", "COLLECT_WAIT_S", "CpuSplit", "MAX_TEXT_BYTES", "OffloadTokenizer",
+           "Options", "PLACEMENTS", "POLL_ROUNDS", "POLL_SLICE_S", "Placement", "SUBMIT_THREADS", "Text",
+           "measure_cpu", "open_local"]
