@@ -121,8 +121,9 @@ Result<OpenLoop> open_loop_host(const Tokenizer& tokenizer, std::span<const std:
                                 std::span<const double> arrivals_s, unsigned threads, double timeout_s);
 /// Each text submitted to the agent; one thread drives the connection and
 /// takes the completions (the ids are read in place, where the agent put them).
+/// `time_phases`: fill the *_cpu_s phases (four thread-clock reads a request).
 Result<OpenLoop> open_loop_agent(Connection& c, RemoteTokenizer& tokenizer, std::span<const std::string_view> texts,
-                                 std::span<const double> arrivals_s, double timeout_s);
+                                 std::span<const double> arrivals_s, double timeout_s, bool time_phases = false);
 
 /// A timerfd for event loops: readable from the CLOCK_MONOTONIC time given to
 /// set() (Python's time.monotonic_ns()) until clear(). It wakes an asyncio

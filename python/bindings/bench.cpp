@@ -160,12 +160,13 @@ NB_MODULE(_bench, m) {
         "Open loop, each text tokenized in this process on `threads` native threads.");
   m.def("bench_open_loop_agent",
         [open_loop](Connection& c, RemoteTokenizer& tok, nb::list texts, std::vector<double> arrivals,
-                    double timeout) {
+                    double timeout, bool time_phases) {
           std::vector<std::string_view> views = text_views(texts);
-          return open_loop([&] { return bench::open_loop_agent(c, tok, views, arrivals, timeout); });
+          return open_loop([&] { return bench::open_loop_agent(c, tok, views, arrivals, timeout, time_phases); });
         },
-        "connection"_a, "tokenizer"_a, "texts"_a, "arrivals"_a, "timeout"_a,
-        "Open loop, each text submitted natively to the agent.");
+        "connection"_a, "tokenizer"_a, "texts"_a, "arrivals"_a, "timeout"_a, "time_phases"_a = false,
+        "Open loop, each text submitted natively to the agent; time_phases: the CPU of submit, wait and "
+        "completion too (four thread-clock reads a request).");
 
 
   nb::class_<bench::ArrivalTimer>(m, "ArrivalTimer")

@@ -129,6 +129,11 @@ def test_native_open_loops_give_the_in_process_ids_for_every_request(start_agent
             assert r["failed"] == 0 and len(r["latency_us"]) == len(texts)
             assert list(r["checksums"]) == expected
             assert (r["latency_us"] > 0).all() and r["wall_s"] >= arrivals[-1] and r["cpu_s"] > 0
+        assert on_agent["submit_cpu_s"] == on_agent["wait_cpu_s"] == on_agent["completion_cpu_s"] == 0  # not asked
+        timed = _bench.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals, 10.0, time_phases=True)
+        assert list(timed["checksums"]) == expected
+        assert timed["submit_cpu_s"] > 0 and timed["wait_cpu_s"] > 0 and timed["completion_cpu_s"] > 0
+        assert timed["submit_cpu_s"] + timed["wait_cpu_s"] + timed["completion_cpu_s"] <= timed["cpu_s"]
         with pytest.raises(outboard.errors.InvalidArgument, match="one text per arrival"):
             _bench.bench_open_loop_agent(client.connection, remote._remote, texts, arrivals[:-1], 10.0)
     finally:

@@ -26,6 +26,7 @@ import random
 import resource
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,8 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
     Waking at each arrival is the load generator's cost, not the tokenizer's: it is measured per
     rate and shape by the same schedule (its first FLOOR_SHARE) with nothing submitted, and reported
     beside (and taken out of) each placement's consumer CPU. An agent request's CPU is split into
-    submit, wait (the sleep and wake-up of the thread that takes answers) and completion; each cell
+    submit, wait (the sleep and wake-up of the thread that takes answers) and completion, in the
+    first repetition only (its ~5 clock reads cost ~3 µs a request, which the others do not pay); each cell
     says which side, if any, was saturated (``capacity``: requests/s of each, measured before).
     Every cell runs LOAD_REPEATS times, interleaved."""
     for repeat, rate in [(r, rate) for r in range(LOAD_REPEATS) for rate in rates]:
@@ -201,46 +203,56 @@ def _load_rate(results: Any, client: Any, pipe: Pipeline, model: str, payload: i
             tok = pipe.tok[p]
             work = [[x.encode() for x in texts_for(payload, 1)] for _ in arrivals]
             _freeze_heap()
-            agent_cpu0 = client.stats()["cpu_ns"]
+            agent0 = client.stats()
             routed0 = dict(tok.policy.routed) if p == "auto" else {}
             # Every request ends within the tokenizer's timeout (failing if need be); the margin is for slack.
-            with measure_cpu() as split:
+            with measure_cpu() if repeat == 0 else nullcontext() as split:
                 lat, sums, failed, wall, cpu = open_loop(tok, work, arrivals, seconds + tok.timeout + 5)
             if len(lat) + failed < len(work):
                 raise TimeoutError(f"load test {model} {p} ({case}) at {rate:.0f} req/s: "
                                    f"{len(work) - len(lat) - failed} requests never ended")
-            agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
+            agent = _agent_since(client, agent0)
             differ = sum(_core.checksum(host.encode_batch(t).ids) != digest for t, digest in sums)
             routed = {k: v - routed0[k] for k, v in tok.policy.routed.items()} if p == "auto" else {}
             phases = ({"submit": split.submit_ns / 1e3, "wait": split.wait_ns / 1e3,
-                       "completion": split.completion_ns / 1e3} if p != "host" else None)
+                       "completion": split.completion_ns / 1e3} if p != "host" and split else None)
             results.add(case, p, {**params, "step_s": ENGINE_STEP_S} if case == "load_engine" else params,
-                        _load_metrics(p, rate, arrived, capacity, lat, wall, cpu, floor, agent_cpu, phases),
+                        _load_metrics(p, rate, arrived, capacity, lat, wall, cpu, floor, agent, phases),
                         {"requests": len(work), "failed": failed, "ids_differ": differ, "routed": routed})
             progress()
     # The same schedule driven by C++ (a native server's shape): what the Python layer costs.
     floor = _bench.bench_open_loop_arrivals(floor_arrivals)["cpu_s"] * 1e6 / len(floor_arrivals)
     for p in NATIVE_PLACEMENTS:
         texts = [texts_for(payload, 1)[0].encode() for _ in arrivals]
-        agent_cpu0 = client.stats()["cpu_ns"]
+        agent0 = client.stats()
         timeout = pipe.tok[p].timeout
         r = (_bench.bench_open_loop_host(host._local._core, texts, arrivals, SUBMIT_THREADS, timeout) if p == "host"
-             else _bench.bench_open_loop_agent(client.connection, pipe.tok[p]._remote, texts, arrivals, timeout))
-        agent_cpu = (client.stats()["cpu_ns"] - agent_cpu0) / 1e3
+             else _bench.bench_open_loop_agent(client.connection, pipe.tok[p]._remote, texts, arrivals, timeout,
+                                               time_phases=repeat == 0))
+        agent = _agent_since(client, agent0)
         differ = sum(int(sum_) != _core.checksum(host.encode_batch([t]).ids)
                      for t, sum_ in zip(texts, r["checksums"]) if sum_ != 0)
-        phases = ({phase: r[f"{phase}_cpu_s"] * 1e6 for phase in CPU_PHASES} if p == "agent" else None)
+        phases = ({phase: r[f"{phase}_cpu_s"] * 1e6 for phase in CPU_PHASES} if p == "agent" and repeat == 0
+                  else None)
         results.add("load_native", p, params,
                     _load_metrics(p, rate, arrived, capacity, list(r["latency_us"]), r["wall_s"], r["cpu_s"] * 1e6,
-                                  floor, agent_cpu, phases),
+                                  floor, agent, phases),
                     {"requests": len(texts), "failed": r["failed"], "ids_differ": differ})
         progress()
 
 
+def _agent_since(client: Any, before: dict[str, Any]) -> dict[str, float]:
+    """The agent's CPU (µs, its polling included) and the doorbells it rang (answers to a consumer
+    asleep: one wakes it however many answers it finds) since ``before``, its earlier stats()."""
+    now = client.stats()
+    return {"cpu_us": (now["cpu_ns"] - before["cpu_ns"]) / 1e3, "doorbells": now["doorbells_out"] - before["doorbells_out"]}
+
+
 def _load_metrics(placement: str, rate: float, arrived_rps: float, capacity: dict[str, float], lat: list[float],
-                  wall: float, cpu_us: float, floor_us: float, agent_cpu_us: float,
+                  wall: float, cpu_us: float, floor_us: float, agent: dict[str, float],
                   phases_us: dict[str, float] | None) -> dict[str, Any]:
-    """A load cell's figures; ``phases_us``: the consumer's CPU by phase over the cell (agent requests)."""
+    """A load cell's figures; ``agent``: what the agent counted over the cell (_agent_since);
+    ``phases_us``: the consumer's CPU by phase over the cell (agent requests)."""
     done = max(len(lat), 1)
     throughput = len(lat) / wall
     sides = {"host": ("host",), "agent": ("agent",), "auto": ("host", "agent")}[placement]
@@ -251,7 +263,8 @@ def _load_metrics(placement: str, rate: float, arrived_rps: float, capacity: dic
     metrics = {"throughput_rps": throughput, "latency_us": summarize(lat),
                "consumer_cpu_us_per_request": cpu_us / done, "arrival_cpu_us_per_request": floor_us,
                "consumer_cpu_net_us_per_request": max(cpu_us / done - floor_us, 0.0),
-               "agent_cpu_us_per_request": agent_cpu_us / done,
+               "agent_cpu_us_per_request": agent["cpu_us"] / done,
+               "doorbells_per_request": agent["doorbells"] / done,
                "offered_share": {side: rate / capacity[side] for side in sides}, "saturated": saturated}
     if phases_us is not None:
         metrics["consumer_cpu_split_us_per_request"] = {k: v / done for k, v in phases_us.items()}
@@ -660,8 +673,8 @@ def _saturated(rows: list[dict[str, Any]]) -> list[str]:
 
 def _load_table(load: list[dict[str, Any]]) -> list[str]:
     lines = ["| offered req/s | placement | throughput req/s | p50 µs | p99 µs | consumer CPU µs/req | arrival | "
-             + " | ".join(CPU_PHASES) + " | rest | ÷ host: raw (net) | agent CPU µs/req | saturated | routed (auto) | "
-             "failed | ids differ |", "|" + "---|" * (14 + len(CPU_PHASES))]
+             + " | ".join(CPU_PHASES) + " | rest | ÷ host: raw (net) | agent CPU µs/req | doorbells / req | saturated | routed (auto) | "
+             "failed | ids differ |", "|" + "---|" * (15 + len(CPU_PHASES))]
     cells = _cells(load)
     host = {rate: rows for rate, p, rows in cells if p == "host"}
     judged: dict[str, list[tuple[float, Ratio]]] = {}
@@ -669,8 +682,11 @@ def _load_table(load: list[dict[str, Any]]) -> list[str]:
         def med(path: str, rows: list[dict[str, Any]] = rows) -> float:
             return median([get(r["metrics"], path) or 0.0 for r in rows])
         total, arrival = med("consumer_cpu_us_per_request"), med("arrival_cpu_us_per_request")
-        split = [r["metrics"].get("consumer_cpu_split_us_per_request") for r in rows]
-        phases = ([median([x[ph] for x in split]) for ph in CPU_PHASES] if all(split) else None)
+        # the split and what it leaves from the same (first) repetition
+        split = [(r["metrics"], x) for r in rows if (x := r["metrics"].get("consumer_cpu_split_us_per_request"))]
+        phases = [median([x[ph] for _, x in split]) for ph in CPU_PHASES] if split else None
+        rest = median([max(m["consumer_cpu_us_per_request"] - m["arrival_cpu_us_per_request"] - sum(x.values()), 0.0)
+                       for m, x in split]) if split else None
         saturated = sorted(set(_saturated(rows)) | set(_saturated(host.get(rate, []))))
         ratio = _cpu_ratio(rows, host.get(rate, [])) if p != "host" else None
         net = _cpu_ratio(rows, host.get(rate, []), net=True) if p != "host" else None
@@ -683,16 +699,20 @@ def _load_table(load: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {rate:.0f} | {p} | {med('throughput_rps'):.0f} | {med('latency_us.p50'):.0f} | "
             f"{med('latency_us.p99'):.0f} | {total:.1f} | {arrival:.1f} | "
-            + (" | ".join(f"{v:.1f}" for v in phases) + f" | {max(total - arrival - sum(phases), 0.0):.1f}"
+            + (" | ".join(f"{v:.1f}" for v in phases) + f" | {rest:.1f}"
                if phases else " | ".join("—" for _ in CPU_PHASES) + " | —")
             + " | " + (f"{ratio.median:.2f} ({net.median:.2f}) [{ratio.low:.2f}–{ratio.high:.2f}]"
                        + (" not judged" if saturated else "") if ratio and net else "—")
-            + f" | {med('agent_cpu_us_per_request'):.1f} | {', '.join(saturated) or '—'} | {routed or ''} | "
+            + f" | {med('agent_cpu_us_per_request'):.1f} | "
+            + (f"{med('doorbells_per_request'):.2f}" if p != "host" else "—")
+            + f" | {', '.join(saturated) or '—'} | {routed or ''} | "
             f"{sum(r['correctness']['failed'] for r in rows)} | {sum(r['correctness']['ids_differ'] for r in rows)} |")
     lines += ["", f"Consumer CPU per request: *arrival* is the load generator's own wake-up (both placements pay it); "
-              f"an agent request's *submit* (sending it), *wait* (the sleep and wake-up of the thread that takes "
+              f"in the first repetition, an agent request's *submit* (sending it), *wait* (the sleep and wake-up of the thread that takes "
               f"answers), *completion* (the answer to the caller) and the *rest* (Python's routing and futures, "
-              f"the event loop). Ratios: median of {LOAD_REPEATS} interleaved repetitions [lowest–highest]; judged "
+              f"the event loop). *Doorbells / req*: how often the agent woke a sleeping consumer, per request (one "
+              f"wake-up takes every answer that came meanwhile). Ratios: median of {LOAD_REPEATS} interleaved "
+              f"repetitions [lowest–highest]; judged "
               f"only where neither side is saturated (offered ≥ {SATURATED_SHARE:.0%} of its capacity, or "
               f"throughput {SHORTFALL_SHARE:.0%} short of the offered rate)."]
     for p in dict.fromkeys(p for _, p, _ in cells if p != "host"):
