@@ -37,6 +37,10 @@ EncodeOptions encode_options(bool allow_special, bool ordinary, std::string_view
 // A failure as Python sees it: (code, message), for errors.from_code.
 nb::tuple status_tuple(const Status& st) { return nb::make_tuple(static_cast<int>(st.code()), st.message()); }
 
+bool all_ok(std::span<const Status> statuses) {
+  return std::all_of(statuses.begin(), statuses.end(), [](const Status& st) { return st.ok(); });
+}
+
 // Per text: None, or (code, message) for a text that failed.
 nb::list errors_to_python(std::span<const Status> statuses) {
   nb::list errors;
@@ -51,9 +55,6 @@ nb::list errors_to_python(std::span<const Status> statuses) {
 // succeeded.
 struct AgentBatch {
   EncodedBatch batch;
-  [[nodiscard]] bool ok() const {
-    return std::all_of(batch.errors().begin(), batch.errors().end(), [](const Status& st) { return st.ok(); });
-  }
 };
 
 using IdsView = nb::ndarray<nb::numpy, const int32_t, nb::ndim<1>>;
@@ -205,9 +206,8 @@ void bind_tokenizer(nb::module_& m) {
                nb::gil_scoped_release release;
                statuses = t.encode_each(views, ids, offsets, o, limits);
              }
-             const bool ok = std::all_of(statuses.begin(), statuses.end(), [](const Status& st) { return st.ok(); });
              return nb::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(offsets)),
-                                   ok ? nb::object(nb::none()) : nb::object(errors_to_python(statuses)));
+                                   all_ok(statuses) ? nb::object(nb::none()) : nb::object(errors_to_python(statuses)));
            },
            "texts"_a, nb::kw_only(), "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
            "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "max_text_bytes"_a,
@@ -294,7 +294,7 @@ void bind_tokenizer(nb::module_& m) {
         const EncodedBatch& b = nb::cast<const AgentBatch&>(self).batch;
         return OffsetsView(b.offsets().data(), {b.offsets().size()}, self);
       }, "Text i is ids[offsets[i]:offsets[i+1]].")
-      .def_prop_ro("ok", &AgentBatch::ok, "Every text succeeded.")
+      .def_prop_ro("ok", [](const AgentBatch& b) { return all_ok(b.batch.errors()); }, "Every text succeeded.")
       .def_prop_ro("errors", [](const AgentBatch& b) { return errors_to_python(b.batch.errors()); },
                    "Per text: None, or (code, message) for a text that failed.")
       .def_prop_ro("timing", [](const AgentBatch& b) { return timing_to_python(b.batch.timing()); },

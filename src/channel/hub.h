@@ -42,6 +42,7 @@ using Lock = RecursiveLock;
 struct Spin {
   uint32_t us = 0;
   bool adaptive = false;
+  [[nodiscard]] uint64_t window_ns() const { return uint64_t{us} * 1000; }
 };
 inline Spin spin_of(const ChannelConfig& c) { return {c.spin_us, c.adaptive_spin}; }
 
@@ -55,13 +56,12 @@ class IdleGaps {
   static constexpr unsigned kShift = 2;
   static constexpr uint64_t kCapSpins = 2;
   void learn(uint64_t gap_ns, Spin spin) {
-    const uint64_t gap = std::min(gap_ns, kCapSpins * uint64_t{spin.us} * 1000);
+    const uint64_t gap = std::min(gap_ns, kCapSpins * spin.window_ns());
     average_ns_ = average_ns_ + (gap >> kShift) - (average_ns_ >> kShift);
   }
   /// How long a wait that just went idle polls before it sleeps.
   [[nodiscard]] uint64_t spin_ns(Spin spin) const {
-    const uint64_t window = uint64_t{spin.us} * 1000;
-    return !spin.adaptive || average_ns_ <= window ? window : 0;
+    return !spin.adaptive || average_ns_ <= spin.window_ns() ? spin.window_ns() : 0;
   }
   [[nodiscard]] uint64_t average_ns() const { return average_ns_; }
 

@@ -49,8 +49,7 @@ class Batch:
     @property
     def errors(self) -> list[Error | None]:
         if self._errors is None:
-            native = self._native.errors if self._native is not None else None
-            self._errors = _errors(native) if native is not None else [None] * len(self)
+            self._errors = _errors(self._native.errors) if self._native is not None else [None] * len(self)
         return self._errors
 
     @property

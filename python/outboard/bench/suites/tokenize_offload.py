@@ -27,6 +27,7 @@ import resource
 import threading
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from ...errors import BadConfig, Error
 from ...offload import SUBMIT_THREADS, measure_cpu
 from ..consumer import Embedder, Payloads, TorchEmbedder, make_embedder, random_words
 from ..declare import Option, Options, Suite
-from ..stats import Ratio, get, median, summarize
+from ..stats import Ratio, cell_key, get, median, ratio_stats, summarize
 
 PLACEMENTS = ("host", "agent", "auto")
 NATIVE_PLACEMENTS = ("host", "agent")  # the load test driven from C++ too (auto's policy is Python)
@@ -218,7 +219,8 @@ def _load_rate(results: Any, client: Any, pipe: Pipeline, model: str, payload: i
                        "completion": split.completion_ns / 1e3} if p != "host" and split else None)
             results.add(case, p, {**params, "step_s": ENGINE_STEP_S} if case == "load_engine" else params,
                         _load_metrics(p, rate, arrived, capacity, lat, wall, cpu, floor, agent, phases),
-                        {"requests": len(work), "failed": failed, "ids_differ": differ, "routed": routed})
+                        {"requests": len(work), "failed": failed, "ids_differ": differ, "routed": routed,
+                         "ok": failed == 0 and differ == 0})
             progress()
     # The same schedule driven by C++ (a native server's shape): what the Python layer costs.
     floor = _bench.bench_open_loop_arrivals(floor_arrivals)["cpu_s"] * 1e6 / len(floor_arrivals)
@@ -237,7 +239,8 @@ def _load_rate(results: Any, client: Any, pipe: Pipeline, model: str, payload: i
         results.add("load_native", p, params,
                     _load_metrics(p, rate, arrived, capacity, list(r["latency_us"]), r["wall_s"], r["cpu_s"] * 1e6,
                                   floor, agent, phases),
-                    {"requests": len(texts), "failed": r["failed"], "ids_differ": differ})
+                    {"requests": len(texts), "failed": r["failed"], "ids_differ": differ,
+                     "ok": r["failed"] == 0 and differ == 0})
         progress()
 
 
@@ -504,10 +507,9 @@ def _run(run: Any, env: Any) -> None:
             bar.step(f"{model} single random words")
             for size in load_payloads:
                 # Requests/s the consumer's cores tokenize back to back: the rates run past it, to saturation.
-                capacity = {"host": len(consumer) * 1e6 / _host_service_us(pipe.tok["host"], [
-                    corpus_texts(size, 1)[0].encode() for _ in range(CALIBRATION_REQUESTS)]),
-                            "agent": _agent_capacity_rps(pipe.tok["agent"], [
-                                corpus_texts(size, 1)[0].encode() for _ in range(CALIBRATION_REQUESTS)])}
+                fresh = [corpus_texts(size, 1)[0].encode() for _ in range(2 * CALIBRATION_REQUESTS)]  # half a side
+                capacity = {"host": len(consumer) * 1e6 / _host_service_us(pipe.tok["host"], fresh[:CALIBRATION_REQUESTS]),
+                            "agent": _agent_capacity_rps(pipe.tok["agent"], fresh[CALIBRATION_REQUESTS:])}
                 for side, rps in capacity.items():
                     results.meta.setdefault(f"{side}_capacity_rps", {}).setdefault(model, {})[str(size)] = rps
                 load_test(results, client, pipe, model, size, [f * capacity["host"] for f in rates_frac], capacity,
@@ -657,13 +659,22 @@ def _cells(load: list[dict[str, Any]]) -> list[tuple[float, str, list[dict[str, 
     return [(rate, p, rs) for (rate, p), rs in sorted(cells.items(), key=lambda c: (c[0][0], order.get(c[0][1], 9)))]
 
 
+@dataclass(frozen=True)
+class _CpuRatio:
+    """A stats.RatioCase: a placement's consumer CPU per request over the host placement's."""
+
+    name: str
+    ours: str
+    ratio_metric: str
+    reference: str = "host"
+
+
 def _cpu_ratio(rows: list[dict[str, Any]], host: list[dict[str, Any]], net: bool = False) -> Ratio | None:
-    """This placement's consumer CPU per request over the host placement's, paired by repetition."""
-    key = "consumer_cpu_net_us_per_request" if net else "consumer_cpu_us_per_request"
-    theirs = {h["params"].get("repeat", 0): h["metrics"][key] for h in host}
-    paired = [r["metrics"][key] / theirs[r["params"].get("repeat", 0)] for r in rows
-              if theirs.get(r["params"].get("repeat", 0), 0) > 0]
-    return Ratio(median(paired), min(paired), max(paired), len(paired)) if paired else None
+    """This placement's consumer CPU per request over the host placement's, paired by repetition, from
+    the repetitions whose every request ended with the host's ids."""
+    case = _CpuRatio(rows[0]["case"], rows[0]["impl"],
+                     "consumer_cpu_net_us_per_request" if net else "consumer_cpu_us_per_request")
+    return ratio_stats(rows + host, case).get(cell_key(rows[0]["params"]))
 
 
 def _saturated(rows: list[dict[str, Any]]) -> list[str]:
