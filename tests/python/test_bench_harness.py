@@ -43,9 +43,15 @@ FAKE_SUITE = Suite("fake", "Fake suite", [FAKE_CASE], [Chart("fake", "size", "la
 PLAIN_SUITE = dataclasses.replace(FAKE_SUITE, cases=[dataclasses.replace(FAKE_CASE, reference=None, ratio_metric=None)])
 
 
+def _run(suite: Suite, options: Options) -> Path:
+    """harness.run with a machine that never turns slow: a retaken measurement would call a fake
+    once more and shift the values the assertions expect (the real probe did, failing CI)."""
+    return harness.run(suite, options, harness.MachineWatch(lambda: 20.0))
+
+
 @pytest.fixture
 def fake_run(tmp_path: Path) -> Path:
-    return harness.run(FAKE_SUITE, Options(out=str(tmp_path / "run"), repeat=2, progress=False))
+    return _run(FAKE_SUITE, Options(out=str(tmp_path / "run"), repeat=2, progress=False))
 
 
 def test_results_rows_follow_the_schema(fake_run: Path) -> None:
@@ -93,7 +99,7 @@ def test_a_second_implementation_gets_its_own_ratio_beside_the_goals(tmp_path: P
                 [Column("p50", "lat_us.p50")], reference="peer", ratio_metric="lat_us.p50",
                 ours="ours like peer", also_ratio=(OURS,))
     suite = Suite("fake", "Fake", [case], [], setup=lambda options: nullcontext(None))
-    d = harness.run(suite, Options(out=str(tmp_path / "two"), progress=False))
+    d = _run(suite, Options(out=str(tmp_path / "two"), progress=False))
     rows = [json.loads(line) for line in (d / "results.jsonl").read_text().splitlines()]
     # Three repetitions: ours like peer 4, 5, 4 over 2, 3, 2; outboard 3, 4, 3 over the same.
     assert stats.ratios(rows, case) == {(("size", 1),): pytest.approx(4.0 / 2.0)}
@@ -133,7 +139,7 @@ def test_report_of_a_directory_without_results_is_a_clear_error(tmp_path: Path) 
 
 
 def test_quick_sweep_and_case_filter(tmp_path: Path) -> None:
-    d = harness.run(FAKE_SUITE, Options(quick=True, out=str(tmp_path / "q"), progress=False, cases=["fake"]))
+    d = _run(FAKE_SUITE, Options(quick=True, out=str(tmp_path / "q"), progress=False, cases=["fake"]))
     sizes = {json.loads(line)["params"]["size"] for line in (d / "results.jsonl").read_text().splitlines()}
     assert sizes == {1, 2}
 
@@ -145,7 +151,7 @@ def test_a_failing_implementation_is_recorded_and_the_run_goes_on(tmp_path: Path
     case = Case("fake", "Fake", {"size": [1]}, [_fake_impl(OURS, 1.0), Impl("peer", broken)],
                 [Column("p50", "lat_us.p50")], reference="peer", ratio_metric="lat_us.p50")
     suite = Suite("fake", "Fake", [case], [], setup=lambda options: nullcontext(None))
-    d = harness.run(suite, Options(out=str(tmp_path / "f"), progress=False))
+    d = _run(suite, Options(out=str(tmp_path / "f"), progress=False))
     meta = json.loads((d / "meta.json").read_text())
     assert list(meta["failed"].values()) == ["RuntimeError: peer crashed"]
     assert len((d / "results.jsonl").read_text().splitlines()) == harness.MIN_RATIO_REPEATS
@@ -264,7 +270,7 @@ def _recording_suite(log: list[tuple[str, int]]) -> Suite:
 
 def test_quick_ratio_rows_are_measured_three_times_interleaved_with_their_peer(tmp_path: Path) -> None:
     log: list[tuple[str, int]] = []
-    d = harness.run(_recording_suite(log), Options(quick=True, out=str(tmp_path / "q"), progress=False))
+    d = _run(_recording_suite(log), Options(quick=True, out=str(tmp_path / "q"), progress=False))
     # Every repetition of a cell back to back, ours and the peer alternating (A B, B A, A B).
     assert log == [("A", 1), ("B", 1), ("B", 1), ("A", 1), ("A", 1), ("B", 1),
                    ("A", 2), ("B", 2), ("B", 2), ("A", 2), ("A", 2), ("B", 2),
@@ -276,7 +282,7 @@ def test_quick_ratio_rows_are_measured_three_times_interleaved_with_their_peer(t
 
 def test_more_repeats_than_the_minimum_are_honoured(tmp_path: Path) -> None:
     log: list[tuple[str, int]] = []
-    harness.run(_recording_suite(log), Options(quick=True, out=str(tmp_path / "r"), repeat=5, progress=False,
+    _run(_recording_suite(log), Options(quick=True, out=str(tmp_path / "r"), repeat=5, progress=False,
                                                cases=["ratio"]))
     assert log.count(("A", 1)) == log.count(("B", 1)) == 5 and ("C", 7) not in log
 
@@ -286,7 +292,7 @@ def test_the_report_marks_a_goal_the_repetitions_straddle(tmp_path: Path) -> Non
     case = dataclasses.replace(FAKE_CASE, goal=Goal(1.45, {"size": 2}), impls=FAKE_CASE.impls[:2],
                                quick={"size": [1, 2]})
     suite = dataclasses.replace(FAKE_SUITE, cases=[case], charts=[])
-    text = (harness.run(suite, Options(quick=True, out=str(tmp_path / "g"), progress=False)) / "report.md").read_text()
+    text = (_run(suite, Options(quick=True, out=str(tmp_path / "g"), progress=False)) / "report.md").read_text()
     assert "| 2 | outboard | 7.00 | 12.00 | 333.33 | ok | **1.40×** (1.40–1.50) **straddles** goal ≤ 1.45× |" in text
     assert "| 1 | outboard | 3.00 | 6.00 | 333.33 | ok | **1.50×** (1.33–1.50) |" in text  # the goal is not size 1's
     for goal, mark in ((1.6, "meets goal ≤ 1.6×"), (1.2, "**misses** goal ≤ 1.2×")):
@@ -305,7 +311,7 @@ def test_a_suite_with_a_body_of_its_own_gets_the_same_run_directory_and_report(t
 
     suite = Suite("own", "Own", body=body, render=lambda rows, meta, d: f"# Own\n\n{len(rows)} rows, own {meta['own']}",
                   brief=lambda rows, meta: f"own brief: {len(rows)} rows")
-    d = harness.run(suite, Options(out=str(tmp_path / "own"), progress=False))
+    d = _run(suite, Options(out=str(tmp_path / "own"), progress=False))
     assert [r["params"]["k"] for r in _rows(d)] == [0, 1]
     assert (d / "report.md").read_text() == "# Own\n\n2 rows, own yes\n"
     out = capsys.readouterr().out
