@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import _core, _options, latency, machine
+from . import _core, _options, latency, machine, mpi
 from ._agent import agent_executable
 from .client import connect
 from .bench import SUITES, suite_module
@@ -33,6 +34,16 @@ def cmd_agent(args: argparse.Namespace, rest: list[str]) -> int:
     extra = ["--log-level", args.log_level] if args.log_level != "warning" else []
     extra += ["--json", args.json] if args.json else []
     os.execv(exe, [exe, *extra, *rest])
+
+
+def cmd_mpirun(args: argparse.Namespace) -> int:
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    cmd = mpi.command(program, args.np, mpi.MPIS[args.mpi] if args.mpi else None, args.report, args.launcher_arg)
+    if args.dry_run:
+        print(shlex.join(cmd))
+        return 0
+    sys.stdout.flush()
+    os.execv(cmd[0], cmd)
 
 
 def cmd_latency(args: argparse.Namespace) -> int:
@@ -136,6 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="output directory (default results/tokenize-<time>/)")
     p.set_defaults(func=cmd_run)
 
+    p = command("mpirun", "run an unmodified MPI program with Outboard's interposer preloaded (the MPI it "
+                          "links picks the library; OUTBOARD_MPI_REPORT=1 or --report prints what was offloaded)")
+    p.add_argument("--mpi", choices=sorted(mpi.MPIS), help="the MPI the program is built for (default: detected)")
+    p.add_argument("-np", type=int, required=True, help="number of ranks")
+    p.add_argument("--report", action="store_true", help="rank 0 prints at MPI_Finalize what was offloaded and "
+                                                        "what passed through, and why")
+    p.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
+                   help="one more argument for the MPI's own launcher (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="print the launcher command instead of running it")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="the program and its arguments")
+    p.set_defaults(func=cmd_mpirun)
+
     for name, help in (("latency", "channel round-trip latency (p50/p90/p99) for a few sizes"),):
         p = command(name, help)
         p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
@@ -173,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     rest: list[str] = []
-    if "--" in argv:
+    if "--" in argv and argv[:1] != ["mpirun"]:  # mpirun's program keeps its own "--"
         i = argv.index("--")
         argv, rest = argv[:i], argv[i + 1:]
     parser = build_parser()

@@ -1,5 +1,5 @@
 """Layers point only downward: util <- transport <- channel <- services <- agent;
-tokenize and graph are standalone libraries on util. In Python, no module of the outboard package
+tokenize, graph and mpi are standalone libraries on util. In Python, no module of the outboard package
 imports itself around a cycle."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ORDER = ["util", "transport", "channel", "services", "agent"]
-STANDALONE = ["tokenize", "graph"]
+STANDALONE = ["tokenize", "graph", "mpi"]
 # What each public header belongs to, for includes of "outboard/<x>.h".
 PUBLIC = {"status": "util", "log": "util", "config": "util", "clock": "util", "stats": "util",
           "checksum": "util", "affinity": "util", "channel": "channel", "service": "services",

@@ -1,0 +1,110 @@
+"""Running an unmodified MPI program under Outboard's interposer (src/mpi): which MPI the program
+is built for, the interposer library built for that MPI, and the launcher command that preloads it.
+
+The interposer intercepts the non-blocking collectives Outboard may offload and passes everything
+else to the MPI library; ``report=True`` (OUTBOARD_MPI_REPORT=1) makes rank 0 print, at
+MPI_Finalize, what was offloaded and what passed through, and why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import _core
+from .errors import BadConfig, NotFound
+
+#: Seconds ldd may take to list a program's libraries.
+LDD_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Mpi:
+    name: str  # the ABI's name in liboutboard_mpi_<name>.so and in --mpi
+    family: str  # what its MPI_Get_library_version starts with
+    launchers: tuple[str, ...]  # its own mpirun first, the generic name last
+    soname: str  # the MPI library a program built for it links
+    package: str  # the Debian package whose pkg-config file the build looks for
+
+    def env_args(self, env: Mapping[str, str]) -> list[str]:
+        """Launcher arguments that set ``env`` in every rank."""
+        if self.name == "openmpi":
+            return [a for k, v in env.items() for a in ("-x", f"{k}={v}")]
+        return [a for k, v in env.items() for a in ("-genv", k, v)]
+
+    def launcher(self) -> str:
+        for name in self.launchers:
+            path = shutil.which(name)
+            if path and (name != "mpirun" or _family_of_launcher(path) == self.name):
+                return path
+        raise NotFound(f"no launcher for {self.family} on PATH (looked for {', '.join(self.launchers)}): "
+                       f"install {self.family}'s runtime")
+
+
+MPIS = {m.name: m for m in (
+    Mpi("openmpi", "Open MPI", ("mpirun.openmpi", "mpirun"), "libmpi.so", "libopenmpi-dev"),
+    Mpi("mpich", "MPICH", ("mpirun.mpich", "mpiexec.hydra", "mpirun"), "libmpich.so", "libmpich-dev"),
+)}
+
+
+def interposer(mpi: Mpi) -> Path:
+    """The interposer built for ``mpi``, installed beside the compiled module (an editable install
+    keeps the sources elsewhere)."""
+    path = Path(_core.__file__).parent / f"liboutboard_mpi_{mpi.name}.so"
+    if not path.exists():
+        raise NotFound(f"{path.name} was not built: the build found no {mpi.family} "
+                       f"(install {mpi.package}, then `make build`)")
+    return path
+
+
+def _family_of_launcher(path: str) -> str | None:
+    real = os.path.realpath(path)
+    hops = [path, real] + ([os.readlink(path)] if os.path.islink(path) else [])
+    text = " ".join(hops)
+    if "openmpi" in text or "orterun" in text:
+        return "openmpi"
+    if "mpich" in text or "hydra" in text:
+        return "mpich"
+    return None
+
+
+def detect(program: str) -> Mpi:
+    """The MPI ``program`` links (its shared libraries, by ldd), else the one `mpirun` belongs to."""
+    exe = shutil.which(program) or program
+    try:
+        libs = subprocess.run(["ldd", exe], capture_output=True, text=True, timeout=LDD_TIMEOUT_S).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        libs = ""
+    linked = [m for m in MPIS.values() if f"{m.soname}." in libs]
+    if len(linked) == 1:
+        return linked[0]
+    if len(linked) > 1:
+        raise BadConfig(f"{program} links both {' and '.join(m.soname for m in linked)}: pass --mpi")
+    generic = shutil.which("mpirun")
+    family = _family_of_launcher(generic) if generic else None
+    if family:
+        return MPIS[family]
+    raise BadConfig(f"cannot tell which MPI {program} uses (it links no {' or '.join(m.soname for m in MPIS.values())}"
+                    f" and `mpirun` is {generic or 'not on PATH'}): pass --mpi {'|'.join(MPIS)}")
+
+
+def command(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: bool = False,
+            launcher_args: Sequence[str] = ()) -> list[str]:
+    """The launcher command that runs ``program`` on ``ranks`` ranks with the interposer preloaded."""
+    if ranks < 1:
+        raise BadConfig(f"-np {ranks}: needs at least 1 rank")
+    if not program:
+        raise BadConfig("no program to run")
+    mpi = mpi or detect(program[0])
+    env = {"LD_PRELOAD": " ".join(p for p in (str(interposer(mpi)), os.environ.get("LD_PRELOAD", "")) if p)}
+    if report:
+        env["OUTBOARD_MPI_REPORT"] = "1"
+    extra = list(launcher_args)
+    # Open MPI refuses more ranks than cores unless told; MPICH's Hydra oversubscribes by default.
+    if mpi.name == "openmpi" and ranks > (os.cpu_count() or 1) and "--oversubscribe" not in extra:
+        extra.append("--oversubscribe")
+    return [mpi.launcher(), *extra, *mpi.env_args(env), "-np", str(ranks), *program]

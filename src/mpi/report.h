@@ -1,0 +1,50 @@
+#pragma once
+// What the MPI interposer did with each operation it intercepts: offloaded, or passed through to
+// the MPI library and why. Counted per rank and summed over MPI_COMM_WORLD at MPI_Finalize
+// (OUTBOARD_MPI_REPORT=1). Independent of the MPI ABI, so it is built and tested once.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace outboard::mpi {
+
+enum class Op : uint8_t { kIalltoall, kIalltoallv, kIallgather, kIbcast, kIallreduce };
+inline constexpr size_t kOps = 5;
+
+// The first route an operation fails decides; kOffloaded only when it fails none.
+enum class Route : uint8_t {
+  kOffloaded,
+  kIntercomm,       // an intercommunicator
+  kNonContiguous,   // a datatype whose bytes have gaps (a derived vector, struct, resized type)
+  kReduceType,      // a reduction on a type other than int, long, float, double
+  kReduceOp,        // a reduction other than sum, min, max, prod (user-defined ops included)
+  kNoAgent,         // no agent serves this job
+};
+inline constexpr size_t kRoutes = 6;
+
+std::string_view op_name(Op op);
+std::string_view route_reason(Route route);
+
+using Counts = std::array<std::array<uint64_t, kRoutes>, kOps>;
+
+// Counters any thread of the program may bump (MPI_THREAD_MULTIPLE programs call from several).
+class Tally {
+ public:
+  void add(Op op, Route route) {
+    counts_[static_cast<size_t>(op)][static_cast<size_t>(route)].fetch_add(1, std::memory_order_relaxed);
+  }
+  Counts snapshot() const;
+
+ private:
+  std::array<std::array<std::atomic<uint64_t>, kRoutes>, kOps> counts_{};
+};
+
+// The report rank 0 prints: one line per operation the job called, with the reasons it passed
+// through, e.g. "MPI_Ialltoall    0 offloaded   12 passed through (no agent: 10, intercommunicator: 2)".
+std::string render_report(const Counts& totals, int ranks, std::string_view library);
+
+}  // namespace outboard::mpi

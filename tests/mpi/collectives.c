@@ -1,0 +1,184 @@
+/* An unmodified MPI program for the interposer's tests: every collective Outboard may offload,
+ * over MPI_COMM_WORLD, a duplicate and a split, seeded random sizes, roots and types, in place and
+ * with zero counts, each checked against the MPI library's blocking collective on the same data;
+ * then one call of each kind that must pass through (a vector type, an intercommunicator, a
+ * user-defined op, a reduction on short). Prints "ok <calls>" on rank 0, or names what differed
+ * and exits 1. Usage: collectives [rounds]  (default 4). */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, failures;
+
+static void check(int same, const char* what, const char* comm, int round) {
+  if (!same) {
+    fprintf(stderr, "rank %d: %s on %s, round %d, differs from the blocking collective\n", rank, what, comm, round);
+    failures++;
+  }
+}
+
+static unsigned next(unsigned* s) { return *s = *s * 1103515245u + 12345u; }
+
+static void fill(void* buf, size_t bytes, int salt) {
+  for (size_t i = 0; i < bytes; i++) ((unsigned char*)buf)[i] = (unsigned char)(i * 31 + salt * 7 + rank);
+}
+
+static const MPI_Datatype kTypes[] = {MPI_CHAR, MPI_INT, MPI_LONG, MPI_DOUBLE};
+static const MPI_Datatype kReduceTypes[] = {MPI_INT, MPI_LONG, MPI_FLOAT, MPI_DOUBLE};
+static const MPI_Op kOps[] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
+
+/* Small integers in every reduced type, so each order of a sum or product gives the same bits. */
+static void fill_reduce(void* buf, int n, MPI_Datatype t, int salt) {
+  for (int i = 0; i < n; i++) {
+    int v = (i + salt + rank) % 3 + 1;
+    if (t == MPI_INT) ((int*)buf)[i] = v;
+    else if (t == MPI_LONG) ((long*)buf)[i] = v;
+    else if (t == MPI_FLOAT) ((float*)buf)[i] = (float)v;
+    else ((double*)buf)[i] = v;
+  }
+}
+
+static void round_on(MPI_Comm comm, const char* name, int round, unsigned* seed) {
+  int n, me;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  MPI_Datatype t = kTypes[next(seed) % 4];
+  int ts;
+  MPI_Type_size(t, &ts);
+  int count = round == 0 ? 0 : (int)(next(seed) % 3000); /* round 0: zero counts */
+  int in_place = next(seed) % 2, root = (int)(next(seed) % n);
+  size_t block = (size_t)count * ts, all = block * n;
+  char *send = malloc(all + 1), *recv = malloc(all + 1), *want = malloc(all + 1);
+  MPI_Request req[4];
+  MPI_Status statuses[4];
+
+  /* Ialltoall (in place every other round) */
+  fill(send, all, round);
+  memcpy(recv, send, all);
+  MPI_Ialltoall(in_place ? MPI_IN_PLACE : send, count, t, recv, count, t, comm, &req[0]);
+  MPI_Wait(&req[0], MPI_STATUS_IGNORE);
+  MPI_Alltoall(send, count, t, want, count, t, comm);
+  check(memcmp(recv, want, all) == 0, "MPI_Ialltoall", name, round);
+
+  /* Ialltoallv: rank-dependent counts, packed displacements */
+  int *sc = malloc(n * sizeof(int)), *sd = malloc(n * sizeof(int)), *rc = malloc(n * sizeof(int)),
+      *rd = malloc(n * sizeof(int));
+  for (int p = 0, s = 0, r = 0; p < n; p++) {
+    sc[p] = count ? (count + me + p) % count : 0;
+    rc[p] = count ? (count + p + me) % count : 0;
+    sd[p] = s, rd[p] = r, s += sc[p], r += rc[p];
+  }
+  fill(send, all, round + 1);
+  MPI_Ialltoallv(send, sc, sd, t, recv, rc, rd, t, comm, &req[0]);
+  MPI_Alltoallv(send, sc, sd, t, want, rc, rd, t, comm);
+  /* Iallgather, Ibcast and Iallreduce in flight together with it */
+  char* gathered = malloc(all + 1);
+  fill(gathered, all, round + 2);
+  if (in_place) memcpy(gathered + me * block, send, block);
+  MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, t, gathered, count, t, comm, &req[1]);
+  char* bc = malloc(block + 1);
+  fill(bc, block, me == root ? 99 : round);
+  MPI_Ibcast(bc, count, t, root, comm, &req[2]);
+  MPI_Datatype rt = kReduceTypes[next(seed) % 4];
+  MPI_Op op = kOps[next(seed) % 4];
+  int rs;
+  MPI_Type_size(rt, &rs);
+  char *rin = malloc((size_t)count * rs + 1), *rout = malloc((size_t)count * rs + 1),
+       *rwant = malloc((size_t)count * rs + 1);
+  fill_reduce(rin, count, rt, round);
+  memcpy(rout, rin, (size_t)count * rs);
+  MPI_Iallreduce(in_place ? MPI_IN_PLACE : rin, rout, count, rt, op, comm, &req[3]);
+  int done = 0;
+  while (!done) MPI_Testall(4, req, &done, statuses);
+  size_t vbytes = 0;
+  for (int p = 0; p < n; p++) vbytes += (size_t)rc[p] * ts;
+  check(memcmp(recv, want, vbytes) == 0, "MPI_Ialltoallv", name, round);
+  MPI_Allgather(send, count, t, want, count, t, comm);
+  check(memcmp(gathered, want, all) == 0, "MPI_Iallgather", name, round);
+  fill(want, block, me == root ? 99 : round);
+  MPI_Bcast(want, count, t, root, comm);
+  check(memcmp(bc, want, block) == 0, "MPI_Ibcast", name, round);
+  MPI_Allreduce(rin, rwant, count, rt, op, comm);
+  check(memcmp(rout, rwant, (size_t)count * rs) == 0, "MPI_Iallreduce", name, round);
+  free(send), free(recv), free(want), free(sc), free(sd), free(rc), free(rd), free(gathered), free(bc);
+  free(rin), free(rout), free(rwant);
+}
+
+static void user_sum(void* in, void* inout, int* len, MPI_Datatype* t) {
+  (void)t;
+  for (int i = 0; i < *len; i++) ((int*)inout)[i] += ((int*)in)[i];
+}
+
+/* One call of each kind Outboard passes through, checked like the others. */
+static void pass_through(void) {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Request req;
+  /* a vector type: every other int */
+  MPI_Datatype every_other;
+  MPI_Type_vector(2, 1, 2, MPI_INT, &every_other);
+  MPI_Type_commit(&every_other);
+  int *send = calloc(4 * n, sizeof(int)), *recv = calloc(4 * n, sizeof(int)), *want = calloc(4 * n, sizeof(int));
+  for (int i = 0; i < 4 * n; i++) send[i] = rank * 100 + i;
+  MPI_Ialltoall(send, 1, every_other, recv, 1, every_other, MPI_COMM_WORLD, &req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  MPI_Alltoall(send, 1, every_other, want, 1, every_other, MPI_COMM_WORLD);
+  check(memcmp(recv, want, 4 * n * sizeof(int)) == 0, "MPI_Ialltoall (vector type)", "world", 0);
+  MPI_Type_free(&every_other);
+  /* a user-defined op */
+  MPI_Op op;
+  MPI_Op_create(user_sum, 1, &op);
+  int one = rank + 1, sum = 0;
+  MPI_Iallreduce(&one, &sum, 1, MPI_INT, op, MPI_COMM_WORLD, &req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  check(sum == n * (n + 1) / 2, "MPI_Iallreduce (user op)", "world", 0);
+  MPI_Op_free(&op);
+  /* a reduction on short */
+  short s = 2, smax = 0;
+  MPI_Iallreduce(&s, &smax, 1, MPI_SHORT, MPI_MAX, MPI_COMM_WORLD, &req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  check(smax == 2, "MPI_Iallreduce (short)", "world", 0);
+  /* an intercommunicator between the even and the odd ranks */
+  if (n >= 2) {
+    MPI_Comm half, inter;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, rank % 2 ? 0 : 1, 7, &inter);
+    int remote;
+    MPI_Comm_remote_size(inter, &remote);
+    int* got = calloc(remote, sizeof(int));
+    MPI_Iallgather(&rank, 1, MPI_INT, got, 1, MPI_INT, inter, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    for (int i = 0; i < remote; i++) check(got[i] % 2 != rank % 2, "MPI_Iallgather (intercommunicator)", "inter", 0);
+    free(got);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&half);
+  }
+  free(send), free(recv), free(want);
+}
+
+int main(int argc, char** argv) {
+  int rounds = argc > 1 ? atoi(argv[1]) : 4;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm dup, split;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2, -rank, &split);
+  const MPI_Comm comms[] = {MPI_COMM_WORLD, dup, split};
+  const char* names[] = {"world", "dup", "split"};
+  unsigned seed = 12345; /* the same on every rank: sizes, types and roots agree */
+  for (int round = 0; round < rounds; round++)
+    for (int c = 0; c < 3; c++) {
+      unsigned s = seed + (unsigned)(round * 3 + c) * 7919u;
+      if (c == 2) s += (unsigned)(rank % 2) * 104729u; /* each half of the split draws its own */
+      round_on(comms[c], names[c], round, &s);
+    }
+  pass_through();
+  MPI_Comm_free(&dup);
+  MPI_Comm_free(&split);
+  int all_failures = 0;
+  MPI_Allreduce(&failures, &all_failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0 && !all_failures) printf("ok %d rounds\n", rounds);
+  MPI_Finalize();
+  return all_failures ? 1 : 0;
+}
