@@ -15,17 +15,13 @@
 #include <string>
 #include <string_view>
 
-#include "mpi/report.h"
+#include "mpi/interpose.h"
 
-#define OB_MPI_EXPORT extern "C" __attribute__((visibility("default")))
-
+namespace outboard::mpi {
 namespace {
 
-using outboard::mpi::Op;
-using outboard::mpi::Route;
-
 struct State {
-  outboard::mpi::Tally tally;
+  Tally tally;
   std::string library;  // the first line of MPI_Get_library_version
   bool report = false;  // OUTBOARD_MPI_REPORT=1: rank 0 prints the report at MPI_Finalize
 };
@@ -38,6 +34,24 @@ State& state() {
 // MPI_MAX_LIBRARY_VERSION_STRING differs between ABIs (256 in Open MPI, 8192 in MPICH) and, when
 // the wrong interposer is loaded, the other MPI fills the buffer: size it for the larger.
 constexpr int kVersionBytes = 16384;
+
+bool intercomm(MPI_Comm comm) {
+  int flag = 0;
+  return PMPI_Comm_test_inter(comm, &flag) == MPI_SUCCESS && flag;
+}
+
+// Contiguous: the count's bytes are one dense run, as a predefined type's are (true lower bound 0,
+// size == extent), so the agent may move them as bytes.
+bool contiguous(MPI_Datatype type) {
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+  if (PMPI_Type_size(type, &size) != MPI_SUCCESS || PMPI_Type_get_extent(type, &lb, &extent) != MPI_SUCCESS ||
+      PMPI_Type_get_true_extent(type, &true_lb, &true_extent) != MPI_SUCCESS)
+    return false;
+  return lb == 0 && true_lb == 0 && extent == size && true_extent == size;
+}
+
+}  // namespace
 
 // Refuses to run under another MPI than the one this library was built for: its handles would be
 // misread. The version call is allowed before MPI_Init.
@@ -74,38 +88,43 @@ void started() {
                  s.library.c_str());
 }
 
-bool intercomm(MPI_Comm comm) {
-  int flag = 0;
-  return PMPI_Comm_test_inter(comm, &flag) == MPI_SUCCESS && flag;
-}
-
-// Contiguous: the count's bytes are one dense run, as a predefined type's are (true lower bound 0,
-// size == extent), so the agent may move them as bytes.
-bool contiguous(MPI_Datatype type) {
-  int size = 0;
-  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
-  if (PMPI_Type_size(type, &size) != MPI_SUCCESS || PMPI_Type_get_extent(type, &lb, &extent) != MPI_SUCCESS ||
-      PMPI_Type_get_true_extent(type, &true_lb, &true_extent) != MPI_SUCCESS)
-    return false;
-  return lb == 0 && true_lb == 0 && extent == size && true_extent == size;
-}
-
-Route data_route(MPI_Comm comm, MPI_Datatype a, MPI_Datatype b) {
+Route data_route(MPI_Comm comm, MPI_Datatype send, MPI_Datatype recv) {
   if (intercomm(comm)) return Route::kIntercomm;
-  if (!contiguous(a) || !contiguous(b)) return Route::kNonContiguous;
+  if (!contiguous(send) || !contiguous(recv)) return Route::kNonContiguous;
   return Route::kNoAgent;
 }
 
 Route reduce_route(MPI_Comm comm, MPI_Datatype type, MPI_Op op) {
   if (intercomm(comm)) return Route::kIntercomm;
-  if (type != MPI_INT && type != MPI_LONG && type != MPI_FLOAT && type != MPI_DOUBLE) return Route::kReduceType;
+  // Fortran's INTEGER, REAL and DOUBLE PRECISION are distinct handles with C's representations.
+  const bool reducible = type == MPI_INT || type == MPI_LONG || type == MPI_FLOAT || type == MPI_DOUBLE ||
+                         type == MPI_INTEGER || type == MPI_REAL || type == MPI_DOUBLE_PRECISION;
+  if (!reducible) return Route::kReduceType;
   if (op != MPI_SUM && op != MPI_MIN && op != MPI_MAX && op != MPI_PROD) return Route::kReduceOp;
   return Route::kNoAgent;
 }
 
 void note(Op op, Route route) { state().tally.add(op, route); }
 
-}  // namespace
+// The report is a reduction over MPI_COMM_WORLD, so every rank must see the same
+// OUTBOARD_MPI_REPORT (mpirun -x / -genv, or `outboard mpirun`, pass it to all).
+void finishing() {
+  State& s = state();
+  if (!s.report) return;
+  const Counts mine = s.tally.snapshot();
+  Counts sum{};
+  int rank = 0, ranks = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  PMPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (PMPI_Reduce(mine.data(), sum.data(), static_cast<int>(kOps * kRoutes), MPI_UINT64_T, MPI_SUM, 0,
+                  MPI_COMM_WORLD) == MPI_SUCCESS &&
+      rank == 0)
+    std::fputs(render_report(sum, ranks, s.library).c_str(), stderr);
+}
+
+}  // namespace outboard::mpi
+
+using namespace outboard::mpi;
 
 OB_MPI_EXPORT int MPI_Init(int* argc, char*** argv) {
   check_library();
@@ -121,21 +140,8 @@ OB_MPI_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* pr
   return rc;
 }
 
-// The report is a reduction over MPI_COMM_WORLD, so every rank must see the same
-// OUTBOARD_MPI_REPORT (mpirun -x / -genv, or `outboard mpirun`, pass it to all).
 OB_MPI_EXPORT int MPI_Finalize() {
-  State& s = state();
-  if (s.report) {
-    const outboard::mpi::Counts mine = s.tally.snapshot();
-    outboard::mpi::Counts sum{};
-    int rank = 0, ranks = 0;
-    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    PMPI_Comm_size(MPI_COMM_WORLD, &ranks);
-    if (PMPI_Reduce(mine.data(), sum.data(), static_cast<int>(outboard::mpi::kOps * outboard::mpi::kRoutes),
-                    MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD) == MPI_SUCCESS &&
-        rank == 0)
-      std::fputs(outboard::mpi::render_report(sum, ranks, s.library).c_str(), stderr);
-  }
+  finishing();
   return PMPI_Finalize();
 }
 

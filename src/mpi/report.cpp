@@ -20,7 +20,7 @@ std::string_view route_reason(Route route) {
     case Route::kOffloaded: return "offloaded";
     case Route::kIntercomm: return "intercommunicator";
     case Route::kNonContiguous: return "non-contiguous datatype";
-    case Route::kReduceType: return "datatype not int, long, float or double";
+    case Route::kReduceType: return "datatype not int, long, float or double (C or Fortran)";
     case Route::kReduceOp: return "op not sum, min, max or prod";
     case Route::kNoAgent: return "no agent";
   }

@@ -20,7 +20,7 @@ enum class Route : uint8_t {
   kOffloaded,
   kIntercomm,       // an intercommunicator
   kNonContiguous,   // a datatype whose bytes have gaps (a derived vector, struct, resized type)
-  kReduceType,      // a reduction on a type other than int, long, float, double
+  kReduceType,      // a reduction on a type other than int, long, float, double (or Fortran integer, real, double precision)
   kReduceOp,        // a reduction other than sum, min, max, prod (user-defined ops included)
   kNoAgent,         // no agent serves this job
 };

@@ -18,7 +18,7 @@ TEST(MpiReportTest, OneLinePerCalledOperationWithItsReasons) {
   EXPECT_EQ(render_report(tally.snapshot(), 4, "MPICH Version: 4.0.2"),
             "outboard-mpi report: 4 ranks on MPICH Version: 4.0.2\n"
             "  MPI_Ialltoall          0 offloaded       11 passed through (intercommunicator: 1, no agent: 10)\n"
-            "  MPI_Iallreduce         1 offloaded        2 passed through (datatype not int, long, float or double: 1, "
+            "  MPI_Iallreduce         1 offloaded        2 passed through (datatype not int, long, float or double (C or Fortran): 1, "
             "op not sum, min, max or prod: 1)\n");
 }
 
