@@ -101,6 +101,20 @@ def main() -> int:
         "tokenize-encode": b"\x05E" + encode,
         "tokenize-upload": b"\x05L\x03[PAD]\n[UNK]\nhello\n",
     }
+    # mpi_post: services/mpi_wire.h (version, comm, seq, size, rank, coll, elem, op, flags, root, bytes).
+    def post(coll: int, elem: int, op: int, flags: int, root: int, nbytes: int, arrays: bytes, send: bytes,
+             recv: bytes) -> bytes:
+        return (struct.pack("<BQQIIBBBBIQ", 1, 7, 3, 2, 1, coll, elem, op, flags, root, nbytes) + arrays
+                + blob(send) + blob(recv))
+    v = b"".join(struct.pack("<IQQ", 2, a, b) for a, b in ((4, 4), (0, 4), (4, 4), (0, 4)))
+    seeds["mpi_post"] = {
+        "alltoall": post(0, 0, 0, 0, 0, 64, b"", b"send-key", b"recv-key"),
+        "alltoallv": post(1, 0, 0, 0, 0, 0, v, b"send-key", b"recv-key"),
+        "allgather-in-place": post(2, 0, 0, 1, 0, 32, b"", b"", b"recv-key"),
+        "bcast": post(3, 0, 0, 0, 1, 128, b"", b"", b"buffer-key"),
+        "allreduce": post(4, 4, 1, 0, 0, 64, b"", b"send-key", b"recv-key"),
+        "zero": post(0, 0, 0, 0, 0, 0, b"", b"", b""),
+    }
     for target, files in seeds.items():
         d = CORPUS / target
         d.mkdir(parents=True, exist_ok=True)

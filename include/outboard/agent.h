@@ -58,6 +58,8 @@ struct AgentConfig {
   uint32_t graph_threads = 0;               ///< --graph-threads: workers for engine nodes (0: the progress thread)
   uint32_t graph_max_instances = 1u << 16;  ///< --graph-max-instances per connection
   uint64_t graph_max_memory = 1ull << 30;   ///< --graph-max-memory: agent memory per connection
+  // The mpi service.
+  uint32_t mpi_max_pending = 256;  ///< --mpi-max-pending: a rank's collectives waiting for its other ranks
 };
 
 /// Where `outboard vocab fetch` caches vocabularies: $OUTBOARD_CACHE_DIR,

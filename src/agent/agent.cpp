@@ -83,6 +83,8 @@ config::Options agent_options(const AgentConfig& a) {
            "graph instances a connection may hold"},
           {"graph-max-memory", Type::kSize, std::to_string(a.graph_max_memory),
            "agent memory a connection's graph instances may hold"},
+          {"mpi-max-pending", Type::kInt, std::to_string(a.mpi_max_pending),
+           "collectives one MPI rank may have waiting for its communicator's other ranks"},
           {"vocab-dir", Type::kString, a.vocab_dir,
            "vocabulary cache, the only place the tokenize service opens names in (default: $OUTBOARD_CACHE_DIR or "
            "~/.cache/outboard)"},
@@ -118,6 +120,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t batch, positive("max-batch-texts"));
   OB_ASSIGN_OR_RETURN(int64_t graph_threads, in_range("graph-threads", 0, graph::Executor::kMaxThreads));
   OB_ASSIGN_OR_RETURN(int64_t graph_instances, positive("graph-max-instances"));
+  OB_ASSIGN_OR_RETURN(int64_t mpi_pending, positive("mpi-max-pending"));
   OB_ASSIGN_OR_RETURN(int64_t ring_slots, in_range("ring-slots", 0, channel::kMaxRingSlots));
   OB_ASSIGN_OR_RETURN(int64_t max_connections, positive("max-connections"));
   OB_ASSIGN_OR_RETURN(int64_t max_handshakes, positive("max-handshakes"));
@@ -127,6 +130,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.graph_threads = static_cast<uint32_t>(graph_threads);
   a.graph_max_instances = static_cast<uint32_t>(graph_instances);
   a.graph_max_memory = o.size("graph-max-memory");
+  a.mpi_max_pending = static_cast<uint32_t>(mpi_pending);
   a.tokenize_threads = static_cast<uint32_t>(threads);
   a.tokenize_queue = static_cast<uint32_t>(queue);
   a.max_batch_texts = static_cast<uint32_t>(batch);

@@ -67,4 +67,12 @@ struct GraphServiceConfig {
 /// format: services/graph_wire.h).
 std::unique_ptr<Service> make_graph(GraphServiceConfig config);
 
+/// Limits of the `mpi` service (agent options in the comments).
+struct MpiServiceConfig {
+  uint32_t max_pending = 256;  ///< --mpi-max-pending: a rank's collectives waiting for its other ranks
+};
+/// `mpi`: collectives handed off by MPI ranks (the interposer, src/mpi), run once every rank of
+/// the communicator has posted them (wire format: services/mpi_wire.h).
+std::unique_ptr<Service> make_mpi(MpiServiceConfig config);
+
 }  // namespace outboard::services

@@ -1,0 +1,301 @@
+// `mpi`: collectives handed off by the ranks of MPI jobs (src/mpi, the interposer). A collective
+// runs once every rank of its communicator has posted it: the agent reads each rank's input from
+// its registered memory, combines it, writes each rank's result into its memory, and answers
+// every rank. Ranks of one job share this session (one token), so one instance sees them all.
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "services/builtin.h"
+#include "services/mpi_wire.h"
+
+namespace outboard::services {
+namespace {
+
+using namespace mpi_wire;
+
+// How long one read or write of a rank's memory may take (a rank that stops reading its end
+// fails the collective instead of holding the agent).
+constexpr int64_t kTransferTimeoutMs = 10'000;
+
+struct Member {
+  Post post;
+  Responder responder;
+  std::shared_ptr<Connection> peer;
+  RemoteRegion send, recv;  // imported when the collective runs
+};
+
+struct Pending {
+  std::vector<std::optional<Member>> ranks;  // by rank in the communicator
+  uint32_t arrived = 0;
+};
+
+std::string where(const Post& p) {
+  return "mpi: " + std::string(coll_name(p.coll)) + " #" + std::to_string(p.seq) + " on communicator " +
+         std::to_string(p.comm);
+}
+
+template <typename T>
+void combine(Reduce op, uint8_t* acc, const uint8_t* in, size_t bytes) {
+  for (size_t at = 0; at < bytes; at += sizeof(T)) {
+    T a, b;
+    std::memcpy(&a, acc + at, sizeof(T));
+    std::memcpy(&b, in + at, sizeof(T));
+    switch (op) {
+      case Reduce::kSum: a = a + b; break;
+      case Reduce::kMin: a = std::min(a, b); break;
+      case Reduce::kMax: a = std::max(a, b); break;
+      case Reduce::kProd: a = a * b; break;
+      case Reduce::kNone: break;
+    }
+    std::memcpy(acc + at, &a, sizeof(T));
+  }
+}
+
+// acc = acc (op) in, element by element: a fixed order of operands, so floating-point sums are
+// the same on every run (rank 0's input, then rank 1's, ...).
+void reduce_into(Elem e, Reduce op, uint8_t* acc, const uint8_t* in, size_t bytes) {
+  switch (e) {
+    case Elem::kI32: return combine<int32_t>(op, acc, in, bytes);
+    case Elem::kI64: return combine<int64_t>(op, acc, in, bytes);
+    case Elem::kF32: return combine<float>(op, acc, in, bytes);
+    case Elem::kF64: return combine<double>(op, acc, in, bytes);
+    case Elem::kBytes: return;
+  }
+}
+
+class Mpi final : public Service {
+ public:
+  explicit Mpi(MpiServiceConfig config) : config_(config) {}
+  std::string name() const override { return "mpi"; }
+  void attach(ServiceHost& host) override { host_ = &host; }
+
+  void handle(ServiceRequest r) override {
+    auto decoded = decode(r.payload.span());
+    if (!decoded.ok()) return r.responder.fail(decoded.status());
+    Post post = std::move(decoded).value();
+    const uint32_t conn = r.peer->id();
+    if (in_flight_[conn] >= config_.max_pending)
+      return r.responder.fail({Code::kTooBig, where(post) + ": this rank already has " +
+                                                  std::to_string(in_flight_[conn]) +
+                                                  " collectives waiting for their other ranks (limit " +
+                                                  std::to_string(config_.max_pending) + ", agent option --mpi-max-pending)"});
+    const std::pair key{post.comm, post.seq};
+    Pending& op = pending_[key];
+    if (op.ranks.empty()) op.ranks.resize(post.size);
+    if (op.ranks.size() != post.size)
+      return r.responder.fail({Code::kInvalidArgument, where(post) + ": rank " + std::to_string(post.rank) + " counts " +
+                                                           std::to_string(post.size) + " ranks, an earlier rank " +
+                                                           std::to_string(op.ranks.size())});
+    if (op.ranks[post.rank])
+      return r.responder.fail({Code::kInvalidArgument, where(post) + ": rank " + std::to_string(post.rank) +
+                                                           " posted it twice"});
+    members_[post.comm][post.rank] = conn;
+    ++in_flight_[conn];
+    ++op.arrived;
+    const uint32_t size = post.size;
+    op.ranks[post.rank] = Member{std::move(post), std::move(r.responder), std::move(r.peer), {}, {}};
+    if (op.arrived < size) return;
+    Pending ready = std::move(op);
+    pending_.erase(key);
+    for (auto& m : ready.ranks) --in_flight_[m->peer->id()];
+    const Status st = run(ready.ranks);
+    for (auto& m : ready.ranks) {
+      if (st.ok()) m->responder.respond({});
+      else m->responder.fail(st);
+    }
+  }
+
+  // A rank that leaves fails every collective of its communicators that is waiting: the others
+  // hear why instead of waiting for it.
+  void on_disconnect(uint32_t conn) override {
+    in_flight_.erase(conn);
+    for (auto comm = members_.begin(); comm != members_.end();) {
+      auto rank = std::find_if(comm->second.begin(), comm->second.end(), [&](auto& m) { return m.second == conn; });
+      if (rank == comm->second.end()) {
+        ++comm;
+        continue;
+      }
+      for (auto op = pending_.lower_bound({comm->first, 0}); op != pending_.end() && op->first.first == comm->first;) {
+        for (auto& m : op->second.ranks) {
+          if (!m || m->peer->id() == conn) continue;
+          --in_flight_[m->peer->id()];
+          m->responder.fail({Code::kConnectionReset, where(m->post) + ": rank " + std::to_string(rank->first) +
+                                                         " left (its connection closed) before the collective ran"});
+        }
+        op = pending_.erase(op);
+      }
+      comm = members_.erase(comm);
+    }
+  }
+
+ private:
+  // Every rank posted the same collective; alltoallv's sent and received counts pair up.
+  static Status agree(std::vector<std::optional<Member>>& ranks) {
+    const Post& a = ranks[0]->post;
+    for (auto& m : ranks) {
+      const Post& b = m->post;
+      if (b.coll != a.coll || b.elem != a.elem || b.reduce != a.reduce || b.root != a.root ||
+          (a.coll != Coll::kAlltoallv && b.bytes != a.bytes))
+        return {Code::kInvalidArgument,
+                where(b) + ": rank " + std::to_string(b.rank) + " posted " + std::string(coll_name(b.coll)) + " of " +
+                    std::to_string(b.bytes) + " B (element " + std::to_string(int(b.elem)) + ", op " +
+                    std::to_string(int(b.reduce)) + ", root " + std::to_string(b.root) + "), rank 0 " +
+                    std::string(coll_name(a.coll)) + " of " + std::to_string(a.bytes) + " B (element " +
+                    std::to_string(int(a.elem)) + ", op " + std::to_string(int(a.reduce)) + ", root " +
+                    std::to_string(a.root) + ")"};
+    }
+    if (a.coll != Coll::kAlltoallv) return {};
+    for (auto& from : ranks)
+      for (auto& to : ranks) {
+        const uint64_t sent = sends_of(from->post)[to->post.rank], got = to->post.recv_counts[from->post.rank];
+        if (sent != got)
+          return {Code::kInvalidArgument, where(a) + ": rank " + std::to_string(from->post.rank) + " sends " +
+                                              std::to_string(sent) + " B to rank " + std::to_string(to->post.rank) +
+                                              ", which expects " + std::to_string(got) + " B"};
+      }
+    return {};
+  }
+
+  // In place, a rank's input is its receive buffer, laid out as its output is.
+  static const std::vector<uint64_t>& sends_of(const Post& p) { return p.in_place ? p.recv_counts : p.send_counts; }
+  static const std::vector<uint64_t>& send_displs_of(const Post& p) {
+    return p.in_place ? p.recv_displs : p.send_displs;
+  }
+
+  static Status read(Member& m, bool from_recv, uint64_t offset, std::span<uint8_t> out) {
+    if (out.empty()) return {};
+    return m.peer->get(from_recv ? m.recv : m.send, offset, out, Deadline::after_ms(kTransferTimeoutMs))
+        .with_context(where(m.post) + ": reading rank " + std::to_string(m.post.rank) + "'s input");
+  }
+  static Status write(Member& m, uint64_t offset, std::span<const uint8_t> in) {
+    if (in.empty()) return {};
+    return m.peer->put(m.recv, offset, in, Deadline::after_ms(kTransferTimeoutMs))
+        .with_context(where(m.post) + ": writing rank " + std::to_string(m.post.rank) + "'s result");
+  }
+
+  Status run(std::vector<std::optional<Member>>& ranks) {
+    OB_RETURN_IF_ERROR(agree(ranks));
+    for (auto& m : ranks) {
+      if (!m->post.send_region.empty()) {
+        OB_ASSIGN_OR_RETURN(m->send, m->peer->import_region(m->post.send_region));
+      }
+      if (!m->post.recv_region.empty()) {
+        OB_ASSIGN_OR_RETURN(m->recv, m->peer->import_region(m->post.recv_region));
+      }
+    }
+    const Post& a = ranks[0]->post;
+    const uint64_t n = ranks.size();
+    // Every input is read before any result is written: in place, the result overwrites it.
+    uint64_t staged = 0;
+    for (auto& m : ranks)
+      switch (a.coll) {
+        case Coll::kAlltoall: staged += n * a.bytes; break;
+        case Coll::kAlltoallv: for (uint64_t c : sends_of(m->post)) staged += c; break;
+        case Coll::kAllgather: case Coll::kAllreduce: staged += a.bytes; break;
+        case Coll::kBcast: staged = a.bytes; break;
+      }
+    const std::string what = where(a) + " staging";
+    OB_RETURN_IF_ERROR(host_->reserve_memory(staged, what));
+    std::vector<std::vector<uint8_t>> in(n);
+    Status st = stage(ranks, in);
+    if (st.ok()) st = deliver(ranks, in);
+    host_->release_memory(staged);
+    return st;
+  }
+
+  static Status stage(std::vector<std::optional<Member>>& ranks, std::vector<std::vector<uint8_t>>& in) {
+    const Post& a = ranks[0]->post;
+    const uint64_t n = ranks.size();
+    for (uint64_t i = 0; i < n; ++i) {
+      Member& m = *ranks[i];
+      const bool own = m.post.in_place;
+      switch (a.coll) {
+        case Coll::kAlltoall:
+          in[i].resize(n * a.bytes);
+          OB_RETURN_IF_ERROR(read(m, own, 0, in[i]));
+          break;
+        case Coll::kAlltoallv: {
+          uint64_t total = 0;
+          for (uint64_t c : sends_of(m.post)) total += c;
+          in[i].resize(total);
+          for (uint64_t j = 0, at = 0; j < n; at += sends_of(m.post)[j], ++j)
+            OB_RETURN_IF_ERROR(
+                read(m, own, send_displs_of(m.post)[j], std::span(in[i]).subspan(at, sends_of(m.post)[j])));
+          break;
+        }
+        case Coll::kAllgather:
+          in[i].resize(a.bytes);
+          OB_RETURN_IF_ERROR(read(m, own, own ? i * a.bytes : 0, in[i]));
+          break;
+        case Coll::kBcast:
+          if (i != a.root) break;
+          in[i].resize(a.bytes);
+          OB_RETURN_IF_ERROR(read(m, true, 0, in[i]));
+          break;
+        case Coll::kAllreduce:
+          in[i].resize(a.bytes);
+          OB_RETURN_IF_ERROR(read(m, own, 0, in[i]));
+          break;
+      }
+    }
+    return {};
+  }
+
+  static Status deliver(std::vector<std::optional<Member>>& ranks, std::vector<std::vector<uint8_t>>& in) {
+    const Post& a = ranks[0]->post;
+    const uint64_t n = ranks.size();
+    if (a.coll == Coll::kAllreduce)
+      for (uint64_t i = 1; i < n; ++i) reduce_into(a.elem, a.reduce, in[0].data(), in[i].data(), a.bytes);
+    for (uint64_t j = 0; j < n; ++j) {
+      Member& to = *ranks[j];
+      switch (a.coll) {
+        case Coll::kAlltoall:
+          for (uint64_t i = 0; i < n; ++i)
+            OB_RETURN_IF_ERROR(write(to, i * a.bytes, std::span(in[i]).subspan(j * a.bytes, a.bytes)));
+          break;
+        case Coll::kAlltoallv:
+          for (uint64_t i = 0; i < n; ++i) {
+            const auto& sent = sends_of(ranks[i]->post);
+            uint64_t at = 0;
+            for (uint64_t k = 0; k < j; ++k) at += sent[k];
+            OB_RETURN_IF_ERROR(write(to, to.post.recv_displs[i], std::span(in[i]).subspan(at, sent[j])));
+          }
+          break;
+        case Coll::kAllgather:
+          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, i * a.bytes, in[i]));
+          break;
+        case Coll::kBcast:
+          if (j != a.root) OB_RETURN_IF_ERROR(write(to, 0, in[a.root]));
+          break;
+        case Coll::kAllreduce:
+          OB_RETURN_IF_ERROR(write(to, 0, in[0]));
+          break;
+      }
+    }
+    // The answers may overtake the writes (a small answer goes through the ring, a write where
+    // UCX carries it): every result is in place before any rank hears that it is.
+    for (auto& m : ranks)
+      OB_RETURN_IF_ERROR(m->peer->flush(Deadline::after_ms(kTransferTimeoutMs))
+                             .with_context(where(m->post) + ": completing rank " + std::to_string(m->post.rank) +
+                                           "'s writes"));
+    return {};
+  }
+
+  MpiServiceConfig config_;
+  ServiceHost* host_ = nullptr;
+  std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;                     // (comm, seq) -> its posts
+  std::unordered_map<uint64_t, std::unordered_map<uint32_t, uint32_t>> members_;  // comm -> rank -> connection
+  std::unordered_map<uint32_t, uint32_t> in_flight_;                              // connection -> waiting posts
+};
+
+}  // namespace
+
+std::unique_ptr<Service> make_mpi(MpiServiceConfig config) { return std::make_unique<Mpi>(config); }
+
+}  // namespace outboard::services

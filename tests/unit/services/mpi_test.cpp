@@ -1,0 +1,374 @@
+// The `mpi` service under a real agent: "ranks" are connections of this process (one session, as
+// the ranks of a job share one), each with registered send and receive buffers; every result is
+// compared with the collective computed here.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "../agent_fixture.h"
+#include "services/mpi_wire.h"
+
+namespace outboard {
+namespace {
+
+using services::mpi_wire::Coll;
+using services::mpi_wire::Elem;
+using services::mpi_wire::Post;
+using services::mpi_wire::Reduce;
+
+constexpr int64_t kWaitMs = 10'000;
+
+struct Rank {
+  std::unique_ptr<Connection> conn;
+  std::vector<uint8_t> send, recv;
+  Region send_region, recv_region;
+  std::optional<Status> answer;
+};
+
+class MpiServiceTest : public testing::AgentFixture {
+ protected:
+  std::vector<Rank> ranks(size_t n) {
+    std::vector<Rank> out(n);
+    for (auto& r : out) r.conn = connect();
+    return out;
+  }
+
+  // Registers the rank's buffers and fills in the post's regions.
+  static void regions(Rank& r, Post& p) {
+    if (!r.send.empty() && !p.in_place && p.coll != Coll::kBcast) {
+      auto reg = r.conn->register_memory(r.send.data(), r.send.size());
+      ASSERT_TRUE(reg.ok()) << reg.status().to_string();
+      r.send_region = std::move(reg).value();
+      p.send_region.assign(r.send_region.descriptor().begin(), r.send_region.descriptor().end());
+    }
+    if (!r.recv.empty()) {
+      auto reg = r.conn->register_memory(r.recv.data(), r.recv.size());
+      ASSERT_TRUE(reg.ok()) << reg.status().to_string();
+      r.recv_region = std::move(reg).value();
+      p.recv_region.assign(r.recv_region.descriptor().begin(), r.recv_region.descriptor().end());
+    }
+  }
+
+  // Posts each rank's collective, in `order`, then waits for every answer.
+  static void post_all(std::vector<Rank>& rs, std::vector<Post> posts, std::vector<size_t> order = {}) {
+    if (order.empty()) {
+      order.resize(rs.size());
+      std::iota(order.begin(), order.end(), 0);
+    }
+    for (size_t i : order) {
+      Rank& r = rs[i];
+      regions(r, posts[i]);
+      r.answer.reset();
+      ASSERT_TRUE(r.conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(posts[i])),
+                                 Deadline::after_ms(kWaitMs), [&r](Result<Buffer> a) { r.answer = a.status(); },
+                                 Connection::Credit::kWait)
+                      .ok());
+    }
+    const bool all = rs[0].conn->wait_until(Deadline::after_ms(kWaitMs), [&] {
+      return std::all_of(rs.begin(), rs.end(), [](const Rank& r) { return r.answer.has_value(); });
+    });
+    ASSERT_TRUE(all) << "not every rank was answered";
+  }
+
+  static Post post(Coll coll, uint64_t seq, uint32_t size, uint32_t rank, uint64_t bytes) {
+    Post p;
+    p.comm = 7, p.seq = seq, p.size = size, p.rank = rank, p.coll = coll, p.bytes = bytes;
+    return p;
+  }
+
+  static std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<uint8_t> v(n);
+    for (auto& b : v) b = static_cast<uint8_t>(rng());
+    return v;
+  }
+};
+
+TEST_F(MpiServiceTest, AlltoallMovesEveryBlockToItsRankAndInPlaceToo) {
+  for (bool in_place : {false, true}) {
+    constexpr uint32_t n = 3;
+    constexpr uint64_t block = 1000;
+    auto rs = ranks(n);
+    std::vector<Post> posts;
+    std::vector<std::vector<uint8_t>> inputs;
+    for (uint32_t i = 0; i < n; ++i) {
+      inputs.push_back(random_bytes(n * block, i + 10 * in_place));
+      rs[i].send = inputs[i];
+      rs[i].recv = in_place ? inputs[i] : std::vector<uint8_t>(n * block);
+      posts.push_back(post(Coll::kAlltoall, 0, n, i, block));
+      posts.back().in_place = in_place;
+    }
+    post_all(rs, posts, {2, 0, 1});
+    for (uint32_t j = 0; j < n; ++j) {
+      ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+      for (uint32_t i = 0; i < n; ++i)
+        EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * block, inputs[i].data() + j * block, block))
+            << "block from rank " << i << " at rank " << j << (in_place ? " (in place)" : "");
+    }
+  }
+}
+
+TEST_F(MpiServiceTest, AllgatherBcastAndZeroCounts) {
+  constexpr uint32_t n = 4;
+  constexpr uint64_t block = 333;
+  auto rs = ranks(n);
+  std::vector<Post> gather, bcast, empty;
+  for (uint32_t i = 0; i < n; ++i) {
+    rs[i].send = random_bytes(block, 100 + i);
+    rs[i].recv.assign(n * block, 0);
+    if (i == 1) {  // in place: its block already sits at its place
+      std::memcpy(rs[i].recv.data() + i * block, rs[i].send.data(), block);
+      gather.push_back(post(Coll::kAllgather, 0, n, i, block));
+      gather.back().in_place = true;
+    } else {
+      gather.push_back(post(Coll::kAllgather, 0, n, i, block));
+    }
+  }
+  post_all(rs, gather);
+  for (uint32_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+    for (uint32_t i = 0; i < n; ++i)
+      EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * block, rs[i].send.data(), block)) << i << " at " << j;
+  }
+  const auto root_data = random_bytes(block, 7);
+  for (uint32_t i = 0; i < n; ++i) {
+    rs[i].recv = i == 2 ? root_data : std::vector<uint8_t>(block);
+    rs[i].send.clear();
+    bcast.push_back(post(Coll::kBcast, 1, n, i, block));
+    bcast.back().root = 2;
+    empty.push_back(post(Coll::kAlltoall, 2, n, i, 0));
+  }
+  post_all(rs, bcast);
+  for (auto& r : rs) {
+    ASSERT_TRUE(r.answer->ok()) << r.answer->to_string();
+    EXPECT_EQ(r.recv, root_data);
+  }
+  for (auto& r : rs) r.send.clear(), r.recv.clear();
+  post_all(rs, empty);  // zero counts: no region, still one collective every rank completes
+  for (auto& r : rs) EXPECT_TRUE(r.answer->ok()) << r.answer->to_string();
+}
+
+template <typename T>
+std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(T));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+template <typename T>
+void check_allreduce(MpiServiceTest* test, std::vector<Rank>& rs, Elem elem, Reduce op, uint64_t seq,
+                     void (*post_all)(std::vector<Rank>&, std::vector<Post>, std::vector<size_t>),
+                     Post (*make)(Coll, uint64_t, uint32_t, uint32_t, uint64_t)) {
+  (void)test;
+  const uint32_t n = static_cast<uint32_t>(rs.size());
+  constexpr size_t count = 37;
+  std::vector<std::vector<T>> in(n, std::vector<T>(count));
+  for (uint32_t i = 0; i < n; ++i)
+    for (size_t k = 0; k < count; ++k) in[i][k] = static_cast<T>(T(k % 5) - T(2) + T(i) * T(0.5) + T(1));
+  std::vector<T> want = in[0];  // rank order, as the service documents
+  for (uint32_t i = 1; i < n; ++i)
+    for (size_t k = 0; k < count; ++k) {
+      T& a = want[k];
+      const T b = in[i][k];
+      a = op == Reduce::kSum ? a + b : op == Reduce::kMin ? std::min(a, b) : op == Reduce::kMax ? std::max(a, b) : a * b;
+    }
+  std::vector<Post> posts;
+  for (uint32_t i = 0; i < n; ++i) {
+    rs[i].send = as_bytes(in[i]);
+    rs[i].recv = i == 0 ? as_bytes(in[i]) : std::vector<uint8_t>(count * sizeof(T));
+    Post p = make(Coll::kAllreduce, seq, n, i, count * sizeof(T));
+    p.elem = elem, p.reduce = op, p.in_place = i == 0;
+    posts.push_back(p);
+  }
+  post_all(rs, posts, {});
+  for (auto& r : rs) {
+    ASSERT_TRUE(r.answer->ok()) << r.answer->to_string();
+    EXPECT_EQ(r.recv, as_bytes(want)) << "element " << int(elem) << " op " << int(op);
+  }
+}
+
+TEST_F(MpiServiceTest, AllreduceEveryTypeAndOpInRankOrder) {
+  auto rs = ranks(3);
+  uint64_t seq = 0;
+  for (Reduce op : {Reduce::kSum, Reduce::kMin, Reduce::kMax, Reduce::kProd}) {
+    check_allreduce<int32_t>(this, rs, Elem::kI32, op, seq++, post_all, post);
+    check_allreduce<int64_t>(this, rs, Elem::kI64, op, seq++, post_all, post);
+    check_allreduce<float>(this, rs, Elem::kF32, op, seq++, post_all, post);
+    check_allreduce<double>(this, rs, Elem::kF64, op, seq++, post_all, post);
+  }
+}
+
+TEST_F(MpiServiceTest, AlltoallvPairsCountsAndNamesRanksThatDisagree) {
+  constexpr uint32_t n = 3;
+  auto rs = ranks(n);
+  auto counts = [](uint32_t from, uint32_t to) -> uint64_t { return 10 * from + to + 1; };
+  std::vector<Post> posts;
+  for (uint32_t i = 0; i < n; ++i) {
+    Post p = post(Coll::kAlltoallv, 0, n, i, 0);
+    uint64_t s = 0, r = 0;
+    for (uint32_t j = 0; j < n; ++j) {
+      p.send_counts.push_back(counts(i, j)), p.send_displs.push_back(s + 5), s += counts(i, j) + 5;
+      p.recv_counts.push_back(counts(j, i)), p.recv_displs.push_back(r), r += counts(j, i);
+    }
+    rs[i].send = random_bytes(s, 50 + i);
+    rs[i].recv.assign(r, 0);
+    posts.push_back(p);
+  }
+  post_all(rs, posts);
+  for (uint32_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+    for (uint32_t i = 0; i < n; ++i)
+      EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + posts[j].recv_displs[i],
+                               rs[i].send.data() + posts[i].send_displs[j], counts(i, j)));
+  }
+  for (auto& p : posts) p.seq = 1;
+  posts[2].recv_counts[1] += 1;  // rank 2 expects a byte more from rank 1 than rank 1 sends
+  rs[2].recv.push_back(0);
+  post_all(rs, posts);
+  for (auto& r : rs) {
+    ASSERT_FALSE(r.answer->ok());
+    EXPECT_NE(r.answer->message().find("rank 1 sends 13 B to rank 2, which expects 14 B"), std::string::npos)
+        << r.answer->to_string();
+  }
+}
+
+TEST_F(MpiServiceTest, ManyInFlightOnOneCommunicatorPostedInAnyOrder) {
+  constexpr uint32_t n = 2, kOps = 8;
+  constexpr uint64_t block = 64;
+  std::vector<std::optional<Status>> answers(n * kOps);
+  std::vector<std::vector<uint8_t>> send(n * kOps), recv(n * kOps, std::vector<uint8_t>(n * block));
+  auto rs = ranks(n);
+  std::vector<Region> keep;
+  for (uint32_t k = 0; k < kOps; ++k)
+    for (uint32_t idx = 0; idx < n; ++idx) {
+      const uint32_t i = k % 2 ? n - 1 - idx : idx;  // ranks post in alternating order
+      const uint32_t slot = k * n + i;
+      send[slot] = random_bytes(n * block, slot);
+      Post p = post(Coll::kAlltoall, k, n, i, block);
+      auto s = rs[i].conn->register_memory(send[slot].data(), send[slot].size());
+      auto r = rs[i].conn->register_memory(recv[slot].data(), recv[slot].size());
+      ASSERT_TRUE(s.ok() && r.ok());
+      p.send_region.assign(s.value().descriptor().begin(), s.value().descriptor().end());
+      p.recv_region.assign(r.value().descriptor().begin(), r.value().descriptor().end());
+      keep.push_back(std::move(s).value()), keep.push_back(std::move(r).value());
+      ASSERT_TRUE(rs[i].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(p)), Deadline::after_ms(kWaitMs),
+                                     [&answers, slot](Result<Buffer> a) { answers[slot] = a.status(); },
+                                     Connection::Credit::kWait)
+                      .ok());
+    }
+  ASSERT_TRUE(rs[0].conn->wait_until(Deadline::after_ms(kWaitMs), [&] {
+    return std::all_of(answers.begin(), answers.end(), [](auto& a) { return a.has_value(); });
+  }));
+  for (uint32_t k = 0; k < kOps; ++k)
+    for (uint32_t j = 0; j < n; ++j) {
+      ASSERT_TRUE(answers[k * n + j]->ok()) << answers[k * n + j]->to_string();
+      for (uint32_t i = 0; i < n; ++i)
+        EXPECT_EQ(0, std::memcmp(recv[k * n + j].data() + i * block, send[k * n + i].data() + j * block, block));
+    }
+}
+
+TEST_F(MpiServiceTest, DisagreeingPostsFailEveryRankNamingBoth) {
+  auto rs = ranks(2);
+  std::vector<Post> posts = {post(Coll::kBcast, 0, 2, 0, 16), post(Coll::kBcast, 0, 2, 1, 16)};
+  posts[1].root = 1;
+  rs[0].recv.assign(16, 1), rs[1].recv.assign(16, 2);
+  post_all(rs, posts);
+  for (auto& r : rs) {
+    ASSERT_FALSE(r.answer->ok());
+    EXPECT_NE(r.answer->message().find("rank 1 posted bcast of 16 B (element 0, op 0, root 1), rank 0 bcast of 16 B "
+                                       "(element 0, op 0, root 0)"),
+              std::string::npos)
+        << r.answer->to_string();
+  }
+  EXPECT_EQ(rs[1].recv, std::vector<uint8_t>(16, 2));  // nothing written
+}
+
+TEST_F(MpiServiceTest, ARankThatLeavesFailsTheWaitingOthersInsteadOfHangingThem) {
+  std::vector<std::optional<Status>> answers(2);
+  auto rs = ranks(3);
+  // Rank 2 joins the communicator with a first collective, then leaves before the second.
+  std::vector<Post> first;
+  for (uint32_t i = 0; i < 3; ++i) first.push_back(post(Coll::kAlltoall, 0, 3, i, 0));
+  post_all(rs, first);
+  for (uint32_t i = 0; i < 2; ++i)
+    ASSERT_TRUE(rs[i].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(post(Coll::kAlltoall, 1, 3, i, 0))),
+                                   Deadline::after_ms(kWaitMs), [&answers, i](Result<Buffer> a) { answers[i] = a.status(); },
+                                   Connection::Credit::kWait)
+                    .ok());
+  rs[2].conn->close();
+  ASSERT_TRUE(rs[0].conn->wait_until(Deadline::after_ms(kWaitMs),
+                                     [&] { return answers[0].has_value() && answers[1].has_value(); }));
+  for (auto& a : answers) {
+    EXPECT_EQ(a->code(), Code::kConnectionReset) << a->to_string();
+    EXPECT_NE(a->message().find("rank 2 left (its connection closed) before the collective ran"), std::string::npos);
+  }
+}
+
+TEST_F(MpiServiceTest, ARanksWaitingCollectivesAreBounded) {
+  AgentConfig config = testing::test_config();
+  config.mpi_max_pending = 2;
+  stop_agent();
+  start_agent(config);
+  std::vector<std::optional<Status>> answers(3);  // outlives the connection, whose close fails the waiting two
+  auto rs = ranks(1);
+  for (uint64_t k = 0; k < 3; ++k)  // a communicator of 2 whose other rank never comes
+    ASSERT_TRUE(rs[0].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(post(Coll::kAlltoall, k, 2, 0, 0))),
+                                   Deadline::after_ms(kWaitMs), [&answers, k](Result<Buffer> a) { answers[k] = a.status(); },
+                                   Connection::Credit::kWait)
+                    .ok());
+  ASSERT_TRUE(rs[0].conn->wait_until(Deadline::after_ms(kWaitMs), [&] { return answers[2].has_value(); }));
+  EXPECT_EQ(answers[2]->code(), Code::kTooBig);
+  EXPECT_NE(answers[2]->message().find("already has 2 collectives waiting for their other ranks (limit 2, agent option "
+                                       "--mpi-max-pending)"),
+            std::string::npos)
+      << answers[2]->to_string();
+  EXPECT_FALSE(answers[0].has_value());
+}
+
+TEST(MpiWireTest, DecodeChecksEveryField) {
+  using namespace services::mpi_wire;
+  Post p;
+  p.comm = 1, p.size = 2, p.rank = 1, p.coll = Coll::kAllreduce, p.elem = Elem::kF64, p.reduce = Reduce::kSum;
+  p.bytes = 16, p.send_region = {1, 2, 3}, p.recv_region = {4};
+  auto round = decode(encode(p));
+  ASSERT_TRUE(round.ok()) << round.status().to_string();
+  EXPECT_EQ(round.value().bytes, 16u);
+  EXPECT_EQ(round.value().send_region, p.send_region);
+  auto fails = [](Post q, const std::string& what) {
+    auto r = decode(encode(q));
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().to_string();
+  };
+  Post q = p;
+  q.rank = 2;
+  fails(q, "rank 2 of 2 ranks");
+  q = p, q.size = kMaxRanks + 1, q.rank = 0;
+  fails(q, "communicator of 1025 ranks (1 to 1024)");
+  q = p, q.bytes = 12;
+  fails(q, "allreduce of 12 B is not a whole number of 8 B elements");
+  q = p, q.reduce = Reduce::kNone;
+  fails(q, "only allreduce, and it always, names both");
+  q = p, q.send_region.clear();
+  fails(q, "allreduce without its send region");
+  q = p, q.coll = Coll::kBcast, q.elem = Elem::kBytes, q.reduce = Reduce::kNone, q.root = 5;
+  fails(q, "bcast from root 5 of 2 ranks");
+  q = p, q.send_region.assign(kMaxDescriptorBytes + 1, 0);
+  fails(q, "send region descriptor of 4097 B exceeds 4096 B");
+  auto bytes = encode(p);
+  bytes.push_back(0);
+  EXPECT_NE(decode(bytes).status().message().find("1 B after the request"), std::string::npos);
+  bytes = encode(p);
+  bytes[0] = 9;
+  EXPECT_NE(decode(bytes).status().message().find("wire version 9"), std::string::npos);
+  bytes.resize(10);
+  bytes[0] = kVersion;
+  EXPECT_NE(decode(bytes).status().message().find("truncated collective header"), std::string::npos);
+  q = p, q.coll = Coll::kAlltoallv, q.elem = Elem::kBytes, q.reduce = Reduce::kNone;
+  q.send_counts = {1, 1}, q.send_displs = {0, 1}, q.recv_counts = {1, 1}, q.recv_displs = {0};
+  fails(q, "alltoallv needs four arrays of 2 values");
+}
+
+}  // namespace
+}  // namespace outboard
