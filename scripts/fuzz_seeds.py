@@ -101,10 +101,11 @@ def main() -> int:
         "tokenize-encode": b"\x05E" + encode,
         "tokenize-upload": b"\x05L\x03[PAD]\n[UNK]\nhello\n",
     }
-    # mpi_post: services/mpi_wire.h (version, comm, seq, size, rank, coll, elem, op, flags, root, bytes).
+    # mpi_post: services/mpi_wire.h (version, comm, seq, size, rank, coll, elem, op, flags, root, bytes,
+    # send and receive offsets).
     def post(coll: int, elem: int, op: int, flags: int, root: int, nbytes: int, arrays: bytes, send: bytes,
              recv: bytes) -> bytes:
-        return (struct.pack("<BQQIIBBBBIQ", 1, 7, 3, 2, 1, coll, elem, op, flags, root, nbytes) + arrays
+        return (struct.pack("<BQQIIBBBBIQQQ", 1, 7, 3, 2, 1, coll, elem, op, flags, root, nbytes, 0, 64) + arrays
                 + blob(send) + blob(recv))
     v = b"".join(struct.pack("<IQQ", 2, a, b) for a, b in ((4, 4), (0, 4), (4, 4), (0, 4)))
     seeds["mpi_post"] = {

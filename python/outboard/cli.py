@@ -38,12 +38,12 @@ def cmd_agent(args: argparse.Namespace, rest: list[str]) -> int:
 
 def cmd_mpirun(args: argparse.Namespace) -> int:
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
-    cmd = mpi.command(program, args.np, mpi.MPIS[args.mpi] if args.mpi else None, args.report, args.launcher_arg)
-    if args.dry_run:
-        print(shlex.join(cmd))
+    which = mpi.MPIS[args.mpi] if args.mpi else None
+    if args.dry_run:  # the command for --agents off, or with an agent already running
+        print(shlex.join(mpi.command(program, args.np, which, args.report, args.launcher_arg)))
         return 0
     sys.stdout.flush()
-    os.execv(cmd[0], cmd)
+    return mpi.run(program, args.np, which, args.report, args.launcher_arg, args.agents)
 
 
 def cmd_latency(args: argparse.Namespace) -> int:
@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-np", type=int, required=True, help="number of ranks")
     p.add_argument("--report", action="store_true", help="rank 0 prints at MPI_Finalize what was offloaded and "
                                                         "what passed through, and why")
+    p.add_argument("--agents", choices=["node", "off"], default="node",
+                   help="node: one agent for the job's ranks on this host (default); off: none, everything passes "
+                        "through")
     p.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for the MPI's own launcher (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print the launcher command instead of running it")

@@ -9,6 +9,7 @@ MPI_Finalize, what was offloaded and what passed through, and why.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import _core
+from ._agent import LocalAgent
 from .errors import BadConfig, NotFound
 
 #: Seconds ldd may take to list a program's libraries.
@@ -49,6 +51,18 @@ MPIS = {m.name: m for m in (
     Mpi("openmpi", "Open MPI", ("mpirun.openmpi", "mpirun"), "libmpi.so", "libopenmpi-dev"),
     Mpi("mpich", "MPICH", ("mpirun.mpich", "mpiexec.hydra", "mpirun"), "libmpich.so", "libmpich-dev"),
 )}
+
+
+def run(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: bool = False,
+        launcher_args: Sequence[str] = (), agents: str = "node") -> int:
+    """Runs ``program``; ``agents``: "node" starts one agent for the job's ranks on this host (a
+    DPU's role), "off" runs none (every call passes through). Returns the launcher's exit status."""
+    if agents == "off":
+        return subprocess.run(command(program, ranks, mpi, report, launcher_args)).returncode
+    if agents != "node":
+        raise BadConfig(f"--agents {agents}: expected node or off")
+    with LocalAgent() as agent:
+        return subprocess.run(command(program, ranks, mpi, report, launcher_args, agent.address)).returncode
 
 
 def interposer(mpi: Mpi) -> Path:
@@ -93,8 +107,9 @@ def detect(program: str) -> Mpi:
 
 
 def command(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: bool = False,
-            launcher_args: Sequence[str] = ()) -> list[str]:
-    """The launcher command that runs ``program`` on ``ranks`` ranks with the interposer preloaded."""
+            launcher_args: Sequence[str] = (), agent: str | None = None) -> list[str]:
+    """The launcher command that runs ``program`` on ``ranks`` ranks with the interposer preloaded;
+    ``agent``: the address of the agent its ranks hand collectives to (one session per job)."""
     if ranks < 1:
         raise BadConfig(f"-np {ranks}: needs at least 1 rank")
     if not program:
@@ -103,6 +118,9 @@ def command(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: 
     env = {"LD_PRELOAD": " ".join(p for p in (str(interposer(mpi)), os.environ.get("LD_PRELOAD", "")) if p)}
     if report:
         env["OUTBOARD_MPI_REPORT"] = "1"
+    if agent:
+        env["OUTBOARD_MPI_AGENT"] = agent
+        env["OUTBOARD_SESSION_TOKEN"] = secrets.token_hex(32)  # the job's ranks share one session
     extra = list(launcher_args)
     # Open MPI refuses more ranks than cores unless told; MPICH's Hydra oversubscribes by default.
     if mpi.name == "openmpi" and ranks > (os.cpu_count() or 1) and "--oversubscribe" not in extra:

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "mpi/interpose.h"
+#include "mpi/offload.h"
 
 // Open MPI's MPI_IN_PLACE for Fortran: the address of this common block (libmpi.so).
 extern "C" int mpi_fortran_in_place_;
@@ -38,6 +39,9 @@ Fn next_symbol(const char* name) {
 
 bool in_place(const void* buf) { return buf == &mpi_fortran_in_place_; }
 
+// Fortran calls pass through for now (their requests are Fortran handles): why, for the report.
+Route fortran(Route rules) { return rules != Route::kOffloaded ? rules : offload_on() ? Route::kFortran : Route::kNoAgent; }
+
 }  // namespace
 }  // namespace outboard::mpi
 
@@ -63,7 +67,7 @@ OB_MPI_EXPORT void mpi_finalize_(Fint* ierr) {
 OB_MPI_EXPORT void mpi_ialltoall_(void* sendbuf, Fint* sendcount, Fint* sendtype, void* recvbuf, Fint* recvcount,
                                   Fint* recvtype, Fint* comm, Fint* request, Fint* ierr) {
   const MPI_Datatype recv = PMPI_Type_f2c(*recvtype);
-  note(Op::kIalltoall, data_route(PMPI_Comm_f2c(*comm), in_place(sendbuf) ? recv : PMPI_Type_f2c(*sendtype), recv));
+  note(Op::kIalltoall, fortran(data_route(PMPI_Comm_f2c(*comm), in_place(sendbuf) ? recv : PMPI_Type_f2c(*sendtype), recv)));
   OB_NEXT(pmpi_ialltoall_, void*, Fint*, Fint*, void*, Fint*, Fint*, Fint*, Fint*, Fint*)
   (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request, ierr);
 }
@@ -72,7 +76,7 @@ OB_MPI_EXPORT void mpi_ialltoallv_(void* sendbuf, Fint* sendcounts, Fint* sdispl
                                    Fint* recvcounts, Fint* rdispls, Fint* recvtype, Fint* comm, Fint* request,
                                    Fint* ierr) {
   const MPI_Datatype recv = PMPI_Type_f2c(*recvtype);
-  note(Op::kIalltoallv, data_route(PMPI_Comm_f2c(*comm), in_place(sendbuf) ? recv : PMPI_Type_f2c(*sendtype), recv));
+  note(Op::kIalltoallv, fortran(data_route(PMPI_Comm_f2c(*comm), in_place(sendbuf) ? recv : PMPI_Type_f2c(*sendtype), recv)));
   OB_NEXT(pmpi_ialltoallv_, void*, Fint*, Fint*, Fint*, void*, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)
   (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request, ierr);
 }
@@ -80,7 +84,7 @@ OB_MPI_EXPORT void mpi_ialltoallv_(void* sendbuf, Fint* sendcounts, Fint* sdispl
 OB_MPI_EXPORT void mpi_iallgather_(void* sendbuf, Fint* sendcount, Fint* sendtype, void* recvbuf, Fint* recvcount,
                                    Fint* recvtype, Fint* comm, Fint* request, Fint* ierr) {
   const MPI_Datatype recv = PMPI_Type_f2c(*recvtype);
-  note(Op::kIallgather, data_route(PMPI_Comm_f2c(*comm), in_place(sendbuf) ? recv : PMPI_Type_f2c(*sendtype), recv));
+  note(Op::kIallgather, fortran(data_route(PMPI_Comm_f2c(*comm), in_place(sendbuf) ? recv : PMPI_Type_f2c(*sendtype), recv)));
   OB_NEXT(pmpi_iallgather_, void*, Fint*, Fint*, void*, Fint*, Fint*, Fint*, Fint*, Fint*)
   (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request, ierr);
 }
@@ -88,13 +92,13 @@ OB_MPI_EXPORT void mpi_iallgather_(void* sendbuf, Fint* sendcount, Fint* sendtyp
 OB_MPI_EXPORT void mpi_ibcast_(void* buffer, Fint* count, Fint* datatype, Fint* root, Fint* comm, Fint* request,
                                Fint* ierr) {
   const MPI_Datatype type = PMPI_Type_f2c(*datatype);
-  note(Op::kIbcast, data_route(PMPI_Comm_f2c(*comm), type, type));
+  note(Op::kIbcast, fortran(data_route(PMPI_Comm_f2c(*comm), type, type)));
   OB_NEXT(pmpi_ibcast_, void*, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(buffer, count, datatype, root, comm, request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_iallreduce_(void* sendbuf, void* recvbuf, Fint* count, Fint* datatype, Fint* op, Fint* comm,
                                    Fint* request, Fint* ierr) {
-  note(Op::kIallreduce, reduce_route(PMPI_Comm_f2c(*comm), PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op)));
+  note(Op::kIallreduce, fortran(reduce_route(PMPI_Comm_f2c(*comm), PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op))));
   OB_NEXT(pmpi_iallreduce_, void*, void*, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)
   (sendbuf, recvbuf, count, datatype, op, comm, request, ierr);
 }

@@ -4,8 +4,8 @@
 // between ABIs (ints in MPICH, pointers in Open MPI), so CMake builds this file once per MPI found:
 // liboutboard_mpi_<abi>.so, with OUTBOARD_MPI_FAMILY the name that MPI's version string starts with.
 //
-// Today every call passes through: the agent's MPI service is not built yet, so each offloadable
-// call is counted as "no agent". The eligibility rules below are the ones offload will use.
+// A call that passes every rule goes to the agent (offload.cpp) when one serves the job; every
+// call is counted for the report with where it went and why.
 
 #include <mpi.h>
 
@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "mpi/interpose.h"
+#include "mpi/offload.h"
 
 namespace outboard::mpi {
 namespace {
@@ -83,15 +84,23 @@ void started() {
   s.report = report && std::strcmp(report, "1") == 0;
   int rank = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0)
-    std::fprintf(stderr, "outboard-mpi: no agent serves this job: every operation passes through to %s\n",
-                 s.library.c_str());
+  std::string why = offload_start();
+  // Offload is all or nothing: a rank that offloads a collective another rank passes through
+  // would wait for it forever.
+  int on = why.empty() ? 1 : 0, everywhere = 0;
+  PMPI_Allreduce(&on, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (on && !everywhere) {
+    offload_stop();
+    why = "a rank could not reach its agent";
+  }
+  if (rank == 0 && !everywhere)
+    std::fprintf(stderr, "outboard-mpi: %s: every operation passes through to %s\n", why.c_str(), s.library.c_str());
 }
 
 Route data_route(MPI_Comm comm, MPI_Datatype send, MPI_Datatype recv) {
   if (intercomm(comm)) return Route::kIntercomm;
   if (!contiguous(send) || !contiguous(recv)) return Route::kNonContiguous;
-  return Route::kNoAgent;
+  return Route::kOffloaded;
 }
 
 Route reduce_route(MPI_Comm comm, MPI_Datatype type, MPI_Op op) {
@@ -101,7 +110,7 @@ Route reduce_route(MPI_Comm comm, MPI_Datatype type, MPI_Op op) {
                          type == MPI_INTEGER || type == MPI_REAL || type == MPI_DOUBLE_PRECISION;
   if (!reducible) return Route::kReduceType;
   if (op != MPI_SUM && op != MPI_MIN && op != MPI_MAX && op != MPI_PROD) return Route::kReduceOp;
-  return Route::kNoAgent;
+  return Route::kOffloaded;
 }
 
 void note(Op op, Route route) { state().tally.add(op, route); }
@@ -109,6 +118,7 @@ void note(Op op, Route route) { state().tally.add(op, route); }
 // The report is a reduction over MPI_COMM_WORLD, so every rank must see the same
 // OUTBOARD_MPI_REPORT (mpirun -x / -genv, or `outboard mpirun`, pass it to all).
 void finishing() {
+  offload_stop();
   State& s = state();
   if (!s.report) return;
   const Counts mine = s.tally.snapshot();
@@ -145,34 +155,199 @@ OB_MPI_EXPORT int MPI_Finalize() {
   return PMPI_Finalize();
 }
 
+
+// ---- communicators the interposer names (collective calls: naming adds one allreduce)
+
+OB_MPI_EXPORT int MPI_Comm_dup(MPI_Comm comm, MPI_Comm* newcomm) {
+  const int rc = PMPI_Comm_dup(comm, newcomm);
+  if (rc == MPI_SUCCESS && offload_on()) name_communicator(*newcomm);
+  return rc;
+}
+
+OB_MPI_EXPORT int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* newcomm) {
+  const int rc = PMPI_Comm_split(comm, color, key, newcomm);
+  if (rc == MPI_SUCCESS && offload_on()) name_communicator(*newcomm);
+  return rc;
+}
+
+// ---- the collectives
+
+namespace {
+
+using outboard::services::mpi_wire::Coll;
+using outboard::services::mpi_wire::Elem;
+using outboard::services::mpi_wire::Post;
+using outboard::services::mpi_wire::Reduce;
+
+uint64_t type_bytes(MPI_Datatype type, int count) {
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  return static_cast<uint64_t>(size) * static_cast<uint64_t>(count < 0 ? 0 : count);
+}
+
+int comm_size(MPI_Comm comm) {
+  int n = 0;
+  PMPI_Comm_size(comm, &n);
+  return n;
+}
+
+std::span<const uint8_t> bytes_of(const void* p, uint64_t n) { return {static_cast<const uint8_t*>(p), n}; }
+
+// The rules passed: offload it, or say why not. `staged` is what it would stage.
+Route decide(Route rules, MPI_Comm comm, uint64_t staged) {
+  return rules == Route::kOffloaded ? offload_route(comm, staged) : rules;
+}
+
+}  // namespace
+
 OB_MPI_EXPORT int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
-  note(Op::kIalltoall, data_route(comm, sendbuf == MPI_IN_PLACE ? recvtype : sendtype, recvtype));
-  return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  Route route = data_route(comm, in_place ? recvtype : sendtype, recvtype);
+  const uint64_t block = type_bytes(recvtype, recvcount), n = route == Route::kIntercomm ? 0 : comm_size(comm);
+  if (route == Route::kOffloaded && !in_place && type_bytes(sendtype, sendcount) != block) route = Route::kTypeMismatch;
+  route = decide(route, comm, (in_place ? 1 : 2) * n * block);
+  note(Op::kIalltoall, route);
+  if (route != Route::kOffloaded)
+    return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+  Post p;
+  p.coll = Coll::kAlltoall, p.bytes = block, p.in_place = in_place;
+  return offload_post(p, comm, bytes_of(in_place ? recvbuf : sendbuf, n * block), recvbuf, n * block, request);
 }
 
 OB_MPI_EXPORT int MPI_Ialltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
                                  MPI_Datatype sendtype, void* recvbuf, const int recvcounts[], const int rdispls[],
                                  MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
-  note(Op::kIalltoallv, data_route(comm, sendbuf == MPI_IN_PLACE ? recvtype : sendtype, recvtype));
-  return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
-                         request);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  Route route = data_route(comm, in_place ? recvtype : sendtype, recvtype);
+  Post p;
+  uint64_t in_end = 0, out_end = 0;
+  if (route == Route::kOffloaded) {
+    const int n = comm_size(comm);
+    const uint64_t ssize = type_bytes(in_place ? recvtype : sendtype, 1), rsize = type_bytes(recvtype, 1);
+    const int* sc = in_place ? recvcounts : sendcounts;
+    const int* sd = in_place ? rdispls : sdispls;
+    for (int i = 0; i < n; ++i) {
+      p.send_counts.push_back(ssize * std::max(sc[i], 0));
+      p.send_displs.push_back(ssize * std::max(sd[i], 0));
+      p.recv_counts.push_back(rsize * std::max(recvcounts[i], 0));
+      p.recv_displs.push_back(rsize * std::max(rdispls[i], 0));
+      if (p.send_counts[i]) in_end = std::max(in_end, p.send_displs[i] + p.send_counts[i]);
+      if (p.recv_counts[i]) out_end = std::max(out_end, p.recv_displs[i] + p.recv_counts[i]);
+    }
+    if (in_place) in_end = out_end;
+  }
+  route = decide(route, comm, (in_place ? 0 : in_end) + out_end);
+  note(Op::kIalltoallv, route);
+  if (route != Route::kOffloaded)
+    return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+                           request);
+  p.coll = Coll::kAlltoallv, p.in_place = in_place;
+  return offload_post(p, comm, bytes_of(in_place ? recvbuf : sendbuf, in_end), recvbuf, out_end, request);
 }
 
 OB_MPI_EXPORT int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
-  note(Op::kIallgather, data_route(comm, sendbuf == MPI_IN_PLACE ? recvtype : sendtype, recvtype));
-  return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  Route route = data_route(comm, in_place ? recvtype : sendtype, recvtype);
+  const uint64_t block = type_bytes(recvtype, recvcount), n = route == Route::kIntercomm ? 0 : comm_size(comm);
+  if (route == Route::kOffloaded && !in_place && type_bytes(sendtype, sendcount) != block) route = Route::kTypeMismatch;
+  route = decide(route, comm, (in_place ? n : n + 1) * block);
+  note(Op::kIallgather, route);
+  if (route != Route::kOffloaded)
+    return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+  Post p;
+  p.coll = Coll::kAllgather, p.bytes = block, p.in_place = in_place;
+  return offload_post(p, comm, in_place ? bytes_of(recvbuf, n * block) : bytes_of(sendbuf, block), recvbuf, n * block,
+                      request);
 }
 
 OB_MPI_EXPORT int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm,
                              MPI_Request* request) {
-  note(Op::kIbcast, data_route(comm, datatype, datatype));
-  return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+  const uint64_t bytes = type_bytes(datatype, count);
+  const Route route = decide(data_route(comm, datatype, datatype), comm, bytes);
+  note(Op::kIbcast, route);
+  if (route != Route::kOffloaded) return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+  int rank = 0;
+  PMPI_Comm_rank(comm, &rank);
+  Post p;
+  p.coll = Coll::kBcast, p.bytes = bytes, p.root = static_cast<uint32_t>(root);
+  return offload_post(p, comm, rank == root ? bytes_of(buffer, bytes) : std::span<const uint8_t>{}, buffer, bytes,
+                      request);
 }
 
 OB_MPI_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                                  MPI_Comm comm, MPI_Request* request) {
-  note(Op::kIallreduce, reduce_route(comm, datatype, op));
-  return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  const uint64_t bytes = type_bytes(datatype, count);
+  const Route route = decide(reduce_route(comm, datatype, op), comm, (in_place ? 1 : 2) * bytes);
+  note(Op::kIallreduce, route);
+  if (route != Route::kOffloaded) return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  Post p;
+  p.coll = Coll::kAllreduce, p.bytes = bytes, p.in_place = in_place;
+  const bool floating = datatype == MPI_FLOAT || datatype == MPI_DOUBLE || datatype == MPI_REAL ||
+                        datatype == MPI_DOUBLE_PRECISION;
+  const uint64_t width = type_bytes(datatype, 1);
+  p.elem = floating ? (width == 4 ? Elem::kF32 : Elem::kF64) : (width == 4 ? Elem::kI32 : Elem::kI64);
+  p.reduce = op == MPI_SUM ? Reduce::kSum : op == MPI_MIN ? Reduce::kMin : op == MPI_MAX ? Reduce::kMax : Reduce::kProd;
+  return offload_post(p, comm, bytes_of(in_place ? recvbuf : sendbuf, bytes), recvbuf, bytes, request);
+}
+
+// ---- completion calls: every form a program may wait with, over arrays that mix offloaded and
+// ordinary requests. Offloaded ones complete (MPI_Grequest_complete) as their answers come.
+
+OB_MPI_EXPORT int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+  while (offload_running({request, 1})) offload_nap();
+  return PMPI_Wait(request, status);
+}
+
+OB_MPI_EXPORT int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+  while (offload_running({requests, static_cast<size_t>(std::max(count, 0))})) offload_nap();
+  return PMPI_Waitall(count, requests, statuses);
+}
+
+OB_MPI_EXPORT int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
+  while (offload_running({requests, static_cast<size_t>(std::max(count, 0))})) {
+    int flag = 0;
+    const int rc = PMPI_Testany(count, requests, index, &flag, status);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    offload_nap();
+  }
+  return PMPI_Waitany(count, requests, index, status);
+}
+
+OB_MPI_EXPORT int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices[],
+                               MPI_Status statuses[]) {
+  while (offload_running({requests, static_cast<size_t>(std::max(incount, 0))})) {
+    const int rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
+    if (rc != MPI_SUCCESS || *outcount != 0) return rc;
+    offload_nap();
+  }
+  return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
+}
+
+OB_MPI_EXPORT int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  offload_sweep();
+  return PMPI_Test(request, flag, status);
+}
+
+OB_MPI_EXPORT int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
+  offload_sweep();
+  return PMPI_Testall(count, requests, flag, statuses);
+}
+
+OB_MPI_EXPORT int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
+  offload_sweep();
+  return PMPI_Testany(count, requests, index, flag, status);
+}
+
+OB_MPI_EXPORT int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices[],
+                               MPI_Status statuses[]) {
+  offload_sweep();
+  return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+}
+
+OB_MPI_EXPORT int MPI_Request_get_status(MPI_Request request, int* flag, MPI_Status* status) {
+  offload_sweep();
+  return PMPI_Request_get_status(request, flag, status);
 }

@@ -17,7 +17,7 @@ void started();
 // Before MPI_Finalize: the report (a reduction over MPI_COMM_WORLD) when asked for.
 void finishing();
 
-// Where a call goes: the first rule it fails, else offload (today kNoAgent). `send` is the send
+// The first rule a call fails, else kOffloaded (then offload_route() decides). `send` is the send
 // datatype, or the receive one for MPI_IN_PLACE (whose send type MPI ignores).
 Route data_route(MPI_Comm comm, MPI_Datatype send, MPI_Datatype recv);
 Route reduce_route(MPI_Comm comm, MPI_Datatype type, MPI_Op op);

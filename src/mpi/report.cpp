@@ -22,6 +22,10 @@ std::string_view route_reason(Route route) {
     case Route::kNonContiguous: return "non-contiguous datatype";
     case Route::kReduceType: return "datatype not int, long, float or double (C or Fortran)";
     case Route::kReduceOp: return "op not sum, min, max or prod";
+    case Route::kUnknownComm: return "communicator not from world, dup or split";
+    case Route::kTypeMismatch: return "send and receive sizes differ";
+    case Route::kTooBig: return "larger than the staging memory";
+    case Route::kFortran: return "Fortran call";
     case Route::kNoAgent: return "no agent";
   }
   return "?";

@@ -170,12 +170,13 @@ class Mpi final : public Service {
 
   static Status read(Member& m, bool from_recv, uint64_t offset, std::span<uint8_t> out) {
     if (out.empty()) return {};
-    return m.peer->get(from_recv ? m.recv : m.send, offset, out, Deadline::after_ms(kTransferTimeoutMs))
+    const uint64_t base = from_recv ? m.post.recv_offset : m.post.send_offset;
+    return m.peer->get(from_recv ? m.recv : m.send, base + offset, out, Deadline::after_ms(kTransferTimeoutMs))
         .with_context(where(m.post) + ": reading rank " + std::to_string(m.post.rank) + "'s input");
   }
   static Status write(Member& m, uint64_t offset, std::span<const uint8_t> in) {
     if (in.empty()) return {};
-    return m.peer->put(m.recv, offset, in, Deadline::after_ms(kTransferTimeoutMs))
+    return m.peer->put(m.recv, m.post.recv_offset + offset, in, Deadline::after_ms(kTransferTimeoutMs))
         .with_context(where(m.post) + ": writing rank " + std::to_string(m.post.rank) + "'s result");
   }
 

@@ -74,6 +74,8 @@ std::vector<uint8_t> encode(const Post& p) {
   w.put(static_cast<uint8_t>(p.in_place ? kInPlace : 0));
   w.put(p.root);
   w.put(p.bytes);
+  w.put(p.send_offset);
+  w.put(p.recv_offset);
   if (p.coll == Coll::kAlltoallv)
     for (const auto* a : {&p.send_counts, &p.send_displs, &p.recv_counts, &p.recv_displs}) put_array(w, *a);
   put_descriptor(w, p.send_region);
@@ -89,7 +91,8 @@ Result<Post> decode(std::span<const uint8_t> bytes) {
   if (version != kVersion)
     return bad("wire version " + std::to_string(version) + " (this agent speaks " + std::to_string(kVersion) + ")");
   if (!r.get(p.comm) || !r.get(p.seq) || !r.get(p.size) || !r.get(p.rank) || !r.get(coll) || !r.get(elem) ||
-      !r.get(reduce) || !r.get(flags) || !r.get(p.root) || !r.get(p.bytes))
+      !r.get(reduce) || !r.get(flags) || !r.get(p.root) || !r.get(p.bytes) ||
+      !r.get(p.send_offset) || !r.get(p.recv_offset))
     return bad("truncated collective header");
   if (p.size == 0 || p.size > kMaxRanks)
     return bad("communicator of " + std::to_string(p.size) + " ranks (1 to " + std::to_string(kMaxRanks) + ")");

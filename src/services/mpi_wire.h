@@ -4,7 +4,7 @@
 // communicator have posted it and every result is in their memory (or fails them all, naming why).
 //
 // Request: u8 kVersion, u64 comm, u64 seq, u32 size, u32 rank, u8 Coll, u8 Elem, u8 Reduce,
-// u8 flags (kInPlace), u32 root, u64 bytes, then for kAlltoallv four u32-counted u64 arrays (send
+// u8 flags (kInPlace), u32 root, u64 bytes, u64 send_offset, u64 recv_offset, then for kAlltoallv four u32-counted u64 arrays (send
 // counts, send displacements, receive counts, receive displacements, in bytes, `size` each), then
 // the send region's descriptor (u32 length + bytes; empty in place and for kBcast) and the receive
 // region's (for kBcast: the buffer, read at the root and written elsewhere).
@@ -48,6 +48,7 @@ struct Post {
   uint64_t bytes = 0;
   std::vector<uint64_t> send_counts, send_displs, recv_counts, recv_displs;  // kAlltoallv, in bytes
   std::vector<uint8_t> send_region, recv_region;                          // descriptors
+  uint64_t send_offset = 0, recv_offset = 0;  // where in its region each buffer starts
 };
 
 std::vector<uint8_t> encode(const Post& post);

@@ -2,12 +2,15 @@
  * over MPI_COMM_WORLD, a duplicate and a split, seeded random sizes, roots and types, in place and
  * with zero counts, each checked against the MPI library's blocking collective on the same data;
  * then one call of each kind that must pass through (a vector type, an intercommunicator, a
- * user-defined op, a reduction on short). Prints "ok <calls>" on rank 0, or names what differed
- * and exits 1. Usage: collectives [rounds]  (default 4). */
+ * communicator from MPI_Comm_create, a user-defined op, a reduction on short), then every
+ * completion call over arrays mixing an Ialltoall with point-to-point requests. Prints
+ * "ok <rounds> rounds" on rank 0, or names what differed and exits 1.
+ * Usage: collectives [rounds]  (default 4). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int rank, failures;
 
@@ -105,6 +108,65 @@ static void round_on(MPI_Comm comm, const char* name, int round, unsigned* seed)
   free(rin), free(rout), free(rwant);
 }
 
+/* Every completion call over arrays that mix an Ialltoall with ordinary point-to-point requests
+ * (a ring exchange): Waitall, Waitany, Waitsome, Testall, Testany, Testsome, Request_get_status. */
+static void mixed(void) {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const int count = 1000;
+  int *send = malloc(count * n * sizeof(int)), *recv = malloc(count * n * sizeof(int)),
+      *want = malloc(count * n * sizeof(int));
+  for (int call = 0; call < 7; call++) {
+    for (int i = 0; i < count * n; i++) send[i] = rank * 1000000 + call * 10000 + i;
+    int to = (rank + 1) % n, from = (rank + n - 1) % n, out = rank * 10 + call, in = -1;
+    MPI_Request req[3];
+    MPI_Status st[3];
+    MPI_Irecv(&in, 1, MPI_INT, from, call, MPI_COMM_WORLD, &req[0]);
+    MPI_Ialltoall(send, count, MPI_INT, recv, count, MPI_INT, MPI_COMM_WORLD, &req[1]);
+    MPI_Isend(&out, 1, MPI_INT, to, call, MPI_COMM_WORLD, &req[2]);
+    int done = 0, flag = 0, index, outcount, indices[3];
+    switch (call) {
+      case 0: MPI_Waitall(3, req, st); break;
+      case 1:
+        while (done < 3) MPI_Waitany(3, req, &index, &st[0]), done++;
+        break;
+      case 2:
+        while (done < 3) {
+          MPI_Waitsome(3, req, &outcount, indices, st);
+          if (outcount != MPI_UNDEFINED) done += outcount;
+        }
+        break;
+      case 3:
+        while (!flag) MPI_Testall(3, req, &flag, st);
+        break;
+      case 4:
+        while (done < 3) {
+          MPI_Testany(3, req, &index, &flag, &st[0]);
+          if (flag && index != MPI_UNDEFINED) done++;
+        }
+        break;
+      case 5:
+        while (done < 3) {
+          MPI_Testsome(3, req, &outcount, indices, st);
+          if (outcount != MPI_UNDEFINED) done += outcount;
+        }
+        break;
+      case 6:
+        for (int i = 0; i < 3; i++) {
+          flag = 0;
+          while (!flag) MPI_Request_get_status(req[i], &flag, &st[0]);
+          MPI_Wait(&req[i], &st[0]);
+        }
+        break;
+    }
+    for (int i = 0; i < 3; i++) check(req[i] == MPI_REQUEST_NULL, "a completion call (request left active)", "world", call);
+    MPI_Alltoall(send, count, MPI_INT, want, count, MPI_INT, MPI_COMM_WORLD);
+    check(memcmp(recv, want, count * n * sizeof(int)) == 0, "MPI_Ialltoall beside point-to-point", "world", call);
+    check(in == from * 10 + call, "a point-to-point message beside MPI_Ialltoall", "world", call);
+  }
+  free(send), free(recv), free(want);
+}
+
 static void user_sum(void* in, void* inout, int* len, MPI_Datatype* t) {
   (void)t;
   for (int i = 0; i < *len; i++) ((int*)inout)[i] += ((int*)in)[i];
@@ -134,6 +196,17 @@ static void pass_through(void) {
   MPI_Wait(&req, MPI_STATUS_IGNORE);
   check(sum == n * (n + 1) / 2, "MPI_Iallreduce (user op)", "world", 0);
   MPI_Op_free(&op);
+  /* a communicator made by MPI_Comm_create, which the interposer does not follow */
+  MPI_Group group;
+  MPI_Comm created;
+  MPI_Comm_group(MPI_COMM_WORLD, &group);
+  MPI_Comm_create(MPI_COMM_WORLD, group, &created);
+  int token = rank == 0 ? 42 : 0;
+  MPI_Ibcast(&token, 1, MPI_INT, 0, created, &req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  check(token == 42, "MPI_Ibcast (created communicator)", "created", 0);
+  MPI_Comm_free(&created);
+  MPI_Group_free(&group);
   /* a reduction on short */
   short s = 2, smax = 0;
   MPI_Iallreduce(&s, &smax, 1, MPI_SHORT, MPI_MAX, MPI_COMM_WORLD, &req);
@@ -157,10 +230,46 @@ static void pass_through(void) {
   free(send), free(recv), free(want);
 }
 
+/* "slow": rank 0 waits on an Ialltoall the other ranks post only after 20 s (the test kills the
+ * agent meanwhile); errors return, so rank 0 prints what MPI_Wait said and exits 3. */
+static int slow(void) {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  int *send = calloc(n, sizeof(int)), *recv = calloc(n, sizeof(int));
+  MPI_Request req;
+  if (rank != 0) {
+    printf("rank %d: posting in 20 s\n", rank);
+    fflush(stdout);
+    sleep(20);
+  } else {
+    printf("rank 0: waiting\n");
+    fflush(stdout);
+  }
+  MPI_Ialltoall(send, 1, MPI_INT, recv, 1, MPI_INT, MPI_COMM_WORLD, &req);
+  int rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    printf("rank %d: MPI_Wait failed: %s\n", rank, text);
+    fflush(stdout);
+    _exit(3); /* the job is broken: no MPI_Finalize */
+  }
+  free(send), free(recv);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 4;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (argc > 1 && strcmp(argv[1], "slow") == 0) {
+    slow();
+    MPI_Finalize();
+    return 0;
+  }
   MPI_Comm dup, split;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   MPI_Comm_split(MPI_COMM_WORLD, rank % 2, -rank, &split);
@@ -174,6 +283,7 @@ int main(int argc, char** argv) {
       round_on(comms[c], names[c], round, &s);
     }
   pass_through();
+  mixed();
   MPI_Comm_free(&dup);
   MPI_Comm_free(&split);
   int all_failures = 0;

@@ -1,6 +1,7 @@
 """Layers point only downward: util <- transport <- channel <- services <- agent;
-tokenize, graph and mpi are standalone libraries on util. In Python, no module of the outboard package
-imports itself around a cycle."""
+tokenize and graph are standalone libraries on util; mpi (the interposer) is a client of the
+channel and the services' wire formats, as the Python package is. In Python, no module of the
+outboard package imports itself around a cycle."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ORDER = ["util", "transport", "channel", "services", "agent"]
-STANDALONE = ["tokenize", "graph", "mpi"]
+STANDALONE = ["tokenize", "graph"]
 # What each public header belongs to, for includes of "outboard/<x>.h".
 PUBLIC = {"status": "util", "log": "util", "config": "util", "clock": "util", "stats": "util",
           "checksum": "util", "affinity": "util", "channel": "channel", "service": "services",
@@ -46,6 +47,16 @@ def test_standalone_libraries_depend_only_on_util() -> None:
             for inc in re.findall(r'#include "([^"]+)"', f.read_text()):
                 if layer_of(inc) not in (None, "util", lib):
                     bad.append(f"{f.relative_to(ROOT)} includes {inc}")
+    assert bad == []
+
+
+def test_the_interposer_includes_only_util_the_channel_and_wire_formats() -> None:
+    bad = []
+    for f in (ROOT / "src" / "mpi").rglob("*.[ch]*"):
+        for inc in re.findall(r'#include "([^"]+)"', f.read_text()):
+            if layer_of(inc) in ("transport", "agent", "tokenize", "graph") or (
+                    layer_of(inc) == "services" and not inc.endswith("_wire.h")):
+                bad.append(f"{f.relative_to(ROOT)} includes {inc}")
     assert bad == []
 
 

@@ -1,8 +1,7 @@
-"""The MPI interposer (src/mpi) under real mpirun, for each MPI installed: an unmodified program
-(tests/mpi/collectives.c, built here by that MPI's mpicc) runs every collective Outboard may offload
-and checks each against the MPI library's blocking result; the report says what passed through and
-why. The agent's MPI service is not built yet, so every offloadable call passes through as
-"no agent"."""
+"""The MPI interposer (src/mpi) under real mpirun and a real agent, for each MPI installed: an
+unmodified program (tests/mpi/collectives.c, built here by that MPI's mpicc) runs every collective
+Outboard may offload, checks each against the MPI library's blocking result and completes them
+with every completion call; the report says what was offloaded, what passed through and why."""
 
 from __future__ import annotations
 
@@ -11,11 +10,13 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from outboard import mpi
+from outboard._agent import LocalAgent
 from outboard.errors import NotFound
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,31 +65,80 @@ def _outboard(*args: str) -> subprocess.CompletedProcess:
                           timeout=RUN_TIMEOUT_S, env=_env())
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_every_collective_matches_the_blocking_one_and_the_report_says_why_it_passed_through(built, ranks) -> None:
-    which, exe = built
-    run = _outboard("mpirun", "-np", str(ranks), "--report", str(exe), str(ROUNDS))
-    assert run.returncode == 0, run.stderr
-    assert f"ok {ROUNDS} rounds" in run.stdout
-    assert run.stderr.count("outboard-mpi: no agent serves this job") == 1  # one warning, from rank 0
-    assert re.search(rf"^outboard-mpi report: {ranks} ranks on {which.family}", run.stderr, re.M)
+MIXED = 7  # Ialltoalls beside point-to-point, one per completion call
+
+
+def _expected(ranks: int, offloaded: bool) -> dict[str, str]:
+    """The report's lines for the test program: offloadable calls offloaded, or passed through as
+    "no agent"; the rest passed through for their reasons, every rank once each."""
     each = ranks * ROUNDS * COMMS  # every rank calls each operation once per round and communicator
-    assert _report_lines(run.stderr) == {
-        "MPI_Ialltoall": f"0 offloaded {each + ranks:8} passed through (non-contiguous datatype: {ranks}, "
-                         f"no agent: {each})",
-        "MPI_Ialltoallv": f"0 offloaded {each:8} passed through (no agent: {each})",
-        "MPI_Iallgather": f"0 offloaded {each + ranks:8} passed through (intercommunicator: {ranks}, no agent: {each})",
-        "MPI_Ibcast": f"0 offloaded {each:8} passed through (no agent: {each})",
-        "MPI_Iallreduce": f"0 offloaded {each + 2 * ranks:8} passed through (datatype not int, long, float or "
-                          f"double (C or Fortran): {ranks}, op not sum, min, max or prod: {ranks}, no agent: {each})",
+
+    def line(offloadable: int, *reasons: tuple[str, int]) -> str:
+        why = [(r, n * ranks) for r, n in reasons] + ([] if offloaded else [("no agent", offloadable)])
+        passed = sum(n for _, n in why)
+        text = f"{offloadable if offloaded else 0} offloaded {passed:8} passed through"
+        return text + (f" ({', '.join(f'{r}: {n}' for r, n in why)})" if why else "")
+
+    unknown = "communicator not from world, dup or split"
+    return {
+        "MPI_Ialltoall": line(each + ranks * MIXED, ("non-contiguous datatype", 1)),
+        "MPI_Ialltoallv": line(each),
+        "MPI_Iallgather": line(each, ("intercommunicator", 1)),
+        "MPI_Ibcast": line(each, (unknown, 1)) if offloaded else line(each + ranks),
+        "MPI_Iallreduce": line(each, ("datatype not int, long, float or double (C or Fortran)", 1),
+                               ("op not sum, min, max or prod", 1)),
     }
 
 
-def test_without_report_only_the_warning_is_printed(built) -> None:
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_every_collective_offloaded_to_the_agent_matches_the_blocking_one(built, ranks) -> None:
+    which, exe = built
+    run = _outboard("mpirun", "-np", str(ranks), "--report", str(exe), str(ROUNDS))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"ok {ROUNDS} rounds" in run.stdout
+    assert "every operation passes through" not in run.stderr
+    assert re.search(rf"^outboard-mpi report: {ranks} ranks on {which.family}", run.stderr, re.M)
+    assert _report_lines(run.stderr) == _expected(ranks, offloaded=True)
+
+
+def test_without_an_agent_everything_passes_through_with_one_warning(built) -> None:
+    which, exe = built
+    run = _outboard("mpirun", "-np", "2", "--agents", "off", "--report", str(exe), str(ROUNDS))
+    assert run.returncode == 0 and f"ok {ROUNDS} rounds" in run.stdout, run.stdout + run.stderr
+    assert run.stderr.count("outboard-mpi: no agent serves this job (OUTBOARD_MPI_AGENT is unset)") == 1
+    assert _report_lines(run.stderr) == _expected(2, offloaded=False)
+    # An agent named but not there: the same, saying why.
+    cmd = mpi.command([str(exe), "1"], 2, which, agent="127.0.0.1:9")
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+    assert run.returncode == 0 and "ok 1 rounds" in run.stdout, run.stdout + run.stderr
+    assert run.stderr.count("outboard-mpi: no agent: ") == 1 and "every operation passes through" in run.stderr
+
+
+def test_an_agent_killed_mid_collective_fails_the_wait_naming_it_instead_of_hanging(built) -> None:
+    which, exe = built
+    with LocalAgent() as agent:
+        cmd = mpi.command([str(exe), "slow"], 2, which, agent=agent.address)
+        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        try:
+            assert "rank 0: waiting" in job.stdout.readline() + job.stdout.readline()
+            time.sleep(1.0)  # rank 0 is inside MPI_Wait
+            agent.process.kill()
+            killed = time.monotonic()
+            out, err = job.communicate(timeout=15)
+        finally:
+            job.kill()
+    # Rank 0 hears within the connection's keepalive, well under the 20 s its peer sleeps.
+    assert time.monotonic() - killed < 15
+    assert "rank 0: MPI_Wait failed" in out, out + err
+    assert re.search(rf"outboard-mpi: MPI_Ialltoall #0 on communicator 0 failed: .*{re.escape(agent.address)}",
+                     err), err
+
+
+def test_without_report_no_report_is_printed(built) -> None:
     _, exe = built
     run = _outboard("mpirun", "-np", "2", str(exe), "1")
     assert run.returncode == 0 and "ok 1 rounds" in run.stdout, run.stderr
-    assert "outboard-mpi report" not in run.stderr and "no agent serves this job" in run.stderr
+    assert "outboard-mpi" not in run.stderr
 
 
 def test_the_program_picks_its_interposer_and_the_wrong_one_refuses_to_run(built) -> None:
@@ -120,11 +170,14 @@ def test_fortran_calls_are_routed_and_reported_like_c_ones(built, flavour, tmp_p
                    capture_output=True)
     run = _outboard("mpirun", "-np", "2", "--report", str(exe))
     assert run.returncode == 0 and "ok fortran" in run.stdout, run.stdout + run.stderr
-    # Open MPI's Fortran library calls PMPI_ directly (the interposer wraps its Fortran symbols);
-    # MPICH's calls the C functions. Either way every call is seen, in-place ones included.
+    # Open MPI's Fortran library calls PMPI_ directly: the interposer wraps its Fortran symbols,
+    # which pass through for now. MPICH's calls the C functions, so its Fortran calls offload.
     calls = {"MPI_Ialltoall": 2, "MPI_Ialltoallv": 1, "MPI_Iallgather": 1, "MPI_Ibcast": 1, "MPI_Iallreduce": 2}
-    assert _report_lines(run.stderr) == {op: f"0 offloaded {2 * n:8} passed through (no agent: {2 * n})"
-                                         for op, n in calls.items()}
+    if which.name == "openmpi":
+        want = {op: f"0 offloaded {2 * n:8} passed through (Fortran call: {2 * n})" for op, n in calls.items()}
+    else:
+        want = {op: f"{2 * n} offloaded {0:8} passed through" for op, n in calls.items()}
+    assert _report_lines(run.stderr) == want
 
 
 def test_bad_arguments_are_named() -> None:

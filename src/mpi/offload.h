@@ -1,0 +1,59 @@
+#pragma once
+// The rank's half of collective offload (compiled per MPI ABI, with interpose.cpp): the connection
+// to the agent's `mpi` service, communicator names, staging memory, and the generalized requests
+// the program waits on. Active only when OUTBOARD_MPI_AGENT names an agent at MPI_Init.
+//
+// Data path: each collective's input is copied into a staging area the agent maps (UCX memory on
+// this host), and its result is copied out of it when the request completes; the agent reads and
+// writes staging memory by CPU copies, so it needs no progress call from the rank. Staging bounds
+// what may be in flight (OUTBOARD_MPI_STAGING_BYTES); a call that does not fit passes through.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "mpi/report.h"
+#include "services/mpi_wire.h"
+
+namespace outboard::mpi {
+
+/// Staging memory of one rank when OUTBOARD_MPI_STAGING_BYTES does not say.
+inline constexpr uint64_t kDefaultStagingBytes = 64ull << 20;
+/// How long a rank waits for its communicator's other ranks to post a collective, when
+/// OUTBOARD_MPI_TIMEOUT_S does not say (an agent that dies fails it at once).
+inline constexpr int64_t kDefaultCollectiveTimeoutS = 3600;
+
+/// After PMPI_Init: connects to $OUTBOARD_MPI_AGENT (one session per job: $OUTBOARD_SESSION_TOKEN).
+/// Returns what to say when offload is off ("" when on).
+std::string offload_start();
+bool offload_on();
+/// Before PMPI_Finalize: waits for every offloaded collective, then closes the connection.
+void offload_stop();
+
+/// A communicator created by MPI_Comm_dup or MPI_Comm_split gets a job-wide name (collective over
+/// `comm`: called inside those blocking calls, on every member).
+void name_communicator(MPI_Comm comm);
+
+/// Where a collective that passed every rule goes: kOffloaded, kUnknownComm, kTooBig (more than
+/// the whole staging memory: `staging_bytes` is what it would stage, input and output) or kNoAgent.
+Route offload_route(MPI_Comm comm, uint64_t staging_bytes);
+
+/// Posts a collective the route said to offload. `post` has coll, elem, reduce, root, bytes and the
+/// alltoallv arrays; `input` is the bytes the agent reads (staged now), `output` where the result
+/// goes when the request completes (`output_bytes` of it). Waits for staging room when earlier
+/// collectives hold it. Returns an MPI error code.
+int offload_post(services::mpi_wire::Post post, MPI_Comm comm, std::span<const uint8_t> input, void* output,
+                 uint64_t output_bytes, MPI_Request* request);
+
+/// Completion calls: finish the offloaded requests whose answers came, so PMPI sees them
+/// complete (the agent's answers arrive through our connection, which only we progress).
+void offload_sweep();
+/// offload_sweep(), then whether any of `requests` is an offloaded collective still running.
+bool offload_running(std::span<const MPI_Request> requests);
+/// While waiting for offloaded requests: pokes MPI's progress (a peer may need it to reach the
+/// collective), then sleeps until an answer comes or kNapMs pass.
+void offload_nap();
+
+}  // namespace outboard::mpi
