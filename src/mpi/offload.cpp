@@ -66,7 +66,10 @@ struct Handoff {
   uint64_t staged_at = 0, staged_bytes = 0, output_at = 0, output_bytes = 0;
   void* output = nullptr;
   std::string what;
-  std::optional<Status> answer;  // set by the answer's callback (inside our progress calls)
+  // Written once by the answer's callback, which runs inside the channel's progress (under its
+  // lock, not ours: a thread holding ours may be waiting for that one), then `answered` is set.
+  std::optional<Status> answer;
+  std::atomic<bool> answered{false};
   bool completed = false;        // PMPI_Grequest_complete called
   bool freed = false;            // MPI called free_fn
   bool ok = false;
@@ -86,6 +89,7 @@ struct Offload {
   std::recursive_mutex mu;  // MPI_THREAD_MULTIPLE programs reach us from several threads
   std::unordered_map<Handoff*, std::unique_ptr<Handoff>> ops;
   std::unordered_map<MPI_Request, Handoff*> running;  // posted, not yet completed in MPI
+  std::atomic<uint64_t> answers{0};                  // answers come so far: what a nap waits to change
 };
 
 Offload* g_offload = nullptr;  // kept after offload_stop: MPI may still free requests
@@ -149,7 +153,7 @@ int cancel_op(void*, int) { return MPI_SUCCESS; }  // a collective cannot be can
 void finish_answered() {
   std::vector<Handoff*> done;
   for (auto& [request, op] : g_offload->running)
-    if (op->answer) done.push_back(op);
+    if (op->answered.load(std::memory_order_acquire)) done.push_back(op);
   for (Handoff* op : done) {
     g_offload->running.erase(op->request);
     op->ok = op->answer->ok();
@@ -198,7 +202,7 @@ void offload_stop() {
       finish_answered();
       if (g_offload->running.empty()) break;
     }
-    g_offload->conn->wait(Deadline::after_ms(kNapMs));
+    offload_nap();
   }
   PMPI_Comm_delete_attr(MPI_COMM_WORLD, g_offload->keyval);
   PMPI_Comm_free_keyval(&g_offload->keyval);
@@ -278,11 +282,15 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   const Status st = g_offload->conn->submit(
       "mpi", Buffer::copy_of(services::mpi_wire::encode(post)), Deadline::after_ms(g_offload->timeout_s * 1000),
       [raw](Result<Buffer> answer) {
-        std::lock_guard lock(g_offload->mu);  // a wait of another thread may be reading it
         raw->answer = answer.status();
+        raw->answered.store(true, std::memory_order_release);
+        g_offload->answers.fetch_add(1, std::memory_order_release);
       },
       Connection::Credit::kWait);
-  if (!st.ok()) raw->answer = st;  // completes as failed at the next completion call
+  if (!st.ok()) {  // completes as failed at the next completion call
+    raw->answer = st;
+    raw->answered.store(true, std::memory_order_release);
+  }
   return MPI_SUCCESS;
 }
 
@@ -306,9 +314,12 @@ bool offload_running(std::span<const MPI_Request> requests) {
 void offload_nap() {
   // Keep MPI's own traffic moving (a peer may need it to reach this collective), then sleep
   // until an answer comes or the nap ends.
+  const uint64_t seen = g_offload->answers.load(std::memory_order_acquire);
   int flag = 0;
   PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
-  g_offload->conn->wait(Deadline::after_ms(kNapMs));
+  (void)g_offload->conn->wait_until(Deadline::after_ms(kNapMs), [seen] {
+    return g_offload->answers.load(std::memory_order_acquire) != seen;
+  });
 }
 
 }  // namespace outboard::mpi

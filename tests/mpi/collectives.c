@@ -230,13 +230,70 @@ static void pass_through(void) {
   free(send), free(recv), free(want);
 }
 
+/* MPI_Wait with errors returned: prints what it said and exits 3 (the job is broken: no
+ * MPI_Finalize) when it failed. */
+static void wait_or_exit(MPI_Request* req) {
+  int rc = MPI_Wait(req, MPI_STATUS_IGNORE);
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  printf("rank %d: MPI_Wait failed: %s\n", rank, text);
+  fflush(stdout);
+  _exit(3);
+}
+
+static void errors_return(void) {
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+}
+
+/* "mismatch": an Ialltoallv in which rank 1 expects one int more from rank 0 than rank 0 sends
+ * (an erroneous program): every rank's wait fails, naming the two ranks and counts. */
+static void mismatch(void) {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  errors_return();
+  int counts[64], recvcounts[64], displs[64], buf[256] = {0}, out[256];
+  for (int i = 0; i < n && i < 64; i++) counts[i] = 2, recvcounts[i] = 2, displs[i] = 3 * i;
+  if (rank == 1) recvcounts[0] = 3;
+  MPI_Request req;
+  MPI_Ialltoallv(buf, counts, displs, MPI_INT, out, recvcounts, displs, MPI_INT, MPI_COMM_WORLD, &req);
+  wait_or_exit(&req);
+}
+
+/* "many": 10^4 Iallreduce + Wait; rank 0 prints its resident memory after 10^3 and after 10^4. */
+static long rss_kb(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb;
+}
+
+static void many(void) {
+  long at_1000 = 0;
+  for (int i = 1; i <= 10000; i++) {
+    int one = 1, sum = 0;
+    MPI_Request req;
+    MPI_Iallreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    int n;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    check(sum == n, "MPI_Iallreduce", "world", i);
+    if (i == 1000) at_1000 = rss_kb();
+  }
+  if (rank == 0) printf("rss after 1000: %ld kB, after 10000: %ld kB\n", at_1000, rss_kb());
+}
+
 /* "slow": rank 0 waits on an Ialltoall the other ranks post only after 20 s (the test kills the
  * agent meanwhile); errors return, so rank 0 prints what MPI_Wait said and exits 3. */
 static int slow(void) {
   int n;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  errors_return();
   int *send = calloc(n, sizeof(int)), *recv = calloc(n, sizeof(int));
   MPI_Request req;
   if (rank != 0) {
@@ -248,15 +305,7 @@ static int slow(void) {
     fflush(stdout);
   }
   MPI_Ialltoall(send, 1, MPI_INT, recv, 1, MPI_INT, MPI_COMM_WORLD, &req);
-  int rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-  if (rc != MPI_SUCCESS) {
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, text, &len);
-    printf("rank %d: MPI_Wait failed: %s\n", rank, text);
-    fflush(stdout);
-    _exit(3); /* the job is broken: no MPI_Finalize */
-  }
+  wait_or_exit(&req);
   free(send), free(recv);
   return 0;
 }
@@ -265,10 +314,12 @@ int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 4;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (argc > 1 && strcmp(argv[1], "slow") == 0) {
-    slow();
+  if (argc > 1 && (!strcmp(argv[1], "slow") || !strcmp(argv[1], "mismatch") || !strcmp(argv[1], "many"))) {
+    if (!strcmp(argv[1], "slow")) slow();
+    else if (!strcmp(argv[1], "mismatch")) mismatch();
+    else many();
     MPI_Finalize();
-    return 0;
+    return failures ? 1 : 0;
   }
   MPI_Comm dup, split;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);

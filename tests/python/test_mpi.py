@@ -134,6 +134,24 @@ def test_an_agent_killed_mid_collective_fails_the_wait_naming_it_instead_of_hang
                      err), err
 
 
+def test_counts_that_disagree_between_ranks_fail_every_rank_naming_them(built) -> None:
+    _, exe = built
+    run = _outboard("mpirun", "-np", "2", str(exe), "mismatch")
+    assert run.returncode != 0
+    assert run.stdout.count("MPI_Wait failed") == 2, run.stdout + run.stderr
+    assert "outboard-mpi: MPI_Ialltoallv #0 on communicator 0 failed: invalid argument: mpi: alltoallv #0 on " \
+           "communicator 0: rank 0 sends 8 B to rank 1, which expects 12 B" in run.stderr
+
+
+def test_ten_thousand_collectives_back_to_back_leave_no_memory_behind(built) -> None:
+    _, exe = built
+    run = _outboard("mpirun", "-np", "2", "--report", str(exe), "many")
+    assert run.returncode == 0, run.stdout + run.stderr
+    at_1000, at_10000 = map(int, re.search(r"rss after 1000: (\d+) kB, after 10000: (\d+) kB", run.stdout).groups())
+    assert at_10000 - at_1000 < 1024, run.stdout  # kB: no per-operation state kept in the rank
+    assert _report_lines(run.stderr)["MPI_Iallreduce"] == f"20000 offloaded {0:8} passed through"
+
+
 def test_without_report_no_report_is_printed(built) -> None:
     _, exe = built
     run = _outboard("mpirun", "-np", "2", str(exe), "1")
