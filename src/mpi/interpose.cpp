@@ -155,6 +155,11 @@ OB_MPI_EXPORT int MPI_Finalize() {
   return PMPI_Finalize();
 }
 
+OB_MPI_EXPORT int MPI_Abort(MPI_Comm comm, int errorcode) {
+  offload_abort();
+  return PMPI_Abort(comm, errorcode);
+}
+
 
 // ---- communicators the interposer names (collective calls: naming adds one allreduce)
 

@@ -211,6 +211,12 @@ void offload_stop() {
   // Requests the program never freed still point at their ops: the state stays, as MPI's does.
 }
 
+void offload_abort() {
+  if (!g_on) return;
+  g_on = false;
+  g_offload->conn->close();
+}
+
 void name_communicator(MPI_Comm comm) {
   if (!g_on || comm == MPI_COMM_NULL) return;
   int inter = 0;

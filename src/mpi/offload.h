@@ -31,6 +31,9 @@ std::string offload_start();
 bool offload_on();
 /// Before PMPI_Finalize: waits for every offloaded collective, then closes the connection.
 void offload_stop();
+/// Before PMPI_Abort: closes the connection at once, so the agent fails this job's waiting
+/// collectives on the other ranks instead of holding them.
+void offload_abort();
 
 /// A communicator created by MPI_Comm_dup or MPI_Comm_split gets a job-wide name (collective over
 /// `comm`: called inside those blocking calls, on every member).

@@ -5,7 +5,8 @@
  * communicator from MPI_Comm_create, a user-defined op, a reduction on short), then every
  * completion call over arrays mixing an Ialltoall with point-to-point requests. Prints
  * "ok <rounds> rounds" on rank 0, or names what differed and exits 1.
- * Usage: collectives [rounds]  (default 4). */
+ * Usage: collectives [rounds]  (default 4); collectives slow|mismatch|many|abort: the fault and
+ * load cases below. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,6 +289,20 @@ static void many(void) {
   if (rank == 0) printf("rss after 1000: %ld kB, after 10000: %ld kB\n", at_1000, rss_kb());
 }
 
+/* "abort": rank 0 waits on an Ialltoall that rank 1 never posts: rank 1 calls MPI_Abort(7). */
+static void abort_job(void) {
+  int n, send[64] = {0}, recv[64];
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (rank == 1) {
+    sleep(1);
+    MPI_Abort(MPI_COMM_WORLD, 7);
+  }
+  if (rank != 0) return;
+  MPI_Request req;
+  MPI_Ialltoall(send, 1, MPI_INT, recv, 1, MPI_INT, MPI_COMM_WORLD, &req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+}
+
 /* "slow": rank 0 waits on an Ialltoall the other ranks post only after 20 s (the test kills the
  * agent meanwhile); errors return, so rank 0 prints what MPI_Wait said and exits 3. */
 static int slow(void) {
@@ -314,9 +329,11 @@ int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 4;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (argc > 1 && (!strcmp(argv[1], "slow") || !strcmp(argv[1], "mismatch") || !strcmp(argv[1], "many"))) {
-    if (!strcmp(argv[1], "slow")) slow();
-    else if (!strcmp(argv[1], "mismatch")) mismatch();
+  const char* mode = argc > 1 ? argv[1] : "";
+  if (!strcmp(mode, "slow") || !strcmp(mode, "mismatch") || !strcmp(mode, "many") || !strcmp(mode, "abort")) {
+    if (!strcmp(mode, "slow")) slow();
+    else if (!strcmp(mode, "mismatch")) mismatch();
+    else if (!strcmp(mode, "abort")) abort_job();
     else many();
     MPI_Finalize();
     return failures ? 1 : 0;

@@ -22,6 +22,7 @@ from outboard.errors import NotFound
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "tests" / "mpi" / "collectives.c"
 FORTRAN = ROOT / "tests" / "mpi" / "collectives.F90"
+ASAN_BUILD = ROOT / "build" / "asan"
 RUN_TIMEOUT_S = 120
 ROUNDS = 3
 COMMS = 3  # world, a duplicate, a split
@@ -150,6 +151,33 @@ def test_ten_thousand_collectives_back_to_back_leave_no_memory_behind(built) -> 
     at_1000, at_10000 = map(int, re.search(r"rss after 1000: (\d+) kB, after 10000: (\d+) kB", run.stdout).groups())
     assert at_10000 - at_1000 < 1024, run.stdout  # kB: no per-operation state kept in the rank
     assert _report_lines(run.stderr)["MPI_Iallreduce"] == f"20000 offloaded {0:8} passed through"
+
+
+def test_mpi_abort_ends_the_job_while_a_rank_waits_on_the_agent(built) -> None:
+    _, exe = built
+    start = time.monotonic()
+    run = _outboard("mpirun", "-np", "2", str(exe), "abort")
+    assert run.returncode == 7 and time.monotonic() - start < 30, run.stdout + run.stderr
+
+
+def test_the_interposer_built_with_asan_runs_the_program_clean(built) -> None:
+    """make test builds build/asan (ASan+UBSan) before pytest runs: its interposer, preloaded after
+    libasan, runs the whole program with offload. Leak checks are off: the MPI libraries leak."""
+    which, exe = built
+    lib = ASAN_BUILD / f"liboutboard_mpi_{which.name}.so"
+    if not lib.exists():
+        pytest.skip(f"{lib} not built (make test-asan builds it)")
+    libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    with LocalAgent() as agent:
+        cmd = mpi.command([str(exe), "2"], 2, which, report=True, agent=agent.address)
+        cmd = [a.replace(str(mpi.interposer(which)), f"{libasan} {lib}") for a in cmd]
+        sanitizer_env = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1",
+                         "UCX_MEM_MALLOC_HOOKS": "no", "UCX_MEM_MMAP_HOOK_MODE": "none"}
+        cmd = [cmd[0], *which.env_args(sanitizer_env), *cmd[1:]]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+    assert run.returncode == 0 and "ok 2 rounds" in run.stdout, run.stdout + run.stderr[-3000:]
+    assert "ERROR: AddressSanitizer" not in run.stderr and "runtime error" not in run.stderr
+    assert _report_lines(run.stderr)["MPI_Ialltoallv"] == f"12 offloaded {0:8} passed through"
 
 
 def test_without_report_no_report_is_printed(built) -> None:
