@@ -1,13 +1,16 @@
 // Open MPI's Fortran entry points (mpif.h and `use mpi`, gfortran's names): its Fortran library
-// calls PMPI_ directly, so the C wrappers never see these calls. Each wrapper routes and counts as
-// its C twin does, then calls the Fortran PMPI entry point that follows this library in load order
-// (dlsym RTLD_NEXT: Open MPI's libmpi_mpifh, or another tool stacked after us). MPICH's Fortran
-// library calls the C MPI_ functions, which interpose.cpp already defines.
+// calls PMPI_ directly, so the C wrappers never see these calls. The collectives convert their
+// handles and call their C twins (which route, count and offload); init, finalize and the
+// completion calls do what their C twins do around the Fortran PMPI entry point that follows this
+// library in load order (dlsym RTLD_NEXT: Open MPI's libmpi_mpifh, or another tool stacked after
+// us), which converts statuses. MPICH's Fortran library calls the C MPI_ functions, which
+// interpose.cpp already defines.
 
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "mpi/interpose.h"
 #include "mpi/offload.h"
@@ -37,10 +40,25 @@ Fn next_symbol(const char* name) {
   static const auto next = next_symbol<void (*)(__VA_ARGS__)>(#name); \
   next
 
-bool in_place(const void* buf) { return buf == &mpi_fortran_in_place_; }
+static_assert(sizeof(Fint) == sizeof(int), "Fortran INTEGER counts are passed as C int arrays");
 
-// Fortran calls pass through for now (their requests are Fortran handles): why, for the report.
-Route fortran(Route rules) { return rules != Route::kOffloaded ? rules : offload_on() ? Route::kFortran : Route::kNoAgent; }
+// Fortran's MPI_IN_PLACE as C's.
+const void* c_buffer(const void* buf) { return buf == &mpi_fortran_in_place_ ? MPI_IN_PLACE : buf; }
+
+std::vector<MPI_Request> c_requests(const Fint* requests, Fint count) {
+  std::vector<MPI_Request> out(static_cast<size_t>(std::max(count, 0)));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = PMPI_Request_f2c(requests[i]);
+  return out;
+}
+
+// Runs `call` (a C collective that sets the request it is given), returning its request as the
+// Fortran handle.
+template <typename Call>
+void as_fortran(Call call, Fint* request, Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  *ierr = call(&r);
+  if (*ierr == MPI_SUCCESS) *request = PMPI_Request_c2f(r);
+}
 
 }  // namespace
 }  // namespace outboard::mpi
@@ -64,41 +82,124 @@ OB_MPI_EXPORT void mpi_finalize_(Fint* ierr) {
   OB_NEXT(pmpi_finalize_, Fint*)(ierr);
 }
 
+OB_MPI_EXPORT void mpi_abort_(Fint* comm, Fint* errorcode, Fint* ierr) {
+  offload_abort();
+  OB_NEXT(pmpi_abort_, Fint*, Fint*, Fint*)(comm, errorcode, ierr);
+}
+
+OB_MPI_EXPORT void mpi_comm_dup_(Fint* comm, Fint* newcomm, Fint* ierr) {
+  MPI_Comm c = MPI_COMM_NULL;
+  *ierr = MPI_Comm_dup(PMPI_Comm_f2c(*comm), &c);
+  if (*ierr == MPI_SUCCESS) *newcomm = PMPI_Comm_c2f(c);
+}
+
+OB_MPI_EXPORT void mpi_comm_split_(Fint* comm, Fint* color, Fint* key, Fint* newcomm, Fint* ierr) {
+  MPI_Comm c = MPI_COMM_NULL;
+  *ierr = MPI_Comm_split(PMPI_Comm_f2c(*comm), *color, *key, &c);
+  if (*ierr == MPI_SUCCESS) *newcomm = PMPI_Comm_c2f(c);
+}
+
+// ---- the collectives, through their C twins
+
 OB_MPI_EXPORT void mpi_ialltoall_(void* sendbuf, Fint* sendcount, Fint* sendtype, void* recvbuf, Fint* recvcount,
                                   Fint* recvtype, Fint* comm, Fint* request, Fint* ierr) {
-  const MPI_Datatype recv = PMPI_Type_f2c(*recvtype);
-  note(Op::kIalltoall, fortran(data_route(PMPI_Comm_f2c(*comm), in_place(sendbuf) ? recv : PMPI_Type_f2c(*sendtype), recv)));
-  OB_NEXT(pmpi_ialltoall_, void*, Fint*, Fint*, void*, Fint*, Fint*, Fint*, Fint*, Fint*)
-  (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request, ierr);
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Ialltoall(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), recvbuf, *recvcount,
+                         PMPI_Type_f2c(*recvtype), PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_ialltoallv_(void* sendbuf, Fint* sendcounts, Fint* sdispls, Fint* sendtype, void* recvbuf,
                                    Fint* recvcounts, Fint* rdispls, Fint* recvtype, Fint* comm, Fint* request,
                                    Fint* ierr) {
-  const MPI_Datatype recv = PMPI_Type_f2c(*recvtype);
-  note(Op::kIalltoallv, fortran(data_route(PMPI_Comm_f2c(*comm), in_place(sendbuf) ? recv : PMPI_Type_f2c(*sendtype), recv)));
-  OB_NEXT(pmpi_ialltoallv_, void*, Fint*, Fint*, Fint*, void*, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)
-  (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request, ierr);
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Ialltoallv(c_buffer(sendbuf), sendcounts, sdispls, PMPI_Type_f2c(*sendtype), recvbuf, recvcounts,
+                          rdispls, PMPI_Type_f2c(*recvtype), PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_iallgather_(void* sendbuf, Fint* sendcount, Fint* sendtype, void* recvbuf, Fint* recvcount,
                                    Fint* recvtype, Fint* comm, Fint* request, Fint* ierr) {
-  const MPI_Datatype recv = PMPI_Type_f2c(*recvtype);
-  note(Op::kIallgather, fortran(data_route(PMPI_Comm_f2c(*comm), in_place(sendbuf) ? recv : PMPI_Type_f2c(*sendtype), recv)));
-  OB_NEXT(pmpi_iallgather_, void*, Fint*, Fint*, void*, Fint*, Fint*, Fint*, Fint*, Fint*)
-  (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request, ierr);
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Iallgather(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), recvbuf, *recvcount,
+                          PMPI_Type_f2c(*recvtype), PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_ibcast_(void* buffer, Fint* count, Fint* datatype, Fint* root, Fint* comm, Fint* request,
                                Fint* ierr) {
-  const MPI_Datatype type = PMPI_Type_f2c(*datatype);
-  note(Op::kIbcast, fortran(data_route(PMPI_Comm_f2c(*comm), type, type)));
-  OB_NEXT(pmpi_ibcast_, void*, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(buffer, count, datatype, root, comm, request, ierr);
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Ibcast(buffer, *count, PMPI_Type_f2c(*datatype), *root, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_iallreduce_(void* sendbuf, void* recvbuf, Fint* count, Fint* datatype, Fint* op, Fint* comm,
                                    Fint* request, Fint* ierr) {
-  note(Op::kIallreduce, fortran(reduce_route(PMPI_Comm_f2c(*comm), PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op))));
-  OB_NEXT(pmpi_iallreduce_, void*, void*, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)
-  (sendbuf, recvbuf, count, datatype, op, comm, request, ierr);
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Iallreduce(c_buffer(sendbuf), recvbuf, *count, PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op),
+                          PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+// ---- completion calls: as the C ones, around Open MPI's Fortran versions
+
+OB_MPI_EXPORT void mpi_wait_(Fint* request, Fint* status, Fint* ierr) {
+  const MPI_Request r = PMPI_Request_f2c(*request);
+  while (offload_running({&r, 1})) offload_nap();
+  OB_NEXT(pmpi_wait_, Fint*, Fint*, Fint*)(request, status, ierr);
+}
+
+OB_MPI_EXPORT void mpi_waitall_(Fint* count, Fint* requests, Fint* statuses, Fint* ierr) {
+  const auto rs = c_requests(requests, *count);
+  while (offload_running(rs)) offload_nap();
+  OB_NEXT(pmpi_waitall_, Fint*, Fint*, Fint*, Fint*)(count, requests, statuses, ierr);
+}
+
+OB_MPI_EXPORT void mpi_waitany_(Fint* count, Fint* requests, Fint* index, Fint* status, Fint* ierr) {
+  while (offload_running(c_requests(requests, *count))) {
+    Fint flag = 0;
+    OB_NEXT(pmpi_testany_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, index, &flag, status, ierr);
+    if (*ierr != MPI_SUCCESS || flag) return;
+    offload_nap();
+  }
+  OB_NEXT(pmpi_waitany_, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, index, status, ierr);
+}
+
+OB_MPI_EXPORT void mpi_waitsome_(Fint* incount, Fint* requests, Fint* outcount, Fint* indices, Fint* statuses,
+                                 Fint* ierr) {
+  while (offload_running(c_requests(requests, *incount))) {
+    OB_NEXT(pmpi_testsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, requests, outcount, indices, statuses,
+                                                                   ierr);
+    if (*ierr != MPI_SUCCESS || *outcount != 0) return;
+    offload_nap();
+  }
+  OB_NEXT(pmpi_waitsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, requests, outcount, indices, statuses,
+                                                                 ierr);
+}
+
+OB_MPI_EXPORT void mpi_test_(Fint* request, Fint* flag, Fint* status, Fint* ierr) {
+  offload_sweep();
+  OB_NEXT(pmpi_test_, Fint*, Fint*, Fint*, Fint*)(request, flag, status, ierr);
+}
+
+OB_MPI_EXPORT void mpi_testall_(Fint* count, Fint* requests, Fint* flag, Fint* statuses, Fint* ierr) {
+  offload_sweep();
+  OB_NEXT(pmpi_testall_, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, flag, statuses, ierr);
+}
+
+OB_MPI_EXPORT void mpi_testany_(Fint* count, Fint* requests, Fint* index, Fint* flag, Fint* status, Fint* ierr) {
+  offload_sweep();
+  OB_NEXT(pmpi_testany_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, index, flag, status, ierr);
+}
+
+OB_MPI_EXPORT void mpi_testsome_(Fint* incount, Fint* requests, Fint* outcount, Fint* indices, Fint* statuses,
+                                 Fint* ierr) {
+  offload_sweep();
+  OB_NEXT(pmpi_testsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, requests, outcount, indices, statuses,
+                                                                 ierr);
+}
+
+OB_MPI_EXPORT void mpi_request_get_status_(Fint* request, Fint* flag, Fint* status, Fint* ierr) {
+  offload_sweep();
+  OB_NEXT(pmpi_request_get_status_, Fint*, Fint*, Fint*, Fint*)(request, flag, status, ierr);
 }

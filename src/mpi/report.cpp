@@ -25,7 +25,6 @@ std::string_view route_reason(Route route) {
     case Route::kUnknownComm: return "communicator not from world, dup or split";
     case Route::kTypeMismatch: return "send and receive sizes differ";
     case Route::kTooBig: return "larger than the staging memory";
-    case Route::kFortran: return "Fortran call";
     case Route::kNoAgent: return "no agent";
   }
   return "?";

@@ -25,10 +25,9 @@ enum class Route : uint8_t {
   kUnknownComm,     // a communicator made by a call the interposer does not follow (only world, dup, split)
   kTypeMismatch,    // send and receive sizes differ (an erroneous call: MPI reports it)
   kTooBig,          // larger than the rank's whole staging memory
-  kFortran,         // a Fortran call of Open MPI's (its offload is not built yet)
   kNoAgent,         // no agent serves this job
 };
-inline constexpr size_t kRoutes = 10;
+inline constexpr size_t kRoutes = 9;
 
 std::string_view op_name(Op op);
 std::string_view route_reason(Route route);

@@ -1,6 +1,6 @@
 ! The Fortran program for the interposer's tests: each collective Outboard may offload, called
 ! from Fortran (mpif.h, or `use mpi` when built with -DUSE_MPI_MODULE), checked against the MPI
-! library's blocking collective, MPI_IN_PLACE included. Rank 0 prints "ok fortran" or names what
+! library's blocking collective, MPI_IN_PLACE included, completed by Wait, Waitall and Testall. Rank 0 prints "ok fortran" or names what
 ! differed (and the program stops with status 1).
 program collectives
 #ifdef USE_MPI_MODULE
@@ -11,8 +11,9 @@ program collectives
   include 'mpif.h'
 #endif
   integer, parameter :: n = 5
-  integer :: ierr, rank, nranks, i, req, bad, allbad
-  integer :: stat(MPI_STATUS_SIZE)
+  integer :: ierr, rank, nranks, i, req, bad, allbad, reqs(2)
+  integer :: stat(MPI_STATUS_SIZE), stats(MPI_STATUS_SIZE, 2)
+  logical :: done
   integer, allocatable :: send(:), recv(:), want(:), counts(:), displs(:)
   double precision :: x(n), sum_x(n), want_x(n)
 
@@ -68,6 +69,21 @@ program collectives
   call MPI_Iallreduce(MPI_IN_PLACE, sum_x, n, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, req, ierr)
   call MPI_Wait(req, stat, ierr)
   call expect(all(sum_x == want_x), 'MPI_Iallreduce in place')
+
+  ! two in flight, completed by Waitall, then by a Testall loop
+  call MPI_Ialltoall(send, n, MPI_INTEGER, recv, n, MPI_INTEGER, MPI_COMM_WORLD, reqs(1), ierr)
+  call MPI_Iallreduce(x, sum_x, n, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, reqs(2), ierr)
+  call MPI_Waitall(2, reqs, stats, ierr)
+  call MPI_Alltoall(send, n, MPI_INTEGER, want, n, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  call expect(all(recv == want) .and. all(sum_x == want_x), 'MPI_Waitall')
+  recv = 0
+  call MPI_Ialltoall(send, n, MPI_INTEGER, recv, n, MPI_INTEGER, MPI_COMM_WORLD, reqs(1), ierr)
+  call MPI_Iallreduce(x, sum_x, n, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, reqs(2), ierr)
+  done = .false.
+  do while (.not. done)
+    call MPI_Testall(2, reqs, done, MPI_STATUSES_IGNORE, ierr)
+  end do
+  call expect(all(recv == want) .and. all(sum_x == want_x), 'MPI_Testall')
 
   call MPI_Allreduce(bad, allbad, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
   if (rank == 0 .and. allbad == 0) print '(a)', 'ok fortran'
