@@ -132,8 +132,8 @@ void forget_if_done(Handoff* op) {
 
 int query(void* state, MPI_Status* status) {
   auto* op = static_cast<Handoff*>(state);
-  MPI_Status_set_elements(status, MPI_BYTE, 0);
-  MPI_Status_set_cancelled(status, 0);
+  PMPI_Status_set_elements(status, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(status, 0);
   status->MPI_SOURCE = MPI_UNDEFINED;
   status->MPI_TAG = MPI_UNDEFINED;
   return op->ok ? MPI_SUCCESS : MPI_ERR_OTHER;
