@@ -121,6 +121,12 @@ def command(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: 
     if agent:
         env["OUTBOARD_MPI_AGENT"] = agent
         env["OUTBOARD_SESSION_TOKEN"] = secrets.token_hex(32)  # the job's ranks share one session
+    return launch(program, ranks, mpi, env, launcher_args)
+
+
+def launch(program: Sequence[str], ranks: int, mpi: Mpi, env: Mapping[str, str] = {},
+           launcher_args: Sequence[str] = ()) -> list[str]:
+    """``mpi``'s launcher command for ``program`` on ``ranks`` ranks with ``env`` in each."""
     extra = list(launcher_args)
     # Open MPI refuses more ranks than cores unless told; MPICH's Hydra oversubscribes by default.
     if mpi.name == "openmpi" and ranks > (os.cpu_count() or 1) and "--oversubscribe" not in extra:

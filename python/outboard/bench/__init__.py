@@ -9,7 +9,7 @@ import importlib
 from types import ModuleType
 
 #: Suite name (as after `outboard bench`, and in meta.json) -> its module in suites/.
-SUITES = {"channel": "channel", "rdma": "rdma", "graph": "graph", "tokenize": "tokenize_offload",
+SUITES = {"channel": "channel", "rdma": "rdma", "graph": "graph", "mpi": "mpi", "tokenize": "tokenize_offload",
           "tokenizer": "tokenizer_speed"}
 
 
