@@ -124,11 +124,11 @@ def command(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: 
     return launch(program, ranks, mpi, env, launcher_args)
 
 
-def launch(program: Sequence[str], ranks: int, mpi: Mpi, env: Mapping[str, str] = {},
+def launch(program: Sequence[str], ranks: int, mpi: Mpi, env: Mapping[str, str] | None = None,
            launcher_args: Sequence[str] = ()) -> list[str]:
     """``mpi``'s launcher command for ``program`` on ``ranks`` ranks with ``env`` in each."""
     extra = list(launcher_args)
     # Open MPI refuses more ranks than cores unless told; MPICH's Hydra oversubscribes by default.
     if mpi.name == "openmpi" and ranks > (os.cpu_count() or 1) and "--oversubscribe" not in extra:
         extra.append("--oversubscribe")
-    return [mpi.launcher(), *extra, *mpi.env_args(env), "-np", str(ranks), *program]
+    return [mpi.launcher(), *extra, *mpi.env_args(env or {}), "-np", str(ranks), *program]

@@ -20,7 +20,7 @@
 namespace outboard::mpi {
 
 /// Staging memory of one rank when OUTBOARD_MPI_STAGING_BYTES does not say.
-inline constexpr uint64_t kDefaultStagingBytes = 64ull << 20;
+inline constexpr uint64_t kDefaultStagingBytes = 16ull << 20;
 /// How long a rank waits for its communicator's other ranks to post a collective, when
 /// OUTBOARD_MPI_TIMEOUT_S does not say (an agent that dies fails it at once).
 inline constexpr int64_t kDefaultCollectiveTimeoutS = 3600;
