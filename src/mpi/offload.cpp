@@ -234,8 +234,9 @@ Route offload_route(MPI_Comm comm, uint64_t staging_bytes) {
   if (!g_on) return Route::kNoAgent;
   if (!name_of(comm)) return Route::kUnknownComm;
   // Against the whole area, not what is free now: every rank of a collective must decide alike,
-  // and what is free depends on timing. A call that fits waits for room when posted.
-  if (staging_bytes > g_offload->capacity) return Route::kTooBig;
+  // and what is free depends on timing. A call that fits (with its two blocks' alignment) waits
+  // for room when posted.
+  if (staging_bytes + 2 * kAlign > g_offload->capacity) return Route::kTooBig;
   return Route::kOffloaded;
 }
 
