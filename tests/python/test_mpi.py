@@ -180,6 +180,17 @@ def test_the_interposer_built_with_asan_runs_the_program_clean(built) -> None:
     assert _report_lines(run.stderr)["MPI_Ialltoallv"] == f"12 offloaded {0:8} passed through"
 
 
+def test_collectives_larger_than_the_staging_memory_pass_through_and_the_rest_offload(built) -> None:
+    which, exe = built
+    with LocalAgent() as agent:
+        cmd = mpi.command([str(exe), "2"], 2, which, report=True, agent=agent.address)
+        cmd = [cmd[0], *which.env_args({"OUTBOARD_MPI_STAGING_BYTES": "16384"}), *cmd[1:]]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+    assert run.returncode == 0 and "ok 2 rounds" in run.stdout, run.stdout + run.stderr
+    alltoall = _report_lines(run.stderr)["MPI_Ialltoall"]
+    assert "larger than the staging memory" in alltoall and not alltoall.startswith("0 offloaded"), alltoall
+
+
 def test_without_report_no_report_is_printed(built) -> None:
     _, exe = built
     run = _outboard("mpirun", "-np", "2", str(exe), "1")
