@@ -22,16 +22,12 @@ using namespace mpi_wire;
 // How long one read or write of a rank's memory may take (a rank that stops reading its end
 // fails the collective instead of holding the agent).
 constexpr int64_t kTransferTimeoutMs = 10'000;
-// Regions kept imported per rank: a rank posts the same staging region again and again, and
-// importing maps it (shared memory) each time.
-constexpr size_t kImportsPerConnection = 8;
 
 struct Member {
   Post post;
   Responder responder;
   std::shared_ptr<Connection> peer;
-  RemoteRegion* send = nullptr;  // imported (or found imported) when the collective runs
-  RemoteRegion* recv = nullptr;
+  RemoteRegion send, recv;  // imported when the collective runs
 };
 
 struct Pending {
@@ -119,7 +115,6 @@ class Mpi final : public Service {
   // hear why instead of waiting for it.
   void on_disconnect(uint32_t conn) override {
     in_flight_.erase(conn);
-    imports_.erase(conn);
     for (auto comm = members_.begin(); comm != members_.end();) {
       auto rank = std::find_if(comm->second.begin(), comm->second.end(), [&](auto& m) { return m.second == conn; });
       if (rank == comm->second.end()) {
@@ -176,35 +171,23 @@ class Mpi final : public Service {
   static Status read(Member& m, bool from_recv, uint64_t offset, std::span<uint8_t> out) {
     if (out.empty()) return {};
     const uint64_t base = from_recv ? m.post.recv_offset : m.post.send_offset;
-    return m.peer->get(from_recv ? *m.recv : *m.send, base + offset, out, Deadline::after_ms(kTransferTimeoutMs))
+    return m.peer->get(from_recv ? m.recv : m.send, base + offset, out, Deadline::after_ms(kTransferTimeoutMs))
         .with_context(where(m.post) + ": reading rank " + std::to_string(m.post.rank) + "'s input");
   }
   static Status write(Member& m, uint64_t offset, std::span<const uint8_t> in) {
     if (in.empty()) return {};
-    return m.peer->put(*m.recv, m.post.recv_offset + offset, in, Deadline::after_ms(kTransferTimeoutMs))
+    return m.peer->put(m.recv, m.post.recv_offset + offset, in, Deadline::after_ms(kTransferTimeoutMs))
         .with_context(where(m.post) + ": writing rank " + std::to_string(m.post.rank) + "'s result");
-  }
-
-  // The rank's region for this descriptor, imported once and kept (the oldest of a rank's
-  // kImportsPerConnection goes first).
-  Result<RemoteRegion*> imported(Connection& peer, const std::vector<uint8_t>& descriptor) {
-    auto& kept = imports_[peer.id()];
-    for (auto& [bytes, region] : kept)
-      if (bytes == descriptor) return region.get();
-    OB_ASSIGN_OR_RETURN(RemoteRegion region, peer.import_region(descriptor));
-    if (kept.size() == kImportsPerConnection) kept.erase(kept.begin());
-    kept.emplace_back(descriptor, std::make_unique<RemoteRegion>(std::move(region)));
-    return kept.back().second.get();
   }
 
   Status run(std::vector<std::optional<Member>>& ranks) {
     OB_RETURN_IF_ERROR(agree(ranks));
     for (auto& m : ranks) {
       if (!m->post.send_region.empty()) {
-        OB_ASSIGN_OR_RETURN(m->send, imported(*m->peer, m->post.send_region));
+        OB_ASSIGN_OR_RETURN(m->send, m->peer->import_region(m->post.send_region));
       }
       if (!m->post.recv_region.empty()) {
-        OB_ASSIGN_OR_RETURN(m->recv, imported(*m->peer, m->post.recv_region));
+        OB_ASSIGN_OR_RETURN(m->recv, m->peer->import_region(m->post.recv_region));
       }
     }
     const Post& a = ranks[0]->post;
@@ -300,7 +283,7 @@ class Mpi final : public Service {
     // every result is in place before any rank hears that it is. A mapped region was written by
     // CPU copies already ordered before the answer's release store: no round trip for those.
     for (auto& m : ranks)
-      if (m->recv && !m->recv->mapped())
+      if (!m->post.recv_region.empty() && !m->recv.mapped())
         OB_RETURN_IF_ERROR(m->peer->flush(Deadline::after_ms(kTransferTimeoutMs))
                              .with_context(where(m->post) + ": completing rank " + std::to_string(m->post.rank) +
                                            "'s writes"));
@@ -312,8 +295,6 @@ class Mpi final : public Service {
   std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;                     // (comm, seq) -> its posts
   std::unordered_map<uint64_t, std::unordered_map<uint32_t, uint32_t>> members_;  // comm -> rank -> connection
   std::unordered_map<uint32_t, uint32_t> in_flight_;                              // connection -> waiting posts
-  std::unordered_map<uint32_t, std::vector<std::pair<std::vector<uint8_t>, std::unique_ptr<RemoteRegion>>>>
-      imports_;  // connection -> its regions, oldest first
 };
 
 }  // namespace
