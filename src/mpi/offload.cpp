@@ -279,6 +279,7 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   post.rank = static_cast<uint32_t>(rank);
   if (own_input && !input.empty()) post.send_region = g_offload->descriptor, post.send_offset = *in_at;
   if (output_bytes) post.recv_region = g_offload->descriptor, post.recv_offset = *out_at;
+  post.keep = true;  // the staging region lives until the connection closes
   op->what = "MPI_I" + std::string(services::mpi_wire::coll_name(post.coll)) + " #" + std::to_string(post.seq) +
              " on communicator " + std::to_string(post.comm);
   Handoff* raw = op.get();

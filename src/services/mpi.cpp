@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -22,12 +23,17 @@ using namespace mpi_wire;
 // How long one read or write of a rank's memory may take (a rank that stops reading its end
 // fails the collective instead of holding the agent).
 constexpr int64_t kTransferTimeoutMs = 10'000;
+// Imports kept per connection for regions the rank keeps (kKeep): the interposer posts one
+// staging region again and again, and importing maps it anew (shared memory) each time.
+constexpr size_t kKeptImportsPerConnection = 8;
 
 struct Member {
   Post post;
   Responder responder;
   std::shared_ptr<Connection> peer;
-  RemoteRegion send, recv;  // imported when the collective runs
+  // Imported when the collective runs. Shared with the connection's kept imports: a rank that
+  // leaves mid-collective drops those, and this collective still holds what it reads.
+  std::shared_ptr<const RemoteRegion> send, recv;
 };
 
 struct Pending {
@@ -101,20 +107,31 @@ class Mpi final : public Service {
     const uint32_t size = post.size;
     op.ranks[post.rank] = Member{std::move(post), std::move(r.responder), std::move(r.peer), {}, {}};
     if (op.arrived < size) return;
-    Pending ready = std::move(op);
+    for (auto& m : op.ranks) --in_flight_[m->peer->id()];
+    ready_.push_back(std::move(op.ranks));
     pending_.erase(key);
-    for (auto& m : ready.ranks) --in_flight_[m->peer->id()];
-    const Status st = run(ready.ranks);
-    for (auto& m : ready.ranks) {
-      if (st.ok()) m->responder.respond({});
-      else m->responder.fail(st);
+    // A collective's reads and writes progress the channel, which may hand this service the
+    // posts that complete another: that one runs after, not inside, so collectives run one at
+    // a time in the order they became complete.
+    if (running_) return;
+    running_ = true;
+    while (!ready_.empty()) {
+      auto ranks = std::move(ready_.front());
+      ready_.pop_front();
+      const Status st = run(ranks);
+      for (auto& m : ranks) {
+        if (st.ok()) m->responder.respond({});
+        else m->responder.fail(st);
+      }
     }
+    running_ = false;
   }
 
   // A rank that leaves fails every collective of its communicators that is waiting: the others
   // hear why instead of waiting for it.
   void on_disconnect(uint32_t conn) override {
     in_flight_.erase(conn);
+    kept_.erase(conn);
     for (auto comm = members_.begin(); comm != members_.end();) {
       auto rank = std::find_if(comm->second.begin(), comm->second.end(), [&](auto& m) { return m.second == conn; });
       if (rank == comm->second.end()) {
@@ -168,26 +185,45 @@ class Mpi final : public Service {
     return p.in_place ? p.recv_displs : p.send_displs;
   }
 
+  // Error text is built only for an error: these run for every block of every collective.
   static Status read(Member& m, bool from_recv, uint64_t offset, std::span<uint8_t> out) {
     if (out.empty()) return {};
     const uint64_t base = from_recv ? m.post.recv_offset : m.post.send_offset;
-    return m.peer->get(from_recv ? m.recv : m.send, base + offset, out, Deadline::after_ms(kTransferTimeoutMs))
-        .with_context(where(m.post) + ": reading rank " + std::to_string(m.post.rank) + "'s input");
+    Status st = m.peer->get(from_recv ? *m.recv : *m.send, base + offset, out, Deadline::after_ms(kTransferTimeoutMs));
+    if (st.ok()) return st;
+    return st.with_context(where(m.post) + ": reading rank " + std::to_string(m.post.rank) + "'s input");
   }
   static Status write(Member& m, uint64_t offset, std::span<const uint8_t> in) {
     if (in.empty()) return {};
-    return m.peer->put(m.recv, m.post.recv_offset + offset, in, Deadline::after_ms(kTransferTimeoutMs))
-        .with_context(where(m.post) + ": writing rank " + std::to_string(m.post.rank) + "'s result");
+    Status st = m.peer->put(*m.recv, m.post.recv_offset + offset, in, Deadline::after_ms(kTransferTimeoutMs));
+    if (st.ok()) return st;
+    return st.with_context(where(m.post) + ": writing rank " + std::to_string(m.post.rank) + "'s result");
+  }
+
+  // The rank's region for `descriptor`: kept regions are imported once per connection (the
+  // oldest of kKeptImportsPerConnection goes first), the rest for this collective only.
+  Result<std::shared_ptr<const RemoteRegion>> imported(const Member& m, const std::vector<uint8_t>& descriptor) {
+    if (!m.post.keep) {
+      OB_ASSIGN_OR_RETURN(RemoteRegion region, m.peer->import_region(descriptor));
+      return std::make_shared<const RemoteRegion>(std::move(region));
+    }
+    auto& kept = kept_[m.peer->id()];
+    for (auto& [bytes, region] : kept)
+      if (bytes == descriptor) return region;
+    OB_ASSIGN_OR_RETURN(RemoteRegion region, m.peer->import_region(descriptor));
+    if (kept.size() == kKeptImportsPerConnection) kept.erase(kept.begin());
+    kept.emplace_back(descriptor, std::make_shared<const RemoteRegion>(std::move(region)));
+    return kept.back().second;
   }
 
   Status run(std::vector<std::optional<Member>>& ranks) {
     OB_RETURN_IF_ERROR(agree(ranks));
     for (auto& m : ranks) {
       if (!m->post.send_region.empty()) {
-        OB_ASSIGN_OR_RETURN(m->send, m->peer->import_region(m->post.send_region));
+        OB_ASSIGN_OR_RETURN(m->send, imported(*m, m->post.send_region));
       }
       if (!m->post.recv_region.empty()) {
-        OB_ASSIGN_OR_RETURN(m->recv, m->peer->import_region(m->post.recv_region));
+        OB_ASSIGN_OR_RETURN(m->recv, imported(*m, m->post.recv_region));
       }
     }
     const Post& a = ranks[0]->post;
@@ -201,8 +237,7 @@ class Mpi final : public Service {
         case Coll::kAllgather: case Coll::kAllreduce: staged += a.bytes; break;
         case Coll::kBcast: staged = a.bytes; break;
       }
-    const std::string what = where(a) + " staging";
-    OB_RETURN_IF_ERROR(host_->reserve_memory(staged, what));
+    if (Status st = host_->reserve_memory(staged, "staging"); !st.ok()) return st.with_context(where(a));
     std::vector<std::vector<uint8_t>> in(n);
     Status st = stage(ranks, in);
     if (st.ok()) st = deliver(ranks, in);
@@ -283,7 +318,7 @@ class Mpi final : public Service {
     // every result is in place before any rank hears that it is. A mapped region was written by
     // CPU copies already ordered before the answer's release store: no round trip for those.
     for (auto& m : ranks)
-      if (!m->post.recv_region.empty() && !m->recv.mapped())
+      if (m->recv && !m->recv->mapped())
         OB_RETURN_IF_ERROR(m->peer->flush(Deadline::after_ms(kTransferTimeoutMs))
                              .with_context(where(m->post) + ": completing rank " + std::to_string(m->post.rank) +
                                            "'s writes"));
@@ -295,6 +330,10 @@ class Mpi final : public Service {
   std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;                     // (comm, seq) -> its posts
   std::unordered_map<uint64_t, std::unordered_map<uint32_t, uint32_t>> members_;  // comm -> rank -> connection
   std::unordered_map<uint32_t, uint32_t> in_flight_;                              // connection -> waiting posts
+  std::deque<std::vector<std::optional<Member>>> ready_;  // complete collectives, in order
+  bool running_ = false;                                  // one of them is running
+  std::unordered_map<uint32_t, std::vector<std::pair<std::vector<uint8_t>, std::shared_ptr<const RemoteRegion>>>>
+      kept_;  // connection -> imports of its kept regions, oldest first
 };
 
 }  // namespace

@@ -71,7 +71,7 @@ std::vector<uint8_t> encode(const Post& p) {
   w.put(static_cast<uint8_t>(p.coll));
   w.put(static_cast<uint8_t>(p.elem));
   w.put(static_cast<uint8_t>(p.reduce));
-  w.put(static_cast<uint8_t>(p.in_place ? kInPlace : 0));
+  w.put(static_cast<uint8_t>((p.in_place ? kInPlace : 0) | (p.keep ? kKeep : 0)));
   w.put(p.root);
   w.put(p.bytes);
   w.put(p.send_offset);
@@ -97,11 +97,12 @@ Result<Post> decode(std::span<const uint8_t> bytes) {
   if (p.size == 0 || p.size > kMaxRanks)
     return bad("communicator of " + std::to_string(p.size) + " ranks (1 to " + std::to_string(kMaxRanks) + ")");
   if (p.rank >= p.size) return bad("rank " + std::to_string(p.rank) + " of " + std::to_string(p.size) + " ranks");
-  if (coll >= kColls || elem >= kElems || reduce >= kReduces || flags > kInPlace)
+  if (coll >= kColls || elem >= kElems || reduce >= kReduces || (flags & ~(kInPlace | kKeep)))
     return bad("unknown collective " + std::to_string(coll) + ", element " + std::to_string(elem) + ", op " +
                std::to_string(reduce) + " or flags " + std::to_string(flags));
   p.coll = static_cast<Coll>(coll), p.elem = static_cast<Elem>(elem), p.reduce = static_cast<Reduce>(reduce);
   p.in_place = flags & kInPlace;
+  p.keep = flags & kKeep;
   const bool reduces = p.coll == Coll::kAllreduce;
   if (reduces != (p.reduce != Reduce::kNone) || reduces != (p.elem != Elem::kBytes))
     return bad(std::string(coll_name(p.coll)) + " with element " + std::to_string(elem) + " and op " +

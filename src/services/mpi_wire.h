@@ -4,7 +4,7 @@
 // communicator have posted it and every result is in their memory (or fails them all, naming why).
 //
 // Request: u8 kVersion, u64 comm, u64 seq, u32 size, u32 rank, u8 Coll, u8 Elem, u8 Reduce,
-// u8 flags (kInPlace), u32 root, u64 bytes, u64 send_offset, u64 recv_offset, then for kAlltoallv four u32-counted u64 arrays (send
+// u8 flags (kInPlace, kKeep), u32 root, u64 bytes, u64 send_offset, u64 recv_offset, then for kAlltoallv four u32-counted u64 arrays (send
 // counts, send displacements, receive counts, receive displacements, in bytes, `size` each), then
 // the send region's descriptor (u32 length + bytes; empty in place and for kBcast) and the receive
 // region's (for kBcast: the buffer, read at the root and written elsewhere).
@@ -31,6 +31,11 @@ inline constexpr uint8_t kElems = 5;
 enum class Reduce : uint8_t { kNone, kSum, kMin, kMax, kProd };
 inline constexpr uint8_t kReduces = 5;
 inline constexpr uint8_t kInPlace = 1;
+/// The rank keeps this post's regions registered, unchanged, for as long as its connection: the
+/// agent may keep their imports and find them again by their descriptor's bytes. (Without it a
+/// descriptor's bytes do not name one region: a freed shared-memory segment's file descriptor
+/// and address come back for the next one.)
+inline constexpr uint8_t kKeep = 2;
 
 std::string_view coll_name(Coll c);
 size_t elem_size(Elem e);  // 1 for kBytes
@@ -43,6 +48,7 @@ struct Post {
   Elem elem = Elem::kBytes;
   Reduce reduce = Reduce::kNone;
   bool in_place = false;
+  bool keep = false;  // kKeep
   uint32_t root = 0;  // kBcast
   // kAlltoall, kAllgather: bytes to or from each rank; kBcast, kAllreduce: bytes of the buffer.
   uint64_t bytes = 0;

@@ -72,6 +72,8 @@ class MpiServiceTest : public testing::AgentFixture {
     ASSERT_TRUE(all) << "not every rank was answered";
   }
 
+  void many_in_flight(bool keep);
+
   static Post post(Coll coll, uint64_t seq, uint32_t size, uint32_t rank, uint64_t bytes) {
     Post p;
     p.comm = 7, p.seq = seq, p.size = size, p.rank = rank, p.coll = coll, p.bytes = bytes;
@@ -234,25 +236,33 @@ TEST_F(MpiServiceTest, AlltoallvPairsCountsAndNamesRanksThatDisagree) {
   }
 }
 
+// Twice: regions imported per collective, then kept (kKeep: 16 regions a rank against 8 kept
+// imports, so some are dropped while collectives that read them are still to run).
 TEST_F(MpiServiceTest, ManyInFlightOnOneCommunicatorPostedInAnyOrder) {
+  for (const bool keep : {false, true}) many_in_flight(keep);
+}
+
+void MpiServiceTest::many_in_flight(bool keep) {
+  SCOPED_TRACE(keep ? "kept regions" : "regions per collective");
   constexpr uint32_t n = 2, kOps = 8;
   constexpr uint64_t block = 64;
   std::vector<std::optional<Status>> answers(n * kOps);
   std::vector<std::vector<uint8_t>> send(n * kOps), recv(n * kOps, std::vector<uint8_t>(n * block));
   auto rs = ranks(n);
-  std::vector<Region> keep;
+  std::vector<Region> held;
   for (uint32_t k = 0; k < kOps; ++k)
     for (uint32_t idx = 0; idx < n; ++idx) {
       const uint32_t i = k % 2 ? n - 1 - idx : idx;  // ranks post in alternating order
       const uint32_t slot = k * n + i;
       send[slot] = random_bytes(n * block, slot);
       Post p = post(Coll::kAlltoall, k, n, i, block);
+      p.keep = keep;  // true: `held` holds every region to the end
       auto s = rs[i].conn->register_memory(send[slot].data(), send[slot].size());
       auto r = rs[i].conn->register_memory(recv[slot].data(), recv[slot].size());
       ASSERT_TRUE(s.ok() && r.ok());
       p.send_region.assign(s.value().descriptor().begin(), s.value().descriptor().end());
       p.recv_region.assign(r.value().descriptor().begin(), r.value().descriptor().end());
-      keep.push_back(std::move(s).value()), keep.push_back(std::move(r).value());
+      held.push_back(std::move(s).value()), held.push_back(std::move(r).value());
       ASSERT_TRUE(rs[i].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(p)), Deadline::after_ms(kWaitMs),
                                      [&answers, slot](Result<Buffer> a) { answers[slot] = a.status(); },
                                      Connection::Credit::kWait)
@@ -331,10 +341,12 @@ TEST(MpiWireTest, DecodeChecksEveryField) {
   using namespace services::mpi_wire;
   Post p;
   p.comm = 1, p.size = 2, p.rank = 1, p.coll = Coll::kAllreduce, p.elem = Elem::kF64, p.reduce = Reduce::kSum;
-  p.bytes = 16, p.send_region = {1, 2, 3}, p.recv_region = {4};
+  p.bytes = 16, p.send_region = {1, 2, 3}, p.recv_region = {4}, p.keep = true;
   auto round = decode(encode(p));
   ASSERT_TRUE(round.ok()) << round.status().to_string();
   EXPECT_EQ(round.value().bytes, 16u);
+  EXPECT_TRUE(round.value().keep);
+  EXPECT_FALSE(round.value().in_place);
   EXPECT_EQ(round.value().send_region, p.send_region);
   auto fails = [](Post q, const std::string& what) {
     auto r = decode(encode(q));
@@ -360,6 +372,8 @@ TEST(MpiWireTest, DecodeChecksEveryField) {
   bytes.push_back(0);
   EXPECT_NE(decode(bytes).status().message().find("1 B after the request"), std::string::npos);
   bytes = encode(p);
+  bytes[1 + 8 + 8 + 4 + 4 + 3] = 4;  // flags: neither kInPlace nor kKeep
+  EXPECT_NE(decode(bytes).status().message().find("or flags 4"), std::string::npos);
   bytes[0] = 9;
   EXPECT_NE(decode(bytes).status().message().find("wire version 9"), std::string::npos);
   bytes.resize(10);
