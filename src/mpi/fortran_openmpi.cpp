@@ -156,25 +156,28 @@ OB_MPI_EXPORT void mpi_waitall_(Fint* count, Fint* requests, Fint* statuses, Fin
 }
 
 OB_MPI_EXPORT void mpi_waitany_(Fint* count, Fint* requests, Fint* index, Fint* status, Fint* ierr) {
-  while (offload_running(c_requests(requests, *count))) {
-    Fint flag = 0;
-    OB_NEXT(pmpi_testany_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, index, &flag, status, ierr);
-    if (*ierr != MPI_SUCCESS || flag) return;
-    offload_nap();
-  }
-  OB_NEXT(pmpi_waitany_, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, index, status, ierr);
+  wait_some([&] { return offload_running(c_requests(requests, *count)); },
+            [&] {
+              Fint flag = 0;
+              OB_NEXT(pmpi_testany_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, index, &flag, status,
+                                                                            ierr);
+              return *ierr != MPI_SUCCESS || flag;
+            },
+            [&] { OB_NEXT(pmpi_waitany_, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, index, status, ierr); });
 }
 
 OB_MPI_EXPORT void mpi_waitsome_(Fint* incount, Fint* requests, Fint* outcount, Fint* indices, Fint* statuses,
                                  Fint* ierr) {
-  while (offload_running(c_requests(requests, *incount))) {
-    OB_NEXT(pmpi_testsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, requests, outcount, indices, statuses,
-                                                                   ierr);
-    if (*ierr != MPI_SUCCESS || *outcount != 0) return;
-    offload_nap();
-  }
-  OB_NEXT(pmpi_waitsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, requests, outcount, indices, statuses,
-                                                                 ierr);
+  wait_some([&] { return offload_running(c_requests(requests, *incount)); },
+            [&] {
+              OB_NEXT(pmpi_testsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, requests, outcount, indices,
+                                                                             statuses, ierr);
+              return *ierr != MPI_SUCCESS || *outcount != 0;
+            },
+            [&] {
+              OB_NEXT(pmpi_waitsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, requests, outcount, indices,
+                                                                             statuses, ierr);
+            });
 }
 
 OB_MPI_EXPORT void mpi_test_(Fint* request, Fint* flag, Fint* status, Fint* ierr) {

@@ -203,15 +203,27 @@ Route decide(Route rules, MPI_Comm comm, uint64_t staged) {
   return rules == Route::kOffloaded ? offload_route(comm, staged) : rules;
 }
 
+// Alltoall and allgather: one block to or from each of the communicator's `n` ranks.
+struct Blocks {
+  bool in_place;
+  Route rules;  // the data rules, and the send block matching the receive block
+  uint64_t block, n;
+};
+Blocks blocks_of(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int recvcount, MPI_Datatype recvtype,
+                 MPI_Comm comm) {
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  Route rules = data_route(comm, in_place ? recvtype : sendtype, recvtype);
+  const uint64_t block = type_bytes(recvtype, recvcount), n = rules == Route::kIntercomm ? 0 : comm_size(comm);
+  if (rules == Route::kOffloaded && !in_place && type_bytes(sendtype, sendcount) != block) rules = Route::kTypeMismatch;
+  return {in_place, rules, block, n};
+}
+
 }  // namespace
 
 OB_MPI_EXPORT int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  Route route = data_route(comm, in_place ? recvtype : sendtype, recvtype);
-  const uint64_t block = type_bytes(recvtype, recvcount), n = route == Route::kIntercomm ? 0 : comm_size(comm);
-  if (route == Route::kOffloaded && !in_place && type_bytes(sendtype, sendcount) != block) route = Route::kTypeMismatch;
-  route = decide(route, comm, (in_place ? 1 : 2) * n * block);
+  const auto [in_place, rules, block, n] = blocks_of(sendbuf, sendcount, sendtype, recvcount, recvtype, comm);
+  const Route route = decide(rules, comm, (in_place ? 1 : 2) * n * block);
   note(Op::kIalltoall, route);
   if (route != Route::kOffloaded)
     return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
@@ -253,11 +265,8 @@ OB_MPI_EXPORT int MPI_Ialltoallv(const void* sendbuf, const int sendcounts[], co
 
 OB_MPI_EXPORT int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  Route route = data_route(comm, in_place ? recvtype : sendtype, recvtype);
-  const uint64_t block = type_bytes(recvtype, recvcount), n = route == Route::kIntercomm ? 0 : comm_size(comm);
-  if (route == Route::kOffloaded && !in_place && type_bytes(sendtype, sendcount) != block) route = Route::kTypeMismatch;
-  route = decide(route, comm, (in_place ? n : n + 1) * block);
+  const auto [in_place, rules, block, n] = blocks_of(sendbuf, sendcount, sendtype, recvcount, recvtype, comm);
+  const Route route = decide(rules, comm, (in_place ? n : n + 1) * block);
   note(Op::kIallgather, route);
   if (route != Route::kOffloaded)
     return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
@@ -312,23 +321,27 @@ OB_MPI_EXPORT int MPI_Waitall(int count, MPI_Request requests[], MPI_Status stat
 }
 
 OB_MPI_EXPORT int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
-  while (offload_running({requests, static_cast<size_t>(std::max(count, 0))})) {
-    int flag = 0;
-    const int rc = PMPI_Testany(count, requests, index, &flag, status);
-    if (rc != MPI_SUCCESS || flag) return rc;
-    offload_nap();
-  }
-  return PMPI_Waitany(count, requests, index, status);
+  int rc = MPI_SUCCESS;
+  wait_some([&] { return offload_running({requests, static_cast<size_t>(std::max(count, 0))}); },
+            [&] {
+              int flag = 0;
+              rc = PMPI_Testany(count, requests, index, &flag, status);
+              return rc != MPI_SUCCESS || flag;
+            },
+            [&] { rc = PMPI_Waitany(count, requests, index, status); });
+  return rc;
 }
 
 OB_MPI_EXPORT int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices[],
                                MPI_Status statuses[]) {
-  while (offload_running({requests, static_cast<size_t>(std::max(incount, 0))})) {
-    const int rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
-    if (rc != MPI_SUCCESS || *outcount != 0) return rc;
-    offload_nap();
-  }
-  return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
+  int rc = MPI_SUCCESS;
+  wait_some([&] { return offload_running({requests, static_cast<size_t>(std::max(incount, 0))}); },
+            [&] {
+              rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
+              return rc != MPI_SUCCESS || *outcount != 0;
+            },
+            [&] { rc = PMPI_Waitsome(incount, requests, outcount, indices, statuses); });
+  return rc;
 }
 
 OB_MPI_EXPORT int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {

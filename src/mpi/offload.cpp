@@ -65,14 +65,14 @@ struct Handoff {
   MPI_Request request = MPI_REQUEST_NULL;
   uint64_t staged_at = 0, staged_bytes = 0, output_at = 0, output_bytes = 0;
   void* output = nullptr;
-  std::string what;
+  services::mpi_wire::Coll coll{};  // named in the message when it fails
+  uint64_t seq = 0, comm = 0;
   // Written once by the answer's callback, which runs inside the channel's progress (under its
   // lock, not ours: a thread holding ours may be waiting for that one), then `answered` is set.
   std::optional<Status> answer;
   std::atomic<bool> answered{false};
   bool completed = false;        // PMPI_Grequest_complete called
   bool freed = false;            // MPI called free_fn
-  bool ok = false;
 };
 
 struct Offload {
@@ -136,7 +136,7 @@ int query(void* state, MPI_Status* status) {
   PMPI_Status_set_cancelled(status, 0);
   status->MPI_SOURCE = MPI_UNDEFINED;
   status->MPI_TAG = MPI_UNDEFINED;
-  return op->ok ? MPI_SUCCESS : MPI_ERR_OTHER;
+  return op->answer->ok() ? MPI_SUCCESS : MPI_ERR_OTHER;  // MPI queries completed requests only
 }
 
 int free_op(void* state) {
@@ -156,9 +156,12 @@ void finish_answered() {
     if (op->answered.load(std::memory_order_acquire)) done.push_back(op);
   for (Handoff* op : done) {
     g_offload->running.erase(op->request);
-    op->ok = op->answer->ok();
-    if (op->ok) std::memcpy(op->output, g_offload->base + op->output_at, op->output_bytes);
-    else std::fprintf(stderr, "outboard-mpi: %s failed: %s\n", op->what.c_str(), op->answer->to_string().c_str());
+    if (op->answer->ok()) std::memcpy(op->output, g_offload->base + op->output_at, op->output_bytes);
+    else
+      std::fprintf(stderr, "outboard-mpi: MPI_I%s #%llu on communicator %llu failed: %s\n",
+                   std::string(services::mpi_wire::coll_name(op->coll)).c_str(),
+                   static_cast<unsigned long long>(op->seq), static_cast<unsigned long long>(op->comm),
+                   op->answer->to_string().c_str());
     release(*op);
     op->completed = true;
     PMPI_Grequest_complete(op->request);
@@ -280,8 +283,7 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   if (own_input && !input.empty()) post.send_region = g_offload->descriptor, post.send_offset = *in_at;
   if (output_bytes) post.recv_region = g_offload->descriptor, post.recv_offset = *out_at;
   post.keep = true;  // the staging region lives until the connection closes
-  op->what = "MPI_I" + std::string(services::mpi_wire::coll_name(post.coll)) + " #" + std::to_string(post.seq) +
-             " on communicator " + std::to_string(post.comm);
+  op->coll = post.coll, op->seq = post.seq, op->comm = post.comm;
   Handoff* raw = op.get();
   int rc = PMPI_Grequest_start(query, free_op, cancel_op, raw, request);
   if (rc != MPI_SUCCESS) {
@@ -315,9 +317,8 @@ void offload_sweep() {
 
 bool offload_running(std::span<const MPI_Request> requests) {
   if (!g_on) return false;
+  offload_sweep();
   std::lock_guard lock(g_offload->mu);
-  g_offload->conn->progress();
-  finish_answered();
   for (MPI_Request r : requests)
     if (r != MPI_REQUEST_NULL && g_offload->running.count(r)) return true;
   return false;

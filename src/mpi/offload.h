@@ -59,4 +59,16 @@ bool offload_running(std::span<const MPI_Request> requests);
 /// collective), then sleeps until an answer comes or kNapMs pass.
 void offload_nap();
 
+/// The wait of MPI's Waitany and Waitsome (C or Fortran): while `running()` (offload_running over
+/// the call's requests) holds, `poll()` (the call's Test form; true once it finished a request or
+/// failed) between naps; then `wait()`, the MPI's own call, for the rest.
+template <typename Running, typename Poll, typename Wait>
+void wait_some(Running running, Poll poll, Wait wait) {
+  while (running()) {
+    if (poll()) return;
+    offload_nap();
+  }
+  wait();
+}
+
 }  // namespace outboard::mpi
