@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from outboard.bench.suites import mpi as mpi_suite
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
     available = [name for name in mpi_suite.SHM.sweep["mpi"]
-                 if mpi_suite._unavailable("outboard")(None, {"mpi": name}) is None]
+                 if mpi_suite._unavailable("outboard", False)(None, {"mpi": name}) is None]
     if not available:
         pytest.skip("no MPI with its benchmark program and interposer is built here (scripts/bootstrap.sh)")
     case = dataclasses.replace(mpi_suite.SHM, sweep={"mpi": available, "op": ["alltoall"], "np": [2], "size": [4096]},
@@ -45,3 +47,29 @@ def test_every_implementation_is_measured_checked_and_compared(small_run: Path) 
     assert len(ratios) == len(mpis) and all(r.repetitions == 3 for r in ratios.values())
     report = (small_run / "report.md").read_text()
     assert "| outboard |" in report and "outboard / stock" in report
+
+
+def test_the_wire_bound_regime_runs_stock_in_a_shaped_namespace_and_removes_it(tmp_path: Path) -> None:
+    """As root: stock MPI over the shaped link (one small cell, one MPI), Outboard skipped naming
+    why, and the namespace gone afterwards. Elsewhere: every row skipped naming root."""
+    available = [name for name in mpi_suite.WIRE.sweep["mpi"]
+                 if mpi_suite._unavailable("stock", False)(None, {"mpi": name}) is None]
+    if not available:
+        pytest.skip("no MPI with its benchmark program is built here (scripts/bootstrap.sh)")
+    case = dataclasses.replace(mpi_suite.WIRE, sweep={"mpi": available[:1], "op": ["allreduce"], "np": [2],
+                                                      "size": [4096]}, quick={},
+                               impls=[i for i in mpi_suite.WIRE.impls if i.name != "progress"],
+                               reference=None)  # one repetition: no ratio here
+    suite = dataclasses.replace(mpi_suite.SUITE, cases=[case])
+    out = harness.run(suite, Options(quick=True, out=str(tmp_path / "run"), progress=False))
+    meta = json.loads((out / "meta.json").read_text())
+    skipped = " ".join(meta["skipped"].values())
+    assert "agents on other nodes are not built" in skipped
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    if os.geteuid() != 0:
+        assert rows == [] and "run as root" in skipped
+        return
+    assert meta["failed"] == {}
+    assert [r["impl"] for r in rows] == ["stock"] and rows[0]["correctness"]["check"] == "ok"
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert f"outboard-mpi-{os.getpid()}" not in listed
