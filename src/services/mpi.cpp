@@ -91,6 +91,8 @@ class Mpi final : public Service {
                                                   std::to_string(in_flight_[conn]) +
                                                   " collectives waiting for their other ranks (limit " +
                                                   std::to_string(config_.max_pending) + ", agent option --mpi-max-pending)"});
+    if (auto comm = comms_.find(post.comm); comm != comms_.end() && comm->second.left)
+      return r.responder.fail(left(post, *comm->second.left));
     const std::pair key{post.comm, post.seq};
     Pending& op = pending_[key];
     if (op.ranks.empty()) op.ranks.resize(post.size);
@@ -101,7 +103,7 @@ class Mpi final : public Service {
     if (op.ranks[post.rank])
       return r.responder.fail({Code::kInvalidArgument, where(post) + ": rank " + std::to_string(post.rank) +
                                                            " posted it twice"});
-    members_[post.comm][post.rank] = conn;
+    comms_[post.comm].ranks[post.rank] = conn;
     ++in_flight_[conn];
     ++op.arrived;
     const uint32_t size = post.size;
@@ -127,31 +129,39 @@ class Mpi final : public Service {
     running_ = false;
   }
 
-  // A rank that leaves fails every collective of its communicators that is waiting: the others
-  // hear why instead of waiting for it.
+  // A rank that leaves fails every collective of its communicators that is waiting, and every one
+  // posted on them later (its posts may overtake the others'): the others hear why instead of
+  // waiting for it.
   void on_disconnect(uint32_t conn) override {
     in_flight_.erase(conn);
     kept_.erase(conn);
-    for (auto comm = members_.begin(); comm != members_.end();) {
-      auto rank = std::find_if(comm->second.begin(), comm->second.end(), [&](auto& m) { return m.second == conn; });
-      if (rank == comm->second.end()) {
+    for (auto comm = comms_.begin(); comm != comms_.end();) {
+      Comm& c = comm->second;
+      auto rank = std::find_if(c.ranks.begin(), c.ranks.end(), [&](auto& m) { return m.second == conn; });
+      if (rank == c.ranks.end()) {
         ++comm;
         continue;
       }
+      if (!c.left) c.left = rank->first;
+      c.ranks.erase(rank);
       for (auto op = pending_.lower_bound({comm->first, 0}); op != pending_.end() && op->first.first == comm->first;) {
         for (auto& m : op->second.ranks) {
           if (!m || m->peer->id() == conn) continue;
           --in_flight_[m->peer->id()];
-          m->responder.fail({Code::kConnectionReset, where(m->post) + ": rank " + std::to_string(rank->first) +
-                                                         " left (its connection closed) before the collective ran"});
+          m->responder.fail(left(m->post, *c.left));
         }
         op = pending_.erase(op);
       }
-      comm = members_.erase(comm);
+      comm = c.ranks.empty() ? comms_.erase(comm) : std::next(comm);
     }
   }
 
  private:
+  static Status left(const Post& post, uint32_t rank) {
+    return {Code::kConnectionReset,
+            where(post) + ": rank " + std::to_string(rank) + " left (its connection closed) before the collective ran"};
+  }
+
   // Every rank posted the same collective; alltoallv's sent and received counts pair up.
   static Status agree(std::vector<std::optional<Member>>& ranks) {
     const Post& a = ranks[0]->post;
@@ -328,7 +338,11 @@ class Mpi final : public Service {
   MpiServiceConfig config_;
   ServiceHost* host_ = nullptr;
   std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;                     // (comm, seq) -> its posts
-  std::unordered_map<uint64_t, std::unordered_map<uint32_t, uint32_t>> members_;  // comm -> rank -> connection
+  struct Comm {
+    std::unordered_map<uint32_t, uint32_t> ranks;  // rank -> connection, of the ranks still here
+    std::optional<uint32_t> left;                  // the first of its ranks that left
+  };
+  std::unordered_map<uint64_t, Comm> comms_;  // by the job's name for the communicator
   std::unordered_map<uint32_t, uint32_t> in_flight_;                              // connection -> waiting posts
   std::deque<std::vector<std::optional<Member>>> ready_;  // complete collectives, in order
   bool running_ = false;                                  // one of them is running

@@ -314,6 +314,16 @@ TEST_F(MpiServiceTest, ARankThatLeavesFailsTheWaitingOthersInsteadOfHangingThem)
     EXPECT_EQ(a->code(), Code::kConnectionReset) << a->to_string();
     EXPECT_NE(a->message().find("rank 2 left (its connection closed) before the collective ran"), std::string::npos);
   }
+  // A collective posted after the agent saw rank 2 leave fails at once, the same way.
+  std::optional<Status> later;
+  ASSERT_TRUE(rs[0].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(post(Coll::kAlltoall, 2, 3, 0, 0))),
+                                 Deadline::after_ms(kWaitMs), [&later](Result<Buffer> a) { later = a.status(); },
+                                 Connection::Credit::kWait)
+                  .ok());
+  ASSERT_TRUE(rs[0].conn->wait_until(Deadline::after_ms(kWaitMs), [&] { return later.has_value(); }));
+  EXPECT_EQ(later->code(), Code::kConnectionReset) << later->to_string();
+  EXPECT_NE(later->message().find("alltoall #2 on communicator 7: rank 2 left"), std::string::npos)
+      << later->to_string();
 }
 
 TEST_F(MpiServiceTest, ARanksWaitingCollectivesAreBounded) {
