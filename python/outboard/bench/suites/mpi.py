@@ -208,8 +208,8 @@ IMPLS = ["stock", "progress", "outboard"]
 
 SHM = Case(
     "shm", "Shared memory (the control: communication is CPU work on these cores)",
-    sweep={"mpi": sorted(mpi.MPIS), "op": OPS, "np": [2], "size": SIZES},
-    quick={"op": ["alltoall", "allreduce"], "size": [65536, 1048576]},
+    sweep={"mpi": sorted(mpi.MPIS), "op": OPS, "np": [2, 4], "size": SIZES},
+    quick={"op": ["alltoall", "allreduce"], "np": [2], "size": [65536, 1048576]},
     impls=[Impl(i, _measure(i, False), _unavailable(i, False)) for i in IMPLS],
     columns=COLUMNS, reference="stock", ratio_metric="pure_us", ours="outboard",
     goal=Goal(1.5, {"size": 1048576}),
