@@ -104,6 +104,10 @@ class RemoteRegion {
   /// on one host): puts and gets are CPU copies made in the call, and
   /// put_signal's signal is a release store. Else UCX carries them.
   [[nodiscard]] bool mapped() const;
+  /// Bytes [offset, offset + length) of a mapped region, for a copy straight from one peer's
+  /// region into another's (one copy instead of a get and a put). Valid while this object lives.
+  /// kInvalidArgument when not mapped or out of bounds, naming the range and the size.
+  [[nodiscard]] Result<std::span<uint8_t>> mapped_span(uint64_t offset, uint64_t length) const;
 
   struct Impl;
 

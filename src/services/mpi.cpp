@@ -236,6 +236,7 @@ class Mpi final : public Service {
         OB_ASSIGN_OR_RETURN(m->recv, imported(*m, m->post.recv_region));
       }
     }
+    if (direct(ranks)) return copy_across(ranks);
     const Post& a = ranks[0]->post;
     const uint64_t n = ranks.size();
     // Every input is read before any result is written: in place, the result overwrites it.
@@ -253,6 +254,45 @@ class Mpi final : public Service {
     if (st.ok()) st = deliver(ranks, in);
     host_->release_memory(staged);
     return st;
+  }
+
+  // Every output is mapped here and no output is also an input (in place) or combines inputs
+  // (allreduce): each block goes straight from its input to its output, one copy, no staging.
+  static bool direct(const std::vector<std::optional<Member>>& ranks) {
+    if (ranks[0]->post.coll == Coll::kAllreduce) return false;
+    return std::none_of(ranks.begin(), ranks.end(),
+                        [](auto& m) { return m->post.in_place || (m->recv && !m->recv->mapped()); });
+  }
+
+  // `bytes` of `from`'s input at `offset` (its receive buffer where `from_recv`: bcast's root)
+  // into `to`'s output at `at`.
+  static Status copy(Member& from, bool from_recv, uint64_t offset, Member& to, uint64_t at, uint64_t bytes) {
+    if (bytes == 0) return {};
+    auto out = to.recv->mapped_span(to.post.recv_offset + at, bytes);
+    if (!out.ok()) return out.status().with_context(where(to.post) + ": rank " + std::to_string(to.post.rank) + "'s result");
+    return read(from, from_recv, offset, out.value());
+  }
+
+  static Status copy_across(std::vector<std::optional<Member>>& ranks) {
+    const Post& a = ranks[0]->post;
+    const uint64_t n = ranks.size();
+    for (uint64_t j = 0; j < n; ++j)
+      for (uint64_t i = 0; i < n; ++i) {
+        Member &from = *ranks[i], &to = *ranks[j];
+        switch (a.coll) {
+          case Coll::kAlltoall: OB_RETURN_IF_ERROR(copy(from, false, j * a.bytes, to, i * a.bytes, a.bytes)); break;
+          case Coll::kAlltoallv:
+            OB_RETURN_IF_ERROR(copy(from, false, from.post.send_displs[j], to, to.post.recv_displs[i],
+                                    from.post.send_counts[j]));
+            break;
+          case Coll::kAllgather: OB_RETURN_IF_ERROR(copy(from, false, 0, to, i * a.bytes, a.bytes)); break;
+          case Coll::kBcast:
+            if (i == a.root && j != a.root) OB_RETURN_IF_ERROR(copy(from, true, 0, to, 0, a.bytes));
+            break;
+          case Coll::kAllreduce: break;  // never direct()
+        }
+      }
+    return {};
   }
 
   static Status stage(std::vector<std::optional<Member>>& ranks, std::vector<std::vector<uint8_t>>& in) {

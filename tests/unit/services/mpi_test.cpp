@@ -279,6 +279,85 @@ void MpiServiceTest::many_in_flight(bool keep) {
     }
 }
 
+// Memory UCX allocated is mapped by the agent: blocks go straight from input to output, with no
+// staging. The agent has 4 KiB for staging, far less than these collectives would stage; allreduce,
+// which combines its inputs, still stages, and fails naming the limit.
+TEST_F(MpiServiceTest, MappedRegionsAreCopiedStraightAcrossWithoutStaging) {
+  if (agent_in_process()) GTEST_SKIP() << "an agent in this process maps no region of its own process";
+  AgentConfig config = testing::test_config();
+  config.max_memory = 4096;
+  stop_agent();
+  start_agent(config);
+  constexpr uint32_t n = 3;
+  constexpr uint64_t block = 20'000;
+  auto rs = ranks(n);
+  std::vector<Region> send, recv;
+  std::vector<std::vector<uint8_t>> input;
+  for (uint32_t i = 0; i < n; ++i) {
+    auto s = rs[i].conn->allocate_memory(n * block), r = rs[i].conn->allocate_memory(n * block);
+    ASSERT_TRUE(s.ok() && r.ok());
+    send.push_back(std::move(s).value()), recv.push_back(std::move(r).value());
+    input.push_back(random_bytes(n * block, 40 + i));
+    std::memcpy(send[i].data(), input[i].data(), n * block);
+  }
+  std::vector<std::optional<Status>> answers(n);
+  auto run = [&](Coll coll, uint64_t seq, const std::function<void(Post&)>& shape = {}) {
+    for (uint32_t i = 0; i < n; ++i) {
+      std::memset(recv[i].data(), 0, n * block);
+      Post p = post(coll, seq, n, i, block);
+      if (shape) shape(p);
+      p.keep = true;
+      if (coll != Coll::kBcast) p.send_region.assign(send[i].descriptor().begin(), send[i].descriptor().end());
+      p.recv_region.assign(recv[i].descriptor().begin(), recv[i].descriptor().end());
+      answers[i].reset();
+      ASSERT_TRUE(rs[i].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(p)), Deadline::after_ms(kWaitMs),
+                                     [&answers, i](Result<Buffer> a) { answers[i] = a.status(); },
+                                     Connection::Credit::kWait)
+                      .ok());
+    }
+    ASSERT_TRUE(rs[0].conn->wait_until(Deadline::after_ms(kWaitMs), [&] {
+      return std::all_of(answers.begin(), answers.end(), [](auto& a) { return a.has_value(); });
+    }));
+  };
+  auto at = [&](const Region& r, uint64_t offset) { return r.data() + offset; };
+
+  run(Coll::kAlltoall, 0);
+  for (uint32_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(answers[j]->ok()) << answers[j]->to_string();
+    for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(0, std::memcmp(at(recv[j], i * block), input[i].data() + j * block, block));
+  }
+  run(Coll::kAllgather, 1);
+  for (uint32_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(answers[j]->ok()) << answers[j]->to_string();
+    for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(0, std::memcmp(at(recv[j], i * block), input[i].data(), block));
+  }
+  run(Coll::kBcast, 2, [&](Post& p) {  // after run() cleared the outputs: the root's buffer is its input
+    p.root = 2;
+    if (p.rank == 2) std::memcpy(recv[2].data(), input[2].data(), block);
+  });
+  for (uint32_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(answers[j]->ok()) << answers[j]->to_string();
+    EXPECT_EQ(0, std::memcmp(at(recv[j], 0), input[2].data(), block)) << j;
+  }
+  // Alltoallv: rank i sends (i + j + 1) * 100 B to rank j from displacement j * block.
+  run(Coll::kAlltoallv, 3, [&](Post& p) {
+    for (uint32_t j = 0; j < n; ++j) {
+      p.send_counts.push_back((p.rank + j + 1) * 100), p.send_displs.push_back(j * block);
+      p.recv_counts.push_back((j + p.rank + 1) * 100), p.recv_displs.push_back(j * block);
+    }
+  });
+  for (uint32_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(answers[j]->ok()) << answers[j]->to_string();
+    for (uint32_t i = 0; i < n; ++i)
+      EXPECT_EQ(0, std::memcmp(at(recv[j], i * block), input[i].data() + j * block, (i + j + 1) * 100));
+  }
+  run(Coll::kAllreduce, 4, [](Post& p) { p.elem = Elem::kI32, p.reduce = Reduce::kSum; });
+  for (auto& a : answers) {
+    ASSERT_FALSE(a->ok());
+    EXPECT_NE(a->message().find("--max-memory"), std::string::npos) << a->to_string();
+  }
+}
+
 TEST_F(MpiServiceTest, DisagreeingPostsFailEveryRankNamingBoth) {
   auto rs = ranks(2);
   std::vector<Post> posts = {post(Coll::kBcast, 0, 2, 0, 16), post(Coll::kBcast, 0, 2, 1, 16)};
