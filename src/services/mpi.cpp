@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -46,6 +47,19 @@ std::string where(const Post& p) {
          std::to_string(p.comm);
 }
 
+// Integers wrap (two's complement, as the MPI libraries' sums do in practice): a rank's values
+// may overflow, and signed overflow in the agent would be undefined behaviour.
+template <typename T>
+T wrapping(T a, T b, bool multiply) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(multiply ? static_cast<U>(static_cast<U>(a) * static_cast<U>(b))
+                                   : static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return multiply ? a * b : a + b;
+  }
+}
+
 template <typename T>
 void combine(Reduce op, uint8_t* acc, const uint8_t* in, size_t bytes) {
   for (size_t at = 0; at < bytes; at += sizeof(T)) {
@@ -53,10 +67,10 @@ void combine(Reduce op, uint8_t* acc, const uint8_t* in, size_t bytes) {
     std::memcpy(&a, acc + at, sizeof(T));
     std::memcpy(&b, in + at, sizeof(T));
     switch (op) {
-      case Reduce::kSum: a = a + b; break;
+      case Reduce::kSum: a = wrapping(a, b, false); break;
       case Reduce::kMin: a = std::min(a, b); break;
       case Reduce::kMax: a = std::max(a, b); break;
-      case Reduce::kProd: a = a * b; break;
+      case Reduce::kProd: a = wrapping(a, b, true); break;
       case Reduce::kNone: break;
     }
     std::memcpy(acc + at, &a, sizeof(T));
@@ -236,7 +250,7 @@ class Mpi final : public Service {
         OB_ASSIGN_OR_RETURN(m->recv, imported(*m, m->post.recv_region));
       }
     }
-    if (direct(ranks)) return copy_across(ranks);
+    if (direct(ranks)) return ranks[0]->post.coll == Coll::kAllreduce ? reduce_across(ranks) : copy_across(ranks);
     const Post& a = ranks[0]->post;
     const uint64_t n = ranks.size();
     // Every input is read before any result is written: in place, the result overwrites it.
@@ -256,21 +270,51 @@ class Mpi final : public Service {
     return st;
   }
 
-  // Every output is mapped here and no output is also an input (in place) or combines inputs
-  // (allreduce): each block goes straight from its input to its output, one copy, no staging.
+  // Every output is mapped here, and so is every input of an allreduce, which may be in place
+  // (the other collectives may not: their copies would overwrite inputs not yet read). Then no
+  // byte is staged: blocks go straight from input to output, and allreduce combines in rank 0's
+  // output (below).
   static bool direct(const std::vector<std::optional<Member>>& ranks) {
-    if (ranks[0]->post.coll == Coll::kAllreduce) return false;
-    return std::none_of(ranks.begin(), ranks.end(),
-                        [](auto& m) { return m->post.in_place || (m->recv && !m->recv->mapped()); });
+    const bool reduces = ranks[0]->post.coll == Coll::kAllreduce;
+    return std::none_of(ranks.begin(), ranks.end(), [&](auto& m) {
+      if (m->recv && !m->recv->mapped()) return true;
+      return reduces ? m->send && !m->send->mapped() : m->post.in_place;
+    });
+  }
+
+  static Result<std::span<uint8_t>> output(Member& m, uint64_t at, uint64_t bytes) {
+    auto out = m.recv->mapped_span(m.post.recv_offset + at, bytes);
+    if (out.ok()) return out;
+    return out.status().with_context(where(m.post) + ": rank " + std::to_string(m.post.rank) + "'s result");
+  }
+
+  // Rank 0's output becomes the sum: rank 0's input, then combined with rank 1's, ... (the staged
+  // order); then it is copied to the other outputs. An input in place is read before its output is
+  // written: only rank 0's output is written until every input is in.
+  static Status reduce_across(std::vector<std::optional<Member>>& ranks) {
+    const Post& a = ranks[0]->post;
+    if (a.bytes == 0) return {};
+    OB_ASSIGN_OR_RETURN(std::span<uint8_t> sum, output(*ranks[0], 0, a.bytes));
+    if (!a.in_place) OB_RETURN_IF_ERROR(read(*ranks[0], false, 0, sum));
+    for (size_t i = 1; i < ranks.size(); ++i) {
+      Member& m = *ranks[i];
+      auto in = m.post.in_place ? output(m, 0, a.bytes) : m.send->mapped_span(m.post.send_offset, a.bytes);
+      if (!in.ok()) return in.status().with_context(where(m.post) + ": rank " + std::to_string(m.post.rank) + "'s input");
+      reduce_into(a.elem, a.reduce, sum.data(), in.value().data(), a.bytes);
+    }
+    for (size_t j = 1; j < ranks.size(); ++j) {
+      OB_ASSIGN_OR_RETURN(std::span<uint8_t> out, output(*ranks[j], 0, a.bytes));
+      std::memcpy(out.data(), sum.data(), a.bytes);
+    }
+    return {};
   }
 
   // `bytes` of `from`'s input at `offset` (its receive buffer where `from_recv`: bcast's root)
   // into `to`'s output at `at`.
   static Status copy(Member& from, bool from_recv, uint64_t offset, Member& to, uint64_t at, uint64_t bytes) {
     if (bytes == 0) return {};
-    auto out = to.recv->mapped_span(to.post.recv_offset + at, bytes);
-    if (!out.ok()) return out.status().with_context(where(to.post) + ": rank " + std::to_string(to.post.rank) + "'s result");
-    return read(from, from_recv, offset, out.value());
+    OB_ASSIGN_OR_RETURN(std::span<uint8_t> out, output(to, at, bytes));
+    return read(from, from_recv, offset, out);
   }
 
   static Status copy_across(std::vector<std::optional<Member>>& ranks) {

@@ -279,9 +279,9 @@ void MpiServiceTest::many_in_flight(bool keep) {
     }
 }
 
-// Memory UCX allocated is mapped by the agent: blocks go straight from input to output, with no
-// staging. The agent has 4 KiB for staging, far less than these collectives would stage; allreduce,
-// which combines its inputs, still stages, and fails naming the limit.
+// Memory UCX allocated is mapped by the agent: blocks go straight from input to output, and
+// allreduce combines in place, with no staging. The agent has 4 KiB for staging, far less than
+// these collectives would stage; an in-place alltoall still stages, and fails naming the limit.
 TEST_F(MpiServiceTest, MappedRegionsAreCopiedStraightAcrossWithoutStaging) {
   if (agent_in_process()) GTEST_SKIP() << "an agent in this process maps no region of its own process";
   AgentConfig config = testing::test_config();
@@ -351,7 +351,24 @@ TEST_F(MpiServiceTest, MappedRegionsAreCopiedStraightAcrossWithoutStaging) {
     for (uint32_t i = 0; i < n; ++i)
       EXPECT_EQ(0, std::memcmp(at(recv[j], i * block), input[i].data() + j * block, (i + j + 1) * 100));
   }
-  run(Coll::kAllreduce, 4, [](Post& p) { p.elem = Elem::kI32, p.reduce = Reduce::kSum; });
+  // Allreduce, rank 1 in place (its input sits in its output): sums in rank order.
+  run(Coll::kAllreduce, 4, [&](Post& p) {
+    p.elem = Elem::kI32, p.reduce = Reduce::kSum, p.bytes = n * block;
+    if (p.rank == 1) p.in_place = true, std::memcpy(recv[1].data(), input[1].data(), n * block);
+  });
+  std::vector<int32_t> sum(n * block / 4, 0);
+  for (uint32_t i = 0; i < n; ++i)
+    for (size_t k = 0; k < sum.size(); ++k) {
+      int32_t v;
+      std::memcpy(&v, input[i].data() + 4 * k, 4);
+      sum[k] = static_cast<int32_t>(static_cast<uint32_t>(sum[k]) + static_cast<uint32_t>(v));
+    }
+  for (uint32_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(answers[j]->ok()) << answers[j]->to_string();
+    EXPECT_EQ(0, std::memcmp(recv[j].data(), sum.data(), n * block)) << j;
+  }
+  // In place, alltoall's copies would overwrite inputs not yet read: it stages, and 4 KiB is short.
+  run(Coll::kAlltoall, 5, [](Post& p) { p.in_place = p.rank == 0; });
   for (auto& a : answers) {
     ASSERT_FALSE(a->ok());
     EXPECT_NE(a->message().find("--max-memory"), std::string::npos) << a->to_string();
