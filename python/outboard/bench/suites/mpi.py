@@ -88,7 +88,7 @@ class MpiEnv:
             self.run_env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
     def __enter__(self) -> MpiEnv:
-        self.agent = LocalAgent(log_level=self.options.log_level).start()
+        self.agent = LocalAgent(*mpi.NODE_AGENT_ARGS, log_level=self.options.log_level).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
