@@ -39,7 +39,7 @@ COMMAND_TIMEOUT_S = 30.0
 #: The wire-bound regime's link (tc tbf rate; collectives.md §6 measured stock MPIs over it).
 WIRE_RATE = "400mbit"
 OPS = ["alltoall", "alltoallv", "allgather", "bcast", "allreduce"]
-SIZES = [1024, 65536, 262144, 1048576]
+SIZES = [1, 1024, 65536, 262144, 1048576]
 
 
 def executable(which: mpi.Mpi) -> str:
