@@ -114,6 +114,7 @@ def main() -> int:
         "allgather-in-place": post(2, 0, 0, 1, 0, 32, b"", b"", b"recv-key"),
         "bcast": post(3, 0, 0, 0, 1, 128, b"", b"", b"buffer-key"),
         "allreduce": post(4, 4, 1, 0, 0, 64, b"", b"send-key", b"recv-key"),
+        "allreduce-kept-in-place": post(4, 2, 4, 3, 0, 64, b"", b"", b"staging-key"),
         "zero": post(0, 0, 0, 0, 0, 0, b"", b"", b""),
     }
     for target, files in seeds.items():
