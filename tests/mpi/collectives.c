@@ -5,12 +5,13 @@
  * communicator from MPI_Comm_create, a user-defined op, a reduction on short), then every
  * completion call over arrays mixing an Ialltoall with point-to-point requests. Prints
  * "ok <rounds> rounds" on rank 0, or names what differed and exits 1.
- * Usage: collectives [rounds]  (default 4); collectives slow|mismatch|many|abort: the fault and
+ * Usage: collectives [rounds]  (default 4); collectives slow|mismatch|many|abort|freed: the fault and
  * load cases below. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static int rank, failures;
@@ -325,13 +326,31 @@ static int slow(void) {
   return 0;
 }
 
+/* "freed": the program's bug: rank 0 unmaps its receive buffer before its Ialltoall completes.
+ * Rank 0 dies in MPI_Wait (its result has nowhere to go); the agent must not. */
+static void freed(void) {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const size_t bytes = (size_t)n << 16;
+  char* send = calloc(1, bytes);
+  void* recv = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  MPI_Request req;
+  MPI_Ialltoall(send, 1 << 16, MPI_BYTE, recv, 1 << 16, MPI_BYTE, MPI_COMM_WORLD, &req);
+  if (rank == 0) munmap(recv, bytes);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  printf("rank %d: waited\n", rank);
+  free(send);
+}
+
 int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 4;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const char* mode = argc > 1 ? argv[1] : "";
-  if (!strcmp(mode, "slow") || !strcmp(mode, "mismatch") || !strcmp(mode, "many") || !strcmp(mode, "abort")) {
+  if (!strcmp(mode, "slow") || !strcmp(mode, "mismatch") || !strcmp(mode, "many") || !strcmp(mode, "abort") ||
+      !strcmp(mode, "freed")) {
     if (!strcmp(mode, "slow")) slow();
+    else if (!strcmp(mode, "freed")) freed();
     else if (!strcmp(mode, "mismatch")) mismatch();
     else if (!strcmp(mode, "abort")) abort_job();
     else many();

@@ -153,6 +153,20 @@ def test_ten_thousand_collectives_back_to_back_leave_no_memory_behind(built) -> 
     assert _report_lines(run.stderr)["MPI_Iallreduce"] == f"20000 offloaded {0:8} passed through"
 
 
+def test_a_receive_buffer_freed_before_completion_kills_that_rank_not_the_agent(built) -> None:
+    which, exe = built
+    with LocalAgent(*mpi.NODE_AGENT_ARGS) as agent:
+        bad = subprocess.run(mpi.command([str(exe), "freed"], 2, which, agent=agent.address), capture_output=True,
+                             text=True, timeout=RUN_TIMEOUT_S, env=_env())
+        assert bad.returncode != 0 and "rank 0: waited" not in bad.stdout, bad.stdout + bad.stderr
+        # The agent serves the next job as if nothing happened.
+        good = subprocess.run(mpi.command([str(exe), "1"], 2, which, agent=agent.address, report=True),
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+        assert good.returncode == 0 and "ok 1 rounds" in good.stdout, good.stdout + good.stderr
+        assert agent.process.poll() is None
+        assert not _report_lines(good.stderr)["MPI_Ialltoall"].startswith("0 offloaded"), good.stderr
+
+
 def test_mpi_abort_ends_the_job_while_a_rank_waits_on_the_agent(built) -> None:
     _, exe = built
     start = time.monotonic()
