@@ -286,8 +286,14 @@ static void many(void) {
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     check(sum == n, "MPI_Iallreduce", "world", i);
     if (i == 1000) at_1000 = rss_kb();
+    if (rank == 0 && (i == 1000 || i == 10000)) {  /* the test samples the agent's memory as it reads these */
+      printf("at %d\n", i);
+      fflush(stdout);
+    }
   }
   if (rank == 0) printf("rss after 1000: %ld kB, after 10000: %ld kB\n", at_1000, rss_kb());
+  fflush(stdout);
+  sleep(1); /* the agent's session lives while this rank is connected: time for the last sample */
 }
 
 /* "abort": rank 0 waits on an Ialltoall that rank 1 never posts: rank 1 calls MPI_Abort(7). */

@@ -144,13 +144,34 @@ def test_counts_that_disagree_between_ranks_fail_every_rank_naming_them(built) -
            "communicator 0: rank 0 sends 8 B to rank 1, which expects 12 B" in run.stderr
 
 
+def _session_rss_kb(agent: LocalAgent) -> int:
+    """Resident memory of the agent's session process (the one a job's ranks share)."""
+    children = [int(c) for t in Path(f"/proc/{agent.process.pid}/task").glob("*/children") for c in t.read_text().split()]
+    assert len(children) == 1, children
+    return int(re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{children[0]}/status").read_text()).group(1))
+
+
 def test_ten_thousand_collectives_back_to_back_leave_no_memory_behind(built) -> None:
-    _, exe = built
-    run = _outboard("mpirun", "-np", "2", "--report", str(exe), "many")
-    assert run.returncode == 0, run.stdout + run.stderr
-    at_1000, at_10000 = map(int, re.search(r"rss after 1000: (\d+) kB, after 10000: (\d+) kB", run.stdout).groups())
-    assert at_10000 - at_1000 < 1024, run.stdout  # kB: no per-operation state kept in the rank
-    assert _report_lines(run.stderr)["MPI_Iallreduce"] == f"20000 offloaded {0:8} passed through"
+    which, exe = built
+    agent_kb = []
+    with LocalAgent(*mpi.NODE_AGENT_ARGS) as agent:
+        cmd = mpi.command([str(exe), "many"], 2, which, agent=agent.address, report=True)
+        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        try:
+            out = []
+            for line in job.stdout:  # rank 0 prints "at 1000" and "at 10000" as it passes them
+                out.append(line)
+                if line.startswith("at "):
+                    agent_kb.append(_session_rss_kb(agent))
+            err = job.stderr.read()
+            assert job.wait(timeout=RUN_TIMEOUT_S) == 0, "".join(out) + err
+        finally:
+            job.kill()
+    stdout = "".join(out)
+    at_1000, at_10000 = map(int, re.search(r"rss after 1000: (\d+) kB, after 10000: (\d+) kB", stdout).groups())
+    assert at_10000 - at_1000 < 1024, stdout  # kB: no per-operation state kept in the rank
+    assert len(agent_kb) == 2 and agent_kb[1] - agent_kb[0] < 1024, agent_kb  # nor in the agent
+    assert _report_lines(err)["MPI_Iallreduce"] == f"20000 offloaded {0:8} passed through"
 
 
 def test_a_receive_buffer_freed_before_completion_kills_that_rank_not_the_agent(built) -> None:
