@@ -106,7 +106,7 @@ class RemoteRegion {
   [[nodiscard]] bool mapped() const;
   /// Bytes [offset, offset + length) of a mapped region, for a copy straight from one peer's
   /// region into another's (one copy instead of a get and a put). Valid while this object lives.
-  /// kInvalidArgument when not mapped or out of bounds, naming the range and the size.
+  /// kOutOfRange outside it (naming the range and the size), kInvalidArgument when not mapped.
   [[nodiscard]] Result<std::span<uint8_t>> mapped_span(uint64_t offset, uint64_t length) const;
 
   struct Impl;

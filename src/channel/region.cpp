@@ -61,12 +61,8 @@ uint64_t RemoteRegion::size() const { return impl_ ? impl_->key.length() : 0; }
 bool RemoteRegion::mapped() const { return impl_ && impl_->key.mapped() != nullptr; }
 
 Result<std::span<uint8_t>> RemoteRegion::mapped_span(uint64_t offset, uint64_t length) const {
-  if (!mapped()) return Status(Code::kInvalidArgument, "mapped_span of a remote region that is not mapped");
-  if (offset > size() || length > size() - offset)
-    return Status(Code::kInvalidArgument, "mapped_span of " + std::to_string(length) + " B at offset " +
-                                              std::to_string(offset) + " in a remote region of " +
-                                              std::to_string(size()) + " B");
-  return std::span<uint8_t>(impl_->key.mapped() + offset, length);
+  if (!impl_) return Status(Code::kInvalidArgument, "mapped span of an empty remote region");
+  return transport::mapped_span(impl_->key, offset, length);
 }
 
 Result<Region> Connection::register_memory(void* data, size_t size) {

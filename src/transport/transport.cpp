@@ -239,6 +239,12 @@ Status put_mapped(const RemoteKey& key, uint64_t offset, std::span<const uint8_t
   return {};
 }
 
+Result<std::span<uint8_t>> mapped_span(const RemoteKey& key, uint64_t offset, uint64_t length) {
+  OB_RETURN_IF_ERROR(check_bounds(key, offset, length, "mapped span"));
+  if (!key.mapped()) return Status(Code::kInvalidArgument, "mapped span of a region that is not mapped");
+  return std::span<uint8_t>(key.mapped() + offset, length);
+}
+
 Status get_mapped(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst) {
   OB_RETURN_IF_ERROR(check_bounds(key, offset, dst.size(), "get"));
   if (!key.mapped()) return {Code::kInvalidArgument, "get_mapped from a region that is not mapped"};

@@ -93,6 +93,8 @@ class RemoteKey {
 /// need no lock, and complete when they return.
 Status put_mapped(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src);
 Status get_mapped(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst);
+/// The mapped bytes [offset, offset + length), for copies made by the caller.
+Result<std::span<uint8_t>> mapped_span(const RemoteKey& key, uint64_t offset, uint64_t length);
 /// Stores `value` into the aligned word at `offset` with release order: a
 /// peer that sees it sees every put_mapped() made before it, on any CPU.
 Status store_release(const RemoteKey& key, uint64_t offset, uint64_t value);

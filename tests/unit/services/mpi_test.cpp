@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
 
 #include "../agent_fixture.h"
 #include "services/mpi_wire.h"
@@ -51,6 +52,21 @@ class MpiServiceTest : public testing::AgentFixture {
     }
   }
 
+  // Posts `p` on `conn`; `answer` gets the agent's answer.
+  static void submit(Connection& conn, const Post& p, std::optional<Status>& answer) {
+    answer.reset();
+    ASSERT_TRUE(conn.submit("mpi", Buffer::copy_of(services::mpi_wire::encode(p)), Deadline::after_ms(kWaitMs),
+                            [&answer](Result<Buffer> a) { answer = a.status(); }, Connection::Credit::kWait)
+                    .ok());
+  }
+
+  // Progresses `conn` until every one of `answers` came (false at the deadline).
+  static bool answered(Connection& conn, std::span<const std::optional<Status>> answers) {
+    return conn.wait_until(Deadline::after_ms(kWaitMs), [&] {
+      return std::all_of(answers.begin(), answers.end(), [](auto& a) { return a.has_value(); });
+    });
+  }
+
   // Posts each rank's collective, in `order`, then waits for every answer.
   static void post_all(std::vector<Rank>& rs, std::vector<Post> posts, std::vector<size_t> order = {}) {
     if (order.empty()) {
@@ -60,11 +76,7 @@ class MpiServiceTest : public testing::AgentFixture {
     for (size_t i : order) {
       Rank& r = rs[i];
       regions(r, posts[i]);
-      r.answer.reset();
-      ASSERT_TRUE(r.conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(posts[i])),
-                                 Deadline::after_ms(kWaitMs), [&r](Result<Buffer> a) { r.answer = a.status(); },
-                                 Connection::Credit::kWait)
-                      .ok());
+      submit(*r.conn, posts[i], r.answer);
     }
     const bool all = rs[0].conn->wait_until(Deadline::after_ms(kWaitMs), [&] {
       return std::all_of(rs.begin(), rs.end(), [](const Rank& r) { return r.answer.has_value(); });
@@ -263,14 +275,9 @@ void MpiServiceTest::many_in_flight(bool keep) {
       p.send_region.assign(s.value().descriptor().begin(), s.value().descriptor().end());
       p.recv_region.assign(r.value().descriptor().begin(), r.value().descriptor().end());
       held.push_back(std::move(s).value()), held.push_back(std::move(r).value());
-      ASSERT_TRUE(rs[i].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(p)), Deadline::after_ms(kWaitMs),
-                                     [&answers, slot](Result<Buffer> a) { answers[slot] = a.status(); },
-                                     Connection::Credit::kWait)
-                      .ok());
+      submit(*rs[i].conn, p, answers[slot]);
     }
-  ASSERT_TRUE(rs[0].conn->wait_until(Deadline::after_ms(kWaitMs), [&] {
-    return std::all_of(answers.begin(), answers.end(), [](auto& a) { return a.has_value(); });
-  }));
+  ASSERT_TRUE(answered(*rs[0].conn, answers));
   for (uint32_t k = 0; k < kOps; ++k)
     for (uint32_t j = 0; j < n; ++j) {
       ASSERT_TRUE(answers[k * n + j]->ok()) << answers[k * n + j]->to_string();
@@ -309,15 +316,9 @@ TEST_F(MpiServiceTest, MappedRegionsAreCopiedStraightAcrossWithoutStaging) {
       p.keep = true;
       if (coll != Coll::kBcast) p.send_region.assign(send[i].descriptor().begin(), send[i].descriptor().end());
       p.recv_region.assign(recv[i].descriptor().begin(), recv[i].descriptor().end());
-      answers[i].reset();
-      ASSERT_TRUE(rs[i].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(p)), Deadline::after_ms(kWaitMs),
-                                     [&answers, i](Result<Buffer> a) { answers[i] = a.status(); },
-                                     Connection::Credit::kWait)
-                      .ok());
+      submit(*rs[i].conn, p, answers[i]);
     }
-    ASSERT_TRUE(rs[0].conn->wait_until(Deadline::after_ms(kWaitMs), [&] {
-      return std::all_of(answers.begin(), answers.end(), [](auto& a) { return a.has_value(); });
-    }));
+    ASSERT_TRUE(answered(*rs[0].conn, answers));
   };
   auto at = [&](const Region& r, uint64_t offset) { return r.data() + offset; };
 
@@ -398,25 +399,17 @@ TEST_F(MpiServiceTest, ARankThatLeavesFailsTheWaitingOthersInsteadOfHangingThem)
   std::vector<Post> first;
   for (uint32_t i = 0; i < 3; ++i) first.push_back(post(Coll::kAlltoall, 0, 3, i, 0));
   post_all(rs, first);
-  for (uint32_t i = 0; i < 2; ++i)
-    ASSERT_TRUE(rs[i].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(post(Coll::kAlltoall, 1, 3, i, 0))),
-                                   Deadline::after_ms(kWaitMs), [&answers, i](Result<Buffer> a) { answers[i] = a.status(); },
-                                   Connection::Credit::kWait)
-                    .ok());
+  for (uint32_t i = 0; i < 2; ++i) submit(*rs[i].conn, post(Coll::kAlltoall, 1, 3, i, 0), answers[i]);
   rs[2].conn->close();
-  ASSERT_TRUE(rs[0].conn->wait_until(Deadline::after_ms(kWaitMs),
-                                     [&] { return answers[0].has_value() && answers[1].has_value(); }));
+  ASSERT_TRUE(answered(*rs[0].conn, answers));
   for (auto& a : answers) {
     EXPECT_EQ(a->code(), Code::kConnectionReset) << a->to_string();
     EXPECT_NE(a->message().find("rank 2 left (its connection closed) before the collective ran"), std::string::npos);
   }
   // A collective posted after the agent saw rank 2 leave fails at once, the same way.
   std::optional<Status> later;
-  ASSERT_TRUE(rs[0].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(post(Coll::kAlltoall, 2, 3, 0, 0))),
-                                 Deadline::after_ms(kWaitMs), [&later](Result<Buffer> a) { later = a.status(); },
-                                 Connection::Credit::kWait)
-                  .ok());
-  ASSERT_TRUE(rs[0].conn->wait_until(Deadline::after_ms(kWaitMs), [&] { return later.has_value(); }));
+  submit(*rs[0].conn, post(Coll::kAlltoall, 2, 3, 0, 0), later);
+  ASSERT_TRUE(answered(*rs[0].conn, {&later, 1}));
   EXPECT_EQ(later->code(), Code::kConnectionReset) << later->to_string();
   EXPECT_NE(later->message().find("alltoall #2 on communicator 7: rank 2 left"), std::string::npos)
       << later->to_string();
@@ -430,11 +423,8 @@ TEST_F(MpiServiceTest, ARanksWaitingCollectivesAreBounded) {
   std::vector<std::optional<Status>> answers(3);  // outlives the connection, whose close fails the waiting two
   auto rs = ranks(1);
   for (uint64_t k = 0; k < 3; ++k)  // a communicator of 2 whose other rank never comes
-    ASSERT_TRUE(rs[0].conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(post(Coll::kAlltoall, k, 2, 0, 0))),
-                                   Deadline::after_ms(kWaitMs), [&answers, k](Result<Buffer> a) { answers[k] = a.status(); },
-                                   Connection::Credit::kWait)
-                    .ok());
-  ASSERT_TRUE(rs[0].conn->wait_until(Deadline::after_ms(kWaitMs), [&] { return answers[2].has_value(); }));
+    submit(*rs[0].conn, post(Coll::kAlltoall, k, 2, 0, 0), answers[k]);
+  ASSERT_TRUE(answered(*rs[0].conn, std::span(answers).last(1)));
   EXPECT_EQ(answers[2]->code(), Code::kTooBig);
   EXPECT_NE(answers[2]->message().find("already has 2 collectives waiting for their other ranks (limit 2, agent option "
                                        "--mpi-max-pending)"),
