@@ -101,12 +101,17 @@ def main() -> int:
         "tokenize-encode": b"\x05E" + encode,
         "tokenize-upload": b"\x05L\x03[PAD]\n[UNK]\nhello\n",
     }
-    # mpi_post: services/mpi_wire.h (version, comm, seq, size, rank, coll, elem, op, flags, root, bytes,
-    # send and receive offsets).
+    # mpi_post: services/mpi_wire.h, a post (version, kind, comm, seq, size, rank, coll, elem, op, flags, root,
+    # bytes, send and receive offsets, arrays, regions, with kSpans the agents) or another agent's share.
     def post(coll: int, elem: int, op: int, flags: int, root: int, nbytes: int, arrays: bytes, send: bytes,
-             recv: bytes) -> bytes:
-        return (struct.pack("<BQQIIBBBBIQQQ", 1, 7, 3, 2, 1, coll, elem, op, flags, root, nbytes, 0, 64) + arrays
-                + blob(send) + blob(recv))
+             recv: bytes, spans: bytes = b"") -> bytes:
+        return (struct.pack("<BBQQIIBBBBIQQQ", 2, 0, 7, 3, 2, 1, coll, elem, op, flags | (4 if spans else 0), root,
+                            nbytes, 0, 64) + arrays + blob(send) + blob(recv) + spans)
+    agents = (b"ab" * 32 + struct.pack("<I", 2) + blob(b"127.0.0.1:7000") + blob(b"127.0.0.1:7001")
+              + struct.pack("<III", 2, 0, 1))
+    def share(coll: int, elem: int, op: int, nbytes: int, blocks: list[bytes]) -> bytes:
+        return (struct.pack("<BBQQIIBBBIQI", 2, 1, 7, 3, 2, 1, coll, elem, op, 0, nbytes, len(blocks))
+                + b"".join(struct.pack("<Q", len(b)) for b in blocks) + b"".join(blocks))
     v = b"".join(struct.pack("<IQQ", 2, a, b) for a, b in ((4, 4), (0, 4), (4, 4), (0, 4)))
     seeds["mpi_post"] = {
         "alltoall": post(0, 0, 0, 0, 0, 64, b"", b"send-key", b"recv-key"),
@@ -116,6 +121,10 @@ def main() -> int:
         "allreduce": post(4, 4, 1, 0, 0, 64, b"", b"send-key", b"recv-key"),
         "allreduce-kept-in-place": post(4, 2, 4, 3, 0, 64, b"", b"", b"staging-key"),
         "zero": post(0, 0, 0, 0, 0, 0, b"", b"", b""),
+        "alltoall-spanning": post(0, 0, 0, 2, 0, 64, b"", b"send-key", b"recv-key", agents),
+        "share-alltoall": share(0, 0, 0, 4, [b"abcd"]),
+        "share-allreduce": share(4, 3, 1, 8, [b"12345678"]),
+        "share-bcast-empty": share(3, 0, 0, 8, [b""]),
     }
     for target, files in seeds.items():
         d = CORPUS / target

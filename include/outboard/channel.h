@@ -41,6 +41,11 @@ struct ChannelConfig {
   /// --map-peer-regions: reach a peer's region that UCX maps into this
   /// process (shared memory, one host) by CPU copies; false: through UCX.
   bool map_peer_regions = true;
+  /// Data crosses the network even to an agent on this host: both sides exchange worker
+  /// addresses without shared-memory transports, and no ring (agent to agent, where a host's
+  /// agents stand in for nodes' and their link is what is measured). Needs a network transport
+  /// in both UCX contexts (an agent's same-host sessions have TCP when its UCX_TLS names it).
+  bool network_only = false;
   /// --ring-slots (a power of two): slots of the ring in which a peer that maps this side's
   /// memory writes small frames (up to ~240 B), and this side into the
   /// peer's; 0 on either side: every frame through UCX.

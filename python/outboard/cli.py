@@ -153,9 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-np", type=int, required=True, help="number of ranks")
     p.add_argument("--report", action="store_true", help="rank 0 prints at MPI_Finalize what was offloaded and "
                                                         "what passed through, and why")
-    p.add_argument("--agents", choices=["node", "off"], default="node",
-                   help="node: one agent for the job's ranks on this host (default); off: none, everything passes "
-                        "through")
+    p.add_argument("--agents", choices=["node", "rank", "off"], default="node",
+                   help="node: one agent for the job's ranks on this host (default); rank: one per rank, exchanging "
+                        "their ranks' data agent to agent over TCP (as the agents of different nodes do); off: none, "
+                        "everything passes through")
     p.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for the MPI's own launcher (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print the launcher command instead of running it")

@@ -8,6 +8,7 @@ MPI_Finalize, what was offloaded and what passed through, and why.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -27,6 +28,9 @@ LDD_TIMEOUT_S = 10.0
 #: -> 143-155 µs, overlap 0-27 -> 62-63 %; 1 MiB Overall 1,441-1,857 -> 1,265-1,344 µs). An agent
 #: on cores of its own (a DPU's) polls as its options say.
 NODE_AGENT_ARGS = ("--spin-us", "0")
+#: Agents of one job send each other their ranks' blocks over the network (TCP even on one host, as
+#: between nodes); an agent's same-host sessions have TCP only when its UCX_TLS names it.
+PEER_AGENT_ENV = {"UCX_TLS": "posix,tcp"}
 
 
 @dataclass(frozen=True)
@@ -61,13 +65,18 @@ MPIS = {m.name: m for m in (
 def run(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: bool = False,
         launcher_args: Sequence[str] = (), agents: str = "node") -> int:
     """Runs ``program``; ``agents``: "node" starts one agent for the job's ranks on this host (a
-    DPU's role), "off" runs none (every call passes through). Returns the launcher's exit status."""
+    DPU's role), "rank" one per rank (they exchange their ranks' data agent to agent, as the agents
+    of different nodes do), "off" none (every call passes through). Returns the launcher's exit
+    status."""
     if agents == "off":
         return subprocess.run(command(program, ranks, mpi, report, launcher_args)).returncode
-    if agents != "node":
-        raise BadConfig(f"--agents {agents}: expected node or off")
-    with LocalAgent(*NODE_AGENT_ARGS) as agent:
-        return subprocess.run(command(program, ranks, mpi, report, launcher_args, agent.address)).returncode
+    if agents not in ("node", "rank"):
+        raise BadConfig(f"--agents {agents}: expected node, rank or off")
+    with contextlib.ExitStack() as stack:
+        started = [stack.enter_context(LocalAgent(*NODE_AGENT_ARGS, env=PEER_AGENT_ENV if agents == "rank" else None))
+                   for _ in range(ranks if agents == "rank" else 1)]
+        address = ",".join(a.address for a in started)
+        return subprocess.run(command(program, ranks, mpi, report, launcher_args, address)).returncode
 
 
 def interposer(mpi: Mpi) -> Path:
@@ -114,7 +123,8 @@ def detect(program: str) -> Mpi:
 def command(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: bool = False,
             launcher_args: Sequence[str] = (), agent: str | None = None) -> list[str]:
     """The launcher command that runs ``program`` on ``ranks`` ranks with the interposer preloaded;
-    ``agent``: the address of the agent its ranks hand collectives to (one session per job)."""
+    ``agent``: the address of the agent its ranks hand collectives to (one session per job), or
+    several, comma-separated (world rank r uses the one at r modulo their count)."""
     if ranks < 1:
         raise BadConfig(f"-np {ranks}: needs at least 1 rank")
     if not program:

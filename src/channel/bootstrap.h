@@ -49,7 +49,10 @@ using Facts = std::vector<std::pair<std::string, uint64_t>>;
 
 /// Hello flags.
 inline constexpr uint32_t kHelloSharedMemory = 1;  ///< the client's UCX can use posix shared memory
-inline constexpr uint32_t kHelloFlags = kHelloSharedMemory;
+/// Both sides give network-only worker addresses (ChannelConfig::network_only): no shared memory
+/// and no ring, even on one host.
+inline constexpr uint32_t kHelloNetworkOnly = 2;
+inline constexpr uint32_t kHelloFlags = kHelloSharedMemory | kHelloNetworkOnly;
 
 /// Client -> agent.
 struct Hello {

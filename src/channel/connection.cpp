@@ -64,7 +64,8 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
     hello.max_msg_size = impl->config.max_msg_size;
     hello.window_msgs = impl->config.recv_window_msgs;
     hello.window_bytes = impl->config.recv_window_bytes;
-    hello.worker_address = hub->worker().address();
+    hello.worker_address = config.network_only ? hub->worker().net_address() : hub->worker().address();
+    if (config.network_only) hello.flags |= channel::kHelloNetworkOnly;
     hello.ring_slots = impl->rx_ring ? impl->config.ring_slots : 0;
   }
   auto fail = [&](Status st) {

@@ -35,6 +35,7 @@ Connection::Impl::Impl(std::shared_ptr<channel::Hub> h, const ChannelConfig& c)
     : hub(std::move(h)), config(c) {
   config.recv_window_bytes = std::max(config.recv_window_bytes, config.max_msg_size);
   config.recv_window_msgs = std::max<uint32_t>(config.recv_window_msgs, 1);
+  if (config.network_only) config.ring_slots = 0;  // a ring is shared memory
   local_id = hub->add(this);
 }
 

@@ -68,6 +68,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   conn->peer_address = "client " + std::to_string(conn->local_id) + " (" + peer.name + ")";
   conn->peer_policy = peer.policy;
   conn->peer_in_process = hello.pid == static_cast<uint32_t>(::getpid());
+  if (hello.flags & kHelloNetworkOnly) conn->config.network_only = true, conn->config.ring_slots = 0;
   auto refused = [&](const Status& st) OB_HUB_LOCKED {
     ++counters_.errors;
     OB_LOG_WARN("%s not served: %s", conn->peer_address.c_str(), st.to_string().c_str());
@@ -83,7 +84,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   Welcome welcome;
   welcome.connection_id = conn->local_id;
   welcome.pid = static_cast<uint32_t>(::getpid());
-  welcome.worker_address = hub_->worker().address();
+  welcome.worker_address = conn->config.network_only ? hub_->worker().net_address() : hub_->worker().address();
   welcome.max_msg_size = conn->config.max_msg_size;
   welcome.window_msgs = conn->config.recv_window_msgs;
   welcome.window_bytes = conn->config.recv_window_bytes;

@@ -89,6 +89,11 @@ void started() {
   // would wait for it forever.
   int on = why.empty() ? 1 : 0, everywhere = 0;
   PMPI_Allreduce(&on, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (everywhere) {  // every rank has an agent: which agents serve the job (collective)
+    why = offload_agents();
+    on = why.empty() ? 1 : 0;
+    PMPI_Allreduce(&on, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  }
   if (on && !everywhere) {
     offload_stop();
     why = "a rank could not reach its agent";

@@ -1,5 +1,6 @@
 #include "mpi/offload.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -8,7 +9,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "outboard/channel.h"
 
@@ -58,6 +61,9 @@ class Arena {
 struct CommName {
   uint64_t key = 0;  // (number << 32) | the lowest world rank of its members: unique in the job
   uint64_t next_seq = 0;
+  // Where several agents serve its ranks: theirs (the order of their first rank) and each rank's.
+  std::vector<std::string> agents;
+  std::vector<uint32_t> agent_of;
 };
 
 // One offloaded collective, from its post until MPI frees its request and its answer came.
@@ -85,6 +91,10 @@ struct Offload {
   int keyval = MPI_KEYVAL_INVALID;
   uint64_t next_name = 1;  // 0 is MPI_COMM_WORLD's
   int world_rank = 0;
+  std::string address;              // of this rank's agent
+  std::vector<std::string> agents;  // the job's agents, where there are several
+  std::string token;                // the job's session, which its agents join on each other
+  uint32_t agent = 0;               // this rank's, in `agents`
   int64_t timeout_s = kDefaultCollectiveTimeoutS;
   std::recursive_mutex mu;  // MPI_THREAD_MULTIPLE programs reach us from several threads
   std::unordered_map<Handoff*, std::unique_ptr<Handoff>> ops;
@@ -172,8 +182,20 @@ void finish_answered() {
 }  // namespace
 
 std::string offload_start() {
-  const char* agent = std::getenv("OUTBOARD_MPI_AGENT");
-  if (!agent || !*agent) return "no agent serves this job (OUTBOARD_MPI_AGENT is unset)";
+  const char* list = std::getenv("OUTBOARD_MPI_AGENT");
+  if (!list || !*list) return "no agent serves this job (OUTBOARD_MPI_AGENT is unset)";
+  std::vector<std::string> agents;
+  for (std::string_view rest = list; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    agents.emplace_back(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  int world_rank = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const std::string agent = agents[static_cast<size_t>(world_rank) % agents.size()];
+  if (agent.empty() || agent.size() > services::mpi_wire::kMaxAddressBytes)
+    return "OUTBOARD_MPI_AGENT names an empty agent address or one over " +
+           std::to_string(services::mpi_wire::kMaxAddressBytes) + " B";
   // A rank's waits sleep at once: its core is the program's, and a polling rank keeps the agent
   // off it where they share cores (64 KiB alltoall, 2 ranks + agent on 2 cores: 230 -> 80-160 µs).
   ChannelConfig config;
@@ -182,6 +204,7 @@ std::string offload_start() {
   if (!conn.ok()) return "no agent: " + conn.status().to_string();
   auto o = std::make_unique<Offload>();
   o->conn = std::move(conn).value();
+  o->address = agent;
   const uint64_t bytes = env_u64("OUTBOARD_MPI_STAGING_BYTES", kDefaultStagingBytes);
   auto staging = o->conn->allocate_memory(bytes);
   if (!staging.ok()) return "no agent: staging memory of " + std::to_string(bytes) + " B: " + staging.status().to_string();
@@ -192,10 +215,61 @@ std::string offload_start() {
   o->capacity = bytes;
   o->timeout_s = static_cast<int64_t>(env_u64("OUTBOARD_MPI_TIMEOUT_S", kDefaultCollectiveTimeoutS));
   PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_name, &o->keyval, nullptr);
-  PMPI_Comm_rank(MPI_COMM_WORLD, &o->world_rank);
+  o->world_rank = world_rank;
   g_offload = o.release();
   g_on = true;
-  PMPI_Comm_set_attr(MPI_COMM_WORLD, g_offload->keyval, new CommName{0, 0});
+  PMPI_Comm_set_attr(MPI_COMM_WORLD, g_offload->keyval, new CommName{0, 0, {}, {}});
+  return "";
+}
+
+// The communicator's own table of agents from the job's agent of each of its ranks: none where
+// one agent serves them all (it runs their collectives alone).
+void set_agents(CommName& name, const std::vector<uint32_t>& job_agent_of) {
+  std::vector<uint32_t> used;
+  for (uint32_t a : job_agent_of) {
+    auto at = std::find(used.begin(), used.end(), a);
+    name.agent_of.push_back(static_cast<uint32_t>(at - used.begin()));
+    if (at == used.end()) used.push_back(a);
+  }
+  if (used.size() == 1) {
+    name.agent_of.clear();
+    return;
+  }
+  for (uint32_t a : used) name.agents.push_back(g_offload->agents[a]);
+}
+
+std::string offload_agents() {
+  constexpr size_t kEntry = services::mpi_wire::kMaxAddressBytes + MPI_MAX_PROCESSOR_NAME + 2;
+  int size = 0, host_len = 0;
+  PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<char> mine(kEntry), all(kEntry * static_cast<size_t>(size));
+  std::memcpy(mine.data(), g_offload->address.data(), g_offload->address.size());
+  PMPI_Get_processor_name(mine.data() + services::mpi_wire::kMaxAddressBytes + 1, &host_len);
+  PMPI_Allgather(mine.data(), static_cast<int>(kEntry), MPI_CHAR, all.data(), static_cast<int>(kEntry), MPI_CHAR,
+                 MPI_COMM_WORLD);
+  std::vector<std::string> agents, hosts;
+  std::vector<uint32_t> agent_of;
+  for (int r = 0; r < size; ++r) {
+    const char* entry = all.data() + kEntry * static_cast<size_t>(r);
+    const std::string address(entry), host(entry + services::mpi_wire::kMaxAddressBytes + 1);
+    auto known = std::find(agents.begin(), agents.end(), address);
+    if (known != agents.end() && hosts[known - agents.begin()] != host)
+      return "the agents of " + hosts[known - agents.begin()] + " and " + host + " both listen at " + address +
+             ": agents of different hosts need addresses of their own, wider than loopback";
+    if (known == agents.end()) agents.push_back(address), hosts.push_back(host);
+    agent_of.push_back(static_cast<uint32_t>(std::find(agents.begin(), agents.end(), address) - agents.begin()));
+  }
+  if (agents.size() == 1) return "";
+  const char* token = std::getenv("OUTBOARD_SESSION_TOKEN");
+  if (!token || std::strlen(token) != services::mpi_wire::kTokenHexDigits ||
+      std::string_view(token).find_first_not_of("0123456789abcdefABCDEF") != std::string_view::npos)
+    return std::to_string(agents.size()) + " agents serve this job; they join each other's session with " +
+           "OUTBOARD_SESSION_TOKEN (" + std::to_string(services::mpi_wire::kTokenHexDigits) +
+           " hex digits), which is unset or malformed";
+  g_offload->token = token;
+  g_offload->agent = agent_of[static_cast<size_t>(g_offload->world_rank)];
+  g_offload->agents = std::move(agents);
+  set_agents(*name_of(MPI_COMM_WORLD), agent_of);
   return "";
 }
 
@@ -233,8 +307,15 @@ void name_communicator(MPI_Comm comm) {
   long vals[2] = {static_cast<long>(g_offload->next_name), -static_cast<long>(g_offload->world_rank)};
   PMPI_Allreduce(MPI_IN_PLACE, vals, 2, MPI_LONG, MPI_MAX, comm);
   g_offload->next_name = static_cast<uint64_t>(vals[0]) + 1;
-  PMPI_Comm_set_attr(comm, g_offload->keyval,
-                     new CommName{(static_cast<uint64_t>(vals[0]) << 32) | static_cast<uint64_t>(-vals[1]), 0});
+  auto* name = new CommName{(static_cast<uint64_t>(vals[0]) << 32) | static_cast<uint64_t>(-vals[1]), 0, {}, {}};
+  if (!g_offload->agents.empty()) {
+    int size = 0;
+    PMPI_Comm_size(comm, &size);
+    std::vector<uint32_t> job_agent_of(static_cast<size_t>(size));
+    PMPI_Allgather(&g_offload->agent, 1, MPI_UINT32_T, job_agent_of.data(), 1, MPI_UINT32_T, comm);
+    set_agents(*name, job_agent_of);
+  }
+  PMPI_Comm_set_attr(comm, g_offload->keyval, name);
 }
 
 Route offload_route(MPI_Comm comm, uint64_t staging_bytes) {
@@ -283,6 +364,11 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   if (own_input && !input.empty()) post.send_region = g_offload->descriptor, post.send_offset = *in_at;
   if (output_bytes) post.recv_region = g_offload->descriptor, post.recv_offset = *out_at;
   post.keep = true;  // the staging region lives until the connection closes
+  if (!name->agents.empty()) {
+    post.token = g_offload->token;
+    post.agents = name->agents;
+    post.agent_of = name->agent_of;
+  }
   op->coll = post.coll, op->seq = post.seq, op->comm = post.comm;
   Handoff* raw = op.get();
   int rc = PMPI_Grequest_start(query, free_op, cancel_op, raw, request);

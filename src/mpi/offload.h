@@ -25,9 +25,14 @@ inline constexpr uint64_t kDefaultStagingBytes = 16ull << 20;
 /// OUTBOARD_MPI_TIMEOUT_S does not say (an agent that dies fails it at once).
 inline constexpr int64_t kDefaultCollectiveTimeoutS = 3600;
 
-/// After PMPI_Init: connects to $OUTBOARD_MPI_AGENT (one session per job: $OUTBOARD_SESSION_TOKEN).
+/// After PMPI_Init: connects to $OUTBOARD_MPI_AGENT (one session per job: $OUTBOARD_SESSION_TOKEN),
+/// or, where it lists several agents (a,b,...), to the one at this world rank modulo their count.
 /// Returns what to say when offload is off ("" when on).
 std::string offload_start();
+/// After offload_start() succeeded on every rank (collective over MPI_COMM_WORLD): learns which
+/// agent serves each rank. Where several do, every post names them and the job's session token,
+/// so the agents exchange their ranks' data (agent to agent). Returns what to say when it cannot.
+std::string offload_agents();
 bool offload_on();
 /// Before PMPI_Finalize: waits for every offloaded collective, then closes the connection.
 void offload_stop();

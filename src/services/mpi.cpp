@@ -2,6 +2,11 @@
 // runs once every rank of its communicator has posted it: the agent reads each rank's input from
 // its registered memory, combines it, writes each rank's result into its memory, and answers
 // every rank. Ranks of one job share this session (one token), so one instance sees them all.
+//
+// Where the communicator's ranks are served by several agents (one per node or per rank), each
+// agent stages its own ranks' inputs once they all posted, sends every other agent a share (the
+// blocks that agent's ranks need), and delivers its ranks' results once every other agent's share
+// came. Agents reach each other as clients of the same job session, over the network only.
 
 #include <algorithm>
 #include <cstring>
@@ -9,15 +14,19 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "services/builtin.h"
+#include "outboard/log.h"
 #include "services/mpi_wire.h"
 
 namespace outboard::services {
 namespace {
+
+OB_LOG_MODULE("mpi");
 
 using namespace mpi_wire;
 
@@ -27,6 +36,11 @@ constexpr int64_t kTransferTimeoutMs = 10'000;
 // Imports kept per connection for regions the rank keeps (kKeep): the interposer posts one
 // staging region again and again, and importing maps it anew (shared memory) each time.
 constexpr size_t kKeptImportsPerConnection = 8;
+// How long another agent may take to run a collective this one shared with it (it answers the
+// share then): its ranks' own timeouts end a job stuck longer.
+constexpr int64_t kShareTimeoutMs = 3'600'000;
+
+using Key = std::pair<uint64_t, uint64_t>;  // (comm, seq)
 
 struct Member {
   Post post;
@@ -37,12 +51,42 @@ struct Member {
   std::shared_ptr<const RemoteRegion> send, recv;
 };
 
-struct Pending {
-  std::vector<std::optional<Member>> ranks;  // by rank in the communicator
-  uint32_t arrived = 0;
+// Another agent's share of a collective: its blocks are a view into `payload`.
+struct Received {
+  Share share;
+  Buffer payload;
+  Responder responder;  // answered once this agent ran the collective, or failed it
+  uint32_t conn = 0;    // the connection it came on
 };
 
-std::string where(const Post& p) {
+struct Pending {
+  std::vector<std::optional<Member>> ranks;  // by rank in the communicator; other agents' stay empty
+  uint32_t arrived = 0, local = 0;           // posts in, and this agent's ranks
+  // Spanning several agents: which one this is, the others' shares, this agent's ranks' inputs.
+  uint32_t me = 0;
+  std::map<uint32_t, Received> shares;
+  std::vector<std::vector<uint8_t>> in;
+  uint64_t reserved = 0;
+  bool shared = false;          // inputs staged and shared
+  bool busy = false;            // a step of it runs now: failures wait in `failed` until it returns
+  std::optional<Status> failed;
+};
+
+// What runs next: a collective of one agent (its posts), or the next step of a spanning one.
+struct Work {
+  std::vector<std::optional<Member>> ranks;
+  Key key{};
+};
+
+// Another agent, as a client of the same job session on it.
+struct Peer {
+  std::shared_ptr<Connection> conn;
+  bool connecting = false;
+  std::vector<std::pair<Key, Buffer>> waiting;  // shares to send once connected
+};
+
+template <typename Message>  // Post or Share
+std::string where(const Message& p) {
   return "mpi: " + std::string(coll_name(p.coll)) + " #" + std::to_string(p.seq) + " on communicator " +
          std::to_string(p.comm);
 }
@@ -92,10 +136,16 @@ void reduce_into(Elem e, Reduce op, uint8_t* acc, const uint8_t* in, size_t byte
 class Mpi final : public Service {
  public:
   explicit Mpi(MpiServiceConfig config) : config_(config) {}
+  ~Mpi() override {
+    for (auto& t : connecting_) t.join();
+  }
   std::string name() const override { return "mpi"; }
   void attach(ServiceHost& host) override { host_ = &host; }
 
   void handle(ServiceRequest r) override {
+    auto kind = kind_of(r.payload.span());
+    if (!kind.ok()) return r.responder.fail(kind.status());
+    if (*kind == Kind::kShare) return take_share(std::move(r));
     auto decoded = decode(r.payload.span());
     if (!decoded.ok()) return r.responder.fail(decoded.status());
     Post post = std::move(decoded).value();
@@ -107,45 +157,45 @@ class Mpi final : public Service {
                                                   std::to_string(config_.max_pending) + ", agent option --mpi-max-pending)"});
     if (auto comm = comms_.find(post.comm); comm != comms_.end() && comm->second.left)
       return r.responder.fail(left(post, *comm->second.left));
-    const std::pair key{post.comm, post.seq};
+    const Key key{post.comm, post.seq};
     Pending& op = pending_[key];
-    if (op.ranks.empty()) op.ranks.resize(post.size);
-    if (op.ranks.size() != post.size)
+    const uint32_t me = post.agents.empty() ? 0 : post.agent_of[post.rank];
+    if (op.ranks.empty()) {
+      op.ranks.resize(post.size);
+      op.me = me;
+      op.local = post.agents.empty() ? post.size
+                                     : static_cast<uint32_t>(std::count(post.agent_of.begin(), post.agent_of.end(), me));
+    }
+    if (op.ranks.size() != post.size || op.me != me)
       return r.responder.fail({Code::kInvalidArgument, where(post) + ": rank " + std::to_string(post.rank) + " counts " +
-                                                           std::to_string(post.size) + " ranks, an earlier rank " +
-                                                           std::to_string(op.ranks.size())});
-    if (op.ranks[post.rank])
+                                                           std::to_string(post.size) + " ranks served by agent " +
+                                                           std::to_string(me) + ", an earlier rank " +
+                                                           std::to_string(op.ranks.size()) + " by agent " +
+                                                           std::to_string(op.me)});
+    if (op.ranks[post.rank] || op.arrived == op.local)
       return r.responder.fail({Code::kInvalidArgument, where(post) + ": rank " + std::to_string(post.rank) +
-                                                           " posted it twice"});
+                                                           (op.ranks[post.rank] ? " posted it twice"
+                                                                                : " posted it after this agent's ranks")});
     comms_[post.comm].ranks[post.rank] = conn;
     ++in_flight_[conn];
     ++op.arrived;
-    const uint32_t size = post.size;
+    const bool spans = !post.agents.empty();
     op.ranks[post.rank] = Member{std::move(post), std::move(r.responder), std::move(r.peer), {}, {}};
-    if (op.arrived < size) return;
-    for (auto& m : op.ranks) --in_flight_[m->peer->id()];
-    ready_.push_back(std::move(op.ranks));
-    pending_.erase(key);
-    // A collective's reads and writes progress the channel, which may hand this service the
-    // posts that complete another: that one runs after, not inside, so collectives run one at
-    // a time in the order they became complete.
-    if (running_) return;
-    running_ = true;
-    while (!ready_.empty()) {
-      auto ranks = std::move(ready_.front());
-      ready_.pop_front();
-      const Status st = run(ranks);
-      for (auto& m : ranks) {
-        if (st.ok()) m->responder.respond({});
-        else m->responder.fail(st);
-      }
+    if (op.arrived < op.local) return;
+    for (auto& m : op.ranks)
+      if (m) --in_flight_[m->peer->id()];
+    if (spans) {
+      ready_.push_back({{}, key});
+    } else {
+      ready_.push_back({std::move(op.ranks), {}});
+      pending_.erase(key);
     }
-    running_ = false;
+    drain();
   }
 
   // A rank that leaves fails every collective of its communicators that is waiting, and every one
   // posted on them later (its posts may overtake the others'): the others hear why instead of
-  // waiting for it.
+  // waiting for it. When this agent's last rank leaves, its connections to other agents close.
   void on_disconnect(uint32_t conn) override {
     in_flight_.erase(conn);
     kept_.erase(conn);
@@ -159,34 +209,283 @@ class Mpi final : public Service {
       if (!c.left) c.left = rank->first;
       c.ranks.erase(rank);
       for (auto op = pending_.lower_bound({comm->first, 0}); op != pending_.end() && op->first.first == comm->first;) {
+        if (op->second.busy || (op->second.local && op->second.arrived == op->second.local)) {
+          ++op;  // running or waiting for other agents: its own reads, writes or answers fail
+          continue;
+        }
         for (auto& m : op->second.ranks) {
           if (!m || m->peer->id() == conn) continue;
           --in_flight_[m->peer->id()];
           m->responder.fail(left(m->post, *c.left));
         }
+        for (auto& [from, got] : op->second.shares) got.responder.fail(left(got.share, *c.left));
         op = pending_.erase(op);
       }
       comm = c.ranks.empty() ? comms_.erase(comm) : std::next(comm);
     }
+    if (comms_.empty()) {
+      // Closing a connection progresses the channel, which may call this again: peers_ is empty then.
+      auto peers = std::move(peers_);
+      peers_.clear();
+    }
   }
 
  private:
-  static Status left(const Post& post, uint32_t rank) {
+  template <typename Message>
+  static Status left(const Message& m, uint32_t rank) {
     return {Code::kConnectionReset,
-            where(post) + ": rank " + std::to_string(rank) + " left (its connection closed) before the collective ran"};
+            where(m) + ": rank " + std::to_string(rank) + " left (its connection closed) before the collective ran"};
   }
 
-  // Every rank posted the same collective; alltoallv's sent and received counts pair up.
+  static const Post& first(const std::vector<std::optional<Member>>& ranks) {
+    return std::find_if(ranks.begin(), ranks.end(), [](auto& m) { return m.has_value(); })->value().post;
+  }
+
+  void drain() {
+    if (running_) return;
+    running_ = true;
+    while (!ready_.empty()) {
+      Work w = std::move(ready_.front());
+      ready_.pop_front();
+      if (w.ranks.empty()) {
+        step(w.key);
+        continue;
+      }
+      const Status st = run(w.ranks);
+      for (auto& m : w.ranks) {
+        if (st.ok()) m->responder.respond({});
+        else m->responder.fail(st);
+      }
+    }
+    running_ = false;
+  }
+
+  // Another agent's share: kept until this agent's ranks all posted and shared theirs.
+  void take_share(ServiceRequest r) {
+    auto decoded = decode_share(r.payload.span());
+    if (!decoded.ok()) return r.responder.fail(decoded.status());
+    Share share = std::move(decoded).value();
+    const uint32_t conn = r.peer->id();
+    if (in_flight_[conn] >= config_.max_pending)
+      return r.responder.fail({Code::kTooBig, where(share) + ": agent " + std::to_string(share.from) + " already has " +
+                                                  std::to_string(in_flight_[conn]) + " shares waiting here (limit " +
+                                                  std::to_string(config_.max_pending) + ", agent option --mpi-max-pending)"});
+    if (auto comm = comms_.find(share.comm); comm != comms_.end() && comm->second.left)
+      return r.responder.fail(left(share, *comm->second.left));
+    const Key key{share.comm, share.seq};
+    Pending& op = pending_[key];
+    if (op.shares.count(share.from))
+      return r.responder.fail({Code::kInvalidArgument, where(share) + ": agent " + std::to_string(share.from) + " shared it twice"});
+    ++in_flight_[conn];
+    const uint32_t from = share.from;
+    op.shares.emplace(from, Received{std::move(share), std::move(r.payload), std::move(r.responder), conn});
+    OB_LOG_DBG("%s: share %zu from agent %u", where(op.shares.at(from).share).c_str(), op.shares.size(), from);
+    if (op.shared && !op.busy && all_shared(op)) {
+      ready_.push_back({{}, key});
+      drain();
+    }
+  }
+
+  static bool all_shared(const Pending& op) { return op.shares.size() + 1 >= first(op.ranks).agents.size(); }
+
+  // The next step of a spanning collective: this agent's ranks' inputs staged and shared, or
+  // (every other agent's share in) its ranks' results delivered.
+  void step(Key key) {
+    auto it = pending_.find(key);
+    if (it == pending_.end()) return;  // failed meanwhile
+    Pending& op = it->second;
+    const bool delivering = op.shared;
+    op.busy = true;
+    Status st = delivering ? deliver_spanning(op) : share_out(key, op);
+    op.busy = false;
+    if (st.ok() && op.failed) st = *op.failed;
+    if (!st.ok() || delivering) return finish(key, st);
+    op.shared = true;
+    if (all_shared(op)) ready_.push_back({{}, key});
+  }
+
+  // Answers this agent's ranks and the other agents' shares of a spanning collective, and forgets it.
+  void finish(Key key, const Status& st) {
+    auto it = pending_.find(key);
+    if (it == pending_.end()) return;
+    Pending& op = it->second;
+    if (op.busy) {  // a failure while a step runs: the step finishes it
+      if (!op.failed) op.failed = st;
+      return;
+    }
+    for (auto& m : op.ranks)
+      if (m) st.ok() ? m->responder.respond({}) : m->responder.fail(st);
+    for (auto& [from, got] : op.shares) {
+      st.ok() ? got.responder.respond({}) : got.responder.fail(st);
+      if (auto n = in_flight_.find(got.conn); n != in_flight_.end() && n->second) --n->second;
+    }
+    host_->release_memory(op.reserved);
+    pending_.erase(it);
+  }
+
+  Status share_out(Key key, Pending& op) {
+    OB_RETURN_IF_ERROR(agree(op.ranks));
+    OB_RETURN_IF_ERROR(import_all(op.ranks));
+    op.in.resize(op.ranks.size());
+    OB_RETURN_IF_ERROR(stage(op.ranks, op.in, op.reserved));
+    const Post& a = first(op.ranks);
+    const bool pairs = a.coll == Coll::kAlltoall || a.coll == Coll::kAlltoallv;
+    for (uint32_t to = 0; to < a.agents.size(); ++to) {
+      if (to == op.me) continue;
+      Share share{a.comm, a.seq, a.size, op.me, a.coll, a.elem, a.reduce, a.root, a.bytes, {}, {}};
+      std::vector<std::span<const uint8_t>> blocks;
+      uint64_t total = 0;
+      auto add = [&](std::span<const uint8_t> b) {
+        share.lengths.push_back(b.size());
+        blocks.push_back(b);
+        total += b.size();
+      };
+      for (uint32_t i = 0; i < a.size; ++i) {
+        if (a.agent_of[i] != op.me) continue;
+        if (!pairs) add(a.coll == Coll::kBcast && i != a.root ? std::span<const uint8_t>() : op.in[i]);
+        else
+          for (uint32_t j = 0; j < a.size; ++j)
+            if (a.agent_of[j] == to) add(staged_block(op.ranks, op.in, i, j));
+      }
+      // The header, then the blocks straight from the staged inputs: one copy.
+      const std::vector<uint8_t> header = encode(share);
+      Buffer message(header.size() + total);
+      uint8_t* at = std::copy(header.begin(), header.end(), message.data());
+      for (auto b : blocks) at = std::copy(b.begin(), b.end(), at);
+      send_share(a.agents[to], a.token, key, std::move(message));
+    }
+    return {};
+  }
+
+  // Checks each share against this agent's ranks' posts, then delivers every block to them.
+  Status deliver_spanning(Pending& op) {
+    const Post& a = first(op.ranks);
+    const uint64_t n = a.size;
+    const bool pairs = a.coll == Coll::kAlltoall || a.coll == Coll::kAlltoallv;
+    std::vector<std::vector<std::span<const uint8_t>>> got(n);  // another agent's rank i: by j, or [0]
+    for (auto& [from, r] : op.shares) {
+      const Share& sh = r.share;
+      auto agent = [&, from = from] {  // error text only
+        return where(a) + ": agent " + std::to_string(from) + " (" +
+               (from < a.agents.size() ? a.agents[from] : std::string("unknown")) + ")";
+      };
+      if (from >= a.agents.size() || from == op.me)
+        return {Code::kInvalidArgument, agent() + " is not another of the " + std::to_string(a.agents.size()) +
+                                            " agents this agent's ranks name"};
+      if (sh.size != a.size || sh.coll != a.coll || sh.elem != a.elem || sh.reduce != a.reduce ||
+          sh.root != a.root || (a.coll != Coll::kAlltoallv && sh.bytes != a.bytes))
+        return {Code::kInvalidArgument,
+                agent() + " shared " + std::string(coll_name(sh.coll)) + " of " + std::to_string(sh.bytes) +
+                    " B over " + std::to_string(sh.size) + " ranks (element " + std::to_string(int(sh.elem)) +
+                    ", op " + std::to_string(int(sh.reduce)) + ", root " + std::to_string(sh.root) + "), rank " +
+                    std::to_string(a.rank) + " posted " + std::string(coll_name(a.coll)) + " of " +
+                    std::to_string(a.bytes) + " B over " + std::to_string(a.size) + " (element " +
+                    std::to_string(int(a.elem)) + ", op " + std::to_string(int(a.reduce)) + ", root " +
+                    std::to_string(a.root) + ")"};
+      size_t block = 0;
+      uint64_t at = 0;
+      auto take = [&](uint64_t i, uint64_t j, uint64_t expected) -> Result<std::span<const uint8_t>> {
+        if (block == sh.lengths.size())
+          return Status{Code::kInvalidArgument, agent() + " shared " + std::to_string(block) + " blocks, too few"};
+        const uint64_t len = sh.lengths[block++];
+        if (len != expected)
+          return Status{Code::kInvalidArgument, agent() + ": rank " + std::to_string(i) + " sends " + std::to_string(len) +
+                                                    " B to rank " + std::to_string(j) + ", which expects " +
+                                                    std::to_string(expected) + " B"};
+        auto b = sh.data.subspan(at, len);
+        at += len;
+        return b;
+      };
+      for (uint64_t i = 0; i < n; ++i) {
+        if (a.agent_of[i] != from) continue;
+        got[i].resize(pairs ? n : 1);
+        if (!pairs) {
+          const uint64_t expected = a.coll == Coll::kBcast && i != a.root ? 0 : a.bytes;
+          OB_ASSIGN_OR_RETURN(got[i][0], take(i, a.rank, expected));
+          continue;
+        }
+        for (uint64_t j = 0; j < n; ++j)
+          if (op.ranks[j]) {
+            const uint64_t expected = a.coll == Coll::kAlltoall ? a.bytes : op.ranks[j]->post.recv_counts[i];
+            OB_ASSIGN_OR_RETURN(got[i][j], take(i, j, expected));
+          }
+      }
+      if (block != sh.lengths.size())
+        return {Code::kInvalidArgument, agent() + " shared " + std::to_string(sh.lengths.size()) + " blocks, " +
+                                            std::to_string(block) + " expected"};
+    }
+    for (uint64_t i = 0; i < n; ++i)
+      if (!op.ranks[i] && got[i].empty())
+        return {Code::kInvalidArgument, where(a) + ": no agent shared rank " + std::to_string(i) + "'s input"};
+    return deliver(op.ranks, [&](uint64_t i, uint64_t j) {
+      return op.ranks[i] ? staged_block(op.ranks, op.in, i, j) : got[i][pairs ? j : 0];
+    });
+  }
+
+  void send_share(const std::string& address, const std::string& token, Key key, Buffer message) {
+    Peer& p = peers_[address];
+    if (p.conn) return submit_share(address, p.conn, key, std::move(message));
+    p.waiting.emplace_back(key, std::move(message));
+    if (p.connecting) return;
+    p.connecting = true;
+    // Connecting waits for the other agent's welcome, which may be connecting to this one at the
+    // same time: off the progress thread, the result handed back to it.
+    ChannelConfig config;
+    config.session = token;
+    config.network_only = true;
+    config.spin_us = 0;
+    connecting_.emplace_back([this, alive = std::weak_ptr<bool>(alive_), address, config] {
+      auto conn = std::make_shared<Result<std::unique_ptr<Connection>>>(Connection::connect(address, config));
+      host_->post([this, alive, address, conn] {
+        if (!alive.expired()) connected(address, std::move(*conn));
+      });
+    });
+  }
+
+  void connected(const std::string& address, Result<std::unique_ptr<Connection>> conn) {
+    OB_LOG_DBG("agent %s: %s", address.c_str(), conn.ok() ? "connected" : conn.status().to_string().c_str());
+    auto it = peers_.find(address);
+    if (it == peers_.end()) return;  // this agent's ranks all left meanwhile
+    auto waiting = std::move(it->second.waiting);
+    it->second.waiting.clear();
+    it->second.connecting = false;
+    if (!conn.ok()) {
+      peers_.erase(it);
+      for (auto& [key, message] : waiting) finish(key, conn.status().with_context("mpi: reaching agent " + address));
+      return;
+    }
+    std::shared_ptr<Connection> c = std::move(conn).value();
+    it->second.conn = c;
+    for (auto& [key, message] : waiting) submit_share(address, c, key, std::move(message));
+  }
+
+  // The other agent answers once it ran the collective: a failure there (or its end) fails it here.
+  void submit_share(const std::string& address, std::shared_ptr<Connection> conn, Key key, Buffer message) {
+    auto on_answer = [this, alive = std::weak_ptr<bool>(alive_), address, key](Result<Buffer> answer) {
+      if (!answer.ok() && !alive.expired()) finish(key, answer.status().with_context("mpi: agent " + address));
+    };
+    const Status st = conn->submit("mpi", std::move(message), Deadline::after_ms(kShareTimeoutMs), on_answer,
+                                   Connection::Credit::kWait);
+    if (!st.ok()) finish(key, st.with_context("mpi: sending agent " + address + " its share"));
+  }
+
+  // Every rank posted the same collective; alltoallv's sent and received counts pair up (between
+  // this agent's ranks: the shares carry the rest).
   static Status agree(std::vector<std::optional<Member>>& ranks) {
-    const Post& a = ranks[0]->post;
+    const Post& a = first(ranks);
     for (auto& m : ranks) {
+      if (!m) continue;
       const Post& b = m->post;
+      if (b.agents != a.agents || b.agent_of != a.agent_of || b.token != a.token)
+        return {Code::kInvalidArgument, where(b) + ": rank " + std::to_string(b.rank) + " names other agents or " +
+                                            "another session than rank " + std::to_string(a.rank)};
       if (b.coll != a.coll || b.elem != a.elem || b.reduce != a.reduce || b.root != a.root ||
           (a.coll != Coll::kAlltoallv && b.bytes != a.bytes))
         return {Code::kInvalidArgument,
                 where(b) + ": rank " + std::to_string(b.rank) + " posted " + std::string(coll_name(b.coll)) + " of " +
                     std::to_string(b.bytes) + " B (element " + std::to_string(int(b.elem)) + ", op " +
-                    std::to_string(int(b.reduce)) + ", root " + std::to_string(b.root) + "), rank 0 " +
+                    std::to_string(int(b.reduce)) + ", root " + std::to_string(b.root) + "), rank " +
+                    std::to_string(a.rank) + " " +
                     std::string(coll_name(a.coll)) + " of " + std::to_string(a.bytes) + " B (element " +
                     std::to_string(int(a.elem)) + ", op " + std::to_string(int(a.reduce)) + ", root " +
                     std::to_string(a.root) + ")"};
@@ -194,6 +493,7 @@ class Mpi final : public Service {
     if (a.coll != Coll::kAlltoallv) return {};
     for (auto& from : ranks)
       for (auto& to : ranks) {
+        if (!from || !to) continue;
         const uint64_t sent = sends_of(from->post)[to->post.rank], got = to->post.recv_counts[from->post.rank];
         if (sent != got)
           return {Code::kInvalidArgument, where(a) + ": rank " + std::to_string(from->post.rank) + " sends " +
@@ -240,9 +540,9 @@ class Mpi final : public Service {
     return kept.back().second;
   }
 
-  Status run(std::vector<std::optional<Member>>& ranks) {
-    OB_RETURN_IF_ERROR(agree(ranks));
+  Status import_all(std::vector<std::optional<Member>>& ranks) {
     for (auto& m : ranks) {
+      if (!m) continue;
       if (!m->post.send_region.empty()) {
         OB_ASSIGN_OR_RETURN(m->send, imported(*m, m->post.send_region));
       }
@@ -250,23 +550,19 @@ class Mpi final : public Service {
         OB_ASSIGN_OR_RETURN(m->recv, imported(*m, m->post.recv_region));
       }
     }
+    return {};
+  }
+
+  // A collective whose ranks this agent serves alone.
+  Status run(std::vector<std::optional<Member>>& ranks) {
+    OB_RETURN_IF_ERROR(agree(ranks));
+    OB_RETURN_IF_ERROR(import_all(ranks));
     if (direct(ranks)) return ranks[0]->post.coll == Coll::kAllreduce ? reduce_across(ranks) : copy_across(ranks);
-    const Post& a = ranks[0]->post;
-    const uint64_t n = ranks.size();
-    // Every input is read before any result is written: in place, the result overwrites it.
-    uint64_t staged = 0;
-    for (auto& m : ranks)
-      switch (a.coll) {
-        case Coll::kAlltoall: staged += n * a.bytes; break;
-        case Coll::kAlltoallv: for (uint64_t c : sends_of(m->post)) staged += c; break;
-        case Coll::kAllgather: case Coll::kAllreduce: staged += a.bytes; break;
-        case Coll::kBcast: staged = a.bytes; break;
-      }
-    if (Status st = host_->reserve_memory(staged, "staging"); !st.ok()) return st.with_context(where(a));
-    std::vector<std::vector<uint8_t>> in(n);
-    Status st = stage(ranks, in);
-    if (st.ok()) st = deliver(ranks, in);
-    host_->release_memory(staged);
+    std::vector<std::vector<uint8_t>> in(ranks.size());
+    uint64_t reserved = 0;
+    Status st = stage(ranks, in, reserved);
+    if (st.ok()) st = deliver(ranks, [&](uint64_t i, uint64_t j) { return staged_block(ranks, in, i, j); });
+    host_->release_memory(reserved);
     return st;
   }
 
@@ -339,10 +635,25 @@ class Mpi final : public Service {
     return {};
   }
 
-  static Status stage(std::vector<std::optional<Member>>& ranks, std::vector<std::vector<uint8_t>>& in) {
-    const Post& a = ranks[0]->post;
+  // Reads every input of this agent's ranks (before any result is written: in place, the result
+  // overwrites it), `reserved` of the agent's memory for them.
+  Status stage(std::vector<std::optional<Member>>& ranks, std::vector<std::vector<uint8_t>>& in, uint64_t& reserved) {
+    const Post& a = first(ranks);
     const uint64_t n = ranks.size();
+    uint64_t staged = 0;
+    for (auto& m : ranks) {
+      if (!m) continue;
+      switch (a.coll) {
+        case Coll::kAlltoall: staged += n * a.bytes; break;
+        case Coll::kAlltoallv: for (uint64_t c : sends_of(m->post)) staged += c; break;
+        case Coll::kAllgather: case Coll::kAllreduce: staged += a.bytes; break;
+        case Coll::kBcast: staged = a.bytes; break;
+      }
+    }
+    if (Status st = host_->reserve_memory(staged, "staging"); !st.ok()) return st.with_context(where(a));
+    reserved = staged;
     for (uint64_t i = 0; i < n; ++i) {
+      if (!ranks[i]) continue;
       Member& m = *ranks[i];
       const bool own = m.post.in_place;
       switch (a.coll) {
@@ -377,34 +688,51 @@ class Mpi final : public Service {
     return {};
   }
 
-  static Status deliver(std::vector<std::optional<Member>>& ranks, std::vector<std::vector<uint8_t>>& in) {
-    const Post& a = ranks[0]->post;
+  // Rank i's block for rank j (alltoall(v)), else its whole input, from the staged inputs.
+  static std::span<const uint8_t> staged_block(const std::vector<std::optional<Member>>& ranks,
+                                               const std::vector<std::vector<uint8_t>>& in, uint64_t i, uint64_t j) {
+    const Post& p = ranks[i]->post;
+    switch (p.coll) {
+      case Coll::kAlltoall: return std::span(in[i]).subspan(j * p.bytes, p.bytes);
+      case Coll::kAlltoallv: {
+        const auto& sent = sends_of(p);
+        uint64_t at = 0;
+        for (uint64_t k = 0; k < j; ++k) at += sent[k];
+        return std::span(in[i]).subspan(at, sent[j]);
+      }
+      default: return in[i];
+    }
+  }
+
+  // Writes every result of this agent's ranks: `block(i, j)` is what rank i gives rank j.
+  template <typename Blocks>
+  static Status deliver(std::vector<std::optional<Member>>& ranks, const Blocks& block) {
+    const Post& a = first(ranks);
     const uint64_t n = ranks.size();
-    if (a.coll == Coll::kAllreduce)
-      for (uint64_t i = 1; i < n; ++i) reduce_into(a.elem, a.reduce, in[0].data(), in[i].data(), a.bytes);
+    std::vector<uint8_t> sum;
+    if (a.coll == Coll::kAllreduce) {
+      auto in = block(0, 0);
+      sum.assign(in.begin(), in.end());
+      for (uint64_t i = 1; i < n; ++i) reduce_into(a.elem, a.reduce, sum.data(), block(i, 0).data(), a.bytes);
+    }
     for (uint64_t j = 0; j < n; ++j) {
+      if (!ranks[j]) continue;
       Member& to = *ranks[j];
       switch (a.coll) {
         case Coll::kAlltoall:
-          for (uint64_t i = 0; i < n; ++i)
-            OB_RETURN_IF_ERROR(write(to, i * a.bytes, std::span(in[i]).subspan(j * a.bytes, a.bytes)));
+          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, i * a.bytes, block(i, j)));
           break;
         case Coll::kAlltoallv:
-          for (uint64_t i = 0; i < n; ++i) {
-            const auto& sent = sends_of(ranks[i]->post);
-            uint64_t at = 0;
-            for (uint64_t k = 0; k < j; ++k) at += sent[k];
-            OB_RETURN_IF_ERROR(write(to, to.post.recv_displs[i], std::span(in[i]).subspan(at, sent[j])));
-          }
+          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, to.post.recv_displs[i], block(i, j)));
           break;
         case Coll::kAllgather:
-          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, i * a.bytes, in[i]));
+          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, i * a.bytes, block(i, 0)));
           break;
         case Coll::kBcast:
-          if (j != a.root) OB_RETURN_IF_ERROR(write(to, 0, in[a.root]));
+          if (j != a.root) OB_RETURN_IF_ERROR(write(to, 0, block(a.root, 0)));
           break;
         case Coll::kAllreduce:
-          OB_RETURN_IF_ERROR(write(to, 0, in[0]));
+          OB_RETURN_IF_ERROR(write(to, 0, sum));
           break;
       }
     }
@@ -412,7 +740,7 @@ class Mpi final : public Service {
     // every result is in place before any rank hears that it is. A mapped region was written by
     // CPU copies already ordered before the answer's release store: no round trip for those.
     for (auto& m : ranks)
-      if (m->recv && !m->recv->mapped())
+      if (m && m->recv && !m->recv->mapped())
         OB_RETURN_IF_ERROR(m->peer->flush(Deadline::after_ms(kTransferTimeoutMs))
                              .with_context(where(m->post) + ": completing rank " + std::to_string(m->post.rank) +
                                            "'s writes"));
@@ -428,8 +756,11 @@ class Mpi final : public Service {
   };
   std::unordered_map<uint64_t, Comm> comms_;  // by the job's name for the communicator
   std::unordered_map<uint32_t, uint32_t> in_flight_;                              // connection -> waiting posts
-  std::deque<std::vector<std::optional<Member>>> ready_;  // complete collectives, in order
-  bool running_ = false;                                  // one of them is running
+  std::deque<Work> ready_;  // complete collectives and steps, in order
+  bool running_ = false;   // one of them is running
+  std::map<std::string, Peer> peers_;          // other agents, by address
+  std::vector<std::thread> connecting_;        // connecting to them
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for what runs after this is gone
   std::unordered_map<uint32_t, std::vector<std::pair<std::vector<uint8_t>, std::shared_ptr<const RemoteRegion>>>>
       kept_;  // connection -> imports of its kept regions, oldest first
 };

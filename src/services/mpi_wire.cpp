@@ -59,11 +59,55 @@ Result<std::vector<uint8_t>> get_descriptor(codec::Reader& r, const char* which)
   return std::vector<uint8_t>(bytes.begin(), bytes.end());
 }
 
+// The collective's kinds, known and consistent: only allreduce, and it always, names an element
+// and an op, and reduces whole elements.
+Status shape(uint8_t coll, uint8_t elem, uint8_t reduce, uint64_t bytes, Coll& c, Elem& e, Reduce& op) {
+  if (coll >= kColls || elem >= kElems || reduce >= kReduces)
+    return bad("unknown collective " + std::to_string(coll) + ", element " + std::to_string(elem) + " or op " +
+               std::to_string(reduce));
+  c = static_cast<Coll>(coll), e = static_cast<Elem>(elem), op = static_cast<Reduce>(reduce);
+  const bool reduces = c == Coll::kAllreduce;
+  if (reduces != (op != Reduce::kNone) || reduces != (e != Elem::kBytes))
+    return bad(std::string(coll_name(c)) + " with element " + std::to_string(elem) + " and op " +
+               std::to_string(reduce) + " (only allreduce, and it always, names both)");
+  if (reduces && bytes % elem_size(e))
+    return bad("allreduce of " + std::to_string(bytes) + " B is not a whole number of " +
+               std::to_string(elem_size(e)) + " B elements");
+  return {};
+}
+
+Status get_spans(codec::Reader& r, Post& p) {
+  std::span<const uint8_t> text;
+  if (!r.take(kTokenHexDigits, text)) return bad("truncated session token");
+  p.token.assign(text.begin(), text.end());
+  if (p.token.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+    return bad("session token is not " + std::to_string(kTokenHexDigits) + " hex digits");
+  uint32_t agents = 0;
+  if (!r.get(agents) || agents < 2 || agents > p.size)
+    return bad(std::to_string(agents) + " agents for a communicator of " + std::to_string(p.size) +
+               " ranks (2 to one per rank)");
+  p.agents.resize(agents);
+  for (uint32_t i = 0; i < agents; ++i)
+    if (!r.get_string(p.agents[i]) || p.agents[i].empty() || p.agents[i].size() > kMaxAddressBytes)
+      return bad("agent " + std::to_string(i) + "'s address: truncated, empty or over " +
+                 std::to_string(kMaxAddressBytes) + " B");
+  uint32_t n = 0;
+  if (!r.get(n) || n != p.size || r.in.size() / 4 < n)
+    return bad("agent_of needs " + std::to_string(p.size) + " values");
+  p.agent_of.resize(n);
+  for (uint32_t& a : p.agent_of) {
+    r.get(a);
+    if (a >= agents) return bad("agent_of names agent " + std::to_string(a) + " of " + std::to_string(agents));
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<uint8_t> encode(const Post& p) {
   codec::Writer w;
   w.put(kVersion);
+  w.put(static_cast<uint8_t>(Kind::kPost));
   w.put(p.comm);
   w.put(p.seq);
   w.put(p.size);
@@ -71,7 +115,7 @@ std::vector<uint8_t> encode(const Post& p) {
   w.put(static_cast<uint8_t>(p.coll));
   w.put(static_cast<uint8_t>(p.elem));
   w.put(static_cast<uint8_t>(p.reduce));
-  w.put(static_cast<uint8_t>((p.in_place ? kInPlace : 0) | (p.keep ? kKeep : 0)));
+  w.put(static_cast<uint8_t>((p.in_place ? kInPlace : 0) | (p.keep ? kKeep : 0) | (p.agents.empty() ? 0 : kSpans)));
   w.put(p.root);
   w.put(p.bytes);
   w.put(p.send_offset);
@@ -80,16 +124,49 @@ std::vector<uint8_t> encode(const Post& p) {
     for (const auto* a : {&p.send_counts, &p.send_displs, &p.recv_counts, &p.recv_displs}) put_array(w, *a);
   put_descriptor(w, p.send_region);
   put_descriptor(w, p.recv_region);
+  if (!p.agents.empty()) {
+    w.put_bytes(p.token);
+    w.put(static_cast<uint32_t>(p.agents.size()));
+    for (const auto& a : p.agents) w.put_string(a);
+    w.put(static_cast<uint32_t>(p.agent_of.size()));
+    for (uint32_t a : p.agent_of) w.put(a);
+  }
   return std::move(w.bytes);
 }
 
+std::vector<uint8_t> encode(const Share& s) {
+  codec::Writer w;
+  w.put(kVersion);
+  w.put(static_cast<uint8_t>(Kind::kShare));
+  w.put(s.comm);
+  w.put(s.seq);
+  w.put(s.size);
+  w.put(s.from);
+  w.put(static_cast<uint8_t>(s.coll));
+  w.put(static_cast<uint8_t>(s.elem));
+  w.put(static_cast<uint8_t>(s.reduce));
+  w.put(s.root);
+  w.put(s.bytes);
+  put_array(w, s.lengths);
+  w.put_bytes(s.data);
+  return std::move(w.bytes);
+}
+
+Result<Kind> kind_of(std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return bad("empty request");
+  if (bytes[0] != kVersion)
+    return bad("wire version " + std::to_string(bytes[0]) + " (this agent speaks " + std::to_string(kVersion) + ")");
+  if (bytes.size() < 2 || bytes[1] >= kKinds)
+    return bad("unknown message kind" + (bytes.size() < 2 ? std::string() : " " + std::to_string(bytes[1])));
+  return static_cast<Kind>(bytes[1]);
+}
+
 Result<Post> decode(std::span<const uint8_t> bytes) {
-  codec::Reader r{bytes};
+  OB_ASSIGN_OR_RETURN(Kind kind, kind_of(bytes));
+  if (kind != Kind::kPost) return bad("a share where a post was expected");
+  codec::Reader r{bytes.subspan(2)};
   Post p;
-  uint8_t version = 0, coll = 0, elem = 0, reduce = 0, flags = 0;
-  if (!r.get(version)) return bad("empty request");
-  if (version != kVersion)
-    return bad("wire version " + std::to_string(version) + " (this agent speaks " + std::to_string(kVersion) + ")");
+  uint8_t coll = 0, elem = 0, reduce = 0, flags = 0;
   if (!r.get(p.comm) || !r.get(p.seq) || !r.get(p.size) || !r.get(p.rank) || !r.get(coll) || !r.get(elem) ||
       !r.get(reduce) || !r.get(flags) || !r.get(p.root) || !r.get(p.bytes) ||
       !r.get(p.send_offset) || !r.get(p.recv_offset))
@@ -97,19 +174,10 @@ Result<Post> decode(std::span<const uint8_t> bytes) {
   if (p.size == 0 || p.size > kMaxRanks)
     return bad("communicator of " + std::to_string(p.size) + " ranks (1 to " + std::to_string(kMaxRanks) + ")");
   if (p.rank >= p.size) return bad("rank " + std::to_string(p.rank) + " of " + std::to_string(p.size) + " ranks");
-  if (coll >= kColls || elem >= kElems || reduce >= kReduces || (flags & ~(kInPlace | kKeep)))
-    return bad("unknown collective " + std::to_string(coll) + ", element " + std::to_string(elem) + ", op " +
-               std::to_string(reduce) + " or flags " + std::to_string(flags));
-  p.coll = static_cast<Coll>(coll), p.elem = static_cast<Elem>(elem), p.reduce = static_cast<Reduce>(reduce);
+  if (flags & ~(kInPlace | kKeep | kSpans)) return bad("unknown flags " + std::to_string(flags));
+  OB_RETURN_IF_ERROR(shape(coll, elem, reduce, p.bytes, p.coll, p.elem, p.reduce));
   p.in_place = flags & kInPlace;
   p.keep = flags & kKeep;
-  const bool reduces = p.coll == Coll::kAllreduce;
-  if (reduces != (p.reduce != Reduce::kNone) || reduces != (p.elem != Elem::kBytes))
-    return bad(std::string(coll_name(p.coll)) + " with element " + std::to_string(elem) + " and op " +
-               std::to_string(reduce) + " (only allreduce, and it always, names both)");
-  if (reduces && p.bytes % elem_size(p.elem))
-    return bad("allreduce of " + std::to_string(p.bytes) + " B is not a whole number of " +
-               std::to_string(elem_size(p.elem)) + " B elements");
   if (p.coll == Coll::kBcast && (p.root >= p.size || p.in_place))
     return bad("bcast from root " + std::to_string(p.root) + " of " + std::to_string(p.size) + " ranks" +
                (p.in_place ? ", in place" : ""));
@@ -128,8 +196,40 @@ Result<Post> decode(std::span<const uint8_t> bytes) {
   if ((needs_send && p.send_region.empty()) || (receives && p.recv_region.empty()))
     return bad(std::string(coll_name(p.coll)) + (p.in_place ? " in place" : "") + " without its " +
                (needs_send && p.send_region.empty() ? "send" : "receive") + " region");
+  if (flags & kSpans) OB_RETURN_IF_ERROR(get_spans(r, p));
   if (!r.in.empty()) return bad(std::to_string(r.in.size()) + " B after the request");
   return p;
+}
+
+Result<Share> decode_share(std::span<const uint8_t> bytes) {
+  OB_ASSIGN_OR_RETURN(Kind kind, kind_of(bytes));
+  if (kind != Kind::kShare) return bad("a post where a share was expected");
+  codec::Reader r{bytes.subspan(2)};
+  Share s;
+  uint8_t coll = 0, elem = 0, reduce = 0;
+  uint32_t blocks = 0;
+  if (!r.get(s.comm) || !r.get(s.seq) || !r.get(s.size) || !r.get(s.from) || !r.get(coll) || !r.get(elem) ||
+      !r.get(reduce) || !r.get(s.root) || !r.get(s.bytes) || !r.get(blocks))
+    return bad("truncated share header");
+  if (s.size == 0 || s.size > kMaxRanks || s.from >= s.size)
+    return bad("share from agent " + std::to_string(s.from) + " for a communicator of " + std::to_string(s.size) +
+               " ranks (1 to " + std::to_string(kMaxRanks) + ", at most one agent each)");
+  OB_RETURN_IF_ERROR(shape(coll, elem, reduce, s.bytes, s.coll, s.elem, s.reduce));
+  // At most one block per pair of ranks.
+  if (blocks > uint64_t{s.size} * s.size || r.in.size() / 8 < blocks)
+    return bad("share of " + std::to_string(blocks) + " blocks for " + std::to_string(s.size) + " ranks");
+  s.lengths.resize(blocks);
+  uint64_t total = 0;
+  for (uint64_t& n : s.lengths) {
+    r.get(n);
+    if (n > r.in.size() || total + n > r.in.size())
+      return bad("share's blocks add up to more than the " + std::to_string(r.in.size()) + " B it carries");
+    total += n;
+  }
+  if (total != r.in.size())
+    return bad("share's blocks add up to " + std::to_string(total) + " B, it carries " + std::to_string(r.in.size()));
+  s.data = r.in;
+  return s;
 }
 
 }  // namespace outboard::services::mpi_wire

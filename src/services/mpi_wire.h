@@ -1,16 +1,25 @@
 #pragma once
 // The `mpi` service's wire format (little-endian, util/codec.h). A rank posts each collective it
-// hands to the agent as one request; the agent answers every rank's request once all ranks of the
+// hands to its agent as one request; the agent answers every rank's request once all ranks of the
 // communicator have posted it and every result is in their memory (or fails them all, naming why).
+// Where the communicator's ranks are served by several agents, each agent sends every other one a
+// share: what that agent's ranks need from its own ranks, answered once the receiver ran the
+// collective (so a sender hears of a receiver that failed or died).
 //
-// Request: u8 kVersion, u64 comm, u64 seq, u32 size, u32 rank, u8 Coll, u8 Elem, u8 Reduce,
-// u8 flags (kInPlace, kKeep), u32 root, u64 bytes, u64 send_offset, u64 recv_offset, then for kAlltoallv four u32-counted u64 arrays (send
-// counts, send displacements, receive counts, receive displacements, in bytes, `size` each), then
-// the send region's descriptor (u32 length + bytes; empty in place and for kBcast) and the receive
-// region's (for kBcast: the buffer, read at the root and written elsewhere).
+// Every message: u8 kVersion, u8 Kind.
+// Post: u64 comm, u64 seq, u32 size, u32 rank, u8 Coll, u8 Elem, u8 Reduce, u8 flags (kInPlace,
+// kKeep, kSpans), u32 root, u64 bytes, u64 send_offset, u64 recv_offset, then for kAlltoallv four
+// u32-counted u64 arrays (send counts, send displacements, receive counts, receive displacements,
+// in bytes, `size` each), then the send region's descriptor (u32 length + bytes; empty in place and
+// for kBcast) and the receive region's (for kBcast: the buffer, read at the root and written
+// elsewhere); with kSpans: the job's session token (64 hex digits), u32-counted agent addresses
+// (u32 length + bytes each) and u32-counted agent_of (u32 each, `size` of them).
+// Share: u64 comm, u64 seq, u32 size, u32 from, u8 Coll, u8 Elem, u8 Reduce, u32 root, u64 bytes,
+// u32-counted u64 block lengths, then the blocks back to back (their lengths' sum, nothing after).
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -18,11 +27,18 @@
 
 namespace outboard::services::mpi_wire {
 
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;
 /// Ranks of one communicator the agent takes a collective from.
 inline constexpr uint32_t kMaxRanks = 1024;
 /// Bytes of a region descriptor (UCX's packed key and address run to a few hundred).
 inline constexpr uint32_t kMaxDescriptorBytes = 4096;
+/// Bytes of an agent's address ("host:port").
+inline constexpr uint32_t kMaxAddressBytes = 256;
+/// Hex digits of a session token.
+inline constexpr uint32_t kTokenHexDigits = 64;
+
+enum class Kind : uint8_t { kPost, kShare };
+inline constexpr uint8_t kKinds = 2;
 
 enum class Coll : uint8_t { kAlltoall, kAlltoallv, kAllgather, kBcast, kAllreduce };
 inline constexpr uint8_t kColls = 5;
@@ -36,6 +52,8 @@ inline constexpr uint8_t kInPlace = 1;
 /// descriptor's bytes do not name one region: a freed shared-memory segment's file descriptor
 /// and address come back for the next one.)
 inline constexpr uint8_t kKeep = 2;
+/// The communicator's ranks are served by several agents: the post names them (Spans).
+inline constexpr uint8_t kSpans = 4;
 
 std::string_view coll_name(Coll c);
 size_t elem_size(Elem e);  // 1 for kBytes
@@ -55,12 +73,40 @@ struct Post {
   std::vector<uint64_t> send_counts, send_displs, recv_counts, recv_displs;  // kAlltoallv, in bytes
   std::vector<uint8_t> send_region, recv_region;                          // descriptors
   uint64_t send_offset = 0, recv_offset = 0;  // where in its region each buffer starts
+  // kSpans (agents not empty): the agents serving the job, the same list on every rank, and which
+  // of them serves each rank of the communicator; `token` is the job's session, which the agents
+  // join on each other.
+  std::string token;
+  std::vector<std::string> agents;
+  std::vector<uint32_t> agent_of;
+};
+
+/// What agent `from` sends each other agent serving a collective: the blocks its ranks give the
+/// receiver's ranks, in rank order (for alltoall(v): by sending rank, then receiving rank; else one
+/// block per sending rank: its input, empty for bcast ranks other than the root). The header
+/// repeats the collective's shape, so agents whose ranks disagree say so.
+struct Share {
+  uint64_t comm = 0, seq = 0;
+  uint32_t size = 0, from = 0;
+  Coll coll = Coll::kAlltoall;
+  Elem elem = Elem::kBytes;
+  Reduce reduce = Reduce::kNone;
+  uint32_t root = 0;
+  uint64_t bytes = 0;
+  std::vector<uint64_t> lengths;
+  std::span<const uint8_t> data;  // encode(): the blocks (none: the header alone); decode(): a view
 };
 
 std::vector<uint8_t> encode(const Post& post);
+std::vector<uint8_t> encode(const Share& share);
+/// The message's kind, or an error for a version or kind this agent does not speak.
+Result<Kind> kind_of(std::span<const uint8_t> bytes);
 /// Every field checked: kVersion, rank < size <= kMaxRanks, known kinds, a reduction's element and
 /// op (and bytes a multiple of the element), alltoallv's arrays `size` long, the descriptors
-/// present where needed and within kMaxDescriptorBytes, nothing left over.
+/// present where needed and within kMaxDescriptorBytes, with kSpans a token of kTokenHexDigits,
+/// 2 to `size` addresses within kMaxAddressBytes and every agent_of naming one, nothing left over.
 Result<Post> decode(std::span<const uint8_t> bytes);
+/// A share: size <= kMaxRanks, known kinds, the lengths adding up to the data that follows.
+Result<Share> decode_share(std::span<const uint8_t> bytes);
 
 }  // namespace outboard::services::mpi_wire

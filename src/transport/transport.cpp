@@ -490,6 +490,14 @@ Result<std::shared_ptr<Worker>> Worker::create(ucp_context* context) {
   if (s != UCS_OK) return from_ucs(s, "ucp_worker_get_address");
   w->address_.assign(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addr_len);
   ucp_worker_release_address(w->worker_, addr);
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+  attr.address_flags = UCP_WORKER_ADDRESS_FLAG_NET_ONLY;
+  s = ucp_worker_query(w->worker_, &attr);
+  if (s != UCS_OK) return from_ucs(s, "ucp_worker_query (network address)");
+  const auto* net = reinterpret_cast<const uint8_t*>(attr.address);
+  w->net_address_.assign(net, net + attr.address_length);
+  ucp_worker_release_address(w->worker_, attr.address);
 
   ucp_am_handler_param_t hp{};
   hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |

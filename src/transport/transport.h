@@ -217,6 +217,9 @@ class Worker {
   Status arm();
 
   [[nodiscard]] const Bytes& address() const { return address_; }
+  /// The address without shared-memory transports: a peer that connects to it reaches this worker
+  /// over the network even from the same host (agent to agent, as between nodes).
+  [[nodiscard]] const Bytes& net_address() const { return net_address_; }
   void set_am_handler(AmHandler handler) { am_handler_ = std::move(handler); }
 
   /// Endpoint to a peer worker's address: UCX picks shared memory on the
@@ -245,7 +248,7 @@ class Worker {
   ucp_context* context_ = nullptr;
   ucp_worker* worker_ = nullptr;
   int efd_ = -1;
-  Bytes address_;
+  Bytes address_, net_address_;
   AmHandler am_handler_;
 };
 

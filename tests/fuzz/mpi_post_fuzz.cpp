@@ -1,6 +1,6 @@
-// libFuzzer: a rank's collective post to the agent's `mpi` service (services/mpi_wire.h), decoded
-// before anything else reads it. What decodes encodes back to the same bytes, and its counts and
-// ranks are within the bounds the service indexes by.
+// libFuzzer: a message to the agent's `mpi` service (services/mpi_wire.h) — a rank's collective
+// post or another agent's share — decoded before anything else reads it. What decodes encodes back
+// to the same bytes, and its counts, ranks and agents are within the bounds the service indexes by.
 #include <cstdlib>
 #include <cstring>
 
@@ -8,7 +8,25 @@
 
 using namespace outboard::services::mpi_wire;
 
+namespace {
+
+int share(const uint8_t* data, size_t size) {
+  auto s = decode_share({data, size});
+  if (!s.ok()) return 0;
+  uint64_t total = 0;
+  for (uint64_t n : s->lengths) total += n;
+  if (s->from >= s->size || total != s->data.size() || s->lengths.size() > uint64_t{s->size} * s->size)
+    __builtin_trap();
+  const auto again = encode(s.value());
+  if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
+  return 0;
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto kind = kind_of({data, size});
+  if (kind.ok() && *kind == Kind::kShare) return share(data, size);
   auto post = decode({data, size});
   if (!post.ok()) return 0;
   const Post& p = post.value();
@@ -17,6 +35,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (p.send_counts.size() != p.size || p.send_displs.size() != p.size || p.recv_counts.size() != p.size ||
        p.recv_displs.size() != p.size))
     __builtin_trap();
+  if (!p.agents.empty() && (p.agent_of.size() != p.size || p.agents.size() > p.size))
+    __builtin_trap();
+  for (uint32_t a : p.agent_of)
+    if (a >= p.agents.size()) __builtin_trap();
   const auto again = encode(p);
   if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
   return 0;

@@ -102,6 +102,18 @@ def test_every_collective_offloaded_to_the_agent_matches_the_blocking_one(built,
     assert _report_lines(run.stderr) == _expected(ranks, offloaded=True)
 
 
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_an_agent_per_rank_moves_the_data_agent_to_agent_and_matches_the_blocking_one(built, ranks) -> None:
+    """Each rank's agent stands in for its node's: every collective spans the agents, which send each
+    other their ranks' blocks over TCP (the split communicator's halves may share one)."""
+    which, exe = built
+    run = _outboard("mpirun", "-np", str(ranks), "--agents", "rank", "--report", str(exe), str(ROUNDS))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"ok {ROUNDS} rounds" in run.stdout
+    assert "every operation passes through" not in run.stderr and "failed" not in run.stderr, run.stderr
+    assert _report_lines(run.stderr) == _expected(ranks, offloaded=True)
+
+
 def test_without_an_agent_everything_passes_through_with_one_warning(built) -> None:
     which, exe = built
     run = _outboard("mpirun", "-np", "2", "--agents", "off", "--report", str(exe), str(ROUNDS))

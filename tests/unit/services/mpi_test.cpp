@@ -433,6 +433,197 @@ TEST_F(MpiServiceTest, ARanksWaitingCollectivesAreBounded) {
   EXPECT_FALSE(answers[0].has_value());
 }
 
+// Two agents, as on two nodes: ranks 0 and 2 on the fixture's agent, rank 1 on another. Each
+// agent shares its ranks' blocks with the other as a client of the job's session there, over TCP
+// even on one host (network-only addresses).
+class MpiSpanningTest : public MpiServiceTest {
+ protected:
+  static constexpr const char* kToken = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
+  void SetUp() override {
+    // An agent's same-host sessions have TCP (which agents reach each other by) when its UCX_TLS
+    // names it; its session processes inherit this process's environment.
+    if (const char* tls = std::getenv("UCX_TLS")) saved_tls_ = tls;
+    setenv("UCX_TLS", "posix,tcp", 1);
+    MpiServiceTest::SetUp();
+    auto other = Agent::create(testing::test_config());
+    ASSERT_TRUE(other.ok()) << other.status().to_string();
+    other_ = std::move(other).value();
+    ASSERT_TRUE(other_->start().ok());
+    other_thread_ = std::thread([this] { (void)other_->run(); });
+  }
+  void TearDown() override {
+    stop_other();
+    MpiServiceTest::TearDown();
+    if (saved_tls_) setenv("UCX_TLS", saved_tls_->c_str(), 1);
+    else unsetenv("UCX_TLS");
+  }
+  void stop_other() {
+    if (!other_) return;
+    other_->stop();
+    other_thread_.join();
+    other_.reset();
+  }
+
+  std::vector<Rank> spanning_ranks() {
+    std::vector<Rank> out(agent_of_.size());
+    ChannelConfig config;
+    config.session = kToken;
+    for (size_t i = 0; i < out.size(); ++i) {
+      auto c = Connection::connect(agent_of_[i] ? other_->address() : agent_->address(), config);
+      EXPECT_TRUE(c.ok()) << c.status().to_string();
+      if (c.ok()) out[i].conn = std::move(c).value();
+    }
+    return out;
+  }
+  Post spanning(Coll coll, uint64_t seq, uint32_t rank, uint64_t bytes) {
+    Post p = post(coll, seq, static_cast<uint32_t>(agent_of_.size()), rank, bytes);
+    p.token = kToken;
+    p.agents = {agent_->address(), other_->address()};
+    p.agent_of = agent_of_;
+    return p;
+  }
+
+  std::vector<uint32_t> agent_of_ = {0, 1, 0};
+  std::unique_ptr<Agent> other_;
+  std::thread other_thread_;
+  std::optional<std::string> saved_tls_;
+};
+
+TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
+  constexpr uint32_t n = 3;
+  constexpr uint64_t block = 1000;
+  auto rs = spanning_ranks();
+  uint64_t seq = 0;
+  {  // alltoall
+    std::vector<Post> posts;
+    for (uint32_t i = 0; i < n; ++i) {
+      rs[i].send = random_bytes(n * block, 100 + i);
+      rs[i].recv.assign(n * block, 0);
+      posts.push_back(spanning(Coll::kAlltoall, seq, i, block));
+    }
+    post_all(rs, posts, {1, 2, 0});
+    for (uint32_t j = 0; j < n; ++j) {
+      ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+      for (uint32_t i = 0; i < n; ++i)
+        EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * block, rs[i].send.data() + j * block, block))
+            << "alltoall block from rank " << i << " at rank " << j;
+    }
+  }
+  auto counts = [](uint32_t from, uint32_t to) -> uint64_t { return 10 * from + to + 1; };
+  auto alltoallv = [&](uint64_t s, uint32_t i) {
+    Post p = spanning(Coll::kAlltoallv, s, i, 0);
+    uint64_t sent = 0, got = 0;
+    for (uint32_t j = 0; j < n; ++j) {
+      p.send_counts.push_back(counts(i, j)), p.send_displs.push_back(sent + 3), sent += counts(i, j) + 3;
+      p.recv_counts.push_back(counts(j, i)), p.recv_displs.push_back(got), got += counts(j, i);
+    }
+    rs[i].send = random_bytes(sent, 200 + i);
+    rs[i].recv.assign(got, 0);
+    return p;
+  };
+  {
+    std::vector<Post> posts;
+    ++seq;
+    for (uint32_t i = 0; i < n; ++i) posts.push_back(alltoallv(seq, i));
+    post_all(rs, posts);
+    for (uint32_t j = 0; j < n; ++j) {
+      ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+      for (uint32_t i = 0; i < n; ++i)
+        EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + posts[j].recv_displs[i],
+                                 rs[i].send.data() + posts[i].send_displs[j], counts(i, j)))
+            << "alltoallv block from rank " << i << " at rank " << j;
+    }
+  }
+  {  // allgather
+    std::vector<Post> posts;
+    ++seq;
+    for (uint32_t i = 0; i < n; ++i) {
+      rs[i].send = random_bytes(block, 300 + i);
+      rs[i].recv.assign(n * block, 0);
+      posts.push_back(spanning(Coll::kAllgather, seq, i, block));
+    }
+    post_all(rs, posts);
+    for (uint32_t j = 0; j < n; ++j) {
+      ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+      for (uint32_t i = 0; i < n; ++i)
+        EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * block, rs[i].send.data(), block));
+    }
+  }
+  for (uint32_t root : {1u, 2u}) {  // bcast from another agent's rank, then from this one's
+    std::vector<Post> posts;
+    const auto data = random_bytes(block, 400 + root);
+    ++seq;
+    for (uint32_t i = 0; i < n; ++i) {
+      rs[i].send.clear();
+      rs[i].recv = i == root ? data : std::vector<uint8_t>(block, 0);
+      posts.push_back(spanning(Coll::kBcast, seq, i, block));
+      posts.back().root = root;
+    }
+    post_all(rs, posts);
+    for (auto& r : rs) {
+      ASSERT_TRUE(r.answer->ok()) << r.answer->to_string();
+      EXPECT_EQ(r.recv, data) << "bcast from rank " << root;
+    }
+  }
+  {  // allreduce of doubles: rank 0's input, then rank 1's, then rank 2's, whichever agent has them
+    constexpr size_t count = 100;
+    std::vector<Post> posts;
+    std::vector<std::vector<double>> in(n, std::vector<double>(count));
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> value(-1e6, 1e6);
+    std::vector<double> want(count);
+    ++seq;
+    for (uint32_t i = 0; i < n; ++i) {
+      for (size_t k = 0; k < count; ++k) in[i][k] = value(rng), want[k] = i ? want[k] + in[i][k] : in[i][k];
+      rs[i].send.assign(reinterpret_cast<uint8_t*>(in[i].data()), reinterpret_cast<uint8_t*>(in[i].data() + count));
+      rs[i].recv.assign(count * sizeof(double), 0);
+      Post p = spanning(Coll::kAllreduce, seq, i, count * sizeof(double));
+      p.elem = Elem::kF64, p.reduce = Reduce::kSum;
+      posts.push_back(p);
+    }
+    post_all(rs, posts);
+    for (auto& r : rs) {
+      ASSERT_TRUE(r.answer->ok()) << r.answer->to_string();
+      EXPECT_EQ(0, std::memcmp(r.recv.data(), want.data(), count * sizeof(double)));
+    }
+  }
+  {  // rank 2 expects a byte more from rank 1 (another agent's) than rank 1 sends
+    std::vector<Post> posts;
+    ++seq;
+    for (uint32_t i = 0; i < n; ++i) posts.push_back(alltoallv(seq, i));
+    posts[2].recv_counts[1] += 1;
+    rs[2].recv.push_back(0);
+    post_all(rs, posts);
+    for (uint32_t i : {0u, 2u}) {  // rank 1's agent may have delivered before it heard
+      ASSERT_FALSE(rs[i].answer->ok());
+      EXPECT_NE(rs[i].answer->message().find("rank 1 sends 13 B to rank 2, which expects 14 B"), std::string::npos)
+          << rs[i].answer->to_string();
+    }
+  }
+}
+
+// The other agent ends while this one's ranks wait for its share: they fail, naming it.
+TEST_F(MpiSpanningTest, AnAgentThatEndsFailsTheOtherAgentsRanksNamingIt) {
+  auto rs = spanning_ranks();
+  std::vector<std::optional<Status>> answers(2);
+  for (uint32_t i : {0u, 2u}) {
+    rs[i].send = random_bytes(3 * 10, i);
+    rs[i].recv.assign(3 * 10, 0);
+    Post p = spanning(Coll::kAlltoall, 0, i, 10);
+    regions(rs[i], p);
+    submit(*rs[i].conn, p, answers[i / 2]);
+  }
+  const std::string address = other_->address();
+  // Its rank never posts; the agent stops with this agent's share there or on its way.
+  rs[1].conn.reset();
+  stop_other();
+  ASSERT_TRUE(answered(*rs[0].conn, answers));
+  for (auto& a : answers) {
+    ASSERT_FALSE(a->ok());
+    EXPECT_NE(a->message().find("agent " + address), std::string::npos) << a->to_string();
+  }
+}
+
 TEST(MpiWireTest, DecodeChecksEveryField) {
   using namespace services::mpi_wire;
   Post p;
@@ -468,8 +659,8 @@ TEST(MpiWireTest, DecodeChecksEveryField) {
   bytes.push_back(0);
   EXPECT_NE(decode(bytes).status().message().find("1 B after the request"), std::string::npos);
   bytes = encode(p);
-  bytes[1 + 8 + 8 + 4 + 4 + 3] = 4;  // flags: neither kInPlace nor kKeep
-  EXPECT_NE(decode(bytes).status().message().find("or flags 4"), std::string::npos);
+  bytes[2 + 8 + 8 + 4 + 4 + 3] = 8;  // flags: none of kInPlace, kKeep, kSpans
+  EXPECT_NE(decode(bytes).status().message().find("unknown flags 8"), std::string::npos);
   bytes[0] = 9;
   EXPECT_NE(decode(bytes).status().message().find("wire version 9"), std::string::npos);
   bytes.resize(10);
@@ -478,6 +669,56 @@ TEST(MpiWireTest, DecodeChecksEveryField) {
   q = p, q.coll = Coll::kAlltoallv, q.elem = Elem::kBytes, q.reduce = Reduce::kNone;
   q.send_counts = {1, 1}, q.send_displs = {0, 1}, q.recv_counts = {1, 1}, q.recv_displs = {0};
   fails(q, "alltoallv needs four arrays of 2 values");
+  // Spanning several agents.
+  Post span = p;
+  span.token = std::string(kTokenHexDigits, 'a'), span.agents = {"127.0.0.1:1", "127.0.0.1:2"}, span.agent_of = {1, 0};
+  auto spans = decode(encode(span));
+  ASSERT_TRUE(spans.ok()) << spans.status().to_string();
+  EXPECT_EQ(spans->agents, span.agents);
+  EXPECT_EQ(spans->agent_of, span.agent_of);
+  EXPECT_EQ(spans->token, span.token);
+  q = span, q.token[3] = 'x';
+  fails(q, "session token is not 64 hex digits");
+  q = span, q.agent_of = {0, 2};
+  fails(q, "agent_of names agent 2 of 2");
+  q = span, q.agents.push_back("127.0.0.1:3");
+  fails(q, "3 agents for a communicator of 2 ranks (2 to one per rank)");
+  q = span, q.agents[1].assign(kMaxAddressBytes + 1, 'h');
+  fails(q, "agent 1's address: truncated, empty or over 256 B");
+  q = span, q.agent_of = {0};
+  fails(q, "agent_of needs 2 values");
+}
+
+TEST(MpiWireTest, DecodeShareChecksItsBlocks) {
+  using namespace services::mpi_wire;
+  const std::vector<uint8_t> blocks = {1, 2, 3, 4, 5};
+  Share s;
+  s.comm = 3, s.seq = 9, s.size = 4, s.from = 2, s.coll = Coll::kAlltoall, s.bytes = 2;
+  s.lengths = {2, 3}, s.data = blocks;
+  auto bytes = encode(s);
+  ASSERT_EQ(kind_of(bytes).value(), Kind::kShare);
+  auto round = decode_share(bytes);
+  ASSERT_TRUE(round.ok()) << round.status().to_string();
+  EXPECT_EQ(round->lengths, s.lengths);
+  EXPECT_TRUE(std::equal(round->data.begin(), round->data.end(), blocks.begin(), blocks.end()));
+  EXPECT_NE(decode(bytes).status().message().find("a share where a post was expected"), std::string::npos);
+  auto fails = [](const std::vector<uint8_t>& b, const std::string& what) {
+    auto r = decode_share(b);
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().to_string();
+  };
+  auto more = bytes;
+  more.push_back(6);
+  fails(more, "share's blocks add up to 5 B, it carries 6");
+  fails({bytes.begin(), bytes.end() - 1}, "share's blocks add up to more than");
+  Share bad = s;
+  bad.from = 4;
+  fails(encode(bad), "share from agent 4 for a communicator of 4 ranks");
+  bad = s, bad.lengths.assign(17, 0), bad.data = {};
+  fails(encode(bad), "share of 17 blocks for 4 ranks");
+  bad = s, bad.coll = Coll::kAllreduce;
+  fails(encode(bad), "only allreduce, and it always, names both");
+  fails({kVersion, 7}, "unknown message kind 7");
 }
 
 }  // namespace

@@ -13,8 +13,10 @@ control); Open MPI's `btl_tcp_progress_thread` only acts on TCP, so its `progres
 stock Open MPI. Wire-bound (root only): the job runs in a network namespace of its own whose
 loopback is shaped with `tc … tbf rate 400mbit`, and the MPIs are held to TCP over it (Open MPI
 `--mca pml ob1 --mca btl tcp,self`, MPICH `UCX_TLS=tcp`): communication takes wall time, little
-CPU. Outboard has no row there yet: its bytes would have to cross the shaped link agent to agent,
-and agents on other nodes are not built (one agent moves them through its shared memory).
+CPU. Outboard runs there with an agent per rank in the namespace, as each node's agent: a rank hands
+its collective to its agent through shared memory (a DPU's PCIe), and the agents send each other
+their ranks' blocks over the shaped link (TCP). Its ranks' own MPI traffic is held to TCP too on
+Open MPI; on MPICH it is not (UCX_TLS would hold the ranks' link to their agents to TCP as well).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class MpiEnv:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.agent: LocalAgent | None = None
+        self.wire_agents: list[LocalAgent] = []  # one per rank in the namespace, started when first needed
         self.stock_pure_us: dict[tuple, float] = {}
         self.namespace: str | None = None  # the wire-bound regime's, made when first needed
         self.namespace_error: str | None = None
@@ -92,8 +95,9 @@ class MpiEnv:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.agent is not None:
-            self.agent.stop()
+        for agent in [self.agent, *self.wire_agents]:
+            if agent is not None:
+                agent.stop()
         if self.namespace is not None:
             subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True, timeout=COMMAND_TIMEOUT_S)
 
@@ -113,19 +117,21 @@ class MpiEnv:
         iterations, warmup = _iterations(self, p["size"])
         program = [executable(which), p["op"], str(p["size"]), str(iterations), str(warmup)]
         program += [f"{fixed_us:.3f}"] if fixed_us else []
+        agents = [] if impl != "outboard" else self.agents_for(p["np"]) if wire else [self.agent]
+        # Open MPI held to TCP over the shaped loopback (MCA parameters: the ranks' UCX is untouched).
+        tcp = ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
+        tcp = tcp if wire and which.name == "openmpi" else []
         if impl == "outboard":
-            cmd = mpi.command(program, p["np"], which, agent=self.agent.address if self.agent else None)
+            cmd = mpi.command(program, p["np"], which, launcher_args=tcp, agent=",".join(a.address for a in agents))
         else:
             extra_env = {"MPICH_ASYNC_PROGRESS": "1"} if impl == "progress" and which.name == "mpich" else {}
             args = ["--mca", "btl_tcp_progress_thread", "1"] if impl == "progress" and which.name == "openmpi" else []
-            if wire and which.name == "openmpi":
-                args += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
-            elif wire:
+            if wire and which.name == "mpich":
                 extra_env.update(UCX_TLS="tcp", UCX_NET_DEVICES="lo")
-            cmd = mpi.launch(program, p["np"], which, extra_env, args)
-            if wire:
-                cmd = ["ip", "netns", "exec", self.namespace, *cmd]
-        before = _tree_cpu_s(self.agent.pid) if self.agent else 0.0
+            cmd = mpi.launch(program, p["np"], which, extra_env, args + tcp)
+        if wire:
+            cmd = ["ip", "netns", "exec", self.namespace, *cmd]
+        before = sum(_tree_cpu_s(a.pid) for a in agents)
         # A session of its own: a launcher killed at the deadline takes its ranks with it.
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.run_env,
                               start_new_session=True) as proc:
@@ -137,7 +143,7 @@ class MpiEnv:
                 self.hung.add(cell)
                 raise RuntimeError(f"{' '.join(cmd)} did not finish within {CELL_TIMEOUT_S:.0f} s") from None
         r = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-        helper_s = (_tree_cpu_s(self.agent.pid) if self.agent else 0.0) - before
+        helper_s = sum(_tree_cpu_s(a.pid) for a in agents) - before
         lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
         if r.returncode != 0 or not lines:
             raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()[-400:]}")
@@ -145,6 +151,14 @@ class MpiEnv:
         if impl == "outboard":
             out["helper_cpu_us"] = helper_s * 1e6 / out["ops"]
         return out
+
+    def agents_for(self, ranks: int) -> list[LocalAgent]:
+        """An agent per rank in the wire-bound regime's namespace (each stands for its node's)."""
+        while len(self.wire_agents) < ranks:
+            self.wire_agents.append(LocalAgent(*mpi.NODE_AGENT_ARGS, log_level=self.options.log_level,
+                                               prefix=["ip", "netns", "exec", self.namespace],
+                                               env=mpi.PEER_AGENT_ENV).start())
+        return self.wire_agents[:ranks]
 
     def fixed_compute_us(self, p: dict[str, Any], wire: bool) -> float:
         key = (wire, *sorted(p.items()))
@@ -183,9 +197,6 @@ def _measure(impl: str, wire: bool):
 def _unavailable(impl: str, wire: bool):
     def why(env: MpiEnv, p: dict[str, Any]) -> str | None:
         which = mpi.MPIS[p["mpi"]]
-        if wire and impl == "outboard":
-            return ("not built: its bytes must cross the shaped link agent to agent, and agents on other nodes "
-                    "are not built yet")
         if not any(shutil.which(name) for name in which.launchers):
             return f"{which.family} is not installed ({which.package})"
         try:
