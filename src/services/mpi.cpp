@@ -40,6 +40,10 @@ constexpr size_t kKeptImportsPerConnection = 8;
 // share then): its ranks' own timeouts end a job stuck longer.
 constexpr int64_t kShareTimeoutMs = 3'600'000;
 
+// Spanning collectives that failed here, remembered so that a share coming later fails at once
+// (its sender then fails the collective too, instead of waiting for this agent's share).
+constexpr size_t kRememberedFailures = 256;
+
 using Key = std::pair<uint64_t, uint64_t>;  // (comm, seq)
 
 struct Member {
@@ -65,7 +69,8 @@ struct Pending {
   // Spanning several agents: which one this is, the others' shares, this agent's ranks' inputs.
   uint32_t me = 0;
   std::map<uint32_t, Received> shares;
-  std::vector<std::vector<uint8_t>> in;
+  std::vector<std::vector<uint8_t>> in;          // staged (packed by destination), or
+  std::vector<std::span<const uint8_t>> views;   // where every input is mapped: read in place
   uint64_t reserved = 0;
   bool shared = false;          // inputs staged and shared
   bool busy = false;            // a step of it runs now: failures wait in `failed` until it returns
@@ -273,6 +278,9 @@ class Mpi final : public Service {
     if (auto comm = comms_.find(share.comm); comm != comms_.end() && comm->second.left)
       return r.responder.fail(left(share, *comm->second.left));
     const Key key{share.comm, share.seq};
+    if (auto failed = std::find_if(failed_.begin(), failed_.end(), [&](auto& f) { return f.first == key; });
+        failed != failed_.end())
+      return r.responder.fail(failed->second);
     Pending& op = pending_[key];
     if (op.shares.count(share.from))
       return r.responder.fail({Code::kInvalidArgument, where(share) + ": agent " + std::to_string(share.from) + " shared it twice"});
@@ -321,13 +329,18 @@ class Mpi final : public Service {
     }
     host_->release_memory(op.reserved);
     pending_.erase(it);
+    if (st.ok()) return;
+    if (failed_.size() == kRememberedFailures) failed_.pop_front();
+    failed_.emplace_back(key, st);
   }
 
   Status share_out(Key key, Pending& op) {
     OB_RETURN_IF_ERROR(agree(op.ranks));
     OB_RETURN_IF_ERROR(import_all(op.ranks));
-    op.in.resize(op.ranks.size());
-    OB_RETURN_IF_ERROR(stage(op.ranks, op.in, op.reserved));
+    if (!view(op.ranks, op.views)) {
+      op.in.resize(op.ranks.size());
+      OB_RETURN_IF_ERROR(stage(op.ranks, op.in, op.reserved));
+    }
     const Post& a = first(op.ranks);
     const bool pairs = a.coll == Coll::kAlltoall || a.coll == Coll::kAlltoallv;
     for (uint32_t to = 0; to < a.agents.size(); ++to) {
@@ -342,10 +355,10 @@ class Mpi final : public Service {
       };
       for (uint32_t i = 0; i < a.size; ++i) {
         if (a.agent_of[i] != op.me) continue;
-        if (!pairs) add(a.coll == Coll::kBcast && i != a.root ? std::span<const uint8_t>() : op.in[i]);
+        if (!pairs) add(a.coll == Coll::kBcast && i != a.root ? std::span<const uint8_t>() : input_block(op, i, 0));
         else
           for (uint32_t j = 0; j < a.size; ++j)
-            if (a.agent_of[j] == to) add(staged_block(op.ranks, op.in, i, j));
+            if (a.agent_of[j] == to) add(input_block(op, i, j));
       }
       // The header, then the blocks straight from the staged inputs: one copy.
       const std::vector<uint8_t> header = encode(share);
@@ -418,8 +431,57 @@ class Mpi final : public Service {
       if (!op.ranks[i] && got[i].empty())
         return {Code::kInvalidArgument, where(a) + ": no agent shared rank " + std::to_string(i) + "'s input"};
     return deliver(op.ranks, [&](uint64_t i, uint64_t j) {
-      return op.ranks[i] ? staged_block(op.ranks, op.in, i, j) : got[i][pairs ? j : 0];
+      return op.ranks[i] ? input_block(op, i, j) : got[i][pairs ? j : 0];
     });
+  }
+
+  // Every input of this agent's ranks as a view of its mapped region, where each is mapped and none
+  // would be overwritten before it is read (in place, only allreduce, which reads all first); false
+  // (nothing viewed): they are staged.
+  static bool view(std::vector<std::optional<Member>>& ranks, std::vector<std::span<const uint8_t>>& views) {
+    const Post& a = first(ranks);
+    std::vector<std::span<const uint8_t>> out(ranks.size());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (!ranks[i]) continue;
+      const Member& m = *ranks[i];
+      if (m.post.in_place && a.coll != Coll::kAllreduce) return false;
+      const bool from_recv = m.post.in_place || a.coll == Coll::kBcast;
+      uint64_t extent = a.bytes;
+      switch (a.coll) {
+        case Coll::kAlltoall: extent = a.bytes * a.size; break;
+        case Coll::kAlltoallv:
+          extent = 0;
+          for (uint32_t j = 0; j < a.size; ++j)
+            if (const uint64_t c = sends_of(m.post)[j]; c) {
+              const uint64_t d = send_displs_of(m.post)[j];
+              if (d > UINT64_MAX - c) return false;  // staging names it
+              extent = std::max(extent, d + c);
+            }
+          break;
+        case Coll::kBcast: extent = i == a.root ? a.bytes : 0; break;
+        default: break;
+      }
+      if (extent == 0) continue;
+      const auto& region = from_recv ? m.recv : m.send;
+      if (!region || !region->mapped()) return false;
+      auto span = region->mapped_span(from_recv ? m.post.recv_offset : m.post.send_offset, extent);
+      if (!span.ok()) return false;  // staging names it
+      out[i] = span.value();
+    }
+    views = std::move(out);
+    return true;
+  }
+
+  // What this agent's rank i gives rank j (alltoall(v)), else its whole input.
+  static std::span<const uint8_t> input_block(const Pending& op, uint64_t i, uint64_t j) {
+    if (op.views.empty()) return staged_block(op.ranks, op.in, i, j);
+    const Post& p = op.ranks[i]->post;
+    switch (p.coll) {
+      case Coll::kAlltoall: return op.views[i].subspan(j * p.bytes, p.bytes);
+      case Coll::kAlltoallv:  // a zero count's displacement may lie anywhere
+        return sends_of(p)[j] ? op.views[i].subspan(send_displs_of(p)[j], sends_of(p)[j]) : std::span<const uint8_t>();
+      default: return op.views[i];
+    }
   }
 
   void send_share(const std::string& address, const std::string& token, Key key, Buffer message) {
@@ -759,6 +821,7 @@ class Mpi final : public Service {
   std::deque<Work> ready_;  // complete collectives and steps, in order
   bool running_ = false;   // one of them is running
   std::map<std::string, Peer> peers_;          // other agents, by address
+  std::deque<std::pair<Key, Status>> failed_;  // the last kRememberedFailures spanning failures
   std::vector<std::thread> connecting_;        // connecting to them
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for what runs after this is gone
   std::unordered_map<uint32_t, std::vector<std::pair<std::vector<uint8_t>, std::shared_ptr<const RemoteRegion>>>>

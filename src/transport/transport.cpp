@@ -109,6 +109,7 @@ void put_u64(Bytes& b, uint64_t v) { b.insert(b.end(), reinterpret_cast<uint8_t*
 
 struct Endpoint::State {
   std::unordered_set<void*>* closing = nullptr;  // the worker's in-flight closes
+  std::unordered_map<void*, State*>* open = nullptr;  // the worker's open endpoints, by handle
   DoneFn on_closed;  // close()'s callback, once the close completes
   bool closed = false;
   bool failed = false;
@@ -117,9 +118,15 @@ struct Endpoint::State {
 namespace {
 
 // Who owns the connection learns of a lost peer from a socket of its own;
-// this only stops further use of the endpoint (and forces its close).
+// this only stops further use of the endpoint (and forces its close). UCX
+// 1.13 may report the failure of a TCP lane after its endpoint's close
+// completed: the state is found by handle among the open ones, not trusted
+// from the argument.
 void ep_error_cb(void* arg, ucp_ep_h ep, ucs_status_t status) {
-  auto* state = static_cast<Endpoint::State*>(arg);
+  auto* open = static_cast<std::unordered_map<void*, Endpoint::State*>*>(arg);
+  auto it = open->find(ep);
+  if (it == open->end()) return;
+  Endpoint::State* state = it->second;
   if (state->closed || state->failed) return;
   state->failed = true;
   OB_LOG_DBG("endpoint %p failed: %s", static_cast<void*>(ep), ucs_status_string(status));
@@ -156,6 +163,7 @@ void Endpoint::close(bool force, DoneFn done) {
     return;
   }
   state_->closed = true;
+  state_->open->erase(ep_);
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = (force || state_->failed) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
@@ -543,12 +551,13 @@ Status Worker::arm() {
 Result<Endpoint> Worker::connect_to(std::span<const uint8_t> address) {
   auto* state = new Endpoint::State();
   state->closing = &closing_;
+  state->open = &open_;
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                  UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   p.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // keeps shm lanes (transport.h)
   p.err_handler.cb = ep_error_cb;
-  p.err_handler.arg = state;
+  p.err_handler.arg = &open_;
   p.address = reinterpret_cast<const ucp_address_t*>(address.data());
   ucp_ep_h ep = nullptr;
   ucs_status_t s = ucp_ep_create(worker_, &p, &ep);
@@ -556,6 +565,7 @@ Result<Endpoint> Worker::connect_to(std::span<const uint8_t> address) {
     delete state;
     return from_ucs(s, "connect to peer worker address");
   }
+  open_[ep] = state;
   return WorkerAccess::wrap(ep, state);
 }
 

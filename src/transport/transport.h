@@ -14,6 +14,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -245,6 +246,7 @@ class Worker {
   [[nodiscard]] bool cuda_memory_supported() const;
 
   std::unordered_set<void*> closing_;  // endpoint-close requests still in flight
+  std::unordered_map<void*, Endpoint::State*> open_;  // open endpoints by handle (their failures)
   ucp_context* context_ = nullptr;
   ucp_worker* worker_ = nullptr;
   int efd_ = -1;

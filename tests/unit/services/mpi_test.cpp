@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <span>
@@ -85,6 +86,9 @@ class MpiServiceTest : public testing::AgentFixture {
   }
 
   void many_in_flight(bool keep);
+  using MakePost = std::function<Post(Coll, uint64_t, uint32_t, uint32_t, uint64_t)>;
+  // Every collective over memory UCX allocated (the agent maps it) with 4 KiB of agent memory.
+  void mapped_without_staging(std::vector<Rank>& rs, const MakePost& make);
 
   static Post post(Coll coll, uint64_t seq, uint32_t size, uint32_t rank, uint64_t bytes) {
     Post p;
@@ -295,9 +299,13 @@ TEST_F(MpiServiceTest, MappedRegionsAreCopiedStraightAcrossWithoutStaging) {
   config.max_memory = 4096;
   stop_agent();
   start_agent(config);
+  auto rs = ranks(3);
+  mapped_without_staging(rs, post);
+}
+
+void MpiServiceTest::mapped_without_staging(std::vector<Rank>& rs, const MakePost& make) {
   constexpr uint32_t n = 3;
   constexpr uint64_t block = 20'000;
-  auto rs = ranks(n);
   std::vector<Region> send, recv;
   std::vector<std::vector<uint8_t>> input;
   for (uint32_t i = 0; i < n; ++i) {
@@ -311,7 +319,7 @@ TEST_F(MpiServiceTest, MappedRegionsAreCopiedStraightAcrossWithoutStaging) {
   auto run = [&](Coll coll, uint64_t seq, const std::function<void(Post&)>& shape = {}) {
     for (uint32_t i = 0; i < n; ++i) {
       std::memset(recv[i].data(), 0, n * block);
-      Post p = post(coll, seq, n, i, block);
+      Post p = make(coll, seq, n, i, block);
       if (shape) shape(p);
       p.keep = true;
       if (coll != Coll::kBcast) p.send_region.assign(send[i].descriptor().begin(), send[i].descriptor().end());
@@ -444,12 +452,7 @@ class MpiSpanningTest : public MpiServiceTest {
     // names it; its session processes inherit this process's environment.
     if (const char* tls = std::getenv("UCX_TLS")) saved_tls_ = tls;
     setenv("UCX_TLS", "posix,tcp", 1);
-    MpiServiceTest::SetUp();
-    auto other = Agent::create(testing::test_config());
-    ASSERT_TRUE(other.ok()) << other.status().to_string();
-    other_ = std::move(other).value();
-    ASSERT_TRUE(other_->start().ok());
-    other_thread_ = std::thread([this] { (void)other_->run(); });
+    restart_both(testing::test_config());
   }
   void TearDown() override {
     stop_other();
@@ -474,6 +477,16 @@ class MpiSpanningTest : public MpiServiceTest {
       if (c.ok()) out[i].conn = std::move(c).value();
     }
     return out;
+  }
+  void restart_both(const AgentConfig& config) {
+    stop_other();
+    stop_agent();
+    start_agent(config);
+    auto other = Agent::create(config);
+    ASSERT_TRUE(other.ok()) << other.status().to_string();
+    other_ = std::move(other).value();
+    ASSERT_TRUE(other_->start().ok());
+    other_thread_ = std::thread([this] { (void)other_->run(); });
   }
   Post spanning(Coll coll, uint64_t seq, uint32_t rank, uint64_t bytes) {
     Post p = post(coll, seq, static_cast<uint32_t>(agent_of_.size()), rank, bytes);
@@ -600,6 +613,19 @@ TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
           << rs[i].answer->to_string();
     }
   }
+}
+
+// Inputs in memory the agents map are read in place: nothing is staged (4 KiB of agent memory each),
+// except an in-place alltoall, which fails naming the limit.
+TEST_F(MpiSpanningTest, MappedInputsAreSharedAndDeliveredWithoutStaging) {
+  if (agent_in_process()) GTEST_SKIP() << "an agent in this process maps no region of its own process";
+  AgentConfig config = testing::test_config();
+  config.max_memory = 4096;
+  restart_both(config);
+  auto rs = spanning_ranks();
+  mapped_without_staging(rs, [this](Coll coll, uint64_t seq, uint32_t, uint32_t rank, uint64_t bytes) {
+    return spanning(coll, seq, rank, bytes);
+  });
 }
 
 // The other agent ends while this one's ranks wait for its share: they fail, naming it.
