@@ -222,6 +222,8 @@ std::string offload_start() {
   return "";
 }
 
+namespace {
+
 // The communicator's own table of agents from the job's agent of each of its ranks: none where
 // one agent serves them all (it runs their collectives alone).
 void set_agents(CommName& name, const std::vector<uint32_t>& job_agent_of) {
@@ -237,6 +239,8 @@ void set_agents(CommName& name, const std::vector<uint32_t>& job_agent_of) {
   }
   for (uint32_t a : used) name.agents.push_back(g_offload->agents[a]);
 }
+
+}  // namespace
 
 std::string offload_agents() {
   constexpr size_t kEntry = services::mpi_wire::kMaxAddressBytes + MPI_MAX_PROCESSOR_NAME + 2;

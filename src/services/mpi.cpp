@@ -87,6 +87,7 @@ struct Work {
 struct Peer {
   std::shared_ptr<Connection> conn;
   bool connecting = false;
+  uint32_t unanswered = 0;  // shares sent, not yet answered: the connection stays open for them
   std::vector<std::pair<Key, Buffer>> waiting;  // shares to send once connected
 };
 
@@ -228,11 +229,7 @@ class Mpi final : public Service {
       }
       comm = c.ranks.empty() ? comms_.erase(comm) : std::next(comm);
     }
-    if (comms_.empty()) {
-      // Closing a connection progresses the channel, which may call this again: peers_ is empty then.
-      auto peers = std::move(peers_);
-      peers_.clear();
-    }
+    if (comms_.empty()) close_idle_peers();
   }
 
  private:
@@ -522,13 +519,42 @@ class Mpi final : public Service {
   }
 
   // The other agent answers once it ran the collective: a failure there (or its end) fails it here.
+  // Until then the connection stays open, even after this agent's ranks all left: the other agent
+  // may still be reading the share (a large one is fetched by the receiver).
   void submit_share(const std::string& address, std::shared_ptr<Connection> conn, Key key, Buffer message) {
     auto on_answer = [this, alive = std::weak_ptr<bool>(alive_), address, key](Result<Buffer> answer) {
-      if (!answer.ok() && !alive.expired()) finish(key, answer.status().with_context("mpi: agent " + address));
+      if (alive.expired()) return;
+      unanswered_less(address);
+      if (!answer.ok()) finish(key, answer.status().with_context("mpi: agent " + address));
+      // Not here: the connection is inside its own callback.
+      if (comms_.empty()) host_->post([this, alive] {
+          if (!alive.expired() && comms_.empty()) close_idle_peers();
+        });
     };
+    ++peers_[address].unanswered;  // before: the answer may come while submit() waits for credit
     const Status st = conn->submit("mpi", std::move(message), Deadline::after_ms(kShareTimeoutMs), on_answer,
                                    Connection::Credit::kWait);
-    if (!st.ok()) finish(key, st.with_context("mpi: sending agent " + address + " its share"));
+    if (st.ok()) return;
+    unanswered_less(address);
+    finish(key, st.with_context("mpi: sending agent " + address + " its share"));
+  }
+
+  void unanswered_less(const std::string& address) {
+    if (auto peer = peers_.find(address); peer != peers_.end() && peer->second.unanswered) --peer->second.unanswered;
+  }
+
+  // This agent's ranks all left: connections to other agents close once no share of theirs is
+  // unanswered (closing progresses the channel, which may call back in here: erased first).
+  void close_idle_peers() {
+    std::vector<std::shared_ptr<Connection>> closing;
+    for (auto p = peers_.begin(); p != peers_.end();) {
+      if (p->second.unanswered || p->second.connecting) {
+        ++p;
+        continue;
+      }
+      closing.push_back(std::move(p->second.conn));
+      p = peers_.erase(p);
+    }
   }
 
   // Every rank posted the same collective; alltoallv's sent and received counts pair up (between

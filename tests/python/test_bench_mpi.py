@@ -49,9 +49,10 @@ def test_every_implementation_is_measured_checked_and_compared(small_run: Path) 
     assert "| outboard |" in report and "outboard / stock" in report
 
 
-def test_the_wire_bound_regime_runs_stock_in_a_shaped_namespace_and_removes_it(tmp_path: Path) -> None:
-    """As root: stock MPI over the shaped link (one small cell, one MPI), Outboard skipped naming
-    why, and the namespace gone afterwards. Elsewhere: every row skipped naming root."""
+def test_the_wire_bound_regime_runs_in_a_shaped_namespace_and_removes_it(tmp_path: Path) -> None:
+    """As root: stock MPI and Outboard (an agent per rank, agent to agent over the shaped link) in
+    one small cell of one MPI, checked against the blocking collective; the namespace gone
+    afterwards. Elsewhere: every row skipped naming root."""
     available = [name for name in mpi_suite.WIRE.sweep["mpi"]
                  if mpi_suite._unavailable("stock", False)(None, {"mpi": name}) is None]
     if not available:
@@ -64,12 +65,13 @@ def test_the_wire_bound_regime_runs_stock_in_a_shaped_namespace_and_removes_it(t
     out = harness.run(suite, Options(quick=True, out=str(tmp_path / "run"), progress=False))
     meta = json.loads((out / "meta.json").read_text())
     skipped = " ".join(meta["skipped"].values())
-    assert "agents on other nodes are not built" in skipped
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     if os.geteuid() != 0:
         assert rows == [] and "run as root" in skipped
         return
-    assert meta["failed"] == {}
-    assert [r["impl"] for r in rows] == ["stock"] and rows[0]["correctness"]["check"] == "ok"
+    assert meta["failed"] == {} and meta["skipped"] == {}
+    assert sorted(r["impl"] for r in rows) == ["outboard", "stock"]
+    assert all(r["correctness"]["check"] == "ok" for r in rows)
+    assert [r["metrics"]["helper_cpu_us"] > 0 for r in rows if r["impl"] == "outboard"] == [True]
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     assert f"outboard-mpi-{os.getpid()}" not in listed

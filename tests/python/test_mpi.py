@@ -127,23 +127,44 @@ def test_without_an_agent_everything_passes_through_with_one_warning(built) -> N
     assert run.stderr.count("outboard-mpi: no agent: ") == 1 and "every operation passes through" in run.stderr
 
 
+def _killed_mid_wait(which: mpi.Mpi, exe: Path, agents: list[LocalAgent], victim: LocalAgent) -> tuple[str, str, float]:
+    """Runs the program's "slow" mode (rank 0 waits in MPI_Wait while rank 1 sleeps 20 s) with
+    ``agents`` (world rank r on agent r modulo their count) and kills ``victim`` a second into the
+    wait: (stdout, stderr, seconds from the kill to the job's end)."""
+    cmd = mpi.command([str(exe), "slow"], 2, which, agent=",".join(a.address for a in agents))
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert "rank 0: waiting" in job.stdout.readline() + job.stdout.readline()
+        time.sleep(1.0)  # rank 0 is inside MPI_Wait
+        victim.process.kill()
+        killed = time.monotonic()
+        out, err = job.communicate(timeout=15)
+    finally:
+        job.kill()
+    return out, err, time.monotonic() - killed
+
+
 def test_an_agent_killed_mid_collective_fails_the_wait_naming_it_instead_of_hanging(built) -> None:
     which, exe = built
     with LocalAgent() as agent:
-        cmd = mpi.command([str(exe), "slow"], 2, which, agent=agent.address)
-        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
-        try:
-            assert "rank 0: waiting" in job.stdout.readline() + job.stdout.readline()
-            time.sleep(1.0)  # rank 0 is inside MPI_Wait
-            agent.process.kill()
-            killed = time.monotonic()
-            out, err = job.communicate(timeout=15)
-        finally:
-            job.kill()
+        out, err, took = _killed_mid_wait(which, exe, [agent], agent)
     # Rank 0 hears within the connection's keepalive, well under the 20 s its peer sleeps.
-    assert time.monotonic() - killed < 15
+    assert took < 15
     assert "rank 0: MPI_Wait failed" in out, out + err
     assert re.search(rf"outboard-mpi: MPI_Ialltoall #0 on communicator 0 failed: .*{re.escape(agent.address)}",
+                     err), err
+
+
+def test_another_ranks_agent_killed_mid_collective_fails_the_wait_naming_that_agent(built) -> None:
+    """An agent per rank: rank 0's agent shared its blocks with rank 1's, which dies while rank 1 is
+    still to post; rank 0's wait fails naming rank 1's agent, not its own, which lives on."""
+    which, exe = built
+    with LocalAgent(env=mpi.PEER_AGENT_ENV) as mine, LocalAgent(env=mpi.PEER_AGENT_ENV) as other:
+        out, err, took = _killed_mid_wait(which, exe, [mine, other], other)
+        assert mine.process.poll() is None
+    assert took < 15
+    assert "rank 0: MPI_Wait failed" in out, out + err
+    assert re.search(rf"outboard-mpi: MPI_Ialltoall #0 on communicator 0 failed: .*agent {re.escape(other.address)}",
                      err), err
 
 

@@ -230,8 +230,8 @@ SHM = Case(
 
 WIRE = Case(
     "wire", f"Wire-bound (a network namespace whose loopback is shaped to {WIRE_RATE}; TCP only)",
-    sweep={"mpi": sorted(mpi.MPIS), "op": OPS, "np": [2], "size": [65536, 262144, 1048576]},
-    quick={"op": ["alltoall"], "size": [1048576]},
+    sweep={"mpi": sorted(mpi.MPIS), "op": OPS, "np": [2, 4], "size": [65536, 262144, 1048576]},
+    quick={"np": [2], "size": [65536, 1048576]},
     impls=[Impl(i, _measure(i, True), _unavailable(i, True)) for i in IMPLS],
     columns=COLUMNS, reference="stock", ratio_metric="fixed_overall_us", ours="outboard", also_ratio=["progress"],
     notes="Goals (issue C1), 256 KiB–1 MiB, np 2: overlap at least 95% and Overall at most the better of stock "
@@ -248,6 +248,7 @@ SUITE = Suite(
     setup=lambda options: MpiEnv(options),
     describe=lambda env: {"mpi_agent": env.agent.address if env.agent else "none", "wire_rate": WIRE_RATE},
     help="MPI non-blocking collectives: pure latency, overlap, CPU; stock vs progress thread vs Outboard",
-    quick_help="a short run (about two minutes: alltoall and allreduce, 64 KiB and 1 MiB, both MPIs, shared memory; alltoall at 1 MiB wire-bound)",
+    quick_help="a short run (shared memory, about two minutes: alltoall and allreduce at 64 KiB and 1 MiB, both MPIs, "
+               "np 2; wire-bound, as root, about 30 minutes: every operation at 64 KiB and 1 MiB, both MPIs, np 2)",
     uses_agent=False,
     notes=__doc__.split("\n\n", 1)[1].replace("\n", " ").replace("``", "`").strip())
