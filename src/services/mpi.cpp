@@ -201,7 +201,8 @@ class Mpi final : public Service {
 
   // A rank that leaves fails every collective of its communicators that is waiting, and every one
   // posted on them later (its posts may overtake the others'): the others hear why instead of
-  // waiting for it. When this agent's last rank leaves, its connections to other agents close.
+  // waiting for it. When this agent's last rank leaves, its connections to other agents close
+  // (each once the shares sent on it are answered).
   void on_disconnect(uint32_t conn) override {
     in_flight_.erase(conn);
     kept_.erase(conn);
