@@ -143,7 +143,7 @@ class Mpi final : public Service {
  public:
   explicit Mpi(MpiServiceConfig config) : config_(config) {}
   ~Mpi() override {
-    for (auto& t : connecting_) t.join();
+    for (auto& [address, t] : connecting_) t.join();
   }
   std::string name() const override { return "mpi"; }
   void attach(ServiceHost& host) override { host_ = &host; }
@@ -494,7 +494,12 @@ class Mpi final : public Service {
     config.session = token;
     config.network_only = true;
     config.spin_us = 0;
-    connecting_.emplace_back([this, alive = std::weak_ptr<bool>(alive_), address, config] {
+    // The previous attempt for this address handed its result back, so its thread has ended.
+    if (auto done = connecting_.find(address); done != connecting_.end()) {
+      done->second.join();
+      connecting_.erase(done);
+    }
+    connecting_[address] = std::thread([this, alive = std::weak_ptr<bool>(alive_), address, config] {
       auto conn = std::make_shared<Result<std::unique_ptr<Connection>>>(Connection::connect(address, config));
       host_->post([this, alive, address, conn] {
         if (!alive.expired()) connected(address, std::move(*conn));
@@ -849,7 +854,7 @@ class Mpi final : public Service {
   bool running_ = false;   // one of them is running
   std::map<std::string, Peer> peers_;          // other agents, by address
   std::deque<std::pair<Key, Status>> failed_;  // the last kRememberedFailures spanning failures
-  std::vector<std::thread> connecting_;        // connecting to them
+  std::map<std::string, std::thread> connecting_;  // the last connecting thread of each
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for what runs after this is gone
   std::unordered_map<uint32_t, std::vector<std::pair<std::vector<uint8_t>, std::shared_ptr<const RemoteRegion>>>>
       kept_;  // connection -> imports of its kept regions, oldest first
