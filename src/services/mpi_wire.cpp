@@ -102,19 +102,26 @@ Status get_spans(codec::Reader& r, Post& p) {
   return {};
 }
 
+// What both messages start with: kVersion, the kind, comm, seq, size, the sender (a rank or an
+// agent) and the collective's kinds.
+template <typename Message>
+void put_head(codec::Writer& w, Kind kind, const Message& m, uint32_t sender) {
+  w.put(kVersion);
+  w.put(static_cast<uint8_t>(kind));
+  w.put(m.comm);
+  w.put(m.seq);
+  w.put(m.size);
+  w.put(sender);
+  w.put(static_cast<uint8_t>(m.coll));
+  w.put(static_cast<uint8_t>(m.elem));
+  w.put(static_cast<uint8_t>(m.reduce));
+}
+
 }  // namespace
 
 std::vector<uint8_t> encode(const Post& p) {
   codec::Writer w;
-  w.put(kVersion);
-  w.put(static_cast<uint8_t>(Kind::kPost));
-  w.put(p.comm);
-  w.put(p.seq);
-  w.put(p.size);
-  w.put(p.rank);
-  w.put(static_cast<uint8_t>(p.coll));
-  w.put(static_cast<uint8_t>(p.elem));
-  w.put(static_cast<uint8_t>(p.reduce));
+  put_head(w, Kind::kPost, p, p.rank);
   w.put(static_cast<uint8_t>((p.in_place ? kInPlace : 0) | (p.keep ? kKeep : 0) | (p.agents.empty() ? 0 : kSpans)));
   w.put(p.root);
   w.put(p.bytes);
@@ -136,15 +143,7 @@ std::vector<uint8_t> encode(const Post& p) {
 
 std::vector<uint8_t> encode(const Share& s) {
   codec::Writer w;
-  w.put(kVersion);
-  w.put(static_cast<uint8_t>(Kind::kShare));
-  w.put(s.comm);
-  w.put(s.seq);
-  w.put(s.size);
-  w.put(s.from);
-  w.put(static_cast<uint8_t>(s.coll));
-  w.put(static_cast<uint8_t>(s.elem));
-  w.put(static_cast<uint8_t>(s.reduce));
+  put_head(w, Kind::kShare, s, s.from);
   w.put(s.root);
   w.put(s.bytes);
   put_array(w, s.lengths);

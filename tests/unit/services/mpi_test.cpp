@@ -96,6 +96,18 @@ class MpiServiceTest : public testing::AgentFixture {
     return p;
   }
 
+  // Alltoallv counts and displacements for `p`'s rank: it sends 10 * rank + j + 1 B to rank j from
+  // `gap` B past the previous block and receives packed; (bytes sent with gaps, bytes received).
+  static std::pair<uint64_t, uint64_t> alltoallv_counts(Post& p, uint64_t gap) {
+    auto counts = [](uint32_t from, uint32_t to) -> uint64_t { return 10 * from + to + 1; };
+    uint64_t sent = 0, got = 0;
+    for (uint32_t j = 0; j < p.size; ++j) {
+      p.send_counts.push_back(counts(p.rank, j)), p.send_displs.push_back(sent + gap), sent += counts(p.rank, j) + gap;
+      p.recv_counts.push_back(counts(j, p.rank)), p.recv_displs.push_back(got), got += counts(j, p.rank);
+    }
+    return {sent, got};
+  }
+
   static std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
     std::mt19937 rng(seed);
     std::vector<uint8_t> v(n);
@@ -221,17 +233,12 @@ TEST_F(MpiServiceTest, AllreduceEveryTypeAndOpInRankOrder) {
 TEST_F(MpiServiceTest, AlltoallvPairsCountsAndNamesRanksThatDisagree) {
   constexpr uint32_t n = 3;
   auto rs = ranks(n);
-  auto counts = [](uint32_t from, uint32_t to) -> uint64_t { return 10 * from + to + 1; };
   std::vector<Post> posts;
   for (uint32_t i = 0; i < n; ++i) {
     Post p = post(Coll::kAlltoallv, 0, n, i, 0);
-    uint64_t s = 0, r = 0;
-    for (uint32_t j = 0; j < n; ++j) {
-      p.send_counts.push_back(counts(i, j)), p.send_displs.push_back(s + 5), s += counts(i, j) + 5;
-      p.recv_counts.push_back(counts(j, i)), p.recv_displs.push_back(r), r += counts(j, i);
-    }
-    rs[i].send = random_bytes(s, 50 + i);
-    rs[i].recv.assign(r, 0);
+    const auto [sent, got] = alltoallv_counts(p, 5);
+    rs[i].send = random_bytes(sent, 50 + i);
+    rs[i].recv.assign(got, 0);
     posts.push_back(p);
   }
   post_all(rs, posts);
@@ -239,7 +246,7 @@ TEST_F(MpiServiceTest, AlltoallvPairsCountsAndNamesRanksThatDisagree) {
     ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
     for (uint32_t i = 0; i < n; ++i)
       EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + posts[j].recv_displs[i],
-                               rs[i].send.data() + posts[i].send_displs[j], counts(i, j)));
+                               rs[i].send.data() + posts[i].send_displs[j], posts[i].send_counts[j]));
   }
   for (auto& p : posts) p.seq = 1;
   posts[2].recv_counts[1] += 1;  // rank 2 expects a byte more from rank 1 than rank 1 sends
@@ -522,14 +529,9 @@ TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
             << "alltoall block from rank " << i << " at rank " << j;
     }
   }
-  auto counts = [](uint32_t from, uint32_t to) -> uint64_t { return 10 * from + to + 1; };
   auto alltoallv = [&](uint64_t s, uint32_t i) {
     Post p = spanning(Coll::kAlltoallv, s, i, 0);
-    uint64_t sent = 0, got = 0;
-    for (uint32_t j = 0; j < n; ++j) {
-      p.send_counts.push_back(counts(i, j)), p.send_displs.push_back(sent + 3), sent += counts(i, j) + 3;
-      p.recv_counts.push_back(counts(j, i)), p.recv_displs.push_back(got), got += counts(j, i);
-    }
+    const auto [sent, got] = alltoallv_counts(p, 3);
     rs[i].send = random_bytes(sent, 200 + i);
     rs[i].recv.assign(got, 0);
     return p;
@@ -543,7 +545,7 @@ TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
       ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
       for (uint32_t i = 0; i < n; ++i)
         EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + posts[j].recv_displs[i],
-                                 rs[i].send.data() + posts[i].send_displs[j], counts(i, j)))
+                                 rs[i].send.data() + posts[i].send_displs[j], posts[i].send_counts[j]))
             << "alltoallv block from rank " << i << " at rank " << j;
     }
   }
