@@ -75,6 +75,7 @@ def main() -> int:
             "posix-shm": b"\x01" + descriptor([(0, b""), (3, posix_key(1234, 27, 0x7F0000000000, 8192))]),
             "tcp-only": b"\x00" + descriptor([(1, b""), (2, b"")]),
             "sysv": b"\x01" + descriptor([(2, struct.pack("<IQ", 5, 0x7F0000000000))]),
+            "process": b"\x01" + struct.pack("<IQQ", 0x3150424F, 0x7F0000000000, 4096),
         },
         "config": {
             "size": b"\x00" + b"64MiB",
@@ -102,7 +103,8 @@ def main() -> int:
         "tokenize-upload": b"\x05L\x03[PAD]\n[UNK]\nhello\n",
     }
     # mpi_post: services/mpi_wire.h, a post (version, kind, comm, seq, size, rank, coll, elem, op, flags, root,
-    # bytes, send and receive offsets, arrays, regions, with kSpans the agents) or another agent's share.
+    # bytes, send and receive offsets, arrays, regions, with kSpans the agents), another agent's share or a
+    # rank's reach (value, region).
     def post(coll: int, elem: int, op: int, flags: int, root: int, nbytes: int, arrays: bytes, send: bytes,
              recv: bytes, spans: bytes = b"") -> bytes:
         return (struct.pack("<BBQQIIBBBBIQQQ", 2, 0, 7, 3, 2, 1, coll, elem, op, flags | (4 if spans else 0), root,
@@ -125,6 +127,7 @@ def main() -> int:
         "share-alltoall": share(0, 0, 0, 4, [b"abcd"]),
         "share-allreduce": share(4, 3, 1, 8, [b"12345678"]),
         "share-bcast-empty": share(3, 0, 0, 8, [b""]),
+        "reach": struct.pack("<BBQ", 2, 2, 0x5EED) + blob(struct.pack("<IQQ", 0x3150424F, 0x7F0000000000, 8)),
     }
     for target, files in seeds.items():
         d = CORPUS / target

@@ -113,6 +113,9 @@ class RemoteRegion {
   /// region into another's (one copy instead of a get and a put). Valid while this object lives.
   /// kOutOfRange outside it (naming the range and the size), kInvalidArgument when not mapped.
   [[nodiscard]] Result<std::span<uint8_t>> mapped_span(uint64_t offset, uint64_t length) const;
+  /// True when puts and gets are complete when they return, with nothing to
+  /// flush: a mapped region, or a peer's exposed memory (the kernel copies it).
+  [[nodiscard]] bool in_call() const;
 
   struct Impl;
 
@@ -192,6 +195,14 @@ class Connection {
   /// Memory allocated by UCX (on one host, peers map it and reach it with CPU
   /// copies). kCuda: kUnsupported, naming why, where UCX has no CUDA support.
   [[nodiscard]] Result<Region> allocate_memory(size_t size, MemoryKind kind = MemoryKind::kHost);
+  /// `data` for the agent to copy through the kernel (process_vm_readv and
+  /// writev, Linux CMA): no registration and no copy on this side. The agent
+  /// accepts it only from a client it checked to be a process of its host and
+  /// user (the kernel's word), and reaches no memory but that client's.
+  /// Where Yama restricts ptrace, this process lets the agent's process that
+  /// serves this connection read and write it (PR_SET_PTRACER: one per
+  /// process, the last connection to expose memory).
+  [[nodiscard]] Result<Region> expose_memory(void* data, size_t size);
   [[nodiscard]] Result<RemoteRegion> import_region(std::span<const uint8_t> descriptor);
   /// Write/read at `offset` of the peer's region; kOutOfRange when outside it.
   /// Return when the local buffer may be reused (put) or holds the data (get).

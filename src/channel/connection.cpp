@@ -95,6 +95,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   Lock lock(hub->mutex());
   impl->peer_id = welcome->connection_id;
   impl->peer_in_process = welcome->pid == static_cast<uint32_t>(::getpid());
+  impl->peer_pid = static_cast<pid_t>(welcome->pid);
   impl->peer_max_msg = welcome->max_msg_size;
   impl->send_msgs = welcome->window_msgs;
   impl->send_bytes = welcome->window_bytes;

@@ -132,6 +132,10 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   /// regions: everything through UCX, under the hub's lock), and the two
   /// close together.
   bool peer_in_process = false;
+  /// Client side: the agent's process serving this connection (its welcome),
+  /// which expose_memory() lets read this process's memory.
+  pid_t peer_pid = 0;
+  bool ptracer_set = false;
   std::unique_ptr<channel::RxRing> rx_ring;
   std::unique_ptr<channel::TxRing> tx_ring;
 

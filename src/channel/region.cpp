@@ -1,5 +1,7 @@
 // One-sided data path of a Connection: registered regions, put/get,
 // flush, write-with-notify and put-with-signal.
+#include <sys/prctl.h>
+
 #include <atomic>
 
 #include "channel/access.h"
@@ -59,6 +61,7 @@ RemoteRegion& RemoteRegion::operator=(RemoteRegion&&) noexcept = default;
 RemoteRegion::~RemoteRegion() = default;
 uint64_t RemoteRegion::size() const { return impl_ ? impl_->key.length() : 0; }
 bool RemoteRegion::mapped() const { return impl_ && impl_->key.mapped() != nullptr; }
+bool RemoteRegion::in_call() const { return impl_ && (impl_->key.mapped() || impl_->key.process()); }
 
 Result<std::span<uint8_t>> RemoteRegion::mapped_span(uint64_t offset, uint64_t length) const {
   if (!impl_) return Status(Code::kInvalidArgument, "mapped span of an empty remote region");
@@ -77,6 +80,18 @@ Result<Region> Connection::allocate_memory(size_t size, MemoryKind kind) {
   return channel::detail::Access::region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
 }
 
+Result<Region> Connection::expose_memory(void* data, size_t size) {
+  Lock lock(impl_->hub->mutex());
+  OB_RETURN_IF_ERROR(impl_->check_open());
+  OB_ASSIGN_OR_RETURN(auto mr, impl_->hub->worker().expose_memory(data, size));
+  // EINVAL where Yama is absent: nothing to allow then.
+  if (!impl_->ptracer_set && !impl_->peer_in_process && impl_->peer_pid > 0) {
+    ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(impl_->peer_pid), 0, 0, 0);
+    impl_->ptracer_set = true;
+  }
+  return channel::detail::Access::region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
+}
+
 Result<RemoteRegion> Connection::import_region(std::span<const uint8_t> descriptor) {
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(impl_->check_open());
@@ -87,11 +102,12 @@ Result<RemoteRegion> Connection::import_region(std::span<const uint8_t> descript
 
 namespace {
 
-// A region mapped into this process is written and read by CPU copies that
-// touch no UCX state: no lock. A connection that is not open takes the
-// locked path, which names why.
-bool mapped_path(const Connection::Impl& conn, const RemoteRegion& region) {
-  return region.mapped() && channel::detail::Access::impl(region).conn == &conn && conn.state == Connection::Impl::State::kOpen;
+// A region mapped into this process, or a peer's exposed memory, is written
+// and read by copies that touch no UCX state: no lock. A connection that is
+// not open takes the locked path, which names why.
+bool unlocked_path(const Connection::Impl& conn, const RemoteRegion& region, bool mapped_only) {
+  return (mapped_only ? region.mapped() : region.in_call()) && channel::detail::Access::impl(region).conn == &conn &&
+         conn.state == Connection::Impl::State::kOpen;
 }
 
 Status check_region(const Connection::Impl& conn, const RemoteRegion& region) OB_HUB_LOCKED {
@@ -105,7 +121,10 @@ Status check_region(const Connection::Impl& conn, const RemoteRegion& region) OB
 
 Status Connection::put(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
                        Deadline deadline) {
-  if (mapped_path(*impl_, region)) return transport::put_mapped(channel::detail::Access::impl(region).key, offset, src);
+  if (unlocked_path(*impl_, region, false)) {
+    const auto& key = channel::detail::Access::impl(region).key;
+    return key.process() ? transport::put_process(key, offset, src) : transport::put_mapped(key, offset, src);
+  }
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
   OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.put(channel::detail::Access::impl(region).key, offset, src));
@@ -114,7 +133,10 @@ Status Connection::put(const RemoteRegion& region, uint64_t offset, std::span<co
 
 Status Connection::get(const RemoteRegion& region, uint64_t offset, std::span<uint8_t> dst,
                        Deadline deadline) {
-  if (mapped_path(*impl_, region)) return transport::get_mapped(channel::detail::Access::impl(region).key, offset, dst);
+  if (unlocked_path(*impl_, region, false)) {
+    const auto& key = channel::detail::Access::impl(region).key;
+    return key.process() ? transport::get_process(key, offset, dst) : transport::get_mapped(key, offset, dst);
+  }
   Lock lock(impl_->hub->mutex());
   OB_RETURN_IF_ERROR(check_region(*impl_, region));
   OB_ASSIGN_OR_RETURN(transport::PolledOp op, impl_->data_ep.get(channel::detail::Access::impl(region).key, offset, dst));
@@ -150,7 +172,7 @@ Status check_signal_word(uint64_t offset, uint64_t size, const char* whose) {
 
 Status Connection::put_signal(const RemoteRegion& region, uint64_t offset, std::span<const uint8_t> src,
                               uint64_t signal_offset, uint64_t signal, Deadline deadline) {
-  if (mapped_path(*impl_, region)) {
+  if (unlocked_path(*impl_, region, true)) {
     const transport::RemoteKey& key = channel::detail::Access::impl(region).key;
     // The data is copied in the call, so a release store orders the signal
     // after it on any CPU. UCX's fence is a full barrier, which would wait

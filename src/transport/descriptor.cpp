@@ -117,12 +117,22 @@ Result<CheckedDescriptor> check_descriptor(std::span<const uint8_t> d, const Des
   CheckedDescriptor out;
   uint64_t md_map = 0;
   uint8_t memory_type = 0;
-  if (!r.get(magic) || !r.get(out.base) || !r.get(out.length) || !r.get(md_map) || !r.get(memory_type))
+  if (!r.get(magic) || !r.get(out.base) || !r.get(out.length))
     return bad("truncated header (" + std::to_string(d.size()) + " B)");
   if (magic == kCudaRegionMagic) return bad("GPU memory of a client is not accepted");
-  if (magic != kRegionMagic) return bad("not an outboard region descriptor");
+  if (magic != kRegionMagic && magic != kProcessRegionMagic) return bad("not an outboard region descriptor");
   if (out.length == 0 || out.base + out.length < out.base)
     return bad("region of " + std::to_string(out.length) + " B at " + std::to_string(out.base) + " is empty or wraps");
+  if (magic == kProcessRegionMagic) {
+    if (d.size() != kDescriptorHeaderBytes)
+      return bad("process memory descriptor of " + std::to_string(d.size()) + " B, not " +
+                 std::to_string(kDescriptorHeaderBytes));
+    if (!policy.shared_memory || policy.owner <= 0)
+      return bad("process memory of a peer not checked to be a process of this host and user");
+    out.process = true;
+    return out;
+  }
+  if (!r.get(md_map) || !r.get(memory_type)) return bad("truncated header (" + std::to_string(d.size()) + " B)");
   if (memory_type != kHostMemory) return bad("memory type " + std::to_string(memory_type) + " is not host memory");
 
   uint64_t kept = 0;

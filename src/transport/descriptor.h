@@ -24,6 +24,9 @@ namespace outboard::transport {
 
 inline constexpr uint32_t kRegionMagic = 0x3152424f;      // "OBR1"
 inline constexpr uint32_t kCudaRegionMagic = 0x3147424f;  // "OBG1": a peer must not map GPU memory for CPU copies
+/// "OBP1": memory of the describing process itself, which the other side copies through the
+/// kernel (process_vm_readv/writev): the header alone, no key, nothing registered.
+inline constexpr uint32_t kProcessRegionMagic = 0x3150424f;
 inline constexpr size_t kDescriptorHeaderBytes = 20;
 /// Largest descriptor accepted from a peer (a packed key is tens of bytes
 /// per memory domain).
@@ -41,6 +44,8 @@ struct DescriptorPolicy {
 /// A descriptor that passed the checks.
 struct CheckedDescriptor {
   bool gpu = false;
+  /// kProcessRegionMagic: the policy's owner's memory at [base, base + length), no key.
+  bool process = false;
   uint64_t base = 0;
   uint64_t length = 0;
   /// The packed key rebuilt from the parts that passed, for ucp_ep_rkey_unpack.
@@ -51,7 +56,9 @@ struct CheckedDescriptor {
 /// transport key. Keeps a posix key only if it names a segment of the
 /// policy's owner through /proc that covers the region (checked with
 /// stat(2)), and keys of no bytes (tcp, cma); drops the rest (sysv ids,
-/// named files, keys of unknown shape). Refuses GPU descriptors.
+/// named files, keys of unknown shape). Refuses GPU descriptors, and process
+/// descriptors unless the policy allows shared memory (its owner is the
+/// process it names: the peer reaches nobody's memory but its own).
 /// kInvalidArgument naming what is wrong.
 Result<CheckedDescriptor> check_descriptor(std::span<const uint8_t> descriptor, const DescriptorPolicy& policy);
 

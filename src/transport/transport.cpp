@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include <sys/uio.h>
 #include <ucp/api/ucp.h>
 
 #include "outboard/log.h"
@@ -232,7 +233,7 @@ void Endpoint::start_send(std::span<const uint8_t> header, std::span<const uint8
 }
 
 static Status check_bounds(const RemoteKey& key, uint64_t offset, size_t len, const char* what) {
-  if (!key.handle()) return {Code::kInvalidArgument, std::string(what) + " on an empty remote region"};
+  if (!key.handle() && !key.process()) return {Code::kInvalidArgument, std::string(what) + " on an empty remote region"};
   if (offset > key.length() || len > key.length() - offset)
     return {Code::kOutOfRange, std::string(what) + " of " + std::to_string(len) + " B at offset " +
                                    std::to_string(offset) + " exceeds remote region of " +
@@ -260,6 +261,45 @@ Status get_mapped(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst)
   return {};
 }
 
+// One kernel copy between the peer process's memory and ours; a short count
+// (the rest crosses a page the peer does not map) goes on from where it stopped.
+static Status process_copy(const RemoteKey& key, uint64_t offset, std::span<uint8_t> local, bool write) {
+  const char* what = write ? "put" : "get";
+  OB_RETURN_IF_ERROR(check_bounds(key, offset, local.size(), what));
+  if (!key.process()) return {Code::kInvalidArgument, std::string(what) + " through the kernel on a key of no process"};
+  for (size_t done = 0; done < local.size();) {
+    iovec mine{local.data() + done, local.size() - done};
+    iovec theirs{reinterpret_cast<void*>(key.base() + offset + done), local.size() - done};
+    const ssize_t n = write ? ::process_vm_writev(key.process(), &mine, 1, &theirs, 1, 0)
+                            : ::process_vm_readv(key.process(), &mine, 1, &theirs, 1, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    const int err = n == 0 ? EFAULT : errno;
+    const std::string range = std::string(what) + " of " + std::to_string(local.size() - done) + " B at " +
+                              std::to_string(key.base() + offset + done) + " of process " +
+                              std::to_string(key.process());
+    switch (err) {
+      case EFAULT: return {Code::kInvalidArgument, range + ": that process does not map this memory (freed?)"};
+      case ESRCH: return {Code::kConnectionReset, range + ": that process has ended"};
+      case EPERM:
+        return {Code::kUnsupported, range + ": not permitted (another user, or ptrace rules such as Yama's "
+                                            "ptrace_scope forbid it)"};
+      default: return {Code::kIoError, range + ": " + std::strerror(err)};
+    }
+  }
+  return {};
+}
+
+Status put_process(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src) {
+  return process_copy(key, offset, {const_cast<uint8_t*>(src.data()), src.size()}, true);
+}
+
+Status get_process(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst) {
+  return process_copy(key, offset, dst, false);
+}
+
 Status store_release(const RemoteKey& key, uint64_t offset, uint64_t value) {
   OB_RETURN_IF_ERROR(check_bounds(key, offset, sizeof value, "signal"));
   if (!key.mapped()) return {Code::kInvalidArgument, "release store into a region that is not mapped"};
@@ -270,6 +310,10 @@ Status store_release(const RemoteKey& key, uint64_t offset, uint64_t value) {
 }
 
 Result<PolledOp> Endpoint::put(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src) {
+  if (key.process()) {
+    OB_RETURN_IF_ERROR(put_process(key, offset, src));
+    return PolledOp();
+  }
   OB_RETURN_IF_ERROR(check_bounds(key, offset, src.size(), "put"));
   if (!ep_ || state_->failed) return Status(Code::kConnectionReset, "put on a failed or closed endpoint");
   ucp_request_param_t p{};
@@ -277,6 +321,10 @@ Result<PolledOp> Endpoint::put(const RemoteKey& key, uint64_t offset, std::span<
 }
 
 Result<PolledOp> Endpoint::get(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst) {
+  if (key.process()) {
+    OB_RETURN_IF_ERROR(get_process(key, offset, dst));
+    return PolledOp();
+  }
   OB_RETURN_IF_ERROR(check_bounds(key, offset, dst.size(), "get"));
   if (!ep_ || state_->failed) return Status(Code::kConnectionReset, "get on a failed or closed endpoint");
   ucp_request_param_t p{};
@@ -324,6 +372,10 @@ Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d, bool map, 
     magic = kRegionMagic;
     key.base_ = c.base;
     key.length_ = c.length;
+    if (c.process) {  // the kernel copies it: no key for UCX
+      key.process_ = policy->owner;
+      return key;
+    }
     checked = std::move(c.packed_key);
     packed = checked;
   } else {
@@ -360,13 +412,15 @@ std::string Endpoint::lanes() const {
 // --------------------------------------------------------------- RemoteKey
 
 RemoteKey::RemoteKey(RemoteKey&& o) noexcept
-    : rkey_(o.rkey_), mapped_(o.mapped_), base_(o.base_), length_(o.length_) {
+    : rkey_(o.rkey_), mapped_(o.mapped_), process_(o.process_), base_(o.base_), length_(o.length_) {
   o.rkey_ = nullptr;
   o.mapped_ = nullptr;
+  o.process_ = 0;
 }
 RemoteKey& RemoteKey::operator=(RemoteKey&& o) noexcept {
   std::swap(rkey_, o.rkey_);
   std::swap(mapped_, o.mapped_);
+  std::swap(process_, o.process_);
   base_ = o.base_;
   length_ = o.length_;
   return *this;
@@ -583,6 +637,17 @@ Result<MemoryRegion> Worker::register_memory(void* data, size_t size) {
   return map(data, size, false, MemoryKind::kHost);
 }
 Result<MemoryRegion> Worker::allocate_memory(size_t size, MemoryKind kind) { return map(nullptr, size, true, kind); }
+
+Result<MemoryRegion> Worker::expose_memory(void* data, size_t size) {
+  if (size == 0) return Status(Code::kInvalidArgument, "memory region of 0 B");
+  MemoryRegion r;
+  r.data_ = static_cast<uint8_t*>(data);
+  r.size_ = size;
+  put_u32(r.descriptor_, kProcessRegionMagic);
+  put_u64(r.descriptor_, reinterpret_cast<uint64_t>(data));
+  put_u64(r.descriptor_, size);
+  return r;
+}
 
 bool Worker::cuda_memory_supported() const {
   ucp_context_attr_t attr{};

@@ -81,11 +81,15 @@ class RemoteKey {
   /// ucp_rkey_ptr), else null. Mapped, a put or get is a CPU copy made in the
   /// call, and a signal a release store, without UCX's per-operation cost.
   [[nodiscard]] uint8_t* mapped() const { return mapped_; }
+  /// The peer process whose own memory this is (a process descriptor), else
+  /// 0: the kernel copies it in the call (put_process, get_process), no UCX.
+  [[nodiscard]] pid_t process() const { return process_; }
 
  private:
   friend class Endpoint;
   ucp_rkey* rkey_ = nullptr;
   uint8_t* mapped_ = nullptr;
+  pid_t process_ = 0;
   uint64_t base_ = 0, length_ = 0;
 };
 
@@ -96,6 +100,13 @@ Status put_mapped(const RemoteKey& key, uint64_t offset, std::span<const uint8_t
 Status get_mapped(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst);
 /// The mapped bytes [offset, offset + length), for copies made by the caller.
 Result<std::span<uint8_t>> mapped_span(const RemoteKey& key, uint64_t offset, uint64_t length);
+/// Operations on a process key (RemoteKey::process()), bounds-checked: the
+/// kernel copies between the peer's memory and ours in the call
+/// (process_vm_writev/readv), touching no UCX state. Memory the peer no
+/// longer maps is kInvalidArgument, naming the range: the peer's bug
+/// reaches only the peer.
+Status put_process(const RemoteKey& key, uint64_t offset, std::span<const uint8_t> src);
+Status get_process(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst);
 /// Stores `value` into the aligned word at `offset` with release order: a
 /// peer that sees it sees every put_mapped() made before it, on any CPU.
 Status store_release(const RemoteKey& key, uint64_t offset, uint64_t value);
@@ -236,6 +247,9 @@ class Worker {
 
   Result<MemoryRegion> register_memory(void* data, size_t size);
   Result<MemoryRegion> allocate_memory(size_t size, MemoryKind kind = MemoryKind::kHost);
+  /// `data` described for a peer on this host that copies it through the
+  /// kernel (a process descriptor): nothing registered, nothing to undo.
+  Result<MemoryRegion> expose_memory(void* data, size_t size);
 
  private:
   Worker() = default;

@@ -2,7 +2,8 @@
 // unpacks them. The first byte picks the policy (shared memory or not);
 // the owner is this process, so a posix key may name our own descriptors.
 // What passes is a well-formed packed key of at most one posix part (or
-// only empty parts), which parses back the same way.
+// only empty parts), which parses back the same way; or, with shared memory
+// only, a process descriptor (the header alone, no key).
 #include <unistd.h>
 
 #include <bit>
@@ -19,6 +20,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   policy.owner = getpid();
   auto checked = transport::check_descriptor({data + 1, size - 1}, policy);
   if (!checked.ok()) return 0;
+  if (checked->process) {
+    if (!policy.shared_memory || !checked->packed_key.empty() || size - 1 != transport::kDescriptorHeaderBytes ||
+        checked->length == 0 || checked->base + checked->length < checked->base)
+      __builtin_trap();
+    return 0;
+  }
   codec::Reader r{checked->packed_key};
   uint64_t md_map = 0;
   uint8_t memory_type = 0;

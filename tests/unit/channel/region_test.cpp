@@ -1,4 +1,7 @@
 // One-sided data path against a real agent's memory service.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -159,6 +162,38 @@ TEST_F(RegionTest, AgentWriteWithNotifyLandsBeforeTheNotification) {
     EXPECT_EQ(note.value().length, len);
     EXPECT_EQ(checksum({mine.data() + offset, len}), as_u64(r.value()));
   }
+}
+
+// Memory exposed to the agent is written by the kernel's copies (put_notify's data lands before
+// the notification as for registered memory), only within its bounds; pages the client unmapped
+// fail that write and nothing else.
+TEST_F(RegionTest, ExposedMemoryIsWrittenByTheAgentThroughTheKernel) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  std::vector<uint8_t> mine(1 << 18, 0);
+  auto region = c->expose_memory(mine.data(), mine.size());
+  ASSERT_TRUE(region.ok()) << region.status().to_string();
+  for (uint64_t i = 0; i < 4; ++i) {
+    const uint64_t len = 1000 + i * 50000, offset = i * 4096 + 3;
+    auto r = c->request("memory", op('W', {i + 1, offset, len, i}, region->descriptor()).span(), soon());
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    auto note = c->receive(soon());
+    ASSERT_TRUE(note.ok());
+    EXPECT_EQ(note.value().cookie, i + 1);
+    EXPECT_EQ(checksum({mine.data() + offset, len}), as_u64(r.value()));
+  }
+  auto over = c->request("memory", op('W', {9, mine.size() - 10, 11, 1}, region->descriptor()).span(), soon());
+  EXPECT_EQ(over.status().code(), Code::kOutOfRange) << over.status().to_string();
+
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* gone = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  auto freed = c->expose_memory(gone, page);
+  ASSERT_TRUE(freed.ok());
+  ASSERT_EQ(0, ::munmap(gone, page));
+  auto lost = c->request("memory", op('W', {10, 0, 64, 1}, freed->descriptor()).span(), soon());
+  EXPECT_NE(lost.status().message().find("does not map this memory"), std::string::npos) << lost.status().to_string();
+  EXPECT_TRUE(c->request("echo", mine, soon()).ok());  // connection unharmed
 }
 
 TEST_F(RegionTest, ImportRejectsGarbageDescriptors) {

@@ -4,11 +4,13 @@
 #include "transport/transport.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <mutex>
 
+#include "outboard/checksum.h"
 #include "outboard/clock.h"
 
 namespace outboard::transport {
@@ -94,6 +96,59 @@ TEST_F(WorkerTest, ADescriptorIsCheckedAgainstWhatThePeerMayName) {
   Bytes gpu = descriptor;
   std::memcpy(gpu.data(), &kCudaRegionMagic, sizeof kCudaRegionMagic);
   EXPECT_EQ(check_descriptor(gpu, own).status().code(), Code::kInvalidArgument);
+
+  // Exposed memory names its own process's memory: only a peer checked to share our host and
+  // user may name it, and the descriptor is the header alone.
+  uint64_t word = 0;
+  auto exposed = worker_->expose_memory(&word, sizeof word);
+  ASSERT_TRUE(exposed.ok()) << exposed.status().to_string();
+  auto process = check_descriptor(exposed->descriptor(), own);
+  ASSERT_TRUE(process.ok()) << process.status().to_string();
+  EXPECT_TRUE(process->process);
+  EXPECT_EQ(process->base, reinterpret_cast<uint64_t>(&word));
+  EXPECT_TRUE(process->packed_key.empty());
+  EXPECT_EQ(check_descriptor(exposed->descriptor(), DescriptorPolicy{}).status().message(),
+            "region descriptor: process memory of a peer not checked to be a process of this host and user");
+  Bytes longer = exposed->descriptor();
+  longer.push_back(0);
+  EXPECT_EQ(check_descriptor(longer, own).status().code(), Code::kInvalidArgument);
+}
+
+// The kernel copies exposed memory: bounds are checked first, and memory the owner no longer maps
+// is an error naming the range, not a crash.
+TEST_F(WorkerTest, AProcessKeyCopiesThroughTheKernelWithinItsBounds) {
+  std::vector<uint8_t> theirs(10000), mine(4000);
+  fill_pattern(theirs, 3);
+  auto exposed = worker_->expose_memory(theirs.data(), theirs.size());
+  ASSERT_TRUE(exposed.ok());
+  DescriptorPolicy own{.shared_memory = true, .owner = ::getpid()};
+  std::lock_guard lock(worker_->mutex());
+  auto ep = worker_->connect_to(worker_->address());
+  ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+  auto key = ep->import_region(exposed->descriptor(), true, &own);
+  ASSERT_TRUE(key.ok()) << key.status().to_string();
+  EXPECT_EQ(key->process(), ::getpid());
+  EXPECT_EQ(key->mapped(), nullptr);
+  ASSERT_TRUE(get_process(*key, 5000, mine).ok());
+  EXPECT_EQ(0, std::memcmp(mine.data(), theirs.data() + 5000, mine.size()));
+  std::vector<uint8_t> zeros(100, 0);
+  auto put = ep->put(*key, 9900, zeros);  // the endpoint's put takes the same path, done in the call
+  ASSERT_TRUE(put.ok() && put->done()) << put.status().to_string();
+  EXPECT_EQ(std::vector<uint8_t>(theirs.end() - 100, theirs.end()), zeros);
+  EXPECT_EQ(put_process(*key, 9901, zeros).code(), Code::kOutOfRange);
+
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* gone = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  auto freed = worker_->expose_memory(gone, page);
+  ASSERT_TRUE(freed.ok());
+  auto freed_key = ep->import_region(freed->descriptor(), true, &own);
+  ASSERT_TRUE(freed_key.ok());
+  ASSERT_EQ(0, ::munmap(gone, page));
+  Status st = get_process(*freed_key, 0, {mine.data(), 16});
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("does not map this memory"), std::string::npos) << st.to_string();
+  ep->close(true);
 }
 
 }  // namespace
