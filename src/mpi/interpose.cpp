@@ -25,6 +25,7 @@ struct State {
   Tally tally;
   std::string library;  // the first line of MPI_Get_library_version
   bool report = false;  // OUTBOARD_MPI_REPORT=1: rank 0 prints the report at MPI_Finalize
+  bool offloaded = false;  // every rank reached its agent at MPI_Init
 };
 
 State& state() {
@@ -98,6 +99,7 @@ void started() {
     offload_stop();
     why = "a rank could not reach its agent";
   }
+  s.offloaded = everywhere;
   if (rank == 0 && !everywhere)
     std::fprintf(stderr, "outboard-mpi: %s: every operation passes through to %s\n", why.c_str(), s.library.c_str());
 }
@@ -135,6 +137,14 @@ void finishing() {
                   MPI_COMM_WORLD) == MPI_SUCCESS &&
       rank == 0)
     std::fputs(render_report(sum, ranks, s.library).c_str(), stderr);
+  if (!s.offloaded) return;
+  const BufferCounts buffers = offload_buffers();
+  uint64_t counts[2] = {buffers.exposed, buffers.staged}, all[2] = {};
+  if (PMPI_Reduce(counts, all, 2, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD) == MPI_SUCCESS && rank == 0)
+    std::fprintf(stderr, "  buffers: %llu collectives in place (kernel copies), %llu staged\n",
+                 static_cast<unsigned long long>(all[0]), static_cast<unsigned long long>(all[1]));
+  if (!buffers.unreachable.empty())
+    std::fprintf(stderr, "  rank %d stages every collective: %s\n", rank, buffers.unreachable.c_str());
 }
 
 }  // namespace outboard::mpi

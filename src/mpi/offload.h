@@ -3,10 +3,18 @@
 // to the agent's `mpi` service, communicator names, staging memory, and the generalized requests
 // the program waits on. Active only when OUTBOARD_MPI_AGENT names an agent at MPI_Init.
 //
-// Data path: each collective's input is copied into a staging area the agent maps (UCX memory on
-// this host), and its result is copied out of it when the request completes; the agent reads and
-// writes staging memory by CPU copies, so it needs no progress call from the rank. Staging bounds
-// what may be in flight (OUTBOARD_MPI_STAGING_BYTES); a call that does not fit passes through.
+// Data path, two ways; either way the agent needs no progress call from the rank.
+// - Staged: each collective's input is copied into a staging area the agent maps (UCX memory on
+//   this host), and its result out of it when the request completes. Staging bounds a call and
+//   what may be in flight (OUTBOARD_MPI_STAGING_BYTES); a call over it passes through.
+// - In place: the agent reads the input from the program's own buffers and writes the result into
+//   them through the kernel (Connection::expose_memory: process_vm_readv/writev). The rank copies
+//   and registers nothing, so freed and reused memory needs no registration cache to invalidate:
+//   each copy finds the pages mapped at that moment (gone: that collective fails, naming them).
+// MPI_Init asks the agent whether it reaches this process so (the kernel may forbid it: another
+// user, ptrace rules). Then communicators several agents serve go in place (the wire hides the
+// agent's copies); single-agent ones stage, where memcpy beats the kernel's copies.
+// OUTBOARD_MPI_EXPOSE=1 puts every communicator in place, =0 none.
 
 #include <mpi.h>
 
@@ -24,6 +32,8 @@ inline constexpr uint64_t kDefaultStagingBytes = 16ull << 20;
 /// How long a rank waits for its communicator's other ranks to post a collective, when
 /// OUTBOARD_MPI_TIMEOUT_S does not say (an agent that dies fails it at once).
 inline constexpr int64_t kDefaultCollectiveTimeoutS = 3600;
+/// How long MPI_Init waits for the agent to say whether it reaches this rank's memory.
+inline constexpr int64_t kReachTimeoutS = 10;
 
 /// After PMPI_Init: connects to $OUTBOARD_MPI_AGENT (one session per job: $OUTBOARD_SESSION_TOKEN),
 /// or, where it lists several agents (a,b,...), to the one at this world rank modulo their count.
@@ -34,6 +44,13 @@ std::string offload_start();
 /// so the agents exchange their ranks' data (agent to agent). Returns what to say when it cannot.
 std::string offload_agents();
 bool offload_on();
+/// Collectives this rank posted in place and staged, and why the agent cannot reach its buffers
+/// in place ("" where it can).
+struct BufferCounts {
+  uint64_t exposed = 0, staged = 0;
+  std::string unreachable;
+};
+BufferCounts offload_buffers();
 /// Before PMPI_Finalize: waits for every offloaded collective, then closes the connection.
 void offload_stop();
 /// Before PMPI_Abort: closes the connection at once, so the agent fails this job's waiting

@@ -152,6 +152,7 @@ class Mpi final : public Service {
     auto kind = kind_of(r.payload.span());
     if (!kind.ok()) return r.responder.fail(kind.status());
     if (*kind == Kind::kShare) return take_share(std::move(r));
+    if (*kind == Kind::kReach) return reach(std::move(r));
     auto decoded = decode(r.payload.span());
     if (!decoded.ok()) return r.responder.fail(decoded.status());
     Post post = std::move(decoded).value();
@@ -261,6 +262,23 @@ class Mpi final : public Service {
       }
     }
     running_ = false;
+  }
+
+  // Whether this agent reads the rank's memory through the region it names (its answer is the
+  // rank's choice between handing over its buffers so and staging them).
+  static void reach(ServiceRequest r) {
+    auto decoded = decode_reach(r.payload.span());
+    if (!decoded.ok()) return r.responder.fail(decoded.status());
+    auto region = r.peer->import_region(decoded->region);
+    if (!region.ok()) return r.responder.fail(region.status().with_context("mpi: reaching the rank's memory"));
+    uint64_t seen = 0;
+    const Status st =
+        r.peer->get(*region, 0, {reinterpret_cast<uint8_t*>(&seen), sizeof seen}, Deadline::after_ms(kTransferTimeoutMs));
+    if (!st.ok()) return r.responder.fail(st.with_context("mpi: reaching the rank's memory"));
+    if (seen != decoded->value)
+      return r.responder.fail({Code::kIoError, "mpi: reaching the rank's memory: read " + std::to_string(seen) +
+                                                   " where the rank wrote " + std::to_string(decoded->value)});
+    r.responder.respond({});
   }
 
   // Another agent's share: kept until this agent's ranks all posted and shared theirs.
@@ -831,10 +849,10 @@ class Mpi final : public Service {
       }
     }
     // The answers may overtake writes that UCX carries (a small answer goes through the ring):
-    // every result is in place before any rank hears that it is. A mapped region was written by
-    // CPU copies already ordered before the answer's release store: no round trip for those.
+    // every result is in place before any rank hears that it is. A mapped or exposed region was
+    // written by copies already ordered before the answer's release store: no round trip for those.
     for (auto& m : ranks)
-      if (m && m->recv && !m->recv->mapped())
+      if (m && m->recv && !m->recv->in_call())
         OB_RETURN_IF_ERROR(m->peer->flush(Deadline::after_ms(kTransferTimeoutMs))
                              .with_context(where(m->post) + ": completing rank " + std::to_string(m->post.rank) +
                                            "'s writes"));

@@ -28,6 +28,15 @@ size_t elem_size(Elem e) {
 
 namespace {
 
+std::string_view kind_name(Kind k) {
+  switch (k) {
+    case Kind::kPost: return "post";
+    case Kind::kShare: return "share";
+    case Kind::kReach: return "reach";
+  }
+  return "?";
+}
+
 void put_array(codec::Writer& w, const std::vector<uint64_t>& a) {
   w.put(static_cast<uint32_t>(a.size()));
   for (uint64_t v : a) w.put(v);
@@ -151,6 +160,15 @@ std::vector<uint8_t> encode(const Share& s) {
   return std::move(w.bytes);
 }
 
+std::vector<uint8_t> encode(const Reach& reach) {
+  codec::Writer w;
+  w.put(kVersion);
+  w.put(static_cast<uint8_t>(Kind::kReach));
+  w.put(reach.value);
+  put_descriptor(w, reach.region);
+  return std::move(w.bytes);
+}
+
 Result<Kind> kind_of(std::span<const uint8_t> bytes) {
   if (bytes.empty()) return bad("empty request");
   if (bytes[0] != kVersion)
@@ -162,7 +180,7 @@ Result<Kind> kind_of(std::span<const uint8_t> bytes) {
 
 Result<Post> decode(std::span<const uint8_t> bytes) {
   OB_ASSIGN_OR_RETURN(Kind kind, kind_of(bytes));
-  if (kind != Kind::kPost) return bad("a share where a post was expected");
+  if (kind != Kind::kPost) return bad("a " + std::string(kind_name(kind)) + " where a post was expected");
   codec::Reader r{bytes.subspan(2)};
   Post p;
   uint8_t coll = 0, elem = 0, reduce = 0, flags = 0;
@@ -200,9 +218,21 @@ Result<Post> decode(std::span<const uint8_t> bytes) {
   return p;
 }
 
+Result<Reach> decode_reach(std::span<const uint8_t> bytes) {
+  OB_ASSIGN_OR_RETURN(Kind kind, kind_of(bytes));
+  if (kind != Kind::kReach) return bad("a " + std::string(kind_name(kind)) + " where a reach was expected");
+  codec::Reader r{bytes.subspan(2)};
+  Reach reach;
+  if (!r.get(reach.value)) return bad("truncated reach");
+  OB_ASSIGN_OR_RETURN(reach.region, get_descriptor(r, "reached"));
+  if (reach.region.empty()) return bad("reach without a region");
+  if (!r.in.empty()) return bad(std::to_string(r.in.size()) + " B after the reach");
+  return reach;
+}
+
 Result<Share> decode_share(std::span<const uint8_t> bytes) {
   OB_ASSIGN_OR_RETURN(Kind kind, kind_of(bytes));
-  if (kind != Kind::kShare) return bad("a post where a share was expected");
+  if (kind != Kind::kShare) return bad("a " + std::string(kind_name(kind)) + " where a share was expected");
   codec::Reader r{bytes.subspan(2)};
   Share s;
   uint8_t coll = 0, elem = 0, reduce = 0;

@@ -16,6 +16,7 @@
 // (u32 length + bytes each) and u32-counted agent_of (u32 each, `size` of them).
 // Share: u64 comm, u64 seq, u32 size, u32 from, u8 Coll, u8 Elem, u8 Reduce, u32 root, u64 bytes,
 // u32-counted u64 block lengths, then the blocks back to back (their lengths' sum, nothing after).
+// Reach: u64 value, then a region's descriptor (u32 length + bytes) whose first 8 bytes hold it.
 
 #include <cstdint>
 #include <span>
@@ -37,8 +38,8 @@ inline constexpr uint32_t kMaxAddressBytes = 256;
 /// Hex digits of a session token.
 inline constexpr uint32_t kTokenHexDigits = 64;
 
-enum class Kind : uint8_t { kPost, kShare };
-inline constexpr uint8_t kKinds = 2;
+enum class Kind : uint8_t { kPost, kShare, kReach };
+inline constexpr uint8_t kKinds = 3;
 
 enum class Coll : uint8_t { kAlltoall, kAlltoallv, kAllgather, kBcast, kAllreduce };
 inline constexpr uint8_t kColls = 5;
@@ -97,8 +98,17 @@ struct Share {
   std::span<const uint8_t> data;  // encode(): the blocks (none: the header alone); decode(): a view
 };
 
+/// A rank asks whether its agent reaches its memory through a region of this kind (exposed
+/// memory: the kernel may forbid it) before it hands it its buffers that way: the agent reads the
+/// region's first 8 bytes and answers whether they hold `value`.
+struct Reach {
+  uint64_t value = 0;
+  std::vector<uint8_t> region;  // descriptor
+};
+
 std::vector<uint8_t> encode(const Post& post);
 std::vector<uint8_t> encode(const Share& share);
+std::vector<uint8_t> encode(const Reach& reach);
 /// The message's kind, or an error for a version or kind this agent does not speak.
 Result<Kind> kind_of(std::span<const uint8_t> bytes);
 /// Every field checked: kVersion, rank < size <= kMaxRanks, known kinds, a reduction's element and
@@ -106,6 +116,8 @@ Result<Kind> kind_of(std::span<const uint8_t> bytes);
 /// present where needed and within kMaxDescriptorBytes, with kSpans a token of kTokenHexDigits,
 /// 2 to `size` addresses within kMaxAddressBytes and every agent_of naming one, nothing left over.
 Result<Post> decode(std::span<const uint8_t> bytes);
+/// A reach: a descriptor within kMaxDescriptorBytes, nothing after it.
+Result<Reach> decode_reach(std::span<const uint8_t> bytes);
 /// A share: size <= kMaxRanks, known kinds, the lengths adding up to the data that follows.
 Result<Share> decode_share(std::span<const uint8_t> bytes);
 

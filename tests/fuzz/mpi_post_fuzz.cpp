@@ -1,5 +1,5 @@
 // libFuzzer: a message to the agent's `mpi` service (services/mpi_wire.h) — a rank's collective
-// post or another agent's share — decoded before anything else reads it. What decodes encodes back
+// post, another agent's share or a rank's reach — decoded before anything else reads it. What decodes encodes back
 // to the same bytes, and its counts, ranks and agents are within the bounds the service indexes by.
 #include <cstdlib>
 #include <cstring>
@@ -22,11 +22,21 @@ int share(const uint8_t* data, size_t size) {
   return 0;
 }
 
+int reach(const uint8_t* data, size_t size) {
+  auto r = decode_reach({data, size});
+  if (!r.ok()) return 0;
+  if (r->region.empty() || r->region.size() > kMaxDescriptorBytes) __builtin_trap();
+  const auto again = encode(r.value());
+  if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
+  return 0;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto kind = kind_of({data, size});
   if (kind.ok() && *kind == Kind::kShare) return share(data, size);
+  if (kind.ok() && *kind == Kind::kReach) return reach(data, size);
   auto post = decode({data, size});
   if (!post.ok()) return 0;
   const Post& p = post.value();

@@ -234,15 +234,20 @@ static void pass_through(void) {
 
 /* MPI_Wait with errors returned: prints what it said and exits 3 (the job is broken: no
  * MPI_Finalize) when it failed. */
-static void wait_or_exit(MPI_Request* req) {
+/* Waits, printing what MPI_Wait said if it failed. */
+static int wait_says(MPI_Request* req) {
   int rc = MPI_Wait(req, MPI_STATUS_IGNORE);
-  if (rc == MPI_SUCCESS) return;
+  if (rc == MPI_SUCCESS) return rc;
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
   printf("rank %d: MPI_Wait failed: %s\n", rank, text);
   fflush(stdout);
-  _exit(3);
+  return rc;
+}
+
+static void wait_or_exit(MPI_Request* req) {
+  if (wait_says(req) != MPI_SUCCESS) _exit(3);
 }
 
 static void errors_return(void) {
@@ -261,7 +266,10 @@ static void mismatch(void) {
   if (rank == 1) recvcounts[0] = 3;
   MPI_Request req;
   MPI_Ialltoallv(buf, counts, displs, MPI_INT, out, recvcounts, displs, MPI_INT, MPI_COMM_WORLD, &req);
-  wait_or_exit(&req);
+  /* Every rank has said so before any exits: the launcher kills the rest when one exits. */
+  const int rc = wait_says(&req);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rc != MPI_SUCCESS) _exit(3);
 }
 
 /* "many": 10^4 Iallreduce + Wait; rank 0 prints its resident memory after 10^3 and after 10^4. */
@@ -332,17 +340,22 @@ static int slow(void) {
   return 0;
 }
 
-/* "freed": the program's bug: rank 0 unmaps its receive buffer before its Ialltoall completes.
- * Rank 0 dies in MPI_Wait (its result has nowhere to go); the agent must not. */
+/* "freed": the program's bug: rank 0 unmaps its receive buffer before its Ialltoall completes,
+ * and only then lets the other ranks post theirs. Rank 0 dies in MPI_Wait (the agent finds the
+ * pages gone, or, staged, the result has nowhere to go); the agent must not. */
 static void freed(void) {
-  int n;
+  int n, token = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const size_t bytes = (size_t)n << 16;
   char* send = calloc(1, bytes);
   void* recv = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   MPI_Request req;
+  if (rank != 0) MPI_Recv(&token, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   MPI_Ialltoall(send, 1 << 16, MPI_BYTE, recv, 1 << 16, MPI_BYTE, MPI_COMM_WORLD, &req);
-  if (rank == 0) munmap(recv, bytes);
+  if (rank == 0) {
+    munmap(recv, bytes);
+    for (int r = 1; r < n; r++) MPI_Send(&token, 1, MPI_INT, r, 0, MPI_COMM_WORLD);
+  }
   MPI_Wait(&req, MPI_STATUS_IGNORE);
   printf("rank %d: waited\n", rank);
   free(send);

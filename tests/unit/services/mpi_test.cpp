@@ -2,6 +2,8 @@
 // the ranks of a job share one), each with registered send and receive buffers; every result is
 // compared with the collective computed here.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <functional>
@@ -37,16 +39,21 @@ class MpiServiceTest : public testing::AgentFixture {
     return out;
   }
 
-  // Registers the rank's buffers and fills in the post's regions.
+  // Registers the rank's buffers with UCX (even ranks) or exposes them to the agent, which copies
+  // them through the kernel (odd ranks: both paths, mixed in one collective), and fills in the
+  // post's regions.
   static void regions(Rank& r, Post& p) {
+    auto region = [&](std::vector<uint8_t>& v) {
+      return p.rank % 2 ? r.conn->expose_memory(v.data(), v.size()) : r.conn->register_memory(v.data(), v.size());
+    };
     if (!r.send.empty() && !p.in_place && p.coll != Coll::kBcast) {
-      auto reg = r.conn->register_memory(r.send.data(), r.send.size());
+      auto reg = region(r.send);
       ASSERT_TRUE(reg.ok()) << reg.status().to_string();
       r.send_region = std::move(reg).value();
       p.send_region.assign(r.send_region.descriptor().begin(), r.send_region.descriptor().end());
     }
     if (!r.recv.empty()) {
-      auto reg = r.conn->register_memory(r.recv.data(), r.recv.size());
+      auto reg = region(r.recv);
       ASSERT_TRUE(reg.ok()) << reg.status().to_string();
       r.recv_region = std::move(reg).value();
       p.recv_region.assign(r.recv_region.descriptor().begin(), r.recv_region.descriptor().end());
@@ -388,6 +395,65 @@ void MpiServiceTest::mapped_without_staging(std::vector<Rank>& rs, const MakePos
   for (auto& a : answers) {
     ASSERT_FALSE(a->ok());
     EXPECT_NE(a->message().find("--max-memory"), std::string::npos) << a->to_string();
+  }
+}
+
+// A rank asks before it hands over exposed buffers: the agent reads back what it wrote there.
+TEST_F(MpiServiceTest, AReachReadsTheRanksWordOrSaysWhyNot) {
+  auto rs = ranks(1);
+  uint64_t word = 0x1234'5678'9abc'def0ull;
+  auto region = rs[0].conn->expose_memory(&word, sizeof word);
+  ASSERT_TRUE(region.ok()) << region.status().to_string();
+  services::mpi_wire::Reach reach{word, {region->descriptor().begin(), region->descriptor().end()}};
+  auto ask = [&] {
+    return rs[0].conn->request("mpi", services::mpi_wire::encode(reach), Deadline::after_ms(kWaitMs)).status();
+  };
+  EXPECT_TRUE(ask().ok()) << ask().to_string();
+  reach.value = 7;
+  Status st = ask();
+  EXPECT_EQ(st.message(), "mpi: reaching the rank's memory: read " + std::to_string(word) + " where the rank wrote 7");
+  // A region of 4 B holds no 8-byte word: refused before the kernel is asked.
+  auto small = rs[0].conn->expose_memory(&word, 4);
+  reach.region.assign(small->descriptor().begin(), small->descriptor().end());
+  EXPECT_EQ(ask().code(), Code::kOutOfRange) << ask().to_string();
+}
+
+// Exposed buffers that the program frees before the collective runs (its bug): the agent's copy
+// finds the pages gone and fails the collective on every rank naming the range; the agent, and
+// the next collective, go on.
+TEST_F(MpiServiceTest, AnExposedBufferFreedBeforeTheCollectiveFailsItNotTheAgent) {
+  constexpr uint32_t n = 2;
+  constexpr uint64_t block = 8192;
+  auto rs = ranks(n);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* gone = ::mmap(nullptr, n * block + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  std::vector<std::optional<Status>> answers(n);
+  std::vector<std::vector<uint8_t>> send(n, random_bytes(n * block, 5)), recv(n, std::vector<uint8_t>(n * block));
+  auto run = [&](uint64_t seq, void* rank0_send) {
+    for (uint32_t i = 0; i < n; ++i) {
+      Post p = post(Coll::kAlltoall, seq, n, i, block);
+      auto in = rs[i].conn->expose_memory(i == 0 ? rank0_send : send[i].data(), n * block);
+      auto out = rs[i].conn->expose_memory(recv[i].data(), n * block);
+      ASSERT_TRUE(in.ok() && out.ok());
+      p.send_region.assign(in->descriptor().begin(), in->descriptor().end());
+      p.recv_region.assign(out->descriptor().begin(), out->descriptor().end());
+      submit(*rs[i].conn, p, answers[i]);
+    }
+    ASSERT_TRUE(answered(*rs[0].conn, answers));
+  };
+  ASSERT_EQ(0, ::munmap(gone, n * block + page));
+  run(0, gone);
+  for (auto& a : answers) {
+    ASSERT_FALSE(a->ok());
+    EXPECT_NE(a->message().find("does not map this memory (freed?)"), std::string::npos) << a->to_string();
+    EXPECT_NE(a->message().find("reading rank 0's input"), std::string::npos) << a->to_string();
+  }
+  run(1, send[0].data());
+  for (uint32_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(answers[j]->ok()) << answers[j]->to_string();
+    for (uint32_t i = 0; i < n; ++i)
+      EXPECT_EQ(0, std::memcmp(recv[j].data() + i * block, send[i].data() + j * block, block));
   }
 }
 
@@ -747,6 +813,23 @@ TEST(MpiWireTest, DecodeShareChecksItsBlocks) {
   bad = s, bad.coll = Coll::kAllreduce;
   fails(encode(bad), "only allreduce, and it always, names both");
   fails({kVersion, 7}, "unknown message kind 7");
+}
+
+TEST(MpiWireTest, DecodeReachChecksItsRegion) {
+  using namespace services::mpi_wire;
+  const Reach r{0xfeed, {1, 2, 3}};
+  auto bytes = encode(r);
+  ASSERT_EQ(kind_of(bytes).value(), Kind::kReach);
+  auto round = decode_reach(bytes);
+  ASSERT_TRUE(round.ok()) << round.status().to_string();
+  EXPECT_EQ(round->value, 0xfeedu);
+  EXPECT_EQ(round->region, r.region);
+  EXPECT_EQ(decode_share(bytes).status().message(), "mpi: a reach where a share was expected");
+  auto more = bytes;
+  more.push_back(0);
+  EXPECT_EQ(decode_reach(more).status().message(), "mpi: 1 B after the reach");
+  EXPECT_EQ(decode_reach(encode(Reach{1, {}})).status().message(), "mpi: reach without a region");
+  EXPECT_EQ(decode_reach({bytes.begin(), bytes.begin() + 5}).status().message(), "mpi: truncated reach");
 }
 
 }  // namespace
