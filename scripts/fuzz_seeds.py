@@ -123,6 +123,7 @@ def main() -> int:
         "allreduce": post(4, 4, 1, 0, 0, 64, b"", b"send-key", b"recv-key"),
         "allreduce-kept-in-place": post(4, 2, 4, 3, 0, 64, b"", b"", b"staging-key"),
         "zero": post(0, 0, 0, 0, 0, 0, b"", b"", b""),
+        "alltoall-own-block": post(0, 0, 0, 8, 0, 64, b"", b"send-key", b"recv-key"),
         "alltoall-spanning": post(0, 0, 0, 2, 0, 64, b"", b"send-key", b"recv-key", agents),
         "share-alltoall": share(0, 0, 0, 4, [b"abcd"]),
         "share-allreduce": share(4, 3, 1, 8, [b"12345678"]),

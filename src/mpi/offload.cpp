@@ -380,6 +380,26 @@ Status expose(Post& post, bool own_input, std::span<const uint8_t> input, void* 
   return {};
 }
 
+// In place, what the rank gives itself (alltoall(v), allgather; not in place) is copied here, once
+// in this process's memory, where the agent would copy it twice through the kernel (kOwnBlock).
+// Alltoallv's counts for itself must agree, or the agent names them.
+void copy_own_block(Post& post, std::span<const uint8_t> input, uint8_t* output) {
+  using services::mpi_wire::Coll;
+  if (post.in_place || input.empty()) return;
+  const uint64_t r = post.rank;
+  switch (post.coll) {
+    case Coll::kAlltoall: std::memcpy(output + r * post.bytes, input.data() + r * post.bytes, post.bytes); break;
+    case Coll::kAllgather: std::memcpy(output + r * post.bytes, input.data(), post.bytes); break;
+    case Coll::kAlltoallv:
+      if (post.send_counts[r] != post.recv_counts[r]) return;
+      if (post.send_counts[r])
+        std::memcpy(output + post.recv_displs[r], input.data() + post.send_displs[r], post.send_counts[r]);
+      break;
+    default: return;
+  }
+  post.own_block = true;
+}
+
 }  // namespace
 
 int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void* output, uint64_t output_bytes,
@@ -421,12 +441,13 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
     if (output_bytes) post.recv_region = g_offload->descriptor, post.recv_offset = *out_at;
     post.keep = true;  // the staging region lives until the connection closes
   }
-  // Fails only where the connection closed: then it completes as failed, as a failed submit does.
-  const Status described = staged ? Status() : expose(post, own_input, input, output, output_bytes);
   post.comm = name->key;
   post.seq = name->next_seq++;
   post.size = static_cast<uint32_t>(size);
   post.rank = static_cast<uint32_t>(rank);
+  if (!staged) copy_own_block(post, input, static_cast<uint8_t*>(output));
+  // Fails only where the connection closed: then it completes as failed, as a failed submit does.
+  const Status described = staged ? Status() : expose(post, own_input, input, output, output_bytes);
   if (!name->agents.empty()) {
     post.token = g_offload->token;
     post.agents = name->agents;

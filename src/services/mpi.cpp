@@ -40,6 +40,10 @@ constexpr size_t kKeptImportsPerConnection = 8;
 // share then): its ranks' own timeouts end a job stuck longer.
 constexpr int64_t kShareTimeoutMs = 3'600'000;
 
+// A block between two ranks whose memory this agent does not map goes through its memory in
+// pieces of at most this.
+constexpr uint64_t kBounceBytes = 1 << 20;
+
 // Spanning collectives that failed here, remembered so that a share coming later fails at once
 // (its sender then fails the collective too, instead of waiting for this agent's share).
 constexpr size_t kRememberedFailures = 256;
@@ -72,6 +76,7 @@ struct Pending {
   std::vector<std::vector<uint8_t>> in;          // staged (packed by destination), or
   std::vector<std::span<const uint8_t>> views;   // where every input is mapped: read in place
   uint64_t reserved = 0;
+  bool early = false;           // neither: this agent's blocks went to its ranks when shared
   bool shared = false;          // inputs staged and shared
   bool busy = false;            // a step of it runs now: failures wait in `failed` until it returns
   std::optional<Status> failed;
@@ -350,40 +355,85 @@ class Mpi final : public Service {
     failed_.emplace_back(key, st);
   }
 
+  // Where the inputs are not mapped here (the ranks' own buffers, or regions UCX carries), and
+  // none is in place and the collective no reduction: each block for another agent is read
+  // straight into its share, which leaves first, and this agent's ranks' blocks go to them while
+  // the shares travel (`early`): nothing staged, and only the other agents' blocks are left to
+  // write when their shares come. Else every input is viewed or staged first.
   Status share_out(Key key, Pending& op) {
     OB_RETURN_IF_ERROR(agree(op.ranks));
     OB_RETURN_IF_ERROR(import_all(op.ranks));
-    if (!view(op.ranks, op.views)) {
-      op.in.resize(op.ranks.size());
-      OB_RETURN_IF_ERROR(stage(op.ranks, op.in, op.reserved));
-    }
     const Post& a = first(op.ranks);
+    if (!view(op.ranks, op.views)) {
+      op.early = a.coll != Coll::kAllreduce &&
+                 std::none_of(op.ranks.begin(), op.ranks.end(), [](auto& m) { return m && m->post.in_place; });
+      if (!op.early) {
+        op.in.resize(op.ranks.size());
+        OB_RETURN_IF_ERROR(stage(op.ranks, op.in, op.reserved));
+      }
+    }
     const bool pairs = a.coll == Coll::kAlltoall || a.coll == Coll::kAlltoallv;
     for (uint32_t to = 0; to < a.agents.size(); ++to) {
       if (to == op.me) continue;
       Share share{a.comm, a.seq, a.size, op.me, a.coll, a.elem, a.reduce, a.root, a.bytes, {}, {}};
-      std::vector<std::span<const uint8_t>> blocks;
-      uint64_t total = 0;
-      auto add = [&](std::span<const uint8_t> b) {
-        share.lengths.push_back(b.size());
-        blocks.push_back(b);
-        total += b.size();
-      };
+      std::vector<std::pair<uint32_t, uint32_t>> blocks;  // (from, to) ranks; `to` 0 unless pairs
       for (uint32_t i = 0; i < a.size; ++i) {
         if (a.agent_of[i] != op.me) continue;
-        if (!pairs) add(a.coll == Coll::kBcast && i != a.root ? std::span<const uint8_t>() : input_block(op, i, 0));
-        else
-          for (uint32_t j = 0; j < a.size; ++j)
-            if (a.agent_of[j] == to) add(input_block(op, i, j));
+        for (uint32_t j = 0; j < (pairs ? a.size : 1); ++j)
+          if (!pairs || a.agent_of[j] == to) blocks.emplace_back(i, j);
       }
-      // The header, then the blocks straight from the staged inputs: one copy.
+      uint64_t total = 0;
+      for (auto [i, j] : blocks) {
+        const uint64_t n = share.lengths.emplace_back(block_bytes(op, i, j));
+        if (total + n < total)
+          return {Code::kInvalidArgument, where(a) + ": its ranks' blocks for agent " + std::to_string(to) +
+                                              " add up to more than 2^64 B"};
+        total += n;
+      }
+      // Early, the lengths are the ranks' word, not yet checked against their memory.
+      if (op.early) {
+        if (Status st = host_->reserve_memory(total, "mpi share"); !st.ok()) return st.with_context(where(a));
+        op.reserved += total;
+      }
+      // The header, then the blocks straight from the inputs (views, staging, or where early the
+      // ranks' memory): one copy.
       const std::vector<uint8_t> header = encode(share);
       Buffer message(header.size() + total);
       uint8_t* at = std::copy(header.begin(), header.end(), message.data());
-      for (auto b : blocks) at = std::copy(b.begin(), b.end(), at);
+      for (size_t k = 0; k < blocks.size(); at += share.lengths[k++]) {
+        const auto [i, j] = blocks[k];
+        if (!share.lengths[k]) continue;
+        if (!op.early) {
+          const auto b = input_block(op, i, j);
+          std::copy(b.begin(), b.end(), at);
+          continue;
+        }
+        const auto [from_recv, offset] = source_of(op.ranks[i]->post, j);
+        OB_RETURN_IF_ERROR(read(*op.ranks[i], from_recv, offset, {at, share.lengths[k]}));
+      }
       send_share(a.agents[to], a.token, key, std::move(message));
     }
+    if (op.early) return copy_across(op.ranks);
     return {};
+  }
+
+  // Bytes of what this agent's rank i gives rank j (alltoall(v)), else of its whole input.
+  static uint64_t block_bytes(const Pending& op, uint64_t i, uint64_t j) {
+    const Post& p = op.ranks[i]->post;
+    if (p.coll == Coll::kBcast && i != p.root) return 0;
+    if (!op.early) return input_block(op, i, j).size();
+    return p.coll == Coll::kAlltoallv ? p.send_counts[j] : p.bytes;
+  }
+
+  // Where rank `p.rank`'s block for rank j (alltoall(v)), else its whole input, lies: its receive
+  // buffer or its send buffer, at what offset. Not in place.
+  static std::pair<bool, uint64_t> source_of(const Post& p, uint64_t j) {
+    switch (p.coll) {
+      case Coll::kAlltoall: return {false, j * p.bytes};
+      case Coll::kAlltoallv: return {false, p.send_displs[j]};
+      case Coll::kBcast: return {true, 0};
+      default: return {false, 0};
+    }
   }
 
   // Checks each share against this agent's ranks' posts, then delivers every block to them.
@@ -446,9 +496,9 @@ class Mpi final : public Service {
     for (uint64_t i = 0; i < n; ++i)
       if (!op.ranks[i] && got[i].empty())
         return {Code::kInvalidArgument, where(a) + ": no agent shared rank " + std::to_string(i) + "'s input"};
-    return deliver(op.ranks, [&](uint64_t i, uint64_t j) {
-      return op.ranks[i] ? input_block(op, i, j) : got[i][pairs ? j : 0];
-    });
+    return deliver(
+        op.ranks, [&](uint64_t i, uint64_t j) { return op.ranks[i] ? input_block(op, i, j) : got[i][pairs ? j : 0]; },
+        op.early);
   }
 
   // Every input of this agent's ranks as a view of its mapped region, where each is mapped and none
@@ -718,30 +768,48 @@ class Mpi final : public Service {
   }
 
   // `bytes` of `from`'s input at `offset` (its receive buffer where `from_recv`: bcast's root)
-  // into `to`'s output at `at`.
-  static Status copy(Member& from, bool from_recv, uint64_t offset, Member& to, uint64_t at, uint64_t bytes) {
+  // into `to`'s output at `at`: straight into it where it is mapped here, else through `bounce`,
+  // kBounceBytes at a time.
+  static Status copy(Member& from, bool from_recv, uint64_t offset, Member& to, uint64_t at, uint64_t bytes,
+                     std::vector<uint8_t>& bounce) {
     if (bytes == 0) return {};
-    OB_ASSIGN_OR_RETURN(std::span<uint8_t> out, output(to, at, bytes));
-    return read(from, from_recv, offset, out);
+    if (to.recv->mapped()) {
+      OB_ASSIGN_OR_RETURN(std::span<uint8_t> out, output(to, at, bytes));
+      return read(from, from_recv, offset, out);
+    }
+    for (uint64_t done = 0; done < bytes;) {
+      const uint64_t piece = std::min(bytes - done, kBounceBytes);
+      bounce.resize(piece);
+      OB_RETURN_IF_ERROR(read(from, from_recv, offset + done, bounce));
+      OB_RETURN_IF_ERROR(write(to, at + done, bounce));
+      done += piece;
+    }
+    return {};
   }
 
+  // Every block between the ranks present (this agent's), straight from input to output. Not in
+  // place (a copy would overwrite inputs not yet read), nor allreduce.
   static Status copy_across(std::vector<std::optional<Member>>& ranks) {
-    const Post& a = ranks[0]->post;
+    const Post& a = first(ranks);
     const uint64_t n = ranks.size();
+    std::vector<uint8_t> bounce;
     for (uint64_t j = 0; j < n; ++j)
       for (uint64_t i = 0; i < n; ++i) {
+        if (!ranks[i] || !ranks[j] || (i == j && ranks[j]->post.own_block)) continue;
         Member &from = *ranks[i], &to = *ranks[j];
+        auto copy = [&](bool from_recv, uint64_t offset, uint64_t at, uint64_t bytes) {
+          return Mpi::copy(from, from_recv, offset, to, at, bytes, bounce);
+        };
         switch (a.coll) {
-          case Coll::kAlltoall: OB_RETURN_IF_ERROR(copy(from, false, j * a.bytes, to, i * a.bytes, a.bytes)); break;
+          case Coll::kAlltoall: OB_RETURN_IF_ERROR(copy(false, j * a.bytes, i * a.bytes, a.bytes)); break;
           case Coll::kAlltoallv:
-            OB_RETURN_IF_ERROR(copy(from, false, from.post.send_displs[j], to, to.post.recv_displs[i],
-                                    from.post.send_counts[j]));
+            OB_RETURN_IF_ERROR(copy(false, from.post.send_displs[j], to.post.recv_displs[i], from.post.send_counts[j]));
             break;
-          case Coll::kAllgather: OB_RETURN_IF_ERROR(copy(from, false, 0, to, i * a.bytes, a.bytes)); break;
+          case Coll::kAllgather: OB_RETURN_IF_ERROR(copy(false, 0, i * a.bytes, a.bytes)); break;
           case Coll::kBcast:
-            if (i == a.root && j != a.root) OB_RETURN_IF_ERROR(copy(from, true, 0, to, 0, a.bytes));
+            if (i == a.root && j != a.root) OB_RETURN_IF_ERROR(copy(true, 0, 0, a.bytes));
             break;
-          case Coll::kAllreduce: break;  // never direct()
+          case Coll::kAllreduce: break;  // never here
         }
       }
     return {};
@@ -816,11 +884,18 @@ class Mpi final : public Service {
     }
   }
 
-  // Writes every result of this agent's ranks: `block(i, j)` is what rank i gives rank j.
+  // Writes every result of this agent's ranks: `block(i, j)` is what rank i gives rank j; only
+  // other agents' ranks' blocks where `early` (this agent's went when it shared them), and never
+  // a block a rank gave itself (kOwnBlock).
   template <typename Blocks>
-  static Status deliver(std::vector<std::optional<Member>>& ranks, const Blocks& block) {
+  static Status deliver(std::vector<std::optional<Member>>& ranks, const Blocks& block, bool early = false) {
     const Post& a = first(ranks);
     const uint64_t n = ranks.size();
+    // Rank i's block for rank j at `at` of `to`'s output.
+    auto write = [&](Member& to, uint64_t i, uint64_t j, uint64_t at) {
+      if ((early && ranks[i]) || (i == to.post.rank && to.post.own_block)) return Status();
+      return Mpi::write(to, at, block(i, j));
+    };
     std::vector<uint8_t> sum;
     if (a.coll == Coll::kAllreduce) {
       auto in = block(0, 0);
@@ -832,19 +907,19 @@ class Mpi final : public Service {
       Member& to = *ranks[j];
       switch (a.coll) {
         case Coll::kAlltoall:
-          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, i * a.bytes, block(i, j)));
+          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, i, j, i * a.bytes));
           break;
         case Coll::kAlltoallv:
-          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, to.post.recv_displs[i], block(i, j)));
+          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, i, j, to.post.recv_displs[i]));
           break;
         case Coll::kAllgather:
-          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, i * a.bytes, block(i, 0)));
+          for (uint64_t i = 0; i < n; ++i) OB_RETURN_IF_ERROR(write(to, i, 0, i * a.bytes));
           break;
         case Coll::kBcast:
-          if (j != a.root) OB_RETURN_IF_ERROR(write(to, 0, block(a.root, 0)));
+          if (j != a.root) OB_RETURN_IF_ERROR(write(to, a.root, 0, 0));
           break;
         case Coll::kAllreduce:
-          OB_RETURN_IF_ERROR(write(to, 0, sum));
+          OB_RETURN_IF_ERROR(Mpi::write(to, 0, sum));  // never early
           break;
       }
     }

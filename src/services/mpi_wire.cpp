@@ -131,7 +131,8 @@ void put_head(codec::Writer& w, Kind kind, const Message& m, uint32_t sender) {
 std::vector<uint8_t> encode(const Post& p) {
   codec::Writer w;
   put_head(w, Kind::kPost, p, p.rank);
-  w.put(static_cast<uint8_t>((p.in_place ? kInPlace : 0) | (p.keep ? kKeep : 0) | (p.agents.empty() ? 0 : kSpans)));
+  w.put(static_cast<uint8_t>((p.in_place ? kInPlace : 0) | (p.keep ? kKeep : 0) | (p.agents.empty() ? 0 : kSpans) |
+                             (p.own_block ? kOwnBlock : 0)));
   w.put(p.root);
   w.put(p.bytes);
   w.put(p.send_offset);
@@ -191,13 +192,17 @@ Result<Post> decode(std::span<const uint8_t> bytes) {
   if (p.size == 0 || p.size > kMaxRanks)
     return bad("communicator of " + std::to_string(p.size) + " ranks (1 to " + std::to_string(kMaxRanks) + ")");
   if (p.rank >= p.size) return bad("rank " + std::to_string(p.rank) + " of " + std::to_string(p.size) + " ranks");
-  if (flags & ~(kInPlace | kKeep | kSpans)) return bad("unknown flags " + std::to_string(flags));
+  if (flags & ~(kInPlace | kKeep | kSpans | kOwnBlock)) return bad("unknown flags " + std::to_string(flags));
   OB_RETURN_IF_ERROR(shape(coll, elem, reduce, p.bytes, p.coll, p.elem, p.reduce));
   p.in_place = flags & kInPlace;
   p.keep = flags & kKeep;
+  p.own_block = flags & kOwnBlock;
   if (p.coll == Coll::kBcast && (p.root >= p.size || p.in_place))
     return bad("bcast from root " + std::to_string(p.root) + " of " + std::to_string(p.size) + " ranks" +
                (p.in_place ? ", in place" : ""));
+  if (p.own_block && (p.in_place || p.coll == Coll::kBcast || p.coll == Coll::kAllreduce))
+    return bad(std::string(coll_name(p.coll)) + (p.in_place ? " in place" : "") +
+               " with its own block copied (only alltoall(v) and allgather, not in place)");
   if (p.coll == Coll::kAlltoallv)
     for (auto* a : {&p.send_counts, &p.send_displs, &p.recv_counts, &p.recv_displs})
       if (!get_array(r, p.size, *a)) return bad("alltoallv needs four arrays of " + std::to_string(p.size) + " values");

@@ -8,7 +8,7 @@
 //
 // Every message: u8 kVersion, u8 Kind.
 // Post: u64 comm, u64 seq, u32 size, u32 rank, u8 Coll, u8 Elem, u8 Reduce, u8 flags (kInPlace,
-// kKeep, kSpans), u32 root, u64 bytes, u64 send_offset, u64 recv_offset, then for kAlltoallv four
+// kKeep, kSpans, kOwnBlock), u32 root, u64 bytes, u64 send_offset, u64 recv_offset, then for kAlltoallv four
 // u32-counted u64 arrays (send counts, send displacements, receive counts, receive displacements,
 // in bytes, `size` each), then the send region's descriptor (u32 length + bytes; empty in place and
 // for kBcast) and the receive region's (for kBcast: the buffer, read at the root and written
@@ -55,6 +55,10 @@ inline constexpr uint8_t kInPlace = 1;
 inline constexpr uint8_t kKeep = 2;
 /// The communicator's ranks are served by several agents: the post names them (Spans).
 inline constexpr uint8_t kSpans = 4;
+/// Alltoall(v) or allgather, not in place: the rank copied what it gives itself into its output,
+/// and the agent leaves that block alone (a copy the rank makes once in its own memory, where the
+/// agent would make two through the kernel).
+inline constexpr uint8_t kOwnBlock = 8;
 
 std::string_view coll_name(Coll c);
 size_t elem_size(Elem e);  // 1 for kBytes
@@ -68,6 +72,7 @@ struct Post {
   Reduce reduce = Reduce::kNone;
   bool in_place = false;
   bool keep = false;  // kKeep
+  bool own_block = false;  // kOwnBlock
   uint32_t root = 0;  // kBcast
   // kAlltoall, kAllgather: bytes to or from each rank; kBcast, kAllreduce: bytes of the buffer.
   uint64_t bytes = 0;

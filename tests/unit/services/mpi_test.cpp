@@ -442,7 +442,9 @@ TEST_F(MpiServiceTest, AnExposedBufferFreedBeforeTheCollectiveFailsItNotTheAgent
     }
     ASSERT_TRUE(answered(*rs[0].conn, answers));
   };
-  ASSERT_EQ(0, ::munmap(gone, n * block + page));
+  // Taken away as a free would, but never handed out again (an agent in this process could map
+  // something new at an unmapped address): the kernel refuses pages of no access alike.
+  ASSERT_EQ(0, ::mprotect(gone, n * block + page, PROT_NONE));
   run(0, gone);
   for (auto& a : answers) {
     ASSERT_FALSE(a->ok());
@@ -454,6 +456,31 @@ TEST_F(MpiServiceTest, AnExposedBufferFreedBeforeTheCollectiveFailsItNotTheAgent
     ASSERT_TRUE(answers[j]->ok()) << answers[j]->to_string();
     for (uint32_t i = 0; i < n; ++i)
       EXPECT_EQ(0, std::memcmp(recv[j].data() + i * block, send[i].data() + j * block, block));
+  }
+  ::munmap(gone, n * block + page);
+}
+
+// A rank that copied the block it gives itself (kOwnBlock) finds it as it left it; the others get
+// theirs from the agent, as does a rank that did not say so.
+TEST_F(MpiServiceTest, ABlockARankGaveItselfIsLeftAlone) {
+  constexpr uint32_t n = 3;
+  constexpr uint64_t block = 500;
+  auto rs = ranks(n);
+  std::vector<Post> posts;
+  for (uint32_t i = 0; i < n; ++i) {
+    rs[i].send = random_bytes(n * block, 60 + i);
+    rs[i].recv.assign(n * block, 0xee);
+    posts.push_back(post(Coll::kAlltoall, 0, n, i, block));
+    posts.back().own_block = i != 1;
+  }
+  post_all(rs, posts);
+  for (uint32_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+    for (uint32_t i = 0; i < n; ++i) {
+      const std::vector<uint8_t> got(rs[j].recv.begin() + i * block, rs[j].recv.begin() + (i + 1) * block);
+      if (i == j && j != 1) EXPECT_EQ(got, std::vector<uint8_t>(block, 0xee)) << "rank " << j << "'s own block";
+      else EXPECT_EQ(0, std::memcmp(got.data(), rs[i].send.data() + j * block, block)) << i << " to " << j;
+    }
   }
 }
 
@@ -593,6 +620,24 @@ TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
       for (uint32_t i = 0; i < n; ++i)
         EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * block, rs[i].send.data() + j * block, block))
             << "alltoall block from rank " << i << " at rank " << j;
+    }
+  }
+  {  // alltoall in place: every input staged before any result is written (others unmapped here)
+    std::vector<Post> posts;
+    std::vector<std::vector<uint8_t>> inputs;
+    ++seq;
+    for (uint32_t i = 0; i < n; ++i) {
+      inputs.push_back(random_bytes(n * block, 150 + i));
+      rs[i].recv = inputs[i];
+      posts.push_back(spanning(Coll::kAlltoall, seq, i, block));
+      posts.back().in_place = true;
+    }
+    post_all(rs, posts);
+    for (uint32_t j = 0; j < n; ++j) {
+      ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+      for (uint32_t i = 0; i < n; ++i)
+        EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * block, inputs[i].data() + j * block, block))
+            << "in-place alltoall block from rank " << i << " at rank " << j;
     }
   }
   auto alltoallv = [&](uint64_t s, uint32_t i) {
@@ -753,8 +798,8 @@ TEST(MpiWireTest, DecodeChecksEveryField) {
   bytes.push_back(0);
   EXPECT_NE(decode(bytes).status().message().find("1 B after the request"), std::string::npos);
   bytes = encode(p);
-  bytes[2 + 8 + 8 + 4 + 4 + 3] = 8;  // flags: none of kInPlace, kKeep, kSpans
-  EXPECT_NE(decode(bytes).status().message().find("unknown flags 8"), std::string::npos);
+  bytes[2 + 8 + 8 + 4 + 4 + 3] = 16;  // flags: none of kInPlace, kKeep, kSpans, kOwnBlock
+  EXPECT_NE(decode(bytes).status().message().find("unknown flags 16"), std::string::npos);
   bytes[0] = 9;
   EXPECT_NE(decode(bytes).status().message().find("wire version 9"), std::string::npos);
   bytes.resize(10);
@@ -781,6 +826,13 @@ TEST(MpiWireTest, DecodeChecksEveryField) {
   fails(q, "agent 1's address: truncated, empty or over 256 B");
   q = span, q.agent_of = {0};
   fails(q, "agent_of needs 2 values");
+  q = p, q.own_block = true;  // an allreduce has no block of its own
+  fails(q, "allreduce with its own block copied (only alltoall(v) and allgather, not in place)");
+  q = p, q.coll = Coll::kAllgather, q.elem = Elem::kBytes, q.reduce = Reduce::kNone, q.own_block = true;
+  ASSERT_TRUE(decode(encode(q)).ok());
+  EXPECT_TRUE(decode(encode(q))->own_block);
+  q.in_place = true;
+  fails(q, "allgather in place with its own block copied");
 }
 
 TEST(MpiWireTest, DecodeShareChecksItsBlocks) {

@@ -14,7 +14,8 @@ stock Open MPI. Wire-bound (root only): the job runs in a network namespace of i
 loopback is shaped with `tc … tbf rate 400mbit`, and the MPIs are held to TCP over it (Open MPI
 `--mca pml ob1 --mca btl tcp,self`, MPICH `UCX_TLS=tcp`): communication takes wall time, little
 CPU. Outboard runs there with an agent per rank in the namespace, as each node's agent: a rank hands
-its collective to its agent through shared memory (a DPU's PCIe), and the agents send each other
+its collective to its agent through shared memory (a DPU's PCIe), the agent reads and writes the
+rank's own buffers (kernel copies, as a DPU's cross-GVMI access), and the agents send each other
 their ranks' blocks over the shaped link (TCP). Its ranks' own MPI traffic is held to TCP too on
 Open MPI; on MPICH it is not (UCX_TLS would hold the ranks' link to their agents to TCP as well).
 """
@@ -225,8 +226,8 @@ SHM = Case(
     columns=COLUMNS, reference="stock", ratio_metric="pure_us", ours="outboard",
     goal=Goal(1.5, {"size": 1048576}),
     notes="Goal (issue C1): pure latency at most 1.5× stock from 64 KiB up in this regime (the table's goal "
-          "mark is at 1 MiB). Outboard stages every input and result through memory the agent maps (a copy in "
-          "and out on the rank), so it pays copies stock does not.")
+          "mark is at 1 MiB). One agent serves the job here, so Outboard's ranks stage every input and result "
+          "through memory the agent maps (a copy in and out on the rank): copies stock does not pay.")
 
 WIRE = Case(
     "wire", f"Wire-bound (a network namespace whose loopback is shaped to {WIRE_RATE}; TCP only)",
