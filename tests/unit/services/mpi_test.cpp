@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <span>
+#include <thread>
 
 #include "../agent_fixture.h"
 #include "services/mpi_wire.h"
@@ -742,6 +743,48 @@ TEST_F(MpiSpanningTest, MappedInputsAreSharedAndDeliveredWithoutStaging) {
 }
 
 // The other agent ends while this one's ranks wait for its share: they fail, naming it.
+// Connections between agents outlive a collective: each closes once the agent that opened it has
+// no rank left and every share it sent was answered. Counted by each agent's session (its `stats`
+// service's clients, less the connection that asks).
+TEST_F(MpiSpanningTest, AnAgentClosesItsConnectionsToOthersWhenItsRanksAllLeft) {
+  constexpr uint32_t n = 3;
+  constexpr uint64_t block = 64;
+  ChannelConfig config;
+  config.session = kToken;
+  auto here = Connection::connect(agent_->address(), config), there = Connection::connect(other_->address(), config);
+  ASSERT_TRUE(here.ok() && there.ok());
+  auto others = [](Connection& c) {
+    auto stats = c.request("stats", {}, Deadline::after_ms(kWaitMs));
+    if (!stats.ok()) return -1;
+    const std::string text(stats->span().begin(), stats->span().end());
+    const size_t at = text.find("\"clients\":");
+    return at == std::string::npos ? -1 : std::stoi(text.substr(at + 10)) - 1;
+  };
+  auto settles_at = [&](Connection& c, int want) {
+    const Deadline deadline = Deadline::after_ms(kWaitMs);
+    while (others(c) != want && !deadline.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return others(c);
+  };
+  auto rs = spanning_ranks();
+  std::vector<Post> posts;
+  for (uint32_t i = 0; i < n; ++i) {
+    rs[i].send = random_bytes(n * block, 500 + i);
+    rs[i].recv.assign(n * block, 0);
+    posts.push_back(spanning(Coll::kAlltoall, 0, i, block));
+  }
+  post_all(rs, posts);
+  for (auto& r : rs) ASSERT_TRUE(r.answer->ok()) << r.answer->to_string();
+  // Ranks 0 and 2 here, rank 1 there, and each agent a client of the other.
+  EXPECT_EQ(settles_at(**here, 3), 3);
+  EXPECT_EQ(settles_at(**there, 2), 2);
+  rs[0].conn->close(), rs[2].conn->close();
+  EXPECT_EQ(settles_at(**there, 1), 1) << "this agent's ranks left: its connection to the other closes";
+  EXPECT_EQ(settles_at(**here, 1), 1) << "the other agent still has rank 1: its connection stays";
+  rs[1].conn->close();
+  EXPECT_EQ(settles_at(**here, 0), 0);
+  EXPECT_EQ(settles_at(**there, 0), 0);
+}
+
 TEST_F(MpiSpanningTest, AnAgentThatEndsFailsTheOtherAgentsRanksNamingIt) {
   auto rs = spanning_ranks();
   std::vector<std::optional<Status>> answers(2);
