@@ -45,6 +45,21 @@ RemoteRegion agent_region(Connection& c, uint64_t size) {
   return remote.ok() ? std::move(remote).value() : RemoteRegion();
 }
 
+// The agent's memory service writes `len` B of pattern `seed` at `offset` of our `region` (over
+// `mine`) with put_notify: the notification names it, and the data is there when it comes.
+void agent_writes(Connection& c, const Region& region, std::span<const uint8_t> mine, uint64_t cookie,
+                  uint64_t offset, uint64_t len, uint64_t seed) {
+  auto r = c.request("memory", op('W', {cookie, offset, len, seed}, region.descriptor()).span(), soon());
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto note = c.receive(soon());
+  ASSERT_TRUE(note.ok());
+  ASSERT_EQ(note.value().kind, Incoming::Kind::kNotify);
+  EXPECT_EQ(note.value().cookie, cookie);
+  EXPECT_EQ(note.value().offset, offset);
+  EXPECT_EQ(note.value().length, len);
+  EXPECT_EQ(checksum(mine.subspan(offset, len)), as_u64(r.value()));
+}
+
 TEST_F(RegionTest, PutThenGetRoundTripsAndAgentSeesTheBytes) {
   auto c = connect();
   ASSERT_TRUE(c);
@@ -150,18 +165,7 @@ TEST_F(RegionTest, AgentWriteWithNotifyLandsBeforeTheNotification) {
   std::vector<uint8_t> mine(1 << 20, 0);
   auto region = c->register_memory(mine.data(), mine.size());
   ASSERT_TRUE(region.ok()) << region.status().to_string();
-  for (uint64_t i = 0; i < 20; ++i) {
-    uint64_t len = 1000 + i * 40000, offset = i * 512;
-    auto r = c->request("memory", op('W', {i + 100, offset, len, i}, region.value().descriptor()).span(), soon());
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    auto note = c->receive(soon());
-    ASSERT_TRUE(note.ok());
-    ASSERT_EQ(note.value().kind, Incoming::Kind::kNotify);
-    EXPECT_EQ(note.value().cookie, i + 100);
-    EXPECT_EQ(note.value().offset, offset);
-    EXPECT_EQ(note.value().length, len);
-    EXPECT_EQ(checksum({mine.data() + offset, len}), as_u64(r.value()));
-  }
+  for (uint64_t i = 0; i < 20; ++i) agent_writes(*c, region.value(), mine, i + 100, i * 512, 1000 + i * 40000, i);
 }
 
 // Memory exposed to the agent is written by the kernel's copies (put_notify's data lands before
@@ -173,15 +177,7 @@ TEST_F(RegionTest, ExposedMemoryIsWrittenByTheAgentThroughTheKernel) {
   std::vector<uint8_t> mine(1 << 18, 0);
   auto region = c->expose_memory(mine.data(), mine.size());
   ASSERT_TRUE(region.ok()) << region.status().to_string();
-  for (uint64_t i = 0; i < 4; ++i) {
-    const uint64_t len = 1000 + i * 50000, offset = i * 4096 + 3;
-    auto r = c->request("memory", op('W', {i + 1, offset, len, i}, region->descriptor()).span(), soon());
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    auto note = c->receive(soon());
-    ASSERT_TRUE(note.ok());
-    EXPECT_EQ(note.value().cookie, i + 1);
-    EXPECT_EQ(checksum({mine.data() + offset, len}), as_u64(r.value()));
-  }
+  for (uint64_t i = 0; i < 4; ++i) agent_writes(*c, region.value(), mine, i + 1, i * 4096 + 3, 1000 + i * 50000, i);
   auto over = c->request("memory", op('W', {9, mine.size() - 10, 11, 1}, region->descriptor()).span(), soon());
   EXPECT_EQ(over.status().code(), Code::kOutOfRange) << over.status().to_string();
 
