@@ -66,11 +66,14 @@ struct CommName {
   std::vector<uint32_t> agent_of;
 };
 
+using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;  // (offset, bytes) in a buffer
+
 // One offloaded collective, from its post until MPI frees its request and its answer came.
 struct Handoff {
   MPI_Request request = MPI_REQUEST_NULL;
   uint64_t staged_at = 0, staged_bytes = 0, output_at = 0, output_bytes = 0;
   void* output = nullptr;
+  Ranges results;  // staged: the parts of `output` the agent wrote, copied out at completion
   services::mpi_wire::Coll coll{};  // named in the message when it fails
   uint64_t seq = 0, comm = 0;
   // Written once by the answer's callback, which runs inside the channel's progress (under its
@@ -173,7 +176,8 @@ void finish_answered() {
   for (Handoff* op : done) {
     g_offload->running.erase(op->request);
     if (op->answer->ok()) {
-      if (op->output_bytes) std::memcpy(op->output, g_offload->base + op->output_at, op->output_bytes);
+      for (auto [at, bytes] : op->results)
+        std::memcpy(static_cast<uint8_t*>(op->output) + at, g_offload->base + op->output_at + at, bytes);
     } else
       std::fprintf(stderr, "outboard-mpi: MPI_I%s #%llu on communicator %llu failed: %s\n",
                    std::string(services::mpi_wire::coll_name(op->coll)).c_str(),
@@ -380,9 +384,9 @@ Status expose(Post& post, bool own_input, std::span<const uint8_t> input, void* 
   return {};
 }
 
-// In place, what the rank gives itself (alltoall(v), allgather; not in place) is copied here, once
-// in this process's memory, where the agent would copy it twice through the kernel (kOwnBlock).
-// Alltoallv's counts for itself must agree, or the agent names them.
+// What the rank gives itself (alltoall(v), allgather; not in place) is copied here, once in this
+// process's memory, where the agent would copy it twice: through the kernel, or in and out of
+// staging (kOwnBlock). Alltoallv's counts for itself must agree, or the agent names them.
 void copy_own_block(Post& post, std::span<const uint8_t> input, uint8_t* output) {
   using services::mpi_wire::Coll;
   if (post.in_place || input.empty()) return;
@@ -398,6 +402,37 @@ void copy_own_block(Post& post, std::span<const uint8_t> input, uint8_t* output)
     default: return;
   }
   post.own_block = true;
+}
+
+// The blocks of its own input (not in place) or output buffer the agent reads or writes, merged
+// where they touch: staging copies only these, so the rest of the receive buffer (alltoallv's
+// gaps, the block the rank gave itself) stays as MPI says, and no byte moves twice.
+Ranges blocks(const Post& p, bool output, uint64_t whole) {
+  using services::mpi_wire::Coll;
+  Ranges out;
+  auto add = [&](uint64_t at, uint64_t bytes) {
+    if (!bytes) return;
+    if (!out.empty() && out.back().first + out.back().second == at)
+      out.back().second += bytes;
+    else
+      out.emplace_back(at, bytes);
+  };
+  const bool per_block = p.coll == Coll::kAlltoall || p.coll == Coll::kAlltoallv ||
+                         (output && p.coll == Coll::kAllgather);
+  if (!per_block) {
+    add(0, whole);
+    return out;
+  }
+  for (uint64_t i = 0; i < p.size; ++i) {
+    if (i == p.rank && p.own_block) continue;
+    if (p.coll != Coll::kAlltoallv)
+      add(i * p.bytes, p.bytes);
+    else if (output)
+      add(p.recv_displs[i], p.recv_counts[i]);
+    else
+      add(p.send_displs[i], p.send_counts[i]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -434,18 +469,24 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   auto op = std::make_unique<Handoff>();
   op->staged_at = *in_at, op->staged_bytes = in_bytes;
   op->output_at = *out_at, op->output_bytes = out_bytes, op->output = output;
-  if (staged) {
-    if (own_input) std::memcpy(g_offload->base + *in_at, input.data(), input.size());
-    else if (!input.empty()) std::memcpy(g_offload->base + *out_at, input.data(), input.size());
-    if (own_input && !input.empty()) post.send_region = g_offload->descriptor, post.send_offset = *in_at;
-    if (output_bytes) post.recv_region = g_offload->descriptor, post.recv_offset = *out_at;
-    post.keep = true;  // the staging region lives until the connection closes
-  }
   post.comm = name->key;
   post.seq = name->next_seq++;
   post.size = static_cast<uint32_t>(size);
   post.rank = static_cast<uint32_t>(rank);
-  if (!staged) copy_own_block(post, input, static_cast<uint8_t*>(output));
+  copy_own_block(post, input, static_cast<uint8_t*>(output));
+  if (staged) {
+    if (own_input) {
+      for (auto [at, bytes] : blocks(post, false, input.size()))
+        std::memcpy(g_offload->base + *in_at + at, input.data() + at, bytes);
+    } else if (!input.empty()) {  // in place (all of it: alltoallv's gaps go back unchanged), or bcast's root
+      std::memcpy(g_offload->base + *out_at, input.data(), input.size());
+    }
+    if (own_input && !input.empty()) post.send_region = g_offload->descriptor, post.send_offset = *in_at;
+    if (output_bytes) post.recv_region = g_offload->descriptor, post.recv_offset = *out_at;
+    post.keep = true;  // the staging region lives until the connection closes
+    if (post.coll != services::mpi_wire::Coll::kBcast || post.rank != post.root)  // the root's stays as it is
+      op->results = blocks(post, true, output_bytes);
+  }
   // Fails only where the connection closed: then it completes as failed, as a failed submit does.
   const Status described = staged ? Status() : expose(post, own_input, input, output, output_bytes);
   if (!name->agents.empty()) {

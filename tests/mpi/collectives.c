@@ -66,15 +66,21 @@ static void round_on(MPI_Comm comm, const char* name, int round, unsigned* seed)
   MPI_Alltoall(send, count, t, want, count, t, comm);
   check(memcmp(recv, want, all) == 0, "MPI_Ialltoall", name, round);
 
-  /* Ialltoallv: rank-dependent counts, packed displacements */
+  /* Ialltoallv: rank-dependent counts, packed send blocks, an element's gap before each received
+   * block, which MPI leaves as it was */
   int *sc = malloc(n * sizeof(int)), *sd = malloc(n * sizeof(int)), *rc = malloc(n * sizeof(int)),
       *rd = malloc(n * sizeof(int));
+  size_t vbytes = 0;
   for (int p = 0, s = 0, r = 0; p < n; p++) {
     sc[p] = count ? (count + me + p) % count : 0;
     rc[p] = count ? (count + p + me) % count : 0;
+    r += count ? 1 : 0;
     sd[p] = s, rd[p] = r, s += sc[p], r += rc[p];
+    vbytes = (size_t)r * ts;
   }
   fill(send, all, round + 1);
+  fill(recv, all, round + 5);
+  memcpy(want, recv, all);
   MPI_Ialltoallv(send, sc, sd, t, recv, rc, rd, t, comm, &req[0]);
   MPI_Alltoallv(send, sc, sd, t, want, rc, rd, t, comm);
   /* Iallgather, Ibcast and Iallreduce in flight together with it */
@@ -96,8 +102,6 @@ static void round_on(MPI_Comm comm, const char* name, int round, unsigned* seed)
   MPI_Iallreduce(in_place ? MPI_IN_PLACE : rin, rout, count, rt, op, comm, &req[3]);
   int done = 0;
   while (!done) MPI_Testall(4, req, &done, statuses);
-  size_t vbytes = 0;
-  for (int p = 0; p < n; p++) vbytes += (size_t)rc[p] * ts;
   check(memcmp(recv, want, vbytes) == 0, "MPI_Ialltoallv", name, round);
   MPI_Allgather(send, count, t, want, count, t, comm);
   check(memcmp(gathered, want, all) == 0, "MPI_Iallgather", name, round);
