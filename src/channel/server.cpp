@@ -67,6 +67,17 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   conn->send_bytes = hello.window_bytes;
   conn->peer_address = "client " + std::to_string(conn->local_id) + " (" + peer.name + ")";
   conn->peer_policy = peer.policy;
+  if (peer.policy.shared_memory) {
+    // Its memory is reached by pid (posix segments, process keys): held as a pidfd of the very
+    // process that holds this socket, copies stop once it ended, before the pid can be reused.
+    auto process = net::open_peer_process(socket.get(), peer.policy.owner);
+    if (process.ok()) {
+      conn->peer_policy->owner_process = std::make_shared<const net::Fd>(std::move(process).value());
+    } else {
+      OB_LOG_WARN("%s: no shared memory: %s", conn->peer_address.c_str(), process.status().to_string().c_str());
+      conn->peer_policy = transport::DescriptorPolicy{};
+    }
+  }
   conn->peer_in_process = hello.pid == static_cast<uint32_t>(::getpid());
   if (hello.flags & kHelloNetworkOnly) conn->config.network_only = true, conn->config.ring_slots = 0;
   auto refused = [&](const Status& st) OB_HUB_LOCKED {

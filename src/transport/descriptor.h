@@ -15,8 +15,11 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
+
+#include "util/net.h"
 
 #include "outboard/status.h"
 
@@ -39,6 +42,9 @@ struct DescriptorPolicy {
   /// but only its own (posix segments reached through /proc/`owner`/fd).
   bool shared_memory = false;
   pid_t owner = 0;
+  /// `owner` as a pidfd (net::open_peer_process): a process key's copies stop
+  /// once that process ended, before its pid can name another.
+  std::shared_ptr<const net::Fd> owner_process;
 };
 
 /// A descriptor that passed the checks.

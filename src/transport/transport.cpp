@@ -263,10 +263,16 @@ Status get_mapped(const RemoteKey& key, uint64_t offset, std::span<uint8_t> dst)
 
 // One kernel copy between the peer process's memory and ours; a short count
 // (the rest crosses a page the peer does not map) goes on from where it stopped.
+// Only while the process the key was checked for runs: its pid is free for
+// another only once it ended and was reaped, so a later process that reused
+// the number would have to appear between this check and the copy.
 static Status process_copy(const RemoteKey& key, uint64_t offset, std::span<uint8_t> local, bool write) {
   const char* what = write ? "put" : "get";
   OB_RETURN_IF_ERROR(check_bounds(key, offset, local.size(), what));
   if (!key.process()) return {Code::kInvalidArgument, std::string(what) + " through the kernel on a key of no process"};
+  if (key.process_ended())
+    return {Code::kConnectionReset, std::string(what) + " of " + std::to_string(local.size()) + " B of process " +
+                                        std::to_string(key.process()) + ": that process has ended"};
   for (size_t done = 0; done < local.size();) {
     iovec mine{local.data() + done, local.size() - done};
     iovec theirs{reinterpret_cast<void*>(key.base() + offset + done), local.size() - done};
@@ -374,6 +380,7 @@ Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d, bool map, 
     key.length_ = c.length;
     if (c.process) {  // the kernel copies it: no key for UCX
       key.process_ = policy->owner;
+      key.process_fd_ = policy->owner_process;
       return key;
     }
     checked = std::move(c.packed_key);
@@ -412,7 +419,8 @@ std::string Endpoint::lanes() const {
 // --------------------------------------------------------------- RemoteKey
 
 RemoteKey::RemoteKey(RemoteKey&& o) noexcept
-    : rkey_(o.rkey_), mapped_(o.mapped_), process_(o.process_), base_(o.base_), length_(o.length_) {
+    : rkey_(o.rkey_), mapped_(o.mapped_), process_(o.process_), process_fd_(std::move(o.process_fd_)),
+      base_(o.base_), length_(o.length_) {
   o.rkey_ = nullptr;
   o.mapped_ = nullptr;
   o.process_ = 0;
@@ -421,6 +429,7 @@ RemoteKey& RemoteKey::operator=(RemoteKey&& o) noexcept {
   std::swap(rkey_, o.rkey_);
   std::swap(mapped_, o.mapped_);
   std::swap(process_, o.process_);
+  std::swap(process_fd_, o.process_fd_);
   base_ = o.base_;
   length_ = o.length_;
   return *this;

@@ -84,12 +84,16 @@ class RemoteKey {
   /// The peer process whose own memory this is (a process descriptor), else
   /// 0: the kernel copies it in the call (put_process, get_process), no UCX.
   [[nodiscard]] pid_t process() const { return process_; }
+  /// Whether that process has ended, by the pidfd the import's policy held
+  /// (false without one): its pid may name another process by now.
+  [[nodiscard]] bool process_ended() const { return process_fd_ && net::process_ended(*process_fd_); }
 
  private:
   friend class Endpoint;
   ucp_rkey* rkey_ = nullptr;
   uint8_t* mapped_ = nullptr;
   pid_t process_ = 0;
+  std::shared_ptr<const net::Fd> process_fd_;  // the policy's pidfd of process_, where it has one
   uint64_t base_ = 0, length_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -275,6 +276,22 @@ Result<LocalPeer> local_peer(int fd) {
   }
   std::fclose(f);
   return found;
+}
+
+Result<Fd> open_peer_process(int fd, pid_t pid) {
+  Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd.valid()) return Status(Code::kUnsupported, "pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno));
+  // Checked after the pidfd is open: the process it names is the one holding the socket now.
+  auto peer = local_peer(fd);
+  if (!peer.ok()) return peer.status();
+  if (!process_holds_socket(pid, peer->inode))
+    return Status(Code::kNotFound, "process " + std::to_string(pid) + " does not hold this connection's socket");
+  return pidfd;
+}
+
+bool process_ended(const Fd& pidfd) {
+  pollfd p{pidfd.get(), POLLIN, 0};  // a pidfd polls readable once its process has ended
+  return ::poll(&p, 1, 0) > 0;
 }
 
 bool process_holds_socket(pid_t pid, uint64_t inode) {

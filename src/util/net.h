@@ -101,5 +101,11 @@ struct LocalPeer {
 Result<LocalPeer> local_peer(int fd);
 /// Whether process `pid` holds socket `inode` among its descriptors.
 bool process_holds_socket(pid_t pid, uint64_t inode);
+/// A pidfd of process `pid`, once the kernel confirms that this very process
+/// holds the other end of loopback socket `fd`: unlike the pid, it can never
+/// name a later process that reused the number.
+Result<Fd> open_peer_process(int fd, pid_t pid);
+/// Whether the process of `pidfd` has ended.
+bool process_ended(const Fd& pidfd);
 
 }  // namespace outboard::net

@@ -1,10 +1,17 @@
-// Status, statistics, checksums and core lists.
+// Status, statistics, checksums, core lists, and who holds a loopback connection.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "outboard/affinity.h"
 #include "outboard/checksum.h"
 #include "outboard/stats.h"
 #include "outboard/status.h"
+#include "outboard/clock.h"
+#include "util/net.h"
 
 namespace outboard {
 namespace {
@@ -69,6 +76,49 @@ TEST(AffinityTest, CoreLists) {
   EXPECT_EQ(parse_core_list("x").status().code(), Code::kBadConfig);
   EXPECT_EQ(parse_core_list("3-1").status().code(), Code::kBadConfig);
   EXPECT_EQ(pin_to_cores({100000}).code(), Code::kBadConfig);
+}
+
+// The pidfd names the process that holds the other end of the connection, as the kernel's tables
+// say, and polls as ended once that process is gone (its pid is then free for another).
+TEST(NetTest, APeerProcessIsHeldByPidfdOnlyIfItHoldsTheSocket) {
+  auto listener = net::listen_tcp({"127.0.0.1", 0}, 1);
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  auto port = net::parse_host_port(net::local_address(listener->get()));
+  ASSERT_TRUE(port.ok());
+  auto client = net::connect_tcp(*port, Deadline::after_ms(5000));
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  net::Fd served(::accept(listener->get(), nullptr, nullptr));
+  ASSERT_TRUE(served.valid());
+
+  auto me = net::open_peer_process(served.get(), ::getpid());
+  ASSERT_TRUE(me.ok()) << me.status().to_string();
+  EXPECT_FALSE(net::process_ended(*me));
+
+  int ready[2];
+  ASSERT_EQ(0, ::pipe(ready));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // closes its copy of the client's end: only this test's process holds it
+    client->reset();
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char x;
+  ASSERT_EQ(1, ::read(ready[0], &x, 1));
+  ::close(ready[0]), ::close(ready[1]);
+  auto other = net::open_peer_process(served.get(), child);
+  EXPECT_EQ(other.status().code(), Code::kNotFound);
+  EXPECT_NE(other.status().message().find("does not hold this connection's socket"), std::string::npos)
+      << other.status().to_string();
+
+  net::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
+  ASSERT_TRUE(pidfd.valid());
+  EXPECT_FALSE(net::process_ended(pidfd));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(net::process_ended(pidfd));
+  EXPECT_EQ(net::open_peer_process(served.get(), child).status().code(), Code::kUnsupported);  // no such process
 }
 
 }  // namespace
