@@ -123,6 +123,9 @@ Result<CheckedDescriptor> check_descriptor(std::span<const uint8_t> d, const Des
   if (magic != kRegionMagic && magic != kProcessRegionMagic) return bad("not an outboard region descriptor");
   if (out.length == 0 || out.base + out.length < out.base)
     return bad("region of " + std::to_string(out.length) + " B at " + std::to_string(out.base) + " is empty or wraps");
+  // Its memory is named by pid (/proc/<owner>, process keys): not once another may hold that pid.
+  if (policy.owner_process && net::process_ended(*policy.owner_process))
+    return Status(Code::kConnectionReset, "region descriptor: process " + std::to_string(policy.owner) + " has ended");
   if (magic == kProcessRegionMagic) {
     if (d.size() != kDescriptorHeaderBytes)
       return bad("process memory descriptor of " + std::to_string(d.size()) + " B, not " +

@@ -4,6 +4,7 @@
 #include "transport/transport.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -157,36 +158,40 @@ TEST_F(WorkerTest, AProcessKeyCopiesThroughTheKernelWithinItsBounds) {
 }
 
 // A process key copies only while the process its policy checked runs (by pidfd): once that one
-// ended its pid may name another, so the copy is refused even where the pid names a live process
-// (here this one, standing in for a process that reused the number).
+// ended its pid may name another, so copies and imports are refused even where the pid names a
+// live process (here this one, standing in for a process that reused the number).
 TEST_F(WorkerTest, AProcessKeyStopsOnceTheProcessItWasCheckedForEnded) {
   std::vector<uint8_t> theirs(64, 7), mine(64);
   auto exposed = worker_->expose_memory(theirs.data(), theirs.size());
   ASSERT_TRUE(exposed.ok());
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
-  if (child == 0) ::_exit(0);
-  auto ended = std::make_shared<net::Fd>(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
-  ASSERT_TRUE(ended->valid()) << std::strerror(errno);
-  ASSERT_EQ(child, ::waitpid(child, nullptr, 0));
-  auto running = std::make_shared<net::Fd>(static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0)));
-  ASSERT_TRUE(running->valid());
-  DescriptorPolicy reused{.shared_memory = true, .owner = ::getpid(), .owner_process = ended};
-  DescriptorPolicy own{.shared_memory = true, .owner = ::getpid(), .owner_process = running};
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  auto checked = std::make_shared<net::Fd>(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
+  ASSERT_TRUE(checked->valid()) << std::strerror(errno);
+  DescriptorPolicy policy{.shared_memory = true, .owner = ::getpid(), .owner_process = checked};
   std::lock_guard lock(worker_->mutex());
   auto ep = worker_->connect_to(worker_->address());
   ASSERT_TRUE(ep.ok()) << ep.status().to_string();
-  auto stale = ep->import_region(exposed->descriptor(), true, &reused);
-  ASSERT_TRUE(stale.ok()) << stale.status().to_string();
-  Status st = get_process(*stale, 0, mine);
+  auto key = ep->import_region(exposed->descriptor(), true, &policy);
+  ASSERT_TRUE(key.ok()) << key.status().to_string();
+  ASSERT_TRUE(get_process(*key, 0, mine).ok());
+  EXPECT_EQ(mine, theirs);
+
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(child, ::waitpid(child, nullptr, 0));
+  Status st = get_process(*key, 0, mine);
   EXPECT_EQ(st.code(), Code::kConnectionReset);
   EXPECT_NE(st.message().find("that process has ended"), std::string::npos) << st.to_string();
-  EXPECT_EQ(put_process(*stale, 0, mine).code(), Code::kConnectionReset);
+  std::vector<uint8_t> zeros(64, 0);
+  EXPECT_EQ(put_process(*key, 0, zeros).code(), Code::kConnectionReset);
   EXPECT_EQ(theirs, std::vector<uint8_t>(64, 7));
-  auto live = ep->import_region(exposed->descriptor(), true, &own);
-  ASSERT_TRUE(live.ok());
-  ASSERT_TRUE(get_process(*live, 0, mine).ok());
-  EXPECT_EQ(mine, theirs);
+  auto again = ep->import_region(exposed->descriptor(), true, &policy);
+  EXPECT_EQ(again.status().code(), Code::kConnectionReset);
+  EXPECT_NE(again.status().message().find("has ended"), std::string::npos) << again.status().to_string();
   ep->close(true);
 }
 
