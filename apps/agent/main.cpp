@@ -34,6 +34,16 @@ int main(int argc, char** argv) {
 #endif
   // A session process, started by the agent for the clients of one token.
   if (argc == 3 && std::strcmp(argv[1], "--session-fd") == 0) return outboard::run_agent_session(std::atoi(argv[2]));
+  // Keys for a quick start of the secure channel (see --cert, --key, --ca, --psk-file).
+  if ((argc == 3 || argc == 4) && std::strcmp(argv[1], "--keys-init") == 0) {
+    outboard::Status made = outboard::init_keys(argv[2], argc == 4 ? argv[3] : "outboard agent");
+    if (!made.ok()) {
+      std::fprintf(stderr, "outboard-agent: %s\n", made.to_string().c_str());
+      return 1;
+    }
+    std::printf("keys in %s: ca.pem (ca.key), agent.pem agent.key, client.pem client.key, psk.txt\n", argv[2]);
+    return 0;
+  }
   auto options = outboard::agent_options();
   outboard::Status st = options.parse(argc, argv);
   if (options.help_requested()) {

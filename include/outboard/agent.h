@@ -30,9 +30,9 @@ enum class Isolation {
 
 struct AgentConfig {
   std::string listen = "127.0.0.1:0";  ///< --listen host:port (port 0: any free port)
-  /// --remote-clients: allow a --listen wider than loopback. Clients are not
-  /// authenticated yet, so anyone who reaches the port can use the agent.
-  bool remote_clients = false;
+  /// --insecure: allow a --listen wider than loopback without keys
+  /// (channel.secure): anyone who reaches the port can use the agent, in clear.
+  bool insecure = false;
   Isolation isolation = Isolation::kProcess;  ///< --isolation process|none
   uint32_t max_connections = 4096;           ///< --max-connections: served and in their handshake, agent-wide
   uint32_t max_handshakes = 64;              ///< --max-handshakes: connections that have not sent their hello yet
@@ -69,6 +69,12 @@ std::string default_vocab_dir();
 /// The agent's option table (shared by outboard-agent and tests), with
 /// `defaults` as the defaults.
 config::Options agent_options(const AgentConfig& defaults = {});
+/// A small CA (Ed25519) in `dir`, and signed by it an agent certificate
+/// named `agent_name` (for TLS servers) and a client certificate (for TLS
+/// clients), plus a PSK file; private keys mode 600. Never overwrites a file.
+Status init_keys(const std::string& dir, const std::string& agent_name);
+/// The secure-channel options (--secure, --cert, --key, --ca, --psk-file), for the agent and clients.
+Result<SecureConfig> secure_config_from(const config::Options& options);
 /// Reads AgentConfig from parsed options.
 Result<AgentConfig> agent_config_from(const config::Options& options);
 
@@ -77,7 +83,7 @@ class Agent {
  public:
   /// Creates an agent with the built-in services (echo, stats, memory,
   /// sink, tokenize, graph). kBadConfig for a --listen wider than loopback
-  /// without remote_clients.
+  /// without keys or insecure.
   [[nodiscard]] static Result<std::unique_ptr<Agent>> create(const AgentConfig& config);
   ~Agent();
 

@@ -28,6 +28,7 @@ enum class Code : int8_t {
   kFailed = -12,           ///< A task failed (its error or exception is in the message).
   kNotConnected = -40,     ///< No connection (never made, or closed locally).
   kConnectionReset = -41,  ///< Peer died or reset: drop the connection.
+  kAuthentication = -42,   ///< The peer's keys, certificate or a sealed frame did not authenticate: connection ended.
   kShutDown = -60,         ///< Agent is shutting down: reconnect elsewhere.
 };
 

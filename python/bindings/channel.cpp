@@ -45,8 +45,16 @@ void bind_channel(nb::module_& m) {
           "connect",
           [](const std::string& address, uint64_t max_msg_size, double connect_timeout, uint64_t keepalive_ms,
              uint32_t spin_us, bool adaptive_spin, bool map_peer_regions, uint32_t ring_slots,
-             const std::string& session) {
+             const std::string& session, const std::string& secure, const std::string& cert, const std::string& key,
+             const std::string& ca, const std::string& psk_file, uint64_t rekey_bytes) {
             ChannelConfig cfg;
+            if (secure == "always") cfg.secure.mode = SecureConfig::Mode::kAlways;
+            else if (secure != "auto") check(Status(Code::kBadConfig, "secure is '" + secure + "', expected auto or always"));
+            cfg.secure.cert = cert;
+            cfg.secure.key = key;
+            cfg.secure.ca = ca;
+            cfg.secure.psk_file = psk_file;
+            cfg.secure.rekey_bytes = rekey_bytes;
             cfg.session = session;
             cfg.map_peer_regions = map_peer_regions;
             cfg.ring_slots = ring_slots;
@@ -62,7 +70,8 @@ void bind_channel(nb::module_& m) {
           "keepalive_ms"_a = ChannelConfig{}.keepalive_ms, "spin_us"_a = ChannelConfig{}.spin_us,
           "adaptive_spin"_a = ChannelConfig{}.adaptive_spin,
           "map_peer_regions"_a = ChannelConfig{}.map_peer_regions, "ring_slots"_a = ChannelConfig{}.ring_slots,
-          "session"_a = "")
+          "session"_a = "", "secure"_a = "auto", "cert"_a = "", "key"_a = "", "ca"_a = "", "psk_file"_a = "",
+          "rekey_bytes"_a = SecureConfig{}.rekey_bytes)
       .def("request",
            [](Connection& c, std::string_view service, nb::bytes payload, double timeout) {
              Result<Buffer> r = [&] {

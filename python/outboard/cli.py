@@ -90,6 +90,21 @@ def cmd_vocab(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    import subprocess
+
+    # The agent makes them (OpenSSL): it runs where no Python does, on a DPU.
+    done = subprocess.run([agent_executable(), "--keys-init", args.dir, args.agent_name], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BadConfig(done.stderr.strip().removeprefix("outboard-agent: ").removeprefix("bad config: "))
+    print(done.stdout.strip())
+    d = shlex.quote(args.dir)
+    print(f"agent:  outboard agent -- --listen 0.0.0.0:7000 --cert {d}/agent.pem --key {d}/agent.key --ca {d}/ca.pem")
+    print(f"client: outboard.connect(addr, cert='{args.dir}/client.pem', key='{args.dir}/client.key', "
+          f"ca='{args.dir}/ca.pem')   (or --psk-file {d}/psk.txt on both sides)")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import harness
 
@@ -190,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["fetch", "path"])
     p.add_argument("names", nargs="*", help="vocabularies (default: all)")
     p.set_defaults(func=cmd_vocab)
+
+    p = command("keys", "make keys for the secure channel: a small CA, an agent and a client certificate, a PSK")
+    p.add_argument("action", choices=["init"])
+    p.add_argument("dir", help="directory for the keys (created mode 700; existing keys are never overwritten)")
+    p.add_argument("--agent-name", default="outboard agent", help="the agent certificate's common name")
+    p.set_defaults(func=cmd_keys)
 
     p = command("stats", "print an agent's counters")
     p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")

@@ -83,6 +83,12 @@ def connect(
     map_peer_regions: bool = True,
     ring_slots: int | None = None,
     session: str = "",
+    secure: str = "auto",
+    cert: str = "",
+    key: str = "",
+    ca: str = "",
+    psk_file: str = "",
+    rekey_bytes: int | None = None,
     agent_args: tuple[str, ...] = (),
 ) -> Client:
     """Connects to the agent at ``addr`` ("host:port"); ``None`` starts a local one. ``spin_us``: the most
@@ -94,10 +100,15 @@ def connect(
     which an agent on this host writes small frames, as this side into the agent's (0: every frame
     through UCX). ``session``: which of the agent's sessions (processes) serves this connection:
     "" this process's (connections of one process share one), "new" one of its own, or 64 hex
-    digits shared with whoever else presents them (``OUTBOARD_SESSION_TOKEN`` sets the process's)."""
+    digits shared with whoever else presents them (``OUTBOARD_SESSION_TOKEN`` sets the process's).
+    ``cert``/``key``/``ca`` (PEM files) or ``psk_file``: keys for TLS 1.3 with the agent (``outboard keys
+    init DIR`` makes a set), used for an agent on another host, or on any with ``secure="always"``;
+    the connection then seals every frame (under a new key every ``rekey_bytes``), and refuses
+    one-sided access."""
     agent = LocalAgent(*agent_args).start() if addr is None else None
     kwargs: dict[str, Any] = {"connect_timeout": connect_timeout, "map_peer_regions": map_peer_regions,
-                              "adaptive_spin": adaptive_spin, "session": session}
+                              "adaptive_spin": adaptive_spin, "session": session, "secure": secure,
+                              "cert": cert, "key": key, "ca": ca, "psk_file": psk_file}
     if max_msg_size is not None:
         kwargs["max_msg_size"] = max_msg_size
     if keepalive_ms is not None:
@@ -106,6 +117,8 @@ def connect(
         kwargs["spin_us"] = spin_us
     if ring_slots is not None:
         kwargs["ring_slots"] = ring_slots
+    if rekey_bytes is not None:
+        kwargs["rekey_bytes"] = rekey_bytes
     try:
         conn = _core.Connection.connect(agent.address if agent else addr, **kwargs)
     except BaseException:

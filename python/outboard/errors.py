@@ -35,6 +35,7 @@ BadState = _make("BadState", -11, "bad state", RuntimeError)
 Failed = _make("Failed", -12, "failed", RuntimeError)
 NotConnected = _make("NotConnected", -40, "not connected", ConnectionError)
 ConnectionReset = _make("ConnectionReset", -41, "connection reset", ConnectionError)
+Authentication = _make("Authentication", -42, "authentication", ConnectionError)
 ShutDown = _make("ShutDown", -60, "shut down", ConnectionError)
 
 _BY_CODE = {cls.code: cls for cls in Error.__subclasses__()}

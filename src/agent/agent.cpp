@@ -16,6 +16,7 @@
 #include "agent/listener.h"
 #include "agent/process_sessions.h"
 #include "agent/session.h"
+#include "transport/secure.h"
 #include "channel/ring.h"
 #include "outboard/affinity.h"
 #include "outboard/graph.h"
@@ -34,10 +35,19 @@ config::Options agent_options(const AgentConfig& a) {
       "outboard-agent",
       {
           {"listen", Type::kString, a.listen,
-           "host:port to listen on (port 0: any free port); wider than loopback only with --remote-clients"},
-          {"remote-clients", Type::kBool, a.remote_clients ? "true" : "false",
-           "allow a --listen wider than loopback: clients are not authenticated yet, so anyone who reaches the "
-           "port can use the agent"},
+           "host:port to listen on (port 0: any free port); wider than loopback only with keys, or --insecure"},
+          {"insecure", Type::kBool, a.insecure ? "true" : "false",
+           "allow a --listen wider than loopback without keys: anyone who reaches the port can use the agent, "
+           "and its clients' traffic crosses the network in clear"},
+          {"secure", Type::kString, c.secure.mode == SecureConfig::Mode::kAlways ? "always" : "auto",
+           "with keys, TLS for: auto, clients of other hosts; always, every client"},
+          {"cert", Type::kString, c.secure.cert, "the agent's certificate chain (PEM), for TLS with --key and --ca"},
+          {"key", Type::kString, c.secure.key, "its private key (PEM, mode 600)"},
+          {"ca", Type::kString, c.secure.ca, "the CA that clients' certificates must chain to (PEM)"},
+          {"psk-file", Type::kString, c.secure.psk_file,
+           "a TLS 1.3 pre-shared key instead of certificates: one line identity:64 hex digits (mode 600)"},
+          {"rekey-bytes", Type::kSize, std::to_string(c.secure.rekey_bytes),
+           "bytes the agent seals for a client under one key before it moves to the next"},
           {"isolation", Type::kString, a.isolation == Isolation::kProcess ? "process" : "none",
            "process: the clients of each session token in a process of their own (a client's bytes harm at most "
            "its session); none: every client in the agent's process"},
@@ -91,10 +101,29 @@ config::Options agent_options(const AgentConfig& a) {
       });
 }
 
+Status init_keys(const std::string& dir, const std::string& agent_name) { return secure::init_keys(dir, agent_name); }
+
+Result<SecureConfig> secure_config_from(const config::Options& o) {
+  SecureConfig c;
+  const std::string mode = o.str("secure");
+  if (mode == "always") c.mode = SecureConfig::Mode::kAlways;
+  else if (mode != "auto") return Status(Code::kBadConfig, "option 'secure' is '" + mode + "', expected auto or always");
+  c.cert = o.str("cert");
+  c.key = o.str("key");
+  c.ca = o.str("ca");
+  c.psk_file = o.str("psk-file");
+  c.rekey_bytes = o.size("rekey-bytes");
+  if (c.rekey_bytes == 0) return Status(Code::kBadConfig, "option 'rekey-bytes' must be > 0");
+  if (c.mode == SecureConfig::Mode::kAlways && !secure::has_keys(c))
+    return Status(Code::kBadConfig, "--secure always needs keys: --cert, --key and --ca, or --psk-file");
+  return c;
+}
+
 Result<AgentConfig> agent_config_from(const config::Options& o) {
   AgentConfig a;
   a.listen = o.str("listen");
-  a.remote_clients = o.flag("remote-clients");
+  a.insecure = o.flag("insecure");
+  OB_ASSIGN_OR_RETURN(a.channel.secure, secure_config_from(o));
   if (o.str("isolation") == "process") a.isolation = Isolation::kProcess;
   else if (o.str("isolation") == "none") a.isolation = Isolation::kNone;
   else return Status(Code::kBadConfig, "option 'isolation' is '" + o.str("isolation") + "', expected process or none");
@@ -212,10 +241,15 @@ Agent::~Agent() {
 
 Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
   OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(config.listen));
-  if (!config.remote_clients && !net::is_loopback(where.host))
-    return Status(Code::kBadConfig, "--listen " + config.listen +
-                                        " is wider than loopback, where clients are not authenticated yet: "
-                                        "pass --remote-clients to accept that anyone who reaches it can connect");
+  if (!secure::has_keys(config.channel.secure) && !net::is_loopback(where.host)) {
+    if (!config.insecure)
+      return Status(Code::kBadConfig, "--listen " + config.listen +
+                                          " is wider than loopback and the agent has no keys: give --cert, --key "
+                                          "and --ca (or --psk-file), or pass --insecure to let anyone who reaches "
+                                          "it connect, in clear");
+    OB_LOG_WARN("--insecure: listening on %s without keys; anyone who reaches it can use this agent, and its "
+                "clients' traffic crosses the network in clear", config.listen.c_str());
+  }
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   return std::unique_ptr<Agent>(new Agent(std::move(impl)));
@@ -279,7 +313,12 @@ Status Agent::start() {
     im.processes = processes.get();
     im.dispatch = std::move(processes);
   }
-  OB_ASSIGN_OR_RETURN(im.listener, agent::Listener::create(where, limits, *im.poller, *im.dispatch));
+  std::shared_ptr<secure::Context> tls;
+  if (secure::has_keys(im.config.channel.secure)) {
+    OB_ASSIGN_OR_RETURN(tls, secure::Context::create(im.config.channel.secure, secure::Role::kAgent));
+  }
+  OB_ASSIGN_OR_RETURN(im.listener, agent::Listener::create(where, limits, *im.poller, *im.dispatch, std::move(tls),
+                                                           im.config.channel.secure.mode));
   im.address = im.listener->address();
   im.config.listen = im.address;  // sessions report the port actually bound
   if (!im.config.address_file.empty()) {
@@ -337,6 +376,7 @@ std::string Agent::stats_json() {
     j["handed_off"] = c.handed_off;
     j["refused_limits"] = c.refused_limits;
     j["refused_hello"] = c.refused_hello;
+    j["refused_tls"] = c.refused_tls;
     j["handshake_timeouts"] = c.handshake_timeouts;
     j["accept_errors"] = c.accept_errors;
   }

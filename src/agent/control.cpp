@@ -21,6 +21,11 @@ std::vector<uint8_t> encode_adopt(const channel::PeerInfo& peer, std::span<const
   w.put_string(peer.name);
   w.put(static_cast<uint8_t>(peer.policy.shared_memory));
   w.put(static_cast<int32_t>(peer.policy.owner));
+  w.put(static_cast<uint8_t>(peer.keys.has_value()));
+  if (peer.keys) {
+    w.put_bytes(std::span<const uint8_t>(peer.keys->client_to_agent));
+    w.put_bytes(std::span<const uint8_t>(peer.keys->agent_to_client));
+  }
   w.put_bytes(hello);
   return std::move(w.bytes);
 }
@@ -33,8 +38,15 @@ Result<Adopt> decode_adopt(std::span<const uint8_t> body) {
   Adopt a;
   uint8_t shared = 0;
   int32_t owner = 0;
-  if (!r.get_string(a.peer.name) || !r.get(shared) || !r.get(owner))
+  uint8_t sealed = 0;
+  if (!r.get_string(a.peer.name) || !r.get(shared) || !r.get(owner) || !r.get(sealed))
     return Status(Code::kInvalidArgument, "adopt message is truncated");
+  if (sealed) {
+    secure::Keys keys;
+    if (!r.get(keys.client_to_agent) || !r.get(keys.agent_to_client))
+      return Status(Code::kInvalidArgument, "adopt message is truncated at its keys");
+    a.peer.keys = keys;
+  }
   a.peer.policy.shared_memory = shared != 0;
   a.peer.policy.owner = owner;
   a.hello = r.in;

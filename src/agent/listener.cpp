@@ -24,8 +24,11 @@ constexpr unsigned kAcceptsPerWake = 64;
 }  // namespace
 
 Result<std::unique_ptr<Listener>> Listener::create(const net::HostPort& where, const ListenerLimits& limits,
-                                                   net::Poller& poller, SessionDispatch& dispatch) {
+                                                   net::Poller& poller, SessionDispatch& dispatch,
+                                                   std::shared_ptr<secure::Context> tls, SecureConfig::Mode mode) {
   std::unique_ptr<Listener> l(new Listener(poller, dispatch, limits));
+  l->tls_ = std::move(tls);
+  l->mode_ = mode;
   OB_ASSIGN_OR_RETURN(l->socket_, net::listen_tcp(where, kBacklog));
   l->address_ = net::local_address(l->socket_.get());
   Listener* self = l.get();
@@ -73,7 +76,9 @@ void Listener::on_accept() {
       OB_LOG_WARN("%s", st.to_string().c_str());
       continue;
     }
-    pending_.emplace(fd, Pending{std::move(client), {}, Deadline::after_ms(limits_.handshake_timeout_ms)});
+    const std::string from = net::peer_address(fd);
+    const bool local = net::is_loopback(from.substr(0, from.rfind(':')));
+    pending_.emplace(fd, Pending{std::move(client), {}, Deadline::after_ms(limits_.handshake_timeout_ms), local});
   }
 }
 
@@ -81,6 +86,7 @@ void Listener::on_readable(int fd) {
   auto it = pending_.find(fd);
   if (it == pending_.end()) return;
   Pending& p = it->second;
+  if (p.tls) return on_tls(fd, p);
   uint8_t chunk[4096];
   for (;;) {
     const size_t want = std::min(sizeof chunk, p.reader.want());
@@ -91,11 +97,93 @@ void Listener::on_readable(int fd) {
       return;
     }
     if (n < 0) return;  // the rest later
+    if (!p.decided) {
+      if (!decide(fd, p, chunk[0])) return;
+      if (p.tls) {
+        // Its first bytes were the TLS handshake's.
+        if (Status st = p.tls->feed({chunk, static_cast<size_t>(n)}); !st.ok()) return fail_tls(fd, st);
+        return on_tls(fd, p);
+      }
+    }
     if (Status st = p.reader.feed({chunk, static_cast<size_t>(n)}); !st.ok()) {
       ++counters_.refused_hello;
       return drop(fd, {st.code(), st.message()});
     }
     if (p.reader.done()) return finish(fd);
+  }
+}
+
+bool Listener::decide(int fd, Pending& p, uint8_t first) {
+  p.decided = true;
+  if (first == secure::kTlsHandshakeRecord) {
+    if (!tls_) {
+      ++counters_.refused_tls;
+      drop(fd, {Code::kUnsupported, "this agent has no keys and speaks no TLS (start it with --cert, --key and "
+                                    "--ca, or --psk-file)"});
+      return false;
+    }
+    auto tls = secure::Tls::create(tls_);
+    if (!tls.ok()) {
+      drop(fd, {tls.status().code(), tls.status().message()});
+      return false;
+    }
+    p.tls = std::move(tls).value();
+    return true;
+  }
+  if (tls_ && (mode_ == SecureConfig::Mode::kAlways || !p.local)) {
+    ++counters_.refused_tls;
+    drop(fd, {Code::kAuthentication, std::string("this agent serves clients ") +
+                                         (mode_ == SecureConfig::Mode::kAlways ? "" : "of other hosts ") +
+                                         "through TLS only: connect with --cert, --key and --ca, or --psk-file"});
+    return false;
+  }
+  return true;
+}
+
+void Listener::fail_tls(int fd, const Status& why) {
+  ++counters_.refused_tls;
+  OB_LOG_WARN("%s: %s", net::peer_address(fd).c_str(), why.to_string().c_str());
+  poller_.remove(fd);
+  pending_.erase(fd);  // closes it, after the alert if one was due
+}
+
+void Listener::on_tls(int fd, Pending& p) {
+  uint8_t chunk[4096];
+  for (;;) {
+    Result<bool> done = p.tls->handshake();
+    // Our flight, or the alert that tells the client why not: a few KiB that
+    // a fresh socket always has room for; a client that does not read is cut.
+    const std::vector<uint8_t> out = p.tls->take_output();
+    if (!out.empty() && ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(out.size()) &&
+        done.ok())
+      return fail_tls(fd, Status(Code::kIoError, "TLS handshake: the client does not read"));
+    if (!done.ok()) return fail_tls(fd, done.status());
+    if (*done) {
+      auto plain = p.tls->read();
+      if (!plain.ok()) return fail_tls(fd, plain.status());
+      std::span<const uint8_t> rest(*plain);
+      while (!rest.empty() && !p.reader.done()) {
+        const size_t take = std::min(rest.size(), p.reader.want());
+        if (Status st = p.reader.feed(rest.first(take)); !st.ok()) {
+          ++counters_.refused_hello;
+          return drop(fd, {st.code(), st.message()});
+        }
+        rest = rest.subspan(take);
+      }
+      if (!rest.empty()) {
+        ++counters_.refused_hello;
+        return drop(fd, {Code::kInvalidArgument, std::to_string(rest.size()) + " B after the hello"});
+      }
+      if (p.reader.done()) return finish(fd);
+    }
+    const ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      poller_.remove(fd);
+      pending_.erase(fd);
+      return;
+    }
+    if (n < 0) return;  // the rest later
+    if (Status st = p.tls->feed({chunk, static_cast<size_t>(n)}); !st.ok()) return fail_tls(fd, st);
   }
 }
 
@@ -111,7 +199,15 @@ void Listener::finish(int fd) {
     OB_LOG_DBG("%s: %s", net::peer_address(fd).c_str(), hello.status().to_string().c_str());
     return channel::refuse(fd, {hello.status().code(), hello.status().message()});
   }
-  const channel::PeerInfo peer = describe(fd, hello.value());
+  channel::PeerInfo peer = describe(fd, hello.value());
+  if (p.tls) {
+    // Memory of a TLS client is never mapped: its frames are sealed, one-sided access refused.
+    peer.policy = {};
+    auto keys = p.tls->keys();
+    if (!keys.ok()) return channel::refuse(fd, {keys.status().code(), keys.status().message()});
+    peer.keys = *keys;
+    peer.name += " (TLS: " + p.tls->peer_identity() + ")";
+  }
   auto payload = p.reader.payload();
   live_.fetch_add(1, std::memory_order_relaxed);
   ++counters_.handed_off;

@@ -41,14 +41,18 @@ struct ListenerCounters {
   uint64_t refused_limits = 0;     ///< over --max-connections or --max-handshakes
   uint64_t refused_hello = 0;      ///< a hello that did not decode
   uint64_t handshake_timeouts = 0;
+  uint64_t refused_tls = 0;        ///< a TLS handshake that failed, or plaintext where TLS is required
   uint64_t accept_errors = 0;      ///< out of file descriptors, say
 };
 
 class Listener {
  public:
-  /// Binds `where` exactly; the poller must outlive the listener.
+  /// Binds `where` exactly; the poller must outlive the listener. `tls`:
+  /// the agent's keys (none: it speaks no TLS), required of clients not on
+  /// loopback, and of every client with `mode` kAlways.
   static Result<std::unique_ptr<Listener>> create(const net::HostPort& where, const ListenerLimits& limits,
-                                                  net::Poller& poller, SessionDispatch& dispatch);
+                                                  net::Poller& poller, SessionDispatch& dispatch,
+                                                  std::shared_ptr<secure::Context> tls, SecureConfig::Mode mode);
   ~Listener();
 
   /// "ip:port", the port as bound.
@@ -66,17 +70,26 @@ class Listener {
     net::Fd socket;
     channel::BootReader reader;
     Deadline deadline;
+    bool local = false;                // the peer is on loopback
+    bool decided = false;              // whether it speaks TLS is known (its first byte)
+    std::unique_ptr<secure::Tls> tls;  // it does
   };
   Listener(net::Poller& poller, SessionDispatch& dispatch, const ListenerLimits& limits)
       : poller_(poller), dispatch_(dispatch), limits_(limits) {}
   void on_accept();
   void on_readable(int fd);
+  void on_tls(int fd, Pending& p);
+  /// Whether it may go on in plaintext or TLS, by its first byte.
+  bool decide(int fd, Pending& p, uint8_t first);
+  void fail_tls(int fd, const Status& why);
   void finish(int fd);
   void drop(int fd, const channel::Refusal& why);
   channel::PeerInfo describe(int fd, const channel::Hello& hello) const;
 
   net::Poller& poller_;
   SessionDispatch& dispatch_;
+  std::shared_ptr<secure::Context> tls_;
+  SecureConfig::Mode mode_ = SecureConfig::Mode::kAuto;
   ListenerLimits limits_;
   net::Fd socket_;
   std::string address_;

@@ -104,7 +104,7 @@ Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
                                            config.max_text_bytes, config.max_vocab_bytes,
                                            config.vocab_dir.empty() ? default_vocab_dir() : config.vocab_dir}));
   extra.push_back(services::make_graph({config.graph_threads, config.graph_max_instances, config.graph_max_memory}));
-  extra.push_back(services::make_mpi({config.mpi_max_pending}));
+  extra.push_back(services::make_mpi({config.mpi_max_pending, config.channel.secure}));
   for (auto& s : extra) {
     std::string name = s->name();
     if (!im->services.emplace(name, std::move(s)).second)

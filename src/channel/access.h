@@ -17,6 +17,7 @@ struct Access {
   /// `owner`: the connection closes when this object goes (false: the
   /// agent's view of a client, which the client's end closes).
   static std::unique_ptr<Connection> connection(std::shared_ptr<Connection::Impl> impl, bool owner);
+  static Connection::Impl& impl(Connection& c) { return *c.impl_; }
 };
 
 }  // namespace outboard::channel::detail

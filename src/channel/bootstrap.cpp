@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -254,7 +255,7 @@ Status BootReader::feed(std::span<const uint8_t> bytes) {
   if (version != kBootVersion)
     return {Code::kInvalidArgument, "bootstrap version " + std::to_string(version) + " (this side speaks " +
                                         std::to_string(kBootVersion) + ")"};
-  if (kind < static_cast<uint8_t>(BootKind::kHello) || kind > static_cast<uint8_t>(BootKind::kRefusal) || reserved)
+  if (kind < static_cast<uint8_t>(BootKind::kHello) || kind > static_cast<uint8_t>(BootKind::kSealed) || reserved)
     return {Code::kInvalidArgument, "bootstrap message of unknown kind " + std::to_string(kind)};
   if (length > kMaxBootMessage)
     return {Code::kTooBig, "bootstrap message of " + std::to_string(length) + " B exceeds its limit of " +
@@ -276,6 +277,91 @@ Result<BootMessage> read_boot_message(int fd, Deadline deadline, std::string_vie
   }
   auto payload = reader.payload();
   return BootMessage{reader.kind(), std::vector<uint8_t>(payload.begin(), payload.end())};
+}
+
+Result<std::vector<uint8_t>> seal_message(const secure::Sealer& sealer, uint64_t number,
+                                          std::span<const uint8_t> message) {
+  if (message.size() + secure::kTagBytes > kMaxBootMessage)
+    return Status(Code::kTooBig, "sealed bootstrap message of " + std::to_string(message.size() + secure::kTagBytes) +
+                                     " B exceeds its limit of " + std::to_string(kMaxBootMessage) + " B");
+  std::vector<uint8_t> sealed(message.size() + secure::kTagBytes);
+  sealer.seal(secure::Sealer::Stream::kSocket, number, {}, message, sealed.data());
+  return frame(BootKind::kSealed, std::move(sealed));
+}
+
+Result<BootMessage> open_message(const secure::Sealer& sealer, uint64_t number, std::vector<uint8_t> payload) {
+  OB_RETURN_IF_ERROR(sealer.open(secure::Sealer::Stream::kSocket, number, {}, payload).with_context("sealed bootstrap message"));
+  payload.resize(payload.size() - secure::kTagBytes);
+  BootReader reader;
+  std::span<const uint8_t> rest(payload);
+  while (!reader.done() && !rest.empty()) {
+    const size_t n = std::min(rest.size(), reader.want());
+    OB_RETURN_IF_ERROR(reader.feed(rest.first(n)).with_context("sealed bootstrap message"));
+    rest = rest.subspan(n);
+  }
+  if (!reader.done() || !rest.empty() || reader.kind() == BootKind::kSealed)
+    return Status(Code::kInvalidArgument, "a sealed bootstrap message holds no single message");
+  auto inner = reader.payload();
+  return BootMessage{reader.kind(), std::vector<uint8_t>(inner.begin(), inner.end())};
+}
+
+namespace {
+// A plaintext bootstrap message starts with the magic's first byte; a TLS record never does.
+constexpr uint8_t kBootMagicFirst = kBootMagic & 0xff;
+
+Result<uint8_t> peek_first(int fd, Deadline deadline, std::string_view what) {
+  uint8_t b = 0;
+  OB_RETURN_IF_ERROR(net::recv_some(fd, {&b, 1}, deadline, what, MSG_PEEK).status());
+  return b;
+}
+
+Status refusal_of(int fd, Deadline deadline, std::string_view what) {
+  OB_ASSIGN_OR_RETURN(BootMessage m, read_boot_message(fd, deadline, what));
+  if (m.kind != BootKind::kRefusal)
+    return {Code::kAuthentication, std::string(what) + ": the agent answered in plaintext, not TLS"};
+  OB_ASSIGN_OR_RETURN(Refusal r, decode_refusal(m.payload));
+  return {r.code, std::string(what) + ": the agent refused the connection: " + r.message};
+}
+}  // namespace
+
+Result<std::unique_ptr<secure::Tls>> tls_connect(int fd, std::shared_ptr<secure::Context> context, Deadline deadline,
+                                                 std::string_view what) {
+  OB_ASSIGN_OR_RETURN(auto tls, secure::Tls::create(std::move(context)));
+  for (bool first = true;; first = false) {
+    Result<bool> done = tls->handshake();
+    const std::vector<uint8_t> out = tls->take_output();  // a flight, or the alert that says why not
+    Status sent = out.empty() ? Status() : net::send_all(fd, out, deadline, what);
+    if (!done.ok()) return done.status().with_context(what);
+    OB_RETURN_IF_ERROR(sent);
+    if (*done) return tls;
+    if (first) {
+      OB_ASSIGN_OR_RETURN(uint8_t b, peek_first(fd, deadline, what));
+      if (b == kBootMagicFirst) return refusal_of(fd, deadline, what);
+    }
+    uint8_t buf[4096];
+    OB_ASSIGN_OR_RETURN(size_t n, net::recv_some(fd, buf, deadline, what));
+    OB_RETURN_IF_ERROR(tls->feed({buf, n}).with_context(what));
+  }
+}
+
+Result<BootMessage> read_secure_answer(int fd, secure::Tls& tls, const secure::Sealer& in, Deadline deadline,
+                                       std::string_view what) {
+  OB_ASSIGN_OR_RETURN(uint8_t b, peek_first(fd, deadline, what));
+  if (b == kBootMagicFirst) {
+    OB_ASSIGN_OR_RETURN(BootMessage m, read_boot_message(fd, deadline, what));
+    if (m.kind == BootKind::kSealed) return open_message(in, 0, std::move(m.payload));
+    if (m.kind == BootKind::kRefusal) return m;
+    return Status(Code::kAuthentication, std::string(what) + ": the agent answered unsealed");
+  }
+  // TLS records after our handshake completed: the agent's alert (it refused our keys).
+  for (;;) {
+    uint8_t buf[4096];
+    OB_ASSIGN_OR_RETURN(size_t n, net::recv_some(fd, buf, deadline, what));
+    OB_RETURN_IF_ERROR(tls.feed({buf, n}).with_context(what));
+    auto data = tls.read();
+    if (!data.ok()) return data.status().with_context(what);
+    if (!data->empty()) return Status(Code::kAuthentication, std::string(what) + ": the agent sent TLS data after the handshake");
+  }
 }
 
 }  // namespace outboard::channel

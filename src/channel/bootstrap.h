@@ -19,6 +19,7 @@
 
 #include "outboard/clock.h"
 #include "outboard/status.h"
+#include "transport/secure.h"
 
 namespace outboard::channel {
 
@@ -40,7 +41,9 @@ inline constexpr size_t kMaxFactName = 64;
 /// Bytes of a session token: clients presenting the same token share a session.
 inline constexpr size_t kSessionTokenBytes = 32;
 
-enum class BootKind : uint8_t { kHello = 1, kWelcome = 2, kRefusal = 3 };
+/// kSealed: a whole message sealed with the connection's keys (the agent's
+/// answer to a client that came through TLS).
+enum class BootKind : uint8_t { kHello = 1, kWelcome = 2, kRefusal = 3, kSealed = 4 };
 
 using SessionToken = std::array<uint8_t, kSessionTokenBytes>;
 /// What an agent announces about itself ("tokenize_threads" -> 4), so a
@@ -133,5 +136,23 @@ struct BootMessage {
   std::vector<uint8_t> payload;
 };
 Result<BootMessage> read_boot_message(int fd, Deadline deadline, std::string_view what);
+
+/// `message` (whole, header included) sealed as message `number` of the
+/// socket's stream, framed as a kSealed message.
+Result<std::vector<uint8_t>> seal_message(const secure::Sealer& sealer, uint64_t number,
+                                          std::span<const uint8_t> message);
+/// Opens a kSealed payload and decodes the message inside (never itself sealed).
+Result<BootMessage> open_message(const secure::Sealer& sealer, uint64_t number, std::vector<uint8_t> payload);
+
+/// Client side of a secure bootstrap: the TLS handshake on `fd` before the
+/// deadline. An agent that answers it with a Refusal (one without keys):
+/// that refusal's code and message.
+Result<std::unique_ptr<secure::Tls>> tls_connect(int fd, std::shared_ptr<secure::Context> context, Deadline deadline,
+                                                 std::string_view what);
+/// The agent's answer to a Hello sent through `tls`: its sealed message,
+/// opened with `in`; a plaintext Refusal; or kAuthentication with the TLS
+/// alert it sent instead (our certificate or PSK refused).
+Result<BootMessage> read_secure_answer(int fd, secure::Tls& tls, const secure::Sealer& in, Deadline deadline,
+                                       std::string_view what);
 
 }  // namespace outboard::channel

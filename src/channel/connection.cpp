@@ -43,6 +43,11 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(address));
   OB_ASSIGN_OR_RETURN(auto token, channel::session_token(config.session));
   OB_ASSIGN_OR_RETURN(auto hub, channel::Hub::get());
+  // A link that leaves the host (or any, with --secure always) is TLS's, where we have keys.
+  std::shared_ptr<secure::Context> tls_context;
+  if (secure::wants_tls(config.secure, where.host)) {
+    OB_ASSIGN_OR_RETURN(tls_context, secure::Context::create(config.secure, secure::Role::kClient));
+  }
   const Deadline deadline = Deadline::after_ms(config.connect_timeout_ms);
   // The socket exchange runs without the hub's lock: an agent in this
   // process answers from its progress thread.
@@ -55,6 +60,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
     Lock lock(hub->mutex());
     impl = std::make_shared<Impl>(hub, config);
     impl->peer_address = address;
+    if (tls_context) impl->config.ring_slots = 0;  // a ring would bypass the frame seal
     OB_ASSIGN_OR_RETURN(hello.ring_descriptor, impl->open_ring());
     hello.connection_id = impl->local_id;
     hello.pid = static_cast<uint32_t>(::getpid());
@@ -74,8 +80,27 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
     return st;
   };
   const std::string what = "handshake with the agent at " + address;
-  if (Status st = net::send_all(sock.get(), channel::encode(hello), deadline, what); !st.ok()) return fail(st);
-  auto answer = channel::read_boot_message(sock.get(), deadline, what);
+  Result<channel::BootMessage> answer = Status(Code::kNotConnected, what);
+  std::string agent_identity = "plaintext";
+  if (tls_context) {
+    // The Hello goes through TLS; the answer comes sealed with keys from its handshake.
+    auto tls = channel::tls_connect(sock.get(), tls_context, deadline, what);
+    if (!tls.ok()) return fail(tls.status());
+    auto keys = (*tls)->keys();
+    if (!keys.ok()) return fail(keys.status());
+    Status st = (*tls)->write(channel::encode(hello));
+    if (st.ok()) st = net::send_all(sock.get(), (*tls)->take_output(), deadline, what);
+    if (!st.ok()) return fail(st);
+    agent_identity = "TLS 1.3 over " + (*tls)->key_exchange() + ", agent " + (*tls)->peer_identity();
+    {
+      Lock lock(hub->mutex());
+      impl->seal = std::make_unique<secure::FrameSeal>(*keys, secure::Role::kClient, config.secure.rekey_bytes);
+    }
+    answer = channel::read_secure_answer(sock.get(), **tls, impl->seal->in, deadline, what);
+  } else {
+    if (Status st = net::send_all(sock.get(), channel::encode(hello), deadline, what); !st.ok()) return fail(st);
+    answer = channel::read_boot_message(sock.get(), deadline, what);
+  }
   if (!answer.ok()) {
     Status st = answer.status();
     if (st.code() == Code::kTimedOut)
@@ -108,8 +133,8 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   }
   if (impl->state != Impl::State::kClosed) impl->state = Impl::State::kOpen;
   OB_RETURN_IF_ERROR(impl->check_open());
-  OB_LOG_INFO("connected to %s (connection %u, peer max_msg_size %lu B)", address.c_str(), impl->local_id,
-              static_cast<unsigned long>(impl->peer_max_msg));
+  OB_LOG_INFO("connected to %s (connection %u, peer max_msg_size %lu B, %s)", address.c_str(), impl->local_id,
+              static_cast<unsigned long>(impl->peer_max_msg), agent_identity.c_str());
   return channel::detail::Access::connection(std::move(impl), /*owner=*/true);
 }
 

@@ -97,6 +97,11 @@ Result<std::vector<uint8_t>> Connection::Impl::open_ring() {
 }
 
 Result<transport::RemoteKey> Connection::Impl::import(std::span<const uint8_t> descriptor, bool map) {
+  // One-sided transfers bypass the frame seal (UCX moves the bytes as they are): off on secure links.
+  if (seal)
+    return Status(Code::kUnsupported, "one-sided access over the secure connection to " + peer_address +
+                                          " would bypass its encryption: use messages, or connect without "
+                                          "--secure always on one host (remote links are always secure with keys)");
   return data_ep.import_region(descriptor, map && !peer_in_process, peer_policy ? &*peer_policy : nullptr);
 }
 
@@ -183,17 +188,25 @@ void Connection::Impl::on_frame(FrameHeader& h, transport::IncomingAm& am) {
                                                          kReorderSlack)
     return cut_off(Status(Code::kConnectionReset, "peer " + peer_address + " sent frame " + std::to_string(h.seq) +
                                                       " where " + std::to_string(next_rx_seq) + " was next"));
+  // A sealed frame carries its tag after the payload.
+  const size_t tag = seal ? secure::kTagBytes : 0;
+  if (am.length < tag)
+    return cut_off(Status(Code::kAuthentication, "peer " + peer_address + " sent frame " + std::to_string(h.seq) +
+                                                     " of " + std::to_string(am.length) + " B, shorter than its tag"));
+  const size_t length = am.length - tag;
   const bool credited = h.type == FrameType::kMessage || h.type == FrameType::kRequest;
-  const bool oversized = credited && am.length > config.max_msg_size;
+  const bool oversized = credited && length > config.max_msg_size;
   // Its credit comes back as consumed: 0 B for a refused message.
-  if ((credited || h.type == FrameType::kNotify) && !hold_credit(credited && !oversized ? am.length : 0)) return;
+  if ((credited || h.type == FrameType::kNotify) && !hold_credit(credited && !oversized ? length : 0)) return;
   if (h.seq == next_rx_seq && !am.rendezvous && reorder.empty()) {
-    ++next_rx_seq;
     Status error;
     if (oversized)
-      error = Status(Code::kTooBig, "message of " + std::to_string(am.length) + " B exceeds max_msg_size " +
+      error = Status(Code::kTooBig, "message of " + std::to_string(length) + " B exceeds max_msg_size " +
                                         std::to_string(config.max_msg_size) + " B");
     Buffer data = error.ok() ? Buffer::copy_of({am.data, am.length}) : Buffer();
+    if (error.ok() && seal)
+      if (Status st = unseal(h, am.header, data); !st.ok()) return cut_off(st);
+    ++next_rx_seq;
     if (deliverable_inline(h)) return deliver(h, std::move(data), error);
     defer_deliver(h, std::move(data), error);
     return;
@@ -202,9 +215,10 @@ void Connection::Impl::on_frame(FrameHeader& h, transport::IncomingAm& am) {
     return cut_off(Status(Code::kConnectionReset, "peer " + peer_address + " sent frame " + std::to_string(h.seq) + " twice"));
   RxFrame& f = reorder[h.seq];
   f.h = h;
+  if (seal) f.wire.assign(am.header.begin(), am.header.end());  // opened in order, by drain()
   if (oversized) {
     // A peer that ignored our advertised limit: reject without fetching.
-    f.error = Status(Code::kTooBig, "message of " + std::to_string(am.length) + " B exceeds max_msg_size " +
+    f.error = Status(Code::kTooBig, "message of " + std::to_string(length) + " B exceeds max_msg_size " +
                                         std::to_string(config.max_msg_size) + " B");
     f.ready = true;
   } else if (!am.rendezvous) {
@@ -233,6 +247,8 @@ void Connection::Impl::drain() {
          reorder.begin()->second.ready) {
     RxFrame f = std::move(reorder.begin()->second);
     reorder.erase(reorder.begin());
+    if (seal && f.error.ok())
+      if (Status st = unseal(f.h, f.wire, f.data); !st.ok()) return cut_off(st);
     ++next_rx_seq;
     defer_deliver(f.h, std::move(f.data), f.error);
   }
@@ -468,21 +484,46 @@ bool Connection::Impl::post_to_ring(const channel::WireHeader& w, std::span<cons
   return true;
 }
 
+// Secure connections send the payload sealed, its header authenticated with
+// it and its sequence number as the nonce; UCX carries ciphertext only.
+void Connection::Impl::send_sealed(FrameHeader& h, std::span<const uint8_t> data) {
+  if (seal->count(data.size())) h.flags |= channel::kFlagRekey;
+  const channel::WireHeader w = channel::encode(h);
+  Buffer out(data.size() + secure::kTagBytes);
+  seal->out.seal(secure::Sealer::Stream::kFrames, h.seq, w.span(), data, out.data());
+  data_ep.send(w.span(), std::move(out));
+}
+
+// In sequence order: a frame flagged kFlagRekey is the first under the peer's next key.
+Status Connection::Impl::unseal(const FrameHeader& h, std::span<const uint8_t> header, Buffer& data) const {
+  if (h.flags & channel::kFlagRekey) seal->in.rekey();
+  if (Status st = seal->in.open(secure::Sealer::Stream::kFrames, h.seq, header, data.span()); !st.ok())
+    return st.with_context("peer " + peer_address + " frame " + std::to_string(h.seq));
+  data.truncate(data.size() - secure::kTagBytes);
+  return {};
+}
+
 void Connection::Impl::post(FrameHeader& h, std::span<const uint8_t> data, transport::DoneFn done) {
   stamp(h, data.size());
-  const channel::WireHeader w = channel::encode(h);
-  if (!post_to_ring(w, data)) return data_ep.send(w.span(), data, std::move(done));
+  if (seal) {
+    send_sealed(h, data);
+  } else {
+    const channel::WireHeader w = channel::encode(h);
+    if (!post_to_ring(w, data)) return data_ep.send(w.span(), data, std::move(done));
+  }
   if (done) done(Status());
 }
 
 void Connection::Impl::post(FrameHeader& h, Buffer data) {
   stamp(h, data.size());
+  if (seal) return send_sealed(h, data.span());
   const channel::WireHeader w = channel::encode(h);
   if (!post_to_ring(w, data.span())) data_ep.send(w.span(), std::move(data));
 }
 
 void Connection::Impl::post_copy(FrameHeader& h, std::span<const uint8_t> data) {
   stamp(h, data.size());
+  if (seal) return send_sealed(h, data);
   const channel::WireHeader w = channel::encode(h);
   if (!post_to_ring(w, data)) data_ep.send_copy(w.span(), data);
 }

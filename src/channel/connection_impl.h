@@ -14,6 +14,7 @@
 #include "channel/bootstrap.h"
 #include "channel/hub.h"
 #include "channel/ring.h"
+#include "transport/secure.h"
 #include "util/id_map.h"
 #include "util/net.h"
 
@@ -136,6 +137,9 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   /// which expose_memory() lets read this process's memory.
   pid_t peer_pid = 0;
   bool ptracer_set = false;
+  /// Secure connections: the keys every frame is sealed and opened with (no
+  /// ring then: every frame goes through UCX, sealed).
+  std::unique_ptr<secure::FrameSeal> seal;
   std::unique_ptr<channel::RxRing> rx_ring;
   std::unique_ptr<channel::TxRing> tx_ring;
 
@@ -162,6 +166,7 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
     Buffer data;
     bool ready = false;
     Status error;
+    std::vector<uint8_t> wire;  // a sealed frame's header as sent (its associated data)
   };
   uint64_t next_tx_seq OB_HUB_GUARDED = 0;
   uint64_t next_rx_seq OB_HUB_GUARDED = 0;
@@ -196,6 +201,9 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   void deliver_deferred(const channel::FrameHeader& h, Buffer data, const Status& error) OB_HUB_LOCKED;
 
  private:
+  void send_sealed(channel::FrameHeader& h, std::span<const uint8_t> data) OB_HUB_LOCKED;
+  /// Opens frame `h`, the next in order, in place (kAuthentication if it does not authenticate).
+  Status unseal(const channel::FrameHeader& h, std::span<const uint8_t> header, Buffer& data) const OB_HUB_LOCKED;
   void defer_deliver(const channel::FrameHeader& h, Buffer data, Status error) OB_HUB_LOCKED;
   void deliver(const channel::FrameHeader& h, Buffer data, const Status& error) OB_HUB_LOCKED;
   // deliver()'s phases, by frame type.

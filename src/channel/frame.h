@@ -26,6 +26,9 @@ enum class FrameType : uint8_t {
 };
 
 constexpr uint8_t kFlagWantCredit = 1;
+/// Secure connections: this frame is the first sealed with the sender's next key.
+constexpr uint8_t kFlagRekey = 2;
+constexpr uint8_t kFrameFlags = kFlagWantCredit | kFlagRekey;
 
 /// A frame's header as the code uses it; on the wire it is encode()d.
 /// `type` and `status` are not neighbours: encode() would read them with
@@ -33,7 +36,7 @@ constexpr uint8_t kFlagWantCredit = 1;
 /// (a ~5 ns stall per frame sent, measured).
 struct FrameHeader {
   FrameType type = FrameType::kMessage;
-  uint8_t flags = 0;         // kFlagWantCredit
+  uint8_t flags = 0;         // kFlagWantCredit, kFlagRekey
   int8_t status = 0;         // kResponse/kClose: outboard::Code
   uint32_t dst = 0;          // receiver's connection id (0: the agent's listener)
   uint64_t seq = 0;          // sender's per-connection frame number (32 bits on the wire)
@@ -79,7 +82,7 @@ inline bool take(std::span<const uint8_t>& in, T& v) {
 }  // namespace detail
 
 inline WireHeader encode(const FrameHeader& h) {
-  uint8_t flags = h.flags & kFlagWantCredit;
+  uint8_t flags = h.flags & kFrameFlags;
   if (h.id != 0) flags |= kWireHasId;
   if (h.service != kNoService) flags |= kWireHasService;
   if (h.credit_msgs != 0 || h.credit_bytes != 0) flags |= kWireHasCredit;
@@ -117,7 +120,7 @@ inline DecodeError decode(std::span<const uint8_t> wire, FrameHeader& h) {
   if (static_cast<uint8_t>(h.type) < static_cast<uint8_t>(FrameType::kMessage) ||
       static_cast<uint8_t>(h.type) > static_cast<uint8_t>(FrameType::kDoorbell))
     return DecodeError::kMalformed;
-  h.flags = flags & kFlagWantCredit;
+  h.flags = flags & kFrameFlags;
   h.seq = seq;
   bool ok = true;
   if (flags & kWireHasId) ok = ok && detail::take(wire, h.id);

@@ -78,6 +78,10 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
       conn->peer_policy = transport::DescriptorPolicy{};
     }
   }
+  if (peer.keys) {
+    conn->seal = std::make_unique<secure::FrameSeal>(*peer.keys, secure::Role::kAgent, config_.secure.rekey_bytes);
+    conn->config.ring_slots = 0;  // every frame through UCX, sealed
+  }
   conn->peer_in_process = hello.pid == static_cast<uint32_t>(::getpid());
   if (hello.flags & kHelloNetworkOnly) conn->config.network_only = true, conn->config.ring_slots = 0;
   auto refused = [&](const Status& st) OB_HUB_LOCKED {
@@ -103,8 +107,11 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   welcome.ring_slots = conn->rx_ring ? conn->config.ring_slots : 0;
   welcome.ring_descriptor = std::move(ring).value();
   welcome.facts = facts_;
-  Status st = net::send_all(socket.get(), encode(welcome), Deadline::after_ms(kWelcomeTimeoutMs),
-                            "welcome to " + conn->peer_address);
+  Result<std::vector<uint8_t>> answer = encode(welcome);
+  if (conn->seal) answer = seal_message(conn->seal->out, 0, *answer);
+  Status st = answer.ok() ? net::send_all(socket.get(), *answer, Deadline::after_ms(kWelcomeTimeoutMs),
+                                          "welcome to " + conn->peer_address)
+                          : answer.status();
   if (st.ok()) st = conn->watch_socket(std::move(socket));
   if (!st.ok()) {
     ++counters_.errors;

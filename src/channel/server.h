@@ -17,6 +17,8 @@ struct PeerInfo {
   std::string name;  ///< for logs and errors: "127.0.0.1:40312 (pid 123)"
   /// What its region descriptors may name (transport::check_descriptor).
   transport::DescriptorPolicy policy;
+  /// A client that came through TLS: the keys its frames are sealed with.
+  std::optional<secure::Keys> keys;
 };
 
 class Server {

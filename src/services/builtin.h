@@ -70,6 +70,8 @@ std::unique_ptr<Service> make_graph(GraphServiceConfig config);
 /// Limits of the `mpi` service (agent options in the comments).
 struct MpiServiceConfig {
   uint32_t max_pending = 256;  ///< --mpi-max-pending: a rank's collectives waiting for its other ranks
+  /// The agent's keys: its links to the agents of other hosts are secure as its clients' are.
+  SecureConfig secure;
 };
 /// `mpi`: collectives handed off by MPI ranks (the interposer, src/mpi), run once every rank of
 /// the communicator has posted them (wire format: services/mpi_wire.h).

@@ -578,6 +578,7 @@ class Mpi final : public Service {
     config.session = token;
     config.network_only = true;
     config.spin_us = 0;
+    config.secure = config_.secure;  // the agent's own certificate serves as a client's too
     // The previous attempt for this address handed its result back, so its thread has ended.
     if (auto done = connecting_.find(address); done != connecting_.end()) {
       done->second.join();

@@ -188,6 +188,19 @@ Status recv_exact(int fd, std::span<uint8_t> out, Deadline deadline, std::string
   return {};
 }
 
+Result<size_t> recv_some(int fd, std::span<uint8_t> out, Deadline deadline, std::string_view what, int flags) {
+  for (;;) {
+    const ssize_t n = ::recv(fd, out.data(), out.size(), flags);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n == 0) return Status(Code::kConnectionReset, std::string(what) + ": the peer closed the connection");
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      OB_RETURN_IF_ERROR(wait_ready(fd, POLLIN, deadline, what));
+    } else if (errno != EINTR) {
+      return Status(Code::kConnectionReset, std::string(what) + ": " + errno_text(errno));
+    }
+  }
+}
+
 Result<std::pair<Fd, Fd>> seqpacket_pair() {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)

@@ -78,6 +78,8 @@ Status send_all(int fd, std::span<const uint8_t> bytes, Deadline deadline, std::
 /// Reads exactly `out.size()` bytes before the deadline; kConnectionReset
 /// when the peer closes first.
 Status recv_exact(int fd, std::span<uint8_t> out, Deadline deadline, std::string_view what);
+/// Reads what has arrived, at least 1 byte, before the deadline (`flags`: recv's, MSG_PEEK say).
+Result<size_t> recv_some(int fd, std::span<uint8_t> out, Deadline deadline, std::string_view what, int flags = 0);
 
 /// Connected AF_UNIX SOCK_SEQPACKET pair, both ends close-on-exec.
 Result<std::pair<Fd, Fd>> seqpacket_pair();

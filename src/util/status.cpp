@@ -23,6 +23,7 @@ std::string_view code_name(Code code) {
     case Code::kFailed: return "failed";
     case Code::kNotConnected: return "not connected";
     case Code::kConnectionReset: return "connection reset";
+    case Code::kAuthentication: return "authentication";
     case Code::kShutDown: return "shut down";
   }
   return "unknown";

@@ -335,8 +335,8 @@ def test_the_agent_listens_on_its_address_only(agent: outboard.LocalAgent) -> No
         c.close()
 
 
-def test_a_listen_address_wider_than_loopback_needs_remote_clients() -> None:
-    with pytest.raises(errors.BadConfig, match="--remote-clients"):
+def test_a_listen_address_wider_than_loopback_needs_keys_or_insecure() -> None:
+    with pytest.raises(errors.BadConfig, match="--insecure"):
         outboard.LocalAgent(listen="0.0.0.0:0").start()
 
 

@@ -42,7 +42,7 @@ class Env:
         if not self.netns_address:
             self.veth = self.stack.enter_context(netns.VethPair())
             # The veth address is not loopback: a client there is "remote".
-            agent = LocalAgent(*_agent_args(self.cores), "--remote-clients", listen=f"{netns.SERVER_IP}:0",
+            agent = LocalAgent(*_agent_args(self.cores), "--insecure", listen=f"{netns.SERVER_IP}:0",
                                prefix=self.veth.server,
                                env=TRANSPORTS["netns"], log_level=self.options.log_level)
             self.netns_address = self.stack.enter_context(agent).address

@@ -36,12 +36,12 @@ TEST(AgentConfigTest, AValueOutOfRangeNamesTheOptionAndTheRange) {
   EXPECT_EQ(isolation.status().message(), "option 'isolation' is 'thread', expected process or none");
 }
 
-TEST(AgentConfigTest, AListenerWiderThanLoopbackNeedsRemoteClients) {
+TEST(AgentConfigTest, AListenerWiderThanLoopbackNeedsKeysOrInsecure) {
   auto c = parse({"--listen", "0.0.0.0:0", "--isolation", "none"});
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   auto agent = Agent::create(c.value());
   ASSERT_EQ(agent.status().code(), Code::kBadConfig);
-  EXPECT_NE(agent.status().message().find("remote-clients"), std::string::npos) << agent.status().message();
+  EXPECT_NE(agent.status().message().find("--insecure"), std::string::npos) << agent.status().message();
 }
 
 TEST(ControlTest, AnAdoptCarriesThePeerAndItsHello) {

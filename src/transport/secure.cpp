@@ -1,0 +1,424 @@
+#include "transport/secure.h"
+
+#include <fcntl.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "util/net.h"
+
+namespace outboard::secure {
+namespace {
+
+// A PSK identity longer than this is refused (TLS allows 64 KiB).
+constexpr size_t kMaxPskIdentity = 128;
+constexpr size_t kPskBytes = 32;
+// TLS_AES_128_GCM_SHA256: the cipher a PSK is bound to (its hash must be the handshake's).
+constexpr unsigned char kPskCipher[] = {0x13, 0x01};
+constexpr int kCertificateDays = 365;
+
+// OpenSSL's error queue as one line, emptied.
+std::string openssl_errors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    const char* reason = ERR_reason_error_string(e);
+    char buf[256];
+    if (!reason) ERR_error_string_n(e, buf, sizeof buf), reason = buf;
+    if (!out.empty()) out += "; ";
+    out += reason;
+  }
+  return out.empty() ? "no reason given by OpenSSL" : out;
+}
+
+Status bad_key(const char* option, const std::string& file, const std::string& why) {
+  return {Code::kBadConfig, std::string(option) + " " + file + ": " + why};
+}
+
+// A private key or PSK that others may read is refused, as ssh refuses one.
+Status check_private(const char* option, const std::string& file) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) return bad_key(option, file, std::strerror(errno));
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+    return bad_key(option, file, std::string("mode ") + mode + " lets others than its owner read it (chmod 600)");
+  }
+  return {};
+}
+
+Status read_psk(const std::string& file, std::string& identity, std::vector<uint8_t>& key) {
+  OB_RETURN_IF_ERROR(check_private("--psk-file", file));
+  std::ifstream in(file);
+  std::string line;
+  if (!in || !std::getline(in, line)) return bad_key("--psk-file", file, "cannot be read");
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  const size_t colon = line.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    return bad_key("--psk-file", file, "expected one line \"identity:" + std::to_string(2 * kPskBytes) + " hex digits\"");
+  identity = line.substr(0, colon);
+  if (identity.size() > kMaxPskIdentity)
+    return bad_key("--psk-file", file, "identity of " + std::to_string(identity.size()) + " B exceeds its limit of " +
+                                           std::to_string(kMaxPskIdentity) + " B");
+  const std::string hex = line.substr(colon + 1);
+  key.resize(kPskBytes);
+  size_t n = 0;
+  if (hex.size() != 2 * kPskBytes ||
+      sodium_hex2bin(key.data(), key.size(), hex.data(), hex.size(), nullptr, &n, nullptr) != 0 || n != kPskBytes)
+    return bad_key("--psk-file", file, "the key is " + std::to_string(hex.size()) + " characters, expected " +
+                                           std::to_string(2 * kPskBytes) + " hex digits");
+  return {};
+}
+
+const Context& context_of(SSL* ssl) {
+  return *static_cast<const Context*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
+}
+
+SSL_SESSION* psk_session(SSL* ssl, const Context& c) {
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kPskCipher);
+  SSL_SESSION* s = cipher ? SSL_SESSION_new() : nullptr;
+  if (s && SSL_SESSION_set1_master_key(s, c.psk().data(), c.psk().size()) && SSL_SESSION_set_cipher(s, cipher) &&
+      SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION))
+    return s;
+  SSL_SESSION_free(s);
+  return nullptr;
+}
+
+int use_psk(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* idlen, SSL_SESSION** sess) {
+  const Context& c = context_of(ssl);
+  *sess = psk_session(ssl, c);
+  if (!*sess) return 0;
+  if (md && md != SSL_CIPHER_get_handshake_digest(SSL_SESSION_get0_cipher(*sess))) {
+    // A second call after the agent chose a cipher of another hash: no PSK for it.
+    SSL_SESSION_free(*sess);
+    *sess = nullptr;
+    return 1;
+  }
+  *id = reinterpret_cast<const unsigned char*>(c.psk_identity().data());
+  *idlen = c.psk_identity().size();
+  return 1;
+}
+
+int find_psk(SSL* ssl, const unsigned char* id, size_t idlen, SSL_SESSION** sess) {
+  const Context& c = context_of(ssl);
+  *sess = nullptr;
+  if (idlen != c.psk_identity().size() || CRYPTO_memcmp(id, c.psk_identity().data(), idlen) != 0) {
+    // Unknown identity: no PSK, and without a certificate the handshake fails.
+    auto* tls = static_cast<std::string*>(SSL_get_app_data(ssl));
+    if (tls) *tls = "unknown PSK identity \"" + std::string(reinterpret_cast<const char*>(id), std::min<size_t>(idlen, 64)) + "\"";
+    return 1;
+  }
+  *sess = psk_session(ssl, c);
+  return *sess ? 1 : 0;
+}
+
+}  // namespace
+
+bool has_keys(const SecureConfig& config) {
+  return !config.cert.empty() || !config.key.empty() || !config.ca.empty() || !config.psk_file.empty();
+}
+
+bool wants_tls(const SecureConfig& config, const std::string& host) {
+  return has_keys(config) && (config.mode == SecureConfig::Mode::kAlways || !net::is_loopback(host));
+}
+
+Result<std::shared_ptr<Context>> Context::create(const SecureConfig& config, Role role) {
+  const bool certs = !config.cert.empty() || !config.key.empty() || !config.ca.empty();
+  const bool psk = !config.psk_file.empty();
+  if (certs && psk) return Status(Code::kBadConfig, "--psk-file excludes --cert, --key and --ca: give one or the other");
+  if (!certs && !psk) return Status(Code::kBadConfig, "no keys: give --cert, --key and --ca, or --psk-file");
+  if (certs && (config.cert.empty() || config.key.empty() || config.ca.empty()))
+    return Status(Code::kBadConfig, std::string("--cert, --key and --ca go together; missing: ") +
+                                        (config.cert.empty() ? "--cert" : config.key.empty() ? "--key" : "--ca"));
+  SSL_CTX* raw = SSL_CTX_new(role == Role::kAgent ? TLS_server_method() : TLS_client_method());
+  if (!raw) return Status(Code::kNoMemory, "SSL_CTX_new: " + openssl_errors());
+  std::shared_ptr<Context> c(new Context(raw, role));
+  SSL_CTX_set_app_data(raw, c.get());
+  SSL_CTX_set_min_proto_version(raw, TLS1_3_VERSION);
+  // Nothing may follow the handshake in TLS records but the Hello: no session
+  // tickets (which would also allow replayable 0-RTT resumption).
+  SSL_CTX_set_num_tickets(raw, 0);
+  SSL_CTX_set_options(raw, SSL_OP_NO_TICKET);
+  SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_OFF);
+  if (psk) {
+    OB_RETURN_IF_ERROR(read_psk(config.psk_file, c->psk_identity_, c->psk_));
+    // Only suites of the PSK's hash (SHA-256): an agent preferring AES-256 (SHA-384) could use no PSK.
+    SSL_CTX_set_ciphersuites(raw, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256");
+    if (role == Role::kClient) SSL_CTX_set_psk_use_session_callback(raw, use_psk);
+    else SSL_CTX_set_psk_find_session_callback(raw, find_psk);
+    return c;
+  }
+  OB_RETURN_IF_ERROR(check_private("--key", config.key));
+  if (SSL_CTX_use_certificate_chain_file(raw, config.cert.c_str()) != 1)
+    return bad_key("--cert", config.cert, openssl_errors());
+  if (SSL_CTX_use_PrivateKey_file(raw, config.key.c_str(), SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(raw) != 1)
+    return bad_key("--key", config.key, openssl_errors() + " (with --cert " + config.cert + ")");
+  if (SSL_CTX_load_verify_locations(raw, config.ca.c_str(), nullptr) != 1)
+    return bad_key("--ca", config.ca, openssl_errors());
+  SSL_CTX_set_verify(raw, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  // The peer's certificate must be made for its side: a client's cannot stand in for an agent's.
+  SSL_CTX_set_purpose(raw, role == Role::kAgent ? X509_PURPOSE_SSL_CLIENT : X509_PURPOSE_SSL_SERVER);
+  return c;
+}
+
+Context::~Context() { SSL_CTX_free(ctx_); }
+
+Result<std::unique_ptr<Tls>> Tls::create(std::shared_ptr<Context> context) {
+  SSL* ssl = SSL_new(context->get());
+  BIO* in = BIO_new(BIO_s_mem());
+  BIO* out = BIO_new(BIO_s_mem());
+  if (!ssl || !in || !out) {
+    SSL_free(ssl), BIO_free(in), BIO_free(out);
+    return Status(Code::kNoMemory, "a TLS connection: " + openssl_errors());
+  }
+  SSL_set_bio(ssl, in, out);
+  if (context->role() == Role::kAgent) SSL_set_accept_state(ssl);
+  else SSL_set_connect_state(ssl);
+  std::unique_ptr<Tls> t(new Tls(std::move(context), ssl));
+  SSL_set_app_data(ssl, &t->note_);
+  return t;
+}
+
+Tls::~Tls() { SSL_free(ssl_); }
+
+Status Tls::feed(std::span<const uint8_t> bytes) {
+  if (!done_ && (fed_ += bytes.size()) > kMaxHandshakeBytes)
+    return {Code::kTooBig, "TLS handshake of more than " + std::to_string(kMaxHandshakeBytes) +
+                               " B (its limit, kMaxHandshakeBytes)"};
+  if (BIO_write(SSL_get_rbio(ssl_), bytes.data(), static_cast<int>(bytes.size())) != static_cast<int>(bytes.size()))
+    return {Code::kNoMemory, "TLS input: " + openssl_errors()};
+  return {};
+}
+
+Status Tls::failure(const char* what) const {
+  std::string why;
+  const long verify = SSL_get_verify_result(ssl_);
+  if (verify != X509_V_OK) why = std::string("certificate verify failed: ") + X509_verify_cert_error_string(verify);
+  else why = openssl_errors();
+  if (!note_.empty()) why = note_ + " (" + why + ")";
+  ERR_clear_error();
+  return {Code::kAuthentication, std::string(what) + " failed: " + why};
+}
+
+Result<bool> Tls::handshake() {
+  if (done_) return true;
+  ERR_clear_error();
+  const int r = SSL_do_handshake(ssl_);
+  if (r == 1) return done_ = true;
+  if (SSL_get_error(ssl_, r) == SSL_ERROR_WANT_READ) return false;
+  return failure("TLS handshake");
+}
+
+std::vector<uint8_t> Tls::take_output() {
+  BIO* out = SSL_get_wbio(ssl_);
+  std::vector<uint8_t> bytes(BIO_ctrl_pending(out));
+  if (!bytes.empty()) bytes.resize(static_cast<size_t>(std::max(0, BIO_read(out, bytes.data(), static_cast<int>(bytes.size())))));
+  return bytes;
+}
+
+Status Tls::write(std::span<const uint8_t> plain) {
+  ERR_clear_error();
+  if (SSL_write(ssl_, plain.data(), static_cast<int>(plain.size())) != static_cast<int>(plain.size()))
+    return failure("TLS write");
+  return {};
+}
+
+Result<std::vector<uint8_t>> Tls::read() {
+  std::vector<uint8_t> out;
+  uint8_t buf[4096];
+  for (;;) {
+    ERR_clear_error();
+    const int n = SSL_read(ssl_, buf, sizeof buf);
+    if (n > 0) {
+      out.insert(out.end(), buf, buf + n);
+      continue;
+    }
+    const int e = SSL_get_error(ssl_, n);
+    if (e == SSL_ERROR_WANT_READ) return out;
+    if (e == SSL_ERROR_ZERO_RETURN) return Status(Code::kConnectionReset, "the peer ended its TLS stream");
+    return failure("TLS");
+  }
+}
+
+Result<Keys> Tls::keys() const {
+  uint8_t raw[64];
+  if (!done_ || SSL_export_keying_material(ssl_, raw, sizeof raw, kExporterLabel, sizeof kExporterLabel - 1, nullptr,
+                                           0, 0) != 1)
+    return Status(Code::kAuthentication, "no keys from the TLS handshake: " + openssl_errors());
+  Keys k;
+  std::memcpy(k.client_to_agent.data(), raw, 32);
+  std::memcpy(k.agent_to_client.data(), raw + 32, 32);
+  sodium_memzero(raw, sizeof raw);
+  return k;
+}
+
+std::string Tls::key_exchange() const {
+  const int group = SSL_get_negotiated_group(ssl_);
+  const char* name = group ? OBJ_nid2sn(group) : nullptr;
+  return name ? name : "none";
+}
+
+std::string Tls::peer_identity() const {
+  X509* cert = SSL_get0_peer_certificate(ssl_);
+  if (!cert) return "psk:" + context_->psk_identity();
+  char name[256];
+  X509_NAME_oneline(X509_get_subject_name(cert), name, sizeof name);
+  return name;
+}
+
+namespace {
+void nonce_of(Sealer::Stream stream, uint64_t number, uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES]) {
+  const uint32_t s = static_cast<uint32_t>(stream);
+  std::memcpy(nonce, &s, 4);
+  std::memcpy(nonce + 4, &number, 8);
+}
+}  // namespace
+
+Sealer::Sealer(const std::array<uint8_t, 32>& key) : key_(key) {
+  [[maybe_unused]] static const int ready = sodium_init();
+}
+
+Sealer::~Sealer() { sodium_memzero(key_.data(), key_.size()); }
+
+void Sealer::rekey() {
+  std::array<uint8_t, 32> next;
+  crypto_kdf_derive_from_key(next.data(), next.size(), ++epoch_, "obrekey_", key_.data());
+  key_ = next;
+  sodium_memzero(next.data(), next.size());
+}
+
+void Sealer::seal(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<const uint8_t> plain,
+                  uint8_t* out) const {
+  uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+  nonce_of(stream, number, nonce);
+  crypto_aead_chacha20poly1305_ietf_encrypt_detached(out, out + plain.size(), nullptr, plain.data(), plain.size(),
+                                                     ad.data(), ad.size(), nullptr, nonce, key_.data());
+}
+
+Status Sealer::open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<uint8_t> sealed) const {
+  if (sealed.size() < kTagBytes)
+    return {Code::kAuthentication, "sealed message " + std::to_string(number) + " of " + std::to_string(sealed.size()) +
+                                       " B is shorter than its " + std::to_string(kTagBytes) + " B tag"};
+  uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+  nonce_of(stream, number, nonce);
+  const size_t n = sealed.size() - kTagBytes;
+  if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(sealed.data(), nullptr, sealed.data(), n, sealed.data() + n,
+                                                         ad.data(), ad.size(), nonce, key_.data()) != 0)
+    return {Code::kAuthentication, "message " + std::to_string(number) + " failed authentication (changed, replayed "
+                                                                          "or sealed with another key)"};
+  return {};
+}
+
+// ---- outboard-agent --keys-init
+
+namespace {
+template <class T, void (*Free)(T*)>
+struct Owned {
+  T* p = nullptr;
+  ~Owned() { Free(p); }
+};
+using OwnedKey = Owned<EVP_PKEY, EVP_PKEY_free>;
+using OwnedCert = Owned<X509, X509_free>;
+
+bool add_extension(X509* cert, X509* issuer, int nid, const char* value) {
+  X509V3_CTX v3;
+  X509V3_set_ctx_nodb(&v3);
+  X509V3_set_ctx(&v3, issuer ? issuer : cert, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &v3, nid, value);
+  const bool ok = ext && X509_add_ext(cert, ext, -1) == 1;
+  X509_EXTENSION_free(ext);
+  return ok;
+}
+
+// A certificate for `key` named `cn`, signed by `issuer` (self-signed when null).
+X509* make_certificate(EVP_PKEY* key, const char* cn, X509* issuer, EVP_PKEY* issuer_key, const char* usage) {
+  X509* cert = X509_new();
+  uint64_t serial = 0;
+  randombytes_buf(&serial, sizeof serial);
+  bool ok = cert && X509_set_version(cert, 2) && ASN1_INTEGER_set_uint64(X509_get_serialNumber(cert), serial >> 1) &&
+            X509_gmtime_adj(X509_getm_notBefore(cert), -300) &&
+            X509_gmtime_adj(X509_getm_notAfter(cert), 86400L * kCertificateDays) && X509_set_pubkey(cert, key);
+  X509_NAME* name = cert ? X509_get_subject_name(cert) : nullptr;
+  ok = ok && X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("outboard"), -1, -1, 0) &&
+       X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn), -1, -1, 0) &&
+       X509_set_issuer_name(cert, issuer ? X509_get_subject_name(issuer) : name) &&
+       add_extension(cert, issuer, NID_basic_constraints, issuer ? "critical,CA:FALSE" : "critical,CA:TRUE") &&
+       add_extension(cert, issuer, NID_key_usage, issuer ? "critical,digitalSignature" : "critical,keyCertSign,cRLSign") &&
+       add_extension(cert, issuer, NID_subject_key_identifier, "hash") &&
+       (!usage || add_extension(cert, issuer, NID_ext_key_usage, usage)) &&
+       X509_sign(cert, issuer_key ? issuer_key : key, nullptr) > 0;
+  if (!ok) X509_free(cert), cert = nullptr;
+  return cert;
+}
+
+// Creates `path` (never over an existing file) with `mode` and writes it.
+template <class Write>
+Status write_new(const std::string& path, mode_t mode, Write&& write) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) return {Code::kIoError, path + ": " + std::strerror(errno)};
+  FILE* f = ::fdopen(fd, "w");
+  if (!f) {
+    ::close(fd);
+    return {Code::kIoError, path + ": " + std::strerror(errno)};
+  }
+  const bool ok = write(f);
+  if (std::fclose(f) != 0 || !ok) return {Code::kIoError, path + ": not written (" + openssl_errors() + ")"};
+  return {};
+}
+}  // namespace
+
+Status init_keys(const std::string& dir, const std::string& agent_name) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return {Code::kIoError, dir + ": " + std::strerror(errno)};
+  for (const char* f : {"ca.pem", "ca.key", "agent.pem", "agent.key", "client.pem", "client.key", "psk.txt"})
+    if (::access((dir + "/" + f).c_str(), F_OK) == 0)
+      return {Code::kBadConfig, dir + "/" + f + " exists: keys init never overwrites keys (use another directory)"};
+  OwnedKey ca_key{EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519")};
+  OwnedKey agent_key{EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519")};
+  OwnedKey client_key{EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519")};
+  if (!ca_key.p || !agent_key.p || !client_key.p) return {Code::kNoMemory, "Ed25519 keys: " + openssl_errors()};
+  // A CA name of its own: a certificate of another deployment's CA is then "unknown ca", not a bad signature.
+  uint8_t tag[4];
+  randombytes_buf(tag, sizeof tag);
+  char hex[2 * sizeof tag + 1];
+  sodium_bin2hex(hex, sizeof hex, tag, sizeof tag);
+  OwnedCert ca{make_certificate(ca_key.p, (std::string("outboard CA ") + hex).c_str(), nullptr, nullptr, nullptr)};
+  // An agent also dials other hosts' agents (the mpi service): its certificate serves both sides.
+  OwnedCert agent{ca.p ? make_certificate(agent_key.p, agent_name.c_str(), ca.p, ca_key.p, "serverAuth,clientAuth")
+                       : nullptr};
+  OwnedCert client{ca.p ? make_certificate(client_key.p, "outboard client", ca.p, ca_key.p, "clientAuth") : nullptr};
+  if (!agent.p || !client.p) return {Code::kIoError, "certificates: " + openssl_errors()};
+  auto key_file = [&](const char* name, EVP_PKEY* key) {
+    return write_new(dir + "/" + name, 0600, [&](FILE* f) {
+      return PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
+    });
+  };
+  auto cert_file = [&](const char* name, X509* cert) {
+    return write_new(dir + "/" + name, 0644, [&](FILE* f) { return PEM_write_X509(f, cert) == 1; });
+  };
+  OB_RETURN_IF_ERROR(key_file("ca.key", ca_key.p));
+  OB_RETURN_IF_ERROR(cert_file("ca.pem", ca.p));
+  OB_RETURN_IF_ERROR(key_file("agent.key", agent_key.p));
+  OB_RETURN_IF_ERROR(cert_file("agent.pem", agent.p));
+  OB_RETURN_IF_ERROR(key_file("client.key", client_key.p));
+  OB_RETURN_IF_ERROR(cert_file("client.pem", client.p));
+  uint8_t psk[kPskBytes];
+  randombytes_buf(psk, sizeof psk);
+  char psk_hex[2 * kPskBytes + 1];
+  sodium_bin2hex(psk_hex, sizeof psk_hex, psk, sizeof psk);
+  sodium_memzero(psk, sizeof psk);
+  Status st = write_new(dir + "/psk.txt", 0600, [&](FILE* f) { return std::fprintf(f, "outboard:%s\n", psk_hex) > 0; });
+  sodium_memzero(psk_hex, sizeof psk_hex);
+  return st;
+}
+
+}  // namespace outboard::secure

@@ -1,0 +1,165 @@
+// The secure channel: a TLS 1.3 handshake (OpenSSL 3, mutual certificates
+// or an external PSK) on the bootstrap socket, driven over memory BIOs so the
+// agent's listener can run it from its poll loop, and keys exported from it
+// that seal every later frame with ChaCha20-Poly1305 (libsodium).
+//
+// TLS itself carries only the handshake and the client's Hello: the session
+// process that answers is not the listener that ran the handshake, and
+// OpenSSL's state does not cross a process. What crosses is 64 B exported
+// from the handshake (RFC 8446 §7.5): a key per direction, from which the
+// Welcome and each UCX frame are sealed with their sequence number as nonce.
+// So a frame replayed, reordered past the channel's window, cut or changed is
+// refused by the receiver: kAuthentication, and the connection ends.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "outboard/channel.h"
+#include "outboard/status.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+typedef struct ssl_st SSL;
+
+namespace outboard::secure {
+
+/// Poly1305 tag appended to every sealed message.
+inline constexpr size_t kTagBytes = 16;
+/// Bytes a peer may send before its handshake completes (a ClientHello with
+/// a certificate chain is a few KiB).
+inline constexpr size_t kMaxHandshakeBytes = 64 << 10;
+/// The exporter label both sides derive the frame keys with.
+inline constexpr char kExporterLabel[] = "EXPORTER-outboard-channel-v1";
+/// The first byte of a TLS handshake record: how the listener tells a TLS
+/// client from a plaintext Hello (whose first byte is 'O' of "OBB1").
+inline constexpr uint8_t kTlsHandshakeRecord = 0x16;
+
+/// Which keys a SecureConfig names; none: no TLS at all.
+[[nodiscard]] bool has_keys(const SecureConfig& config);
+/// Whether a link to or from `host` (numeric IPv4) must be secure under `config`.
+[[nodiscard]] bool wants_tls(const SecureConfig& config, const std::string& host);
+
+enum class Role : uint8_t { kClient, kAgent };
+
+/// An SSL_CTX made from a SecureConfig. Thread mode: shared (immutable once made).
+class Context {
+ public:
+  /// kBadConfig naming the option and file for keys that do not load, and
+  /// for a key or PSK file that others than its owner may read.
+  static Result<std::shared_ptr<Context>> create(const SecureConfig& config, Role role);
+  ~Context();
+  [[nodiscard]] Role role() const { return role_; }
+  [[nodiscard]] SSL_CTX* get() const { return ctx_; }
+  /// PSK mode: the identity and the key (empty in certificate mode).
+  [[nodiscard]] const std::string& psk_identity() const { return psk_identity_; }
+  [[nodiscard]] std::span<const uint8_t> psk() const { return psk_; }
+
+ private:
+  Context(SSL_CTX* ctx, Role role) : ctx_(ctx), role_(role) {}
+  SSL_CTX* ctx_;
+  Role role_;
+  std::string psk_identity_;
+  std::vector<uint8_t> psk_;
+};
+
+/// The 64 B exported from a completed handshake: a key for each direction.
+struct Keys {
+  std::array<uint8_t, 32> client_to_agent{};
+  std::array<uint8_t, 32> agent_to_client{};
+};
+
+/// One TLS connection over memory BIOs: the caller moves bytes between the
+/// socket and feed()/take_output(). Thread mode: single.
+class Tls {
+ public:
+  static Result<std::unique_ptr<Tls>> create(std::shared_ptr<Context> context);
+  ~Tls();
+
+  /// Bytes from the peer; kTooBig past kMaxHandshakeBytes before the handshake completes.
+  Status feed(std::span<const uint8_t> bytes);
+  /// Advances the handshake: true once complete. kAuthentication (its
+  /// reason: the alert, the certificate check) when it failed; the alert for
+  /// the peer is then in take_output().
+  Result<bool> handshake();
+  /// Bytes to send to the peer (handshake flights, alerts, records).
+  [[nodiscard]] std::vector<uint8_t> take_output();
+  /// Encrypts application data into the output.
+  Status write(std::span<const uint8_t> plain);
+  /// Decrypts what arrived; an empty vector: a record is still incomplete.
+  Result<std::vector<uint8_t>> read();
+  /// The frame keys (after the handshake).
+  [[nodiscard]] Result<Keys> keys() const;
+  /// The (EC)DHE group the keys came from ("X25519"): the handshake's forward secrecy.
+  [[nodiscard]] std::string key_exchange() const;
+  /// Who the peer authenticated as: its certificate's subject or "psk:<identity>".
+  [[nodiscard]] std::string peer_identity() const;
+
+ private:
+  Tls(std::shared_ptr<Context> context, SSL* ssl) : context_(std::move(context)), ssl_(ssl) {}
+  Status failure(const char* what) const;
+  std::shared_ptr<Context> context_;
+  SSL* ssl_;
+  size_t fed_ = 0;
+  bool done_ = false;
+  std::string note_;  // what a callback learnt of a failure (an unknown PSK identity)
+};
+
+/// Seals and opens one direction's messages with its key. The nonce is the
+/// message's number in its stream (frames: their sequence number; socket
+/// messages: a stream of their own), so no two messages share one.
+class Sealer {
+ public:
+  enum class Stream : uint32_t { kFrames = 0, kSocket = 1 };
+  explicit Sealer(const std::array<uint8_t, 32>& key);
+  ~Sealer();
+  Sealer(const Sealer&) = default;
+  /// Replaces the key by one derived from it (the old one is erased: what
+  /// it sealed stays safe if a later key leaks).
+  void rekey();
+  /// Keys replaced so far.
+  [[nodiscard]] uint64_t epoch() const { return epoch_; }
+  /// `plain` sealed with `ad` authenticated: plain.size() + kTagBytes bytes.
+  void seal(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<const uint8_t> plain,
+            uint8_t* out) const;
+  /// Opens `sealed` in place; the plaintext is its first size() - kTagBytes
+  /// bytes. kAuthentication when it was not sealed so (changed, replayed
+  /// under another number, or another key's).
+  Status open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<uint8_t> sealed) const;
+
+ private:
+  std::array<uint8_t, 32> key_;
+  uint64_t epoch_ = 0;
+};
+
+/// Both directions of one connection, as seen from `role`'s side. The
+/// sender moves to its next key after `rekey_bytes` (SecureConfig) and says
+/// so in the frame it first seals with it; the receiver follows in order.
+struct FrameSeal {
+  FrameSeal(const Keys& keys, Role role, uint64_t rekey_bytes)
+      : out(role == Role::kClient ? keys.client_to_agent : keys.agent_to_client),
+        in(role == Role::kClient ? keys.agent_to_client : keys.client_to_agent),
+        rekey_bytes(rekey_bytes) {}
+  /// Counts `bytes` about to be sealed; true when they go under a new key (rekeyed here).
+  bool count(uint64_t bytes) {
+    if ((sealed += bytes) < rekey_bytes) return false;
+    sealed = 0;
+    out.rekey();
+    return true;
+  }
+  Sealer out;
+  Sealer in;
+  uint64_t rekey_bytes;
+  uint64_t sealed = 0;  // since the last key change
+};
+
+/// `outboard-agent --keys-init DIR`: a small CA and an agent and a client
+/// certificate signed by it (Ed25519; the agent's for TLS servers, the
+/// client's for clients), and a PSK file; keys readable by their owner only.
+/// Refuses a DIR that already holds any of the files.
+Status init_keys(const std::string& dir, const std::string& agent_name);
+
+}  // namespace outboard::secure

@@ -1,0 +1,181 @@
+"""The secure channel against real agents: keys from `outboard keys init`, TLS 1.3 handshakes on
+real sockets, sealed frames over UCX, and across two network namespaces a sniffer on the link
+that checks the bytes are not in clear (and, as its control, that it sees them when they are)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import outboard
+from outboard import cli, errors
+from outboard.bench import netns
+
+MARKER = b"OUTBOARD-PLAINTEXT-MARKER-"
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("keys")
+    for deployment in ("a", "b"):
+        assert cli.main(["keys", "init", str(root / deployment)]) == 0
+    return root
+
+
+def certs(keys: Path, who: str, deployment: str = "a") -> dict[str, str]:
+    d = keys / deployment
+    return {"cert": str(d / f"{who}.pem"), "key": str(d / f"{who}.key"), "ca": str(d / "ca.pem")}
+
+
+def agent_args(keys: Path, deployment: str = "a") -> list[str]:
+    return [arg for k, v in certs(keys, "agent", deployment).items() for arg in (f"--{k}", v)]
+
+
+def logging_to(log: Path) -> list[str]:
+    """A LocalAgent prefix that sends the agent's log (its stderr) to `log`."""
+    return ["sh", "-c", 'exec "$@" 2>"$0"', str(log)]
+
+
+def test_keys_init_makes_keys_for_their_owner_only_and_never_overwrites(tmp_path: Path, capsys) -> None:
+    d = tmp_path / "k"
+    assert cli.main(["keys", "init", str(d), "--agent-name", "dpu0"]) == 0
+    assert "--cert" in capsys.readouterr().out
+    assert sorted(p.name for p in d.iterdir()) == ["agent.key", "agent.pem", "ca.key", "ca.pem", "client.key",
+                                                   "client.pem", "psk.txt"]
+    for private in ("ca.key", "agent.key", "client.key", "psk.txt"):
+        assert (d / private).stat().st_mode & 0o777 == 0o600, private
+    agent_pem = subprocess.run(["openssl", "x509", "-in", str(d / "agent.pem"), "-noout", "-subject", "-ext",
+                                "extendedKeyUsage"], capture_output=True, text=True, check=True).stdout
+    assert "CN = dpu0" in agent_pem and "TLS Web Server Authentication" in agent_pem
+    before = (d / "agent.key").read_bytes()
+    assert cli.main(["keys", "init", str(d)]) == 2
+    assert "never overwrites keys" in capsys.readouterr().err
+    assert (d / "agent.key").read_bytes() == before
+
+
+def test_an_agent_with_certificates_serves_its_clients_and_names_those_it_refuses(keys: Path, tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    with outboard.LocalAgent("--secure", "always", *agent_args(keys), prefix=logging_to(log)) as agent:
+        with outboard.connect(agent.address, secure="always", **certs(keys, "client")) as c:
+            payload = os.urandom(1 << 20)
+            assert c.request("echo", payload) == payload
+        with pytest.raises(errors.Authentication, match="serves clients through TLS only"):
+            outboard.connect(agent.address)
+        with pytest.raises(errors.Authentication, match="certificate verify failed"):
+            outboard.connect(agent.address, secure="always", **certs(keys, "client", "b"))
+        with pytest.raises(errors.Authentication, match="alert unknown ca"):
+            outboard.connect(agent.address, secure="always", **{**certs(keys, "client", "b"), "ca": certs(keys, "client", "a")["ca"]})
+    text = log.read_text()
+    assert "127.0.0.1:" in text and "certificate verify failed: unable to get local issuer certificate" in text, text
+
+
+def test_a_psk_serves_its_holders_only(keys: Path) -> None:
+    with outboard.LocalAgent("--secure", "always", "--psk-file", str(keys / "a" / "psk.txt")) as agent:
+        with outboard.connect(agent.address, secure="always", psk_file=str(keys / "a" / "psk.txt")) as c:
+            assert c.request("echo", b"psk") == b"psk"
+        with pytest.raises(errors.Authentication):
+            outboard.connect(agent.address, secure="always", psk_file=str(keys / "b" / "psk.txt"))
+
+
+def test_a_tls_client_of_an_agent_without_keys_is_told_why(keys: Path) -> None:
+    with outboard.LocalAgent() as agent:
+        with pytest.raises(errors.Unsupported, match="has no keys and speaks no TLS"):
+            outboard.connect(agent.address, secure="always", **certs(keys, "client"))
+
+
+def test_a_key_that_others_may_read_stops_the_agent_with_its_name(keys: Path, tmp_path: Path) -> None:
+    open_key = tmp_path / "agent.key"
+    open_key.write_bytes((keys / "a" / "agent.key").read_bytes())
+    open_key.chmod(0o644)
+    with pytest.raises(errors.BadConfig, match=f"--key {open_key}: mode 644 lets others"):
+        outboard.LocalAgent("--cert", str(keys / "a" / "agent.pem"), "--key", str(open_key), "--ca",
+                            str(keys / "a" / "ca.pem")).start()
+
+
+def test_junk_in_a_tls_handshake_harms_no_other_client(keys: Path) -> None:
+    with outboard.LocalAgent("--secure", "always", "--handshake-timeout-ms", "2000", *agent_args(keys)) as agent:
+        host, port = agent.address.rsplit(":", 1)
+        strangers = []
+        for junk in (b"\x16\x03\x01\x00\x05hello", b"\x16" + os.urandom(5000), b"\x16\x03\x01\xff\xff" + bytes(100)):
+            s = socket.create_connection((host, int(port)))
+            s.sendall(junk)
+            strangers.append(s)
+        half_open = socket.create_connection((host, int(port)))
+        half_open.sendall(b"\x16\x03\x01")  # and then nothing
+        with outboard.connect(agent.address, secure="always", **certs(keys, "client")) as c:
+            assert c.request("echo", b"served") == b"served"
+        for s in strangers:
+            s.settimeout(5)
+            try:
+                while s.recv(4096):
+                    pass  # an alert, then the close
+            except ConnectionResetError:
+                pass
+            s.close()
+        half_open.settimeout(5)
+        assert half_open.recv(4096) is not None  # closed by the handshake deadline, not held forever
+        half_open.close()
+        assert agent.process is not None and agent.process.poll() is None
+
+
+SNIFFER = textwrap.dedent("""
+    import socket, sys
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+    s.bind((sys.argv[1], 0))
+    print("ready", flush=True)
+    with open(sys.argv[2], "wb") as out:
+        while True:
+            out.write(s.recv(1 << 17))
+            out.flush()
+""")
+
+CLIENT = textwrap.dedent("""
+    import json, sys, outboard
+    kwargs = json.loads(sys.argv[2])
+    payload = bytes.fromhex(sys.argv[3]) * 4096
+    with outboard.connect(sys.argv[1], connect_timeout=10, **kwargs) as c:
+        assert c.request("echo", payload) == payload
+        c.send(payload, service="sink")
+        assert c.request("echo", b"sync") == b"sync"
+    print("ok")
+""")
+
+
+@pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
+@pytest.mark.parametrize("secure", [True, False], ids=["keys", "insecure-control"])
+def test_across_hosts_the_link_carries_no_byte_in_clear(keys: Path, tmp_path: Path, secure: bool) -> None:
+    capture = tmp_path / "capture"
+    env = {**os.environ, "UCX_TLS": "tcp,self"}
+    with netns.VethPair() as pair:
+        args = agent_args(keys) if secure else ["--insecure"]
+        with outboard.LocalAgent(*args, listen=f"{netns.SERVER_IP}:0", prefix=pair.server, env={"UCX_TLS": "tcp,self"}) as agent:
+            sniffer = subprocess.Popen([*pair.client, sys.executable, "-c", SNIFFER, pair.links[1], str(capture)],
+                                       stdout=subprocess.PIPE, text=True)
+            try:
+                assert sniffer.stdout is not None and sniffer.stdout.readline().strip() == "ready"
+                kwargs = certs(keys, "client") if secure else {}
+                run = subprocess.run([*pair.client, sys.executable, "-c", CLIENT, agent.address, json.dumps(kwargs),
+                                      MARKER.hex()], env=env, capture_output=True, text=True, timeout=60)
+                assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr  # UCX may log to stdout too
+                if secure:
+                    refused = subprocess.run([*pair.client, sys.executable, "-c", CLIENT, agent.address, "{}",
+                                              MARKER.hex()], env=env, capture_output=True, text=True, timeout=60)
+                    assert refused.returncode != 0 and "serves clients of other hosts through TLS only" in refused.stderr
+                time.sleep(0.2)
+            finally:
+                sniffer.kill()
+                sniffer.wait()
+    seen = capture.read_bytes()
+    assert len(seen) > 2 * 4096 * len(MARKER), "the sniffer saw too little of the link to judge"
+    if secure:
+        assert MARKER not in seen
+    else:
+        assert seen.count(MARKER) > 4096  # the control: in clear, the sniffer does see it

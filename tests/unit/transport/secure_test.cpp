@@ -1,0 +1,227 @@
+// The secure channel's parts on their own: keys made by init_keys, TLS 1.3
+// handshakes between a client and an agent Tls in this process (bytes moved
+// by hand, as the socket would), and the frame seal.
+#include "transport/secure.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace outboard::secure {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Two deployments' keys, made once per test process.
+class SecureTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("outboard_keys_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    ASSERT_TRUE(init_keys(dir("a"), "agent a").ok());
+    ASSERT_TRUE(init_keys(dir("b"), "agent b").ok());
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+  static std::string dir(const std::string& name) { return (root_ / name).string(); }
+  static SecureConfig certs(const std::string& d, const std::string& who, const std::string& ca_of = "") {
+    SecureConfig c;
+    c.cert = dir(d) + "/" + who + ".pem";
+    c.key = dir(d) + "/" + who + ".key";
+    c.ca = dir(ca_of.empty() ? d : ca_of) + "/ca.pem";
+    return c;
+  }
+  static SecureConfig psk(const std::string& file) {
+    SecureConfig c;
+    c.psk_file = file;
+    return c;
+  }
+
+  struct Outcome {
+    Status client, agent;
+    Keys client_keys, agent_keys;
+    std::string client_sees, agent_sees, group;
+  };
+  // Runs one handshake, moving each side's output to the other, then lets
+  // the client read what the agent said after it (an alert, if it refused).
+  static Outcome handshake(const SecureConfig& client, const SecureConfig& agent) {
+    Outcome o;
+    auto cc = Context::create(client, Role::kClient);
+    auto ac = Context::create(agent, Role::kAgent);
+    EXPECT_TRUE(cc.ok() && ac.ok()) << cc.status().to_string() << " / " << ac.status().to_string();
+    if (!cc.ok() || !ac.ok()) return o;
+    auto c = std::move(Tls::create(*cc)).value();
+    auto a = std::move(Tls::create(*ac)).value();
+    bool c_done = false, a_done = false;
+    for (int round = 0; round < 8; ++round) {
+      if (o.client.ok() && !c_done) {
+        auto r = c->handshake();
+        if (r.ok()) c_done = *r;
+        else o.client = r.status();
+      } else if (o.client.ok()) {
+        auto r = c->read();
+        if (!r.ok()) o.client = r.status();
+      }
+      if (auto out = c->take_output(); !out.empty()) EXPECT_TRUE(a->feed(out).ok());
+      if (o.agent.ok() && !a_done) {
+        auto r = a->handshake();
+        if (r.ok()) a_done = *r;
+        else o.agent = r.status();
+      }
+      if (auto out = a->take_output(); !out.empty()) EXPECT_TRUE(c->feed(out).ok());
+    }
+    if (c_done && o.client.ok()) o.client_keys = c->keys().value(), o.client_sees = c->peer_identity(), o.group = c->key_exchange();
+    if (a_done && o.agent.ok()) o.agent_keys = a->keys().value(), o.agent_sees = a->peer_identity();
+    return o;
+  }
+  static bool same(const Keys& x, const Keys& y) {
+    return x.client_to_agent == y.client_to_agent && x.agent_to_client == y.agent_to_client &&
+           x.client_to_agent != y.agent_to_client;
+  }
+  static bool has(const Status& st, const std::string& text) { return st.message().find(text) != std::string::npos; }
+
+  static inline fs::path root_;
+};
+
+TEST_F(SecureTest, KeysInitWritesKeysForTheirOwnerOnlyAndNeverOverwrites) {
+  for (const char* f : {"ca.key", "agent.key", "client.key", "psk.txt"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((dir("a") + "/" + f).c_str(), &st), 0) << f;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << f;
+  }
+  Status again = init_keys(dir("a"), "agent a");
+  EXPECT_EQ(again.code(), Code::kBadConfig);
+  EXPECT_TRUE(has(again, "exists: keys init never overwrites keys")) << again.to_string();
+}
+
+TEST_F(SecureTest, CertificatesGiveBothSidesTheSameKeysOverAnEphemeralExchange) {
+  Outcome o = handshake(certs("a", "client"), certs("a", "agent"));
+  ASSERT_TRUE(o.client.ok()) << o.client.to_string();
+  ASSERT_TRUE(o.agent.ok()) << o.agent.to_string();
+  EXPECT_TRUE(same(o.client_keys, o.agent_keys));
+  EXPECT_EQ(o.client_sees, "/O=outboard/CN=agent a");
+  EXPECT_EQ(o.agent_sees, "/O=outboard/CN=outboard client");
+  EXPECT_EQ(o.group, "X25519");  // (EC)DHE: the keys die with the connection (forward secrecy)
+  Outcome again = handshake(certs("a", "client"), certs("a", "agent"));
+  EXPECT_NE(again.client_keys.client_to_agent, o.client_keys.client_to_agent);
+}
+
+TEST_F(SecureTest, AnAgentOfAnotherCaIsRefusedOnBothSides) {
+  Outcome o = handshake(certs("a", "client"), certs("b", "agent"));
+  EXPECT_EQ(o.client.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(o.client, "certificate verify failed")) << o.client.to_string();
+  EXPECT_EQ(o.agent.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(o.agent, "alert unknown ca")) << o.agent.to_string();
+}
+
+TEST_F(SecureTest, AClientOfAnotherCaIsRefusedOnBothSides) {
+  Outcome o = handshake(certs("b", "client", "a"), certs("a", "agent"));
+  EXPECT_EQ(o.agent.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(o.agent, "certificate verify failed")) << o.agent.to_string();
+  EXPECT_EQ(o.client.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(o.client, "alert unknown ca")) << o.client.to_string();
+}
+
+TEST_F(SecureTest, AClientCertificateCannotServeAsAnAgents) {
+  Outcome o = handshake(certs("a", "client"), certs("a", "client"));
+  EXPECT_EQ(o.client.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(o.client, "unsuitable certificate purpose")) << o.client.to_string();
+}
+
+TEST_F(SecureTest, AClientWithoutACertificateIsRefused) {
+  Outcome o = handshake(psk(dir("a") + "/psk.txt"), certs("a", "agent"));
+  EXPECT_EQ(o.agent.code(), Code::kAuthentication) << o.agent.to_string();
+  EXPECT_EQ(o.client.code(), Code::kAuthentication) << o.client.to_string();
+}
+
+TEST_F(SecureTest, APskGivesBothSidesTheSameKeysOverAnEphemeralExchange) {
+  Outcome o = handshake(psk(dir("a") + "/psk.txt"), psk(dir("a") + "/psk.txt"));
+  ASSERT_TRUE(o.client.ok()) << o.client.to_string();
+  ASSERT_TRUE(o.agent.ok()) << o.agent.to_string();
+  EXPECT_TRUE(same(o.client_keys, o.agent_keys));
+  EXPECT_EQ(o.agent_sees, "psk:outboard");
+  EXPECT_EQ(o.group, "X25519");  // psk_dhe_ke, never plain psk_ke
+}
+
+TEST_F(SecureTest, AnotherPskIsRefusedAndAnUnknownIdentityNamed) {
+  Outcome o = handshake(psk(dir("b") + "/psk.txt"), psk(dir("a") + "/psk.txt"));
+  EXPECT_EQ(o.client.code(), Code::kAuthentication) << o.client.to_string();
+  EXPECT_EQ(o.agent.code(), Code::kAuthentication) << o.agent.to_string();
+  const std::string stranger = dir("stranger.psk");
+  std::ofstream(stranger) << "mallory:" << std::string(64, 'a') << "\n";
+  fs::permissions(stranger, fs::perms::owner_read | fs::perms::owner_write);
+  Outcome u = handshake(psk(stranger), psk(dir("a") + "/psk.txt"));
+  EXPECT_TRUE(has(u.agent, "unknown PSK identity \"mallory\"")) << u.agent.to_string();
+}
+
+TEST_F(SecureTest, BadKeyFilesAreNamed) {
+  const std::string open_key = dir("open.key");
+  fs::copy_file(dir("a") + "/agent.key", open_key, fs::copy_options::overwrite_existing);
+  fs::permissions(open_key, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  SecureConfig c = certs("a", "agent");
+  c.key = open_key;
+  auto r = Context::create(c, Role::kAgent);
+  EXPECT_EQ(r.status().code(), Code::kBadConfig);
+  EXPECT_EQ(r.status().message(), "--key " + open_key + ": mode 644 lets others than its owner read it (chmod 600)");
+  c = certs("a", "agent");
+  c.key = dir("b") + "/agent.key";
+  r = Context::create(c, Role::kAgent);
+  EXPECT_TRUE(has(r.status(), "key values mismatch (with --cert ")) << r.status().to_string();
+  c = certs("a", "agent");
+  c.ca.clear();
+  EXPECT_EQ(Context::create(c, Role::kAgent).status().message(), "--cert, --key and --ca go together; missing: --ca");
+  c = certs("a", "agent");
+  c.psk_file = dir("a") + "/psk.txt";
+  EXPECT_TRUE(has(Context::create(c, Role::kAgent).status(), "--psk-file excludes"));
+  const std::string short_psk = dir("short.psk");
+  std::ofstream(short_psk) << "outboard:abcd\n";
+  fs::permissions(short_psk, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(Context::create(psk(short_psk), Role::kAgent).status().message(),
+            "--psk-file " + short_psk + ": the key is 4 characters, expected 64 hex digits");
+}
+
+TEST_F(SecureTest, AHandshakeIsBoundedAndGarbageFailsIt) {
+  auto ac = std::move(Context::create(certs("a", "agent"), Role::kAgent)).value();
+  auto a = std::move(Tls::create(ac)).value();
+  std::vector<uint8_t> junk(kMaxHandshakeBytes + 1, 0x16);
+  EXPECT_EQ(a->feed(junk).code(), Code::kTooBig);
+  auto b = std::move(Tls::create(ac)).value();
+  std::vector<uint8_t> garbage(300, 0x41);
+  garbage[0] = kTlsHandshakeRecord;
+  ASSERT_TRUE(b->feed(garbage).ok());
+  EXPECT_EQ(b->handshake().status().code(), Code::kAuthentication);
+}
+
+TEST(SealerTest, OpensOnlyWhatWasSealedSoUnderItsNumberStreamHeaderAndKey) {
+  std::array<uint8_t, 32> key{}, other{};
+  key[0] = 1, other[0] = 2;
+  Sealer sealer(key);
+  const std::vector<uint8_t> plain = {'f', 'r', 'a', 'm', 'e'};
+  const std::vector<uint8_t> ad = {9, 9, 9};
+  std::vector<uint8_t> sealed(plain.size() + kTagBytes);
+  sealer.seal(Sealer::Stream::kFrames, 7, ad, plain, sealed.data());
+  EXPECT_NE(std::vector<uint8_t>(sealed.begin(), sealed.begin() + 5), plain);  // no plaintext on the wire
+  auto open = [&](Sealer s, Sealer::Stream stream, uint64_t n, std::vector<uint8_t> header, std::vector<uint8_t> m) {
+    return s.open(stream, n, header, m);
+  };
+  std::vector<uint8_t> copy = sealed;
+  ASSERT_TRUE(sealer.open(Sealer::Stream::kFrames, 7, ad, copy).ok());
+  EXPECT_EQ(std::vector<uint8_t>(copy.begin(), copy.begin() + 5), plain);
+  auto flipped = sealed;
+  flipped[2] ^= 1;
+  EXPECT_EQ(open(sealer, Sealer::Stream::kFrames, 7, ad, flipped).code(), Code::kAuthentication);
+  EXPECT_EQ(open(sealer, Sealer::Stream::kFrames, 8, ad, sealed).code(), Code::kAuthentication);  // replayed as 8
+  EXPECT_EQ(open(sealer, Sealer::Stream::kSocket, 7, ad, sealed).code(), Code::kAuthentication);
+  EXPECT_EQ(open(sealer, Sealer::Stream::kFrames, 7, {9, 9, 8}, sealed).code(), Code::kAuthentication);
+  EXPECT_EQ(open(Sealer(other), Sealer::Stream::kFrames, 7, ad, sealed).code(), Code::kAuthentication);
+  std::vector<uint8_t> cut(sealed.begin(), sealed.end() - 1);
+  EXPECT_EQ(open(sealer, Sealer::Stream::kFrames, 7, ad, cut).code(), Code::kAuthentication);
+  EXPECT_EQ(open(sealer, Sealer::Stream::kFrames, 7, ad, {1, 2}).message(),
+            "sealed message 7 of 2 B is shorter than its 16 B tag");
+}
+
+}  // namespace
+}  // namespace outboard::secure
