@@ -199,14 +199,17 @@ void Listener::finish(int fd) {
     OB_LOG_DBG("%s: %s", net::peer_address(fd).c_str(), hello.status().to_string().c_str());
     return channel::refuse(fd, {hello.status().code(), hello.status().message()});
   }
-  channel::PeerInfo peer = describe(fd, hello.value());
+  channel::PeerInfo peer;
   if (p.tls) {
-    // Memory of a TLS client is never mapped: its frames are sealed, one-sided access refused.
-    peer.policy = {};
+    // Memory of a TLS client is never mapped (its frames are sealed, one-sided access refused):
+    // no need to ask the kernel who it is.
     auto keys = p.tls->keys();
     if (!keys.ok()) return channel::refuse(fd, {keys.status().code(), keys.status().message()});
     peer.keys = *keys;
-    peer.name += " (TLS: " + p.tls->peer_identity() + ")";
+    peer.name = net::peer_address(fd) + " pid " + std::to_string(hello->pid) + " (TLS: " +
+                p.tls->peer_identity() + ")";
+  } else {
+    peer = describe(fd, hello.value());
   }
   auto payload = p.reader.payload();
   live_.fetch_add(1, std::memory_order_relaxed);

@@ -279,7 +279,7 @@ Result<BootMessage> read_boot_message(int fd, Deadline deadline, std::string_vie
   return BootMessage{reader.kind(), std::vector<uint8_t>(payload.begin(), payload.end())};
 }
 
-Result<std::vector<uint8_t>> seal_message(const secure::Sealer& sealer, uint64_t number,
+Result<std::vector<uint8_t>> seal_message(secure::Sealer& sealer, uint64_t number,
                                           std::span<const uint8_t> message) {
   if (message.size() + secure::kTagBytes > kMaxBootMessage)
     return Status(Code::kTooBig, "sealed bootstrap message of " + std::to_string(message.size() + secure::kTagBytes) +
@@ -289,7 +289,7 @@ Result<std::vector<uint8_t>> seal_message(const secure::Sealer& sealer, uint64_t
   return frame(BootKind::kSealed, std::move(sealed));
 }
 
-Result<BootMessage> open_message(const secure::Sealer& sealer, uint64_t number, std::vector<uint8_t> payload) {
+Result<BootMessage> open_message(secure::Sealer& sealer, uint64_t number, std::vector<uint8_t> payload) {
   OB_RETURN_IF_ERROR(sealer.open(secure::Sealer::Stream::kSocket, number, {}, payload).with_context("sealed bootstrap message"));
   payload.resize(payload.size() - secure::kTagBytes);
   BootReader reader;
@@ -344,7 +344,7 @@ Result<std::unique_ptr<secure::Tls>> tls_connect(int fd, std::shared_ptr<secure:
   }
 }
 
-Result<BootMessage> read_secure_answer(int fd, secure::Tls& tls, const secure::Sealer& in, Deadline deadline,
+Result<BootMessage> read_secure_answer(int fd, secure::Tls& tls, secure::Sealer& in, Deadline deadline,
                                        std::string_view what) {
   OB_ASSIGN_OR_RETURN(uint8_t b, peek_first(fd, deadline, what));
   if (b == kBootMagicFirst) {

@@ -139,10 +139,10 @@ Result<BootMessage> read_boot_message(int fd, Deadline deadline, std::string_vie
 
 /// `message` (whole, header included) sealed as message `number` of the
 /// socket's stream, framed as a kSealed message.
-Result<std::vector<uint8_t>> seal_message(const secure::Sealer& sealer, uint64_t number,
+Result<std::vector<uint8_t>> seal_message(secure::Sealer& sealer, uint64_t number,
                                           std::span<const uint8_t> message);
 /// Opens a kSealed payload and decodes the message inside (never itself sealed).
-Result<BootMessage> open_message(const secure::Sealer& sealer, uint64_t number, std::vector<uint8_t> payload);
+Result<BootMessage> open_message(secure::Sealer& sealer, uint64_t number, std::vector<uint8_t> payload);
 
 /// Client side of a secure bootstrap: the TLS handshake on `fd` before the
 /// deadline. An agent that answers it with a Refusal (one without keys):
@@ -152,7 +152,7 @@ Result<std::unique_ptr<secure::Tls>> tls_connect(int fd, std::shared_ptr<secure:
 /// The agent's answer to a Hello sent through `tls`: its sealed message,
 /// opened with `in`; a plaintext Refusal; or kAuthentication with the TLS
 /// alert it sent instead (our certificate or PSK refused).
-Result<BootMessage> read_secure_answer(int fd, secure::Tls& tls, const secure::Sealer& in, Deadline deadline,
+Result<BootMessage> read_secure_answer(int fd, secure::Tls& tls, secure::Sealer& in, Deadline deadline,
                                        std::string_view what);
 
 }  // namespace outboard::channel

@@ -46,7 +46,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   // A link that leaves the host (or any, with --secure always) is TLS's, where we have keys.
   std::shared_ptr<secure::Context> tls_context;
   if (secure::wants_tls(config.secure, where.host)) {
-    OB_ASSIGN_OR_RETURN(tls_context, secure::Context::create(config.secure, secure::Role::kClient));
+    OB_ASSIGN_OR_RETURN(tls_context, secure::Context::cached(config.secure, secure::Role::kClient));
   }
   const Deadline deadline = Deadline::after_ms(config.connect_timeout_ms);
   // The socket exchange runs without the hub's lock: an agent in this

@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 
 #include "util/net.h"
 
@@ -173,6 +175,30 @@ Result<std::shared_ptr<Context>> Context::create(const SecureConfig& config, Rol
 
 Context::~Context() { SSL_CTX_free(ctx_); }
 
+Result<std::shared_ptr<Context>> Context::cached(const SecureConfig& config, Role role) {
+  // The files as they are now: keys replaced on disk make a new context.
+  std::string id = std::to_string(static_cast<int>(role));
+  for (const std::string* file : {&config.cert, &config.key, &config.ca, &config.psk_file}) {
+    struct stat st {};
+    id += "|" + *file;
+    if (!file->empty() && ::stat(file->c_str(), &st) == 0)
+      id += ":" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
+            std::to_string(st.st_size) + ":" + std::to_string(st.st_mode);
+  }
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<Context>> made;
+  constexpr size_t kMaxCached = 16;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = made.find(id); it != made.end()) return it->second;
+  }
+  OB_ASSIGN_OR_RETURN(auto context, create(config, role));
+  std::lock_guard lock(mu);
+  if (made.size() >= kMaxCached) made.clear();
+  made.emplace(id, context);
+  return context;
+}
+
 Result<std::unique_ptr<Tls>> Tls::create(std::shared_ptr<Context> context) {
   SSL* ssl = SSL_new(context->get());
   BIO* in = BIO_new(BIO_s_mem());
@@ -277,45 +303,74 @@ std::string Tls::peer_identity() const {
 }
 
 namespace {
-void nonce_of(Sealer::Stream stream, uint64_t number, uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES]) {
+void nonce_of(Sealer::Stream stream, uint64_t number, uint8_t nonce[12]) {
   const uint32_t s = static_cast<uint32_t>(stream);
   std::memcpy(nonce, &s, 4);
   std::memcpy(nonce + 4, &number, 8);
 }
 }  // namespace
 
-Sealer::Sealer(const std::array<uint8_t, 32>& key) : key_(key) {
+Sealer::Sealer(const std::array<uint8_t, 32>& key) : key_(key), ctx_(EVP_CIPHER_CTX_new()) {
   [[maybe_unused]] static const int ready = sodium_init();
+  OB_CHECK(ctx_ && EVP_CipherInit_ex(ctx_, EVP_chacha20_poly1305(), nullptr, key_.data(), nullptr, 1) == 1,
+           "ChaCha20-Poly1305: " + openssl_errors());
 }
 
-Sealer::~Sealer() { sodium_memzero(key_.data(), key_.size()); }
+Sealer::~Sealer() {
+  sodium_memzero(key_.data(), key_.size());
+  EVP_CIPHER_CTX_free(ctx_);  // clears its key schedule
+}
 
 void Sealer::rekey() {
   std::array<uint8_t, 32> next;
   crypto_kdf_derive_from_key(next.data(), next.size(), ++epoch_, "obrekey_", key_.data());
   key_ = next;
   sodium_memzero(next.data(), next.size());
+  OB_CHECK(EVP_CipherInit_ex(ctx_, nullptr, nullptr, key_.data(), nullptr, -1) == 1, "rekey: " + openssl_errors());
 }
+
+namespace {
+// EVP takes int lengths: a message is fed in pieces of at most this.
+constexpr size_t kEvpPiece = size_t{1} << 30;
+
+bool cipher(EVP_CIPHER_CTX* ctx, std::span<const uint8_t> ad, const uint8_t* in, size_t n, uint8_t* out) {
+  int len = 0;
+  if (!ad.empty() && EVP_CipherUpdate(ctx, nullptr, &len, ad.data(), static_cast<int>(ad.size())) != 1) return false;
+  for (size_t done = 0; done < n; done += kEvpPiece) {
+    const int piece = static_cast<int>(std::min(kEvpPiece, n - done));
+    if (EVP_CipherUpdate(ctx, out + done, &len, in + done, piece) != 1) return false;
+  }
+  return true;
+}
+}  // namespace
 
 void Sealer::seal(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<const uint8_t> plain,
-                  uint8_t* out) const {
-  uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+                  uint8_t* out) {
+  uint8_t nonce[12];
   nonce_of(stream, number, nonce);
-  crypto_aead_chacha20poly1305_ietf_encrypt_detached(out, out + plain.size(), nullptr, plain.data(), plain.size(),
-                                                     ad.data(), ad.size(), nullptr, nonce, key_.data());
+  int len = 0;
+  OB_CHECK(EVP_CipherInit_ex(ctx_, nullptr, nullptr, nullptr, nonce, 1) == 1 &&
+               cipher(ctx_, ad, plain.data(), plain.size(), out) && EVP_CipherFinal_ex(ctx_, out, &len) == 1 &&
+               EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, kTagBytes, out + plain.size()) == 1,
+           "seal: " + openssl_errors());
 }
 
-Status Sealer::open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<uint8_t> sealed) const {
+Status Sealer::open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<uint8_t> sealed) {
   if (sealed.size() < kTagBytes)
     return {Code::kAuthentication, "sealed message " + std::to_string(number) + " of " + std::to_string(sealed.size()) +
                                        " B is shorter than its " + std::to_string(kTagBytes) + " B tag"};
-  uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+  uint8_t nonce[12];
   nonce_of(stream, number, nonce);
   const size_t n = sealed.size() - kTagBytes;
-  if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(sealed.data(), nullptr, sealed.data(), n, sealed.data() + n,
-                                                         ad.data(), ad.size(), nonce, key_.data()) != 0)
+  int len = 0;
+  // Decrypted in place; the caller drops it all if the tag does not match.
+  if (EVP_CipherInit_ex(ctx_, nullptr, nullptr, nullptr, nonce, 0) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, kTagBytes, sealed.data() + n) != 1 ||
+      !cipher(ctx_, ad, sealed.data(), n, sealed.data()) || EVP_CipherFinal_ex(ctx_, sealed.data() + n, &len) != 1) {
+    ERR_clear_error();
     return {Code::kAuthentication, "message " + std::to_string(number) + " failed authentication (changed, replayed "
                                                                           "or sealed with another key)"};
+  }
   return {};
 }
 

@@ -7,12 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import LocalAgent
+from .._agent import agent_executable
 from . import netns
 from .declare import Options
 from .peers import ucx_perftest
@@ -35,6 +37,8 @@ class Env:
     lanes: dict[str, list[str]] = field(default_factory=dict)
     veth: netns.VethPair | None = None
     netns_address: str = ""
+    keys: str = ""  # outboard-agent --keys-init's directory, made for the first secure cell
+    secure_addresses: dict[str, str] = field(default_factory=dict)
 
     def agent_for(self, transport: str) -> str:
         if transport != "netns":
@@ -47,6 +51,30 @@ class Env:
                                env=TRANSPORTS["netns"], log_level=self.options.log_level)
             self.netns_address = self.stack.enter_context(agent).address
         return self.netns_address
+
+    def client_keys(self) -> dict[str, str]:
+        """connect() arguments of a client of secure_agent_for()."""
+        return {"secure": "always", "cert": f"{self.keys}/client.pem", "key": f"{self.keys}/client.key",
+                "ca": f"{self.keys}/ca.pem"}
+
+    def secure_agent_for(self, transport: str) -> str:
+        """An agent as agent_for()'s, with keys: TLS 1.3 and sealed frames for every client."""
+        if transport not in self.secure_addresses:
+            if not self.keys:
+                self.keys = os.path.join(self.stack.enter_context(tempfile.TemporaryDirectory(prefix="outboard-")),
+                                         "keys")
+                subprocess.run([agent_executable(), "--keys-init", self.keys], check=True, capture_output=True)
+            args = [*_agent_args(self.cores), "--secure", "always", "--cert", f"{self.keys}/agent.pem",
+                    "--key", f"{self.keys}/agent.key", "--ca", f"{self.keys}/ca.pem"]
+            if transport == "netns":
+                self.agent_for("netns")  # the namespaces
+                assert self.veth is not None
+                agent = LocalAgent(*args, listen=f"{netns.SERVER_IP}:0", prefix=self.veth.server,
+                                   env=TRANSPORTS["netns"], log_level=self.options.log_level)
+            else:
+                agent = LocalAgent(*args, log_level=self.options.log_level)
+            self.secure_addresses[transport] = self.stack.enter_context(agent).address
+        return self.secure_addresses[transport]
 
 
 def _agent_args(cores: tuple[int, int] | None) -> list[str]:
@@ -76,10 +104,15 @@ def describe(env: Env) -> dict[str, Any]:
 
 
 def workers(env: Env, transport: str, specs: list[dict[str, Any]],
-            timeout: float = WORKER_TIMEOUT_S) -> list[dict[str, Any]]:
+            timeout: float = WORKER_TIMEOUT_S, secure: bool = False) -> list[dict[str, Any]]:
     """Runs benchmark client processes (outboard.bench.worker) side by side on the transport; their
-    results in order. Any failure raises, once every process has ended."""
-    address = env.agent_for(transport)
+    results in order. Any failure raises, once every process has ended. ``secure``: clients of an
+    agent with keys, through TLS."""
+    if secure:
+        address = env.secure_agent_for(transport)
+        specs = [{**spec, "secure": env.client_keys()} for spec in specs]
+    else:
+        address = env.agent_for(transport)
     prefix = env.veth.client if transport == "netns" and env.veth else []
     procs = [subprocess.Popen([*prefix, sys.executable, "-m", "outboard.bench.worker",
                                json.dumps({**spec, "agent": address})],
@@ -105,9 +138,9 @@ def workers(env: Env, transport: str, specs: list[dict[str, Any]],
     return results
 
 
-def worker(env: Env, transport: str, spec: dict[str, Any]) -> dict[str, Any]:
+def worker(env: Env, transport: str, spec: dict[str, Any], secure: bool = False) -> dict[str, Any]:
     """One benchmark client process on the transport."""
-    return workers(env, transport, [spec])[0]
+    return workers(env, transport, [spec], secure=secure)[0]
 
 
 def client_core(env: Env) -> int | None:

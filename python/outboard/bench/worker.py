@@ -53,7 +53,16 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         finally:
             for c in clients:
                 c.close()
-    with connect(address, ring_slots=spec.get("ring_slots")) as client:
+    secure = spec.get("secure", {})
+    if op == "connect":
+        with connect(address, **secure):  # UCX's context stays up: the connects timed are warm ones
+            samples = []
+            for _ in range(int(spec["trials"])):
+                t0 = time.perf_counter()
+                connect(address, **secure).close()
+                samples.append((time.perf_counter() - t0) * 1e6)
+        return {"connect_us": summarize(samples)}
+    with connect(address, ring_slots=spec.get("ring_slots"), **secure) as client:
         out: dict[str, Any] = {"lanes": transports(client.connection.lanes)}
         if start_at := spec.get("start_at"):  # concurrent clients start together
             time.sleep(max(0.0, start_at - time.time()))
@@ -66,10 +75,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         elif op == "stream":
             reuse = bool(spec.get("reuse_payload"))
             _bench.bench_stream(client.connection, size, max(1, int(spec["count"]) // 10), reuse, OP_TIMEOUT_S)  # warm-up
+            agent_cpu_ns = client.stats()["cpu_ns"]  # the process serving this client: its session's
             trials = [_bench.bench_stream(client.connection, size, int(spec["count"]), reuse, OP_TIMEOUT_S)
                       for _ in range(int(spec["trials"]))]
+            agent_cpu_ns = client.stats()["cpu_ns"] - agent_cpu_ns
             out |= {"mib_s": summarize([t["bytes"] / t["seconds"] / 2**20 for t in trials]),
                     "msg_per_s": summarize([t["messages"] / t["seconds"] for t in trials]),
+                    "agent_cpu_s_per_gib": agent_cpu_ns / 1e9 / (sum(t["bytes"] for t in trials) / 2**30),
                     "verified": all(t["verified"] for t in trials)}
         elif op == "one_sided_lat":
             if spec.get("mirror"):

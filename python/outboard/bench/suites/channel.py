@@ -4,7 +4,9 @@ Ping-pong one-way latency (RTT/2, as perftest and ucx_perftest report it) and ve
 throughput over sizes 0 B–1 MiB, against ucx_perftest (ucp_am_lat / ucp_am_bw) on the same
 transport in the same run; connection set-up reported apart from per-message cost over a
 message-count sweep (DOCA's sample timed both together); several concurrent clients. Transports:
-same-host shared memory, TCP loopback, and two network namespaces joined by a veth pair.
+same-host shared memory, TCP loopback, and two network namespaces joined by a veth pair. And what
+DOCA's secure_channel never had: the cost of the secure channel (TLS 1.3 handshake, sealed frames)
+against plaintext on the same links.
 """
 
 from __future__ import annotations
@@ -100,6 +102,82 @@ def _ours_concurrent(env: Env, p: dict[str, Any]) -> Measurement:
     }, all(r["mismatches"] == 0 for r in results), {"clients": len(results)})
 
 
+# ---- secure channel vs plaintext, same link, same run
+
+SECURE, PLAIN = f"{OURS} TLS", f"{OURS} plaintext"
+
+
+def _secure_connect(secure: bool):
+    def measure(env: Env, p: dict[str, Any]) -> Measurement:
+        trials = 20 if env.options.quick else 200
+        r = worker(env, p["transport"], {"op": "connect", "size": 0, "trials": trials, "core": client_core(env)},
+                   secure=secure)
+        return Measurement({"connect_us": r["connect_us"], "connects": trials}, True)
+    return measure
+
+
+def _secure_latency(secure: bool):
+    def measure(env: Env, p: dict[str, Any]) -> Measurement:
+        n, warmup = _latency_iterations(env, p["size"])
+        r = worker(env, p["transport"], {"op": "round_trips", "size": p["size"], "iterations": n, "warmup": warmup,
+                                         "core": client_core(env)}, secure=secure)
+        return Measurement({"one_way_us": r["one_way_us"], "iterations": n}, r["mismatches"] == 0,
+                           {"mismatches": r["mismatches"], "lanes": r["lanes"]})
+    return measure
+
+
+def _secure_stream(secure: bool):
+    def measure(env: Env, p: dict[str, Any]) -> Measurement:
+        count = _stream_count(env, p["size"])
+        r = worker(env, p["transport"], {"op": "stream", "size": p["size"], "count": count, "reuse_payload": False,
+                                         "trials": 2 if env.options.quick else 5, "core": client_core(env)},
+                   secure=secure)
+        return Measurement({"mib_s": r["mib_s"], "msg_per_s": r["msg_per_s"], "messages": count,
+                            "agent_cpu_s_per_gib": r["agent_cpu_s_per_gib"]}, r["verified"],
+                           {"verified": "count, bytes and order-sensitive digest tallied by the sink",
+                            "lanes": r["lanes"]})
+    return measure
+
+
+_SECURE_NOTE = ("`outboard TLS`: an agent with keys (outboard-agent --keys-init: Ed25519 certificates) and "
+                "--secure always; the client authenticates it and is authenticated (TLS 1.3, X25519), and every "
+                "frame both ways is sealed (ChaCha20-Poly1305). `outboard plaintext`: the same agent options "
+                "without keys. Same transport, same run; the netns cells cross a veth pair as a remote client's "
+                "traffic would.")
+
+SECURE_CONNECT = Case(
+    "secure_connect", "Connection set-up: TLS 1.3 handshake with mutual certificates vs plaintext",
+    sweep={"transport": ["tcp", "netns"]}, quick={"transport": ["tcp"]},
+    impls=[Impl(SECURE, _secure_connect(True), transport_unavailable),
+           Impl(PLAIN, _secure_connect(False), transport_unavailable)],
+    columns=[Column("connect µs p50", "connect_us.p50", 0), Column("p90 µs", "connect_us.p90", 0),
+             Column("p99 µs", "connect_us.p99", 0)],
+    reference=PLAIN, ours=SECURE, ratio_metric="connect_us.p50",
+    notes=_SECURE_NOTE + " A connect: TCP, handshake, Hello and Welcome, UCX endpoints, with UCX's context already "
+          "up. Goal (absolute): the handshake, the p50 difference, ≤ 2 ms.")
+
+SECURE_LATENCY = Case(
+    "secure_latency", "Round-trip latency (one-way = RTT/2) with sealed frames vs plaintext",
+    sweep={"transport": ["tcp", "netns"], "size": [64, 4096]}, quick={"transport": ["tcp"], "size": [64]},
+    impls=[Impl(SECURE, _secure_latency(True), transport_unavailable),
+           Impl(PLAIN, _secure_latency(False), transport_unavailable)],
+    columns=[Column("p50 µs", "one_way_us.p50", 2), Column("p90 µs", "one_way_us.p90", 2),
+             Column("p99 µs", "one_way_us.p99", 2)],
+    reference=PLAIN, ours=SECURE, ratio_metric="one_way_us.p50",
+    notes=_SECURE_NOTE + " Every response checked against its request. Goal (absolute): at 64 B the p50 difference "
+          "≤ 2 µs.")
+
+SECURE_STREAMING = Case(
+    "secure_streaming", "Streaming throughput with sealed frames vs plaintext, and the agent's CPU per GiB",
+    sweep={"transport": ["tcp", "netns"], "size": [65536, 1 << 20]}, quick={"transport": ["tcp"], "size": [65536]},
+    impls=[Impl(SECURE, _secure_stream(True), transport_unavailable),
+           Impl(PLAIN, _secure_stream(False), transport_unavailable)],
+    columns=[Column("MiB/s p50", "mib_s.p50", 0), Column("MiB/s min", "mib_s.min", 0),
+             Column("msg/s p50", "msg_per_s.p50", 0), Column("agent CPU s / GiB", "agent_cpu_s_per_gib", 2)],
+    reference=PLAIN, ours=SECURE, ratio_metric="mib_s.p50", lower_is_better=False, goal=Goal(0.8, {"size": 65536}),
+    notes=_SECURE_NOTE + " Distinct payloads, every byte tallied by the sink inside the clock. Agent CPU: the "
+          "session process serving the client, over the timed trials. Goal: ≥ 0.8× plaintext at 64 KiB.")
+
 LATENCY = Case(
     "latency", "Ping-pong latency (one-way = RTT/2), outboard request→echo→response vs ucx_perftest ucp_am_lat",
     sweep={"transport": ["shm", "tcp", "netns"], "size": SIZES},
@@ -159,12 +237,14 @@ CONCURRENT = Case(
 
 SUITE = Suite(
     name="channel", title="Channel benchmark: latency, streaming, set-up, concurrency",
-    cases=[LATENCY, STREAMING, SESSIONS, CONCURRENT],
+    cases=[LATENCY, STREAMING, SESSIONS, CONCURRENT, SECURE_CONNECT, SECURE_LATENCY, SECURE_STREAMING],
     charts=[Chart("latency", "size", "one_way_us.p50", "One-way latency p50", "µs", logy=True, split=["transport"]),
             Chart("streaming", "size", "mib_s.p50", "Streaming throughput", "MiB/s", logy=True, split=["transport"]),
             Chart("sessions", "count", "per_message_us.p50", "Per-message cost vs messages per session",
                   "µs / message", logy=True),
-            Chart("concurrent", "clients", "requests_per_s", "Aggregate request rate", "requests/s")],
+            Chart("concurrent", "clients", "requests_per_s", "Aggregate request rate", "requests/s"),
+            Chart("secure_streaming", "size", "mib_s.p50", "Streaming, TLS vs plaintext", "MiB/s",
+                  split=["transport"])],
     setup=setup, describe=describe, help="channel latency, streaming, set-up and concurrency vs ucx_perftest",
     notes="Agent and peer server pinned to one core, clients to another (when there are two). ucx_perftest "
           "runs on the same transport (UCX_TLS) in the same run; ratios are ours / ucx_perftest per cell.")
