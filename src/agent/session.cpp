@@ -240,7 +240,8 @@ Status serve_session(net::Fd control) {
   OB_ASSIGN_OR_RETURN(auto hub, channel::Hub::get(setup.transport));
   const int fd = control.get();
   OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::attach(budget_fd.release(), setup.config.max_memory,
-                                                        setup.config.max_connections, setup.budget_slot));
+                                                        setup.config.max_session_memory, setup.config.max_connections,
+                                                        setup.budget_slot));
   OB_ASSIGN_OR_RETURN(auto session, Session::create(setup.config, {}, std::move(budget),
                                                     [fd] { (void)net::send_message(fd, encode_closed()); }));
   Session& s = *session;

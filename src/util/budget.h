@@ -2,7 +2,9 @@
 // counted agent-wide against --max-memory. A session process is one of
 // many: the count lives in memory they all map (a memfd the listener makes),
 // with a slot per session so that what a session held when it ended (or
-// crashed) goes back. Thread mode: multi (atomics).
+// crashed) goes back, and so that no session holds more than its quota
+// (--max-session-memory): one client cannot take what the others need.
+// Thread mode: multi (atomics).
 #pragma once
 
 #include <atomic>
@@ -16,14 +18,15 @@ namespace outboard {
 
 class MemoryBudget {
  public:
-  /// A budget of `limit` bytes for up to `slots` sessions, in shared memory.
-  static Result<std::shared_ptr<MemoryBudget>> create(uint64_t limit, uint32_t slots);
+  /// A budget of `limit` bytes, at most `quota` of them per session, for up to `slots` sessions, in shared memory.
+  static Result<std::shared_ptr<MemoryBudget>> create(uint64_t limit, uint64_t quota, uint32_t slots);
   /// A session's view of the listener's budget (`fd` from create()'s fd()).
-  static Result<std::shared_ptr<MemoryBudget>> attach(int fd, uint64_t limit, uint32_t slots, uint32_t slot);
+  static Result<std::shared_ptr<MemoryBudget>> attach(int fd, uint64_t limit, uint64_t quota, uint32_t slots,
+                                                      uint32_t slot);
   ~MemoryBudget();
 
   /// Takes `bytes` for `what` in this session's slot; kNoMemory naming the
-  /// agent's use and the limit when it would go over.
+  /// use and the limit (the session's quota or the agent's) it would go over.
   [[nodiscard]] Status reserve(uint64_t bytes, std::string_view what);
   void release(uint64_t bytes);
   /// The listener: session `slot` ended, what it held is free.
@@ -34,12 +37,13 @@ class MemoryBudget {
   [[nodiscard]] uint64_t limit() const { return limit_; }
 
  private:
-  MemoryBudget(int fd, std::atomic<uint64_t>* words, uint32_t slots, uint64_t limit, uint32_t slot)
-      : fd_(fd), words_(words), slots_(slots), limit_(limit), slot_(slot) {}
+  MemoryBudget(int fd, std::atomic<uint64_t>* words, uint32_t slots, uint64_t limit, uint64_t quota, uint32_t slot)
+      : fd_(fd), words_(words), slots_(slots), limit_(limit), quota_(quota), slot_(slot) {}
   int fd_;
   std::atomic<uint64_t>* words_;  // [0] total, [1 + i] session i's
   uint32_t slots_;
   uint64_t limit_;
+  uint64_t quota_;
   uint32_t slot_;
 };
 

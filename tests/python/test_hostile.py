@@ -315,6 +315,21 @@ def test_agent_memory_for_clients_is_capped_across_sessions(start_agent: Callabl
     first.close()
 
 
+def test_a_session_holds_at_most_its_quota_and_so_cannot_starve_another(
+        start_agent: Callable[..., outboard.LocalAgent]) -> None:
+    agent = start_agent("--max-memory", "4MiB", "--max-session-memory", "1MiB")
+    greedy = [outboard.connect(agent.address, session="ab" * 32) for _ in range(3)]  # one session, three connections
+    other = outboard.connect(agent.address, session="new")
+    greedy[0].request("memory", b"A" + struct.pack("<Q", 600 << 10))
+    with pytest.raises(errors.NoMemory, match=r"memory region of 614400 B: this session holds 614400 B of its quota "
+                                              r"of 1048576 B \(agent option --max-session-memory\)"):
+        greedy[1].request("memory", b"A" + struct.pack("<Q", 600 << 10))
+    greedy[2].request("memory", b"A" + struct.pack("<Q", 400 << 10))  # within the quota
+    other.request("memory", b"A" + struct.pack("<Q", 1000 << 10))  # its own quota, untouched
+    for c in [*greedy, other]:
+        c.close()
+
+
 def _allocates(c: outboard.Client, size: int) -> bool:
     try:
         c.request("memory", b"A" + struct.pack("<Q", size))
