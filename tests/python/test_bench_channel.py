@@ -35,7 +35,8 @@ def quick_run(tmp_path_factory) -> Path:
 def test_quick_run_covers_every_case_and_checks_every_cell(quick_run: Path) -> None:
     rows = _rows(quick_run)
     meta = json.loads((quick_run / "meta.json").read_text())
-    assert {r["case"] for r in rows} == {"latency", "streaming", "sessions", "concurrent"}
+    assert {r["case"] for r in rows} == {"latency", "streaming", "sessions", "concurrent", "secure_connect",
+                                         "secure_latency", "secure_streaming"}
     assert all(r["correctness"]["ok"] for r in rows), [r for r in rows if not r["correctness"]["ok"]]
     assert meta["failed"] == {}
     # Same-host runs go over shared memory, and the report says so.
@@ -47,6 +48,12 @@ def test_quick_run_covers_every_case_and_checks_every_cell(quick_run: Path) -> N
     assert stream and all(r["metrics"]["mib_s"]["p50"] > 0 for r in stream)
     sessions = {r["params"]["count"]: r["metrics"] for r in rows if r["case"] == "sessions"}
     assert set(sessions) == {1, 10, 1000} and all(m["connect_us"]["p50"] > 0 for m in sessions.values())
+    # The secure channel beside plaintext on the same link: both kinds of keys, every echo checked.
+    connects = {r["impl"] for r in rows if r["case"] == "secure_connect"}
+    assert connects == {channel.SECURE, channel.PSK, channel.PLAIN}
+    secure = [r for r in rows if r["case"] in ("secure_latency", "secure_streaming") and r["impl"] == channel.SECURE]
+    assert secure and all(r["correctness"]["ok"] for r in secure)
+    assert all(r["metrics"]["agent_cpu_s_per_gib"] > 0 for r in secure if r["case"] == "secure_streaming")
 
 
 @pytest.mark.skipif(ucx_perftest.unavailable() is not None, reason="ucx_perftest missing")

@@ -91,6 +91,18 @@ def test_a_tls_client_of_an_agent_without_keys_is_told_why(keys: Path) -> None:
             outboard.connect(agent.address, secure="always", **certs(keys, "client"))
 
 
+def test_listening_wide_takes_keys_or_an_explicit_insecure_that_is_logged(keys: Path, tmp_path: Path) -> None:
+    with pytest.raises(errors.BadConfig, match="wider than loopback and the agent has no keys"):
+        outboard.LocalAgent(listen="0.0.0.0:0").start()
+    with outboard.LocalAgent(*agent_args(keys), listen="0.0.0.0:0") as agent:
+        with outboard.connect(agent.address, **certs(keys, "client")) as c:  # not loopback: TLS, unasked
+            assert c.request("echo", b"wide") == b"wide"
+    log = tmp_path / "agent.log"
+    with outboard.LocalAgent("--insecure", listen="0.0.0.0:0", prefix=logging_to(log)):
+        pass
+    assert "--insecure: listening on 0.0.0.0:0 without keys; anyone who reaches it can use this agent" in log.read_text()
+
+
 def test_a_key_that_others_may_read_stops_the_agent_with_its_name(keys: Path, tmp_path: Path) -> None:
     open_key = tmp_path / "agent.key"
     open_key.write_bytes((keys / "a" / "agent.key").read_bytes())

@@ -38,7 +38,7 @@ class Env:
     veth: netns.VethPair | None = None
     netns_address: str = ""
     keys: str = ""  # outboard-agent --keys-init's directory, made for the first secure cell
-    secure_addresses: dict[str, str] = field(default_factory=dict)
+    secure_addresses: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def agent_for(self, transport: str) -> str:
         if transport != "netns":
@@ -52,20 +52,24 @@ class Env:
             self.netns_address = self.stack.enter_context(agent).address
         return self.netns_address
 
-    def client_keys(self) -> dict[str, str]:
-        """connect() arguments of a client of secure_agent_for()."""
+    def client_keys(self, kind: str) -> dict[str, str]:
+        """connect() arguments of a client of secure_agent_for(transport, kind)."""
+        if kind == "psk":
+            return {"secure": "always", "psk_file": f"{self.keys}/psk.txt"}
         return {"secure": "always", "cert": f"{self.keys}/client.pem", "key": f"{self.keys}/client.key",
                 "ca": f"{self.keys}/ca.pem"}
 
-    def secure_agent_for(self, transport: str) -> str:
-        """An agent as agent_for()'s, with keys: TLS 1.3 and sealed frames for every client."""
-        if transport not in self.secure_addresses:
+    def secure_agent_for(self, transport: str, kind: str) -> str:
+        """An agent as agent_for()'s, with keys (kind: "certificates" or "psk"): TLS 1.3 and sealed
+        frames for every client."""
+        if (transport, kind) not in self.secure_addresses:
             if not self.keys:
                 self.keys = os.path.join(self.stack.enter_context(tempfile.TemporaryDirectory(prefix="outboard-")),
                                          "keys")
                 subprocess.run([agent_executable(), "--keys-init", self.keys], check=True, capture_output=True)
-            args = [*_agent_args(self.cores), "--secure", "always", "--cert", f"{self.keys}/agent.pem",
-                    "--key", f"{self.keys}/agent.key", "--ca", f"{self.keys}/ca.pem"]
+            keys = (["--psk-file", f"{self.keys}/psk.txt"] if kind == "psk" else
+                    ["--cert", f"{self.keys}/agent.pem", "--key", f"{self.keys}/agent.key", "--ca", f"{self.keys}/ca.pem"])
+            args = [*_agent_args(self.cores), "--secure", "always", *keys]
             if transport == "netns":
                 self.agent_for("netns")  # the namespaces
                 assert self.veth is not None
@@ -73,8 +77,8 @@ class Env:
                                    env=TRANSPORTS["netns"], log_level=self.options.log_level)
             else:
                 agent = LocalAgent(*args, log_level=self.options.log_level)
-            self.secure_addresses[transport] = self.stack.enter_context(agent).address
-        return self.secure_addresses[transport]
+            self.secure_addresses[transport, kind] = self.stack.enter_context(agent).address
+        return self.secure_addresses[transport, kind]
 
 
 def _agent_args(cores: tuple[int, int] | None) -> list[str]:
@@ -104,13 +108,13 @@ def describe(env: Env) -> dict[str, Any]:
 
 
 def workers(env: Env, transport: str, specs: list[dict[str, Any]],
-            timeout: float = WORKER_TIMEOUT_S, secure: bool = False) -> list[dict[str, Any]]:
+            timeout: float = WORKER_TIMEOUT_S, secure: str = "") -> list[dict[str, Any]]:
     """Runs benchmark client processes (outboard.bench.worker) side by side on the transport; their
-    results in order. Any failure raises, once every process has ended. ``secure``: clients of an
-    agent with keys, through TLS."""
+    results in order. Any failure raises, once every process has ended. ``secure`` ("certificates"
+    or "psk"): clients of an agent with such keys, through TLS."""
     if secure:
-        address = env.secure_agent_for(transport)
-        specs = [{**spec, "secure": env.client_keys()} for spec in specs]
+        address = env.secure_agent_for(transport, secure)
+        specs = [{**spec, "secure": env.client_keys(secure)} for spec in specs]
     else:
         address = env.agent_for(transport)
     prefix = env.veth.client if transport == "netns" and env.veth else []
@@ -138,7 +142,7 @@ def workers(env: Env, transport: str, specs: list[dict[str, Any]],
     return results
 
 
-def worker(env: Env, transport: str, spec: dict[str, Any], secure: bool = False) -> dict[str, Any]:
+def worker(env: Env, transport: str, spec: dict[str, Any], secure: str = "") -> dict[str, Any]:
     """One benchmark client process on the transport."""
     return workers(env, transport, [spec], secure=secure)[0]
 

@@ -104,10 +104,10 @@ def _ours_concurrent(env: Env, p: dict[str, Any]) -> Measurement:
 
 # ---- secure channel vs plaintext, same link, same run
 
-SECURE, PLAIN = f"{OURS} TLS", f"{OURS} plaintext"
+SECURE, PSK, PLAIN = f"{OURS} TLS", f"{OURS} TLS (PSK)", f"{OURS} plaintext"
 
 
-def _secure_connect(secure: bool):
+def _secure_connect(secure: str):
     def measure(env: Env, p: dict[str, Any]) -> Measurement:
         trials = 20 if env.options.quick else 200
         r = worker(env, p["transport"], {"op": "connect", "size": 0, "trials": trials, "core": client_core(env)},
@@ -116,7 +116,7 @@ def _secure_connect(secure: bool):
     return measure
 
 
-def _secure_latency(secure: bool):
+def _secure_latency(secure: str):
     def measure(env: Env, p: dict[str, Any]) -> Measurement:
         n, warmup = _latency_iterations(env, p["size"])
         r = worker(env, p["transport"], {"op": "round_trips", "size": p["size"], "iterations": n, "warmup": warmup,
@@ -126,7 +126,7 @@ def _secure_latency(secure: bool):
     return measure
 
 
-def _secure_stream(secure: bool):
+def _secure_stream(secure: str):
     def measure(env: Env, p: dict[str, Any]) -> Measurement:
         count = _stream_count(env, p["size"])
         r = worker(env, p["transport"], {"op": "stream", "size": p["size"], "count": count, "reuse_payload": False,
@@ -142,25 +142,27 @@ def _secure_stream(secure: bool):
 _SECURE_NOTE = ("`outboard TLS`: an agent with keys (outboard-agent --keys-init: Ed25519 certificates) and "
                 "--secure always; the client authenticates it and is authenticated (TLS 1.3, X25519), and every "
                 "frame both ways is sealed (ChaCha20-Poly1305). `outboard plaintext`: the same agent options "
-                "without keys. Same transport, same run; the netns cells cross a veth pair as a remote client's "
-                "traffic would.")
+                "without keys; `outboard TLS (PSK)`: an external PSK (--psk-file) instead of certificates, still with "
+                "X25519. Same transport, same run; the netns cells cross a veth pair as a remote client's traffic "
+                "would.")
 
 SECURE_CONNECT = Case(
     "secure_connect", "Connection set-up: TLS 1.3 handshake with mutual certificates vs plaintext",
     sweep={"transport": ["tcp", "netns"]}, quick={"transport": ["tcp"]},
-    impls=[Impl(SECURE, _secure_connect(True), transport_unavailable),
-           Impl(PLAIN, _secure_connect(False), transport_unavailable)],
+    impls=[Impl(SECURE, _secure_connect("certificates"), transport_unavailable),
+           Impl(PSK, _secure_connect("psk"), transport_unavailable),
+           Impl(PLAIN, _secure_connect(""), transport_unavailable)],
     columns=[Column("connect µs p50", "connect_us.p50", 0), Column("p90 µs", "connect_us.p90", 0),
              Column("p99 µs", "connect_us.p99", 0)],
-    reference=PLAIN, ours=SECURE, ratio_metric="connect_us.p50",
+    reference=PLAIN, ours=SECURE, also_ratio=[PSK], ratio_metric="connect_us.p50",
     notes=_SECURE_NOTE + " A connect: TCP, handshake, Hello and Welcome, UCX endpoints, with UCX's context already "
           "up. Goal (absolute): the handshake, the p50 difference, ≤ 2 ms.")
 
 SECURE_LATENCY = Case(
     "secure_latency", "Round-trip latency (one-way = RTT/2) with sealed frames vs plaintext",
     sweep={"transport": ["tcp", "netns"], "size": [64, 4096]}, quick={"transport": ["tcp"], "size": [64]},
-    impls=[Impl(SECURE, _secure_latency(True), transport_unavailable),
-           Impl(PLAIN, _secure_latency(False), transport_unavailable)],
+    impls=[Impl(SECURE, _secure_latency("certificates"), transport_unavailable),
+           Impl(PLAIN, _secure_latency(""), transport_unavailable)],
     columns=[Column("p50 µs", "one_way_us.p50", 2), Column("p90 µs", "one_way_us.p90", 2),
              Column("p99 µs", "one_way_us.p99", 2)],
     reference=PLAIN, ours=SECURE, ratio_metric="one_way_us.p50",
@@ -170,8 +172,8 @@ SECURE_LATENCY = Case(
 SECURE_STREAMING = Case(
     "secure_streaming", "Streaming throughput with sealed frames vs plaintext, and the agent's CPU per GiB",
     sweep={"transport": ["tcp", "netns"], "size": [65536, 1 << 20]}, quick={"transport": ["tcp"], "size": [65536]},
-    impls=[Impl(SECURE, _secure_stream(True), transport_unavailable),
-           Impl(PLAIN, _secure_stream(False), transport_unavailable)],
+    impls=[Impl(SECURE, _secure_stream("certificates"), transport_unavailable),
+           Impl(PLAIN, _secure_stream(""), transport_unavailable)],
     columns=[Column("MiB/s p50", "mib_s.p50", 0), Column("MiB/s min", "mib_s.min", 0),
              Column("msg/s p50", "msg_per_s.p50", 0), Column("agent CPU s / GiB", "agent_cpu_s_per_gib", 2)],
     reference=PLAIN, ours=SECURE, ratio_metric="mib_s.p50", lower_is_better=False, goal=Goal(0.8, {"size": 65536}),
