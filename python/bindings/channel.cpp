@@ -49,7 +49,8 @@ void bind_channel(nb::module_& m) {
              const std::string& ca, const std::string& psk_file, uint64_t rekey_bytes) {
             ChannelConfig cfg;
             if (secure == "always") cfg.secure.mode = SecureConfig::Mode::kAlways;
-            else if (secure != "auto") check(Status(Code::kBadConfig, "secure is '" + secure + "', expected auto or always"));
+            else if (secure != "auto")
+              check(Status(Code::kBadConfig, "secure is '" + secure + "', expected auto or always"));
             cfg.secure.cert = cert;
             cfg.secure.key = key;
             cfg.secure.ca = ca;

@@ -109,7 +109,8 @@ Result<SecureConfig> secure_config_from(const config::Options& o) {
   SecureConfig c;
   const std::string mode = o.str("secure");
   if (mode == "always") c.mode = SecureConfig::Mode::kAlways;
-  else if (mode != "auto") return Status(Code::kBadConfig, "option 'secure' is '" + mode + "', expected auto or always");
+  else if (mode != "auto")
+    return Status(Code::kBadConfig, "option 'secure' is '" + mode + "', expected auto or always");
   c.cert = o.str("cert");
   c.key = o.str("key");
   c.ca = o.str("ca");

@@ -154,9 +154,9 @@ void Listener::on_tls(int fd, Pending& p) {
     // Our flight, or the alert that tells the client why not: a few KiB that
     // a fresh socket always has room for; a client that does not read is cut.
     const std::vector<uint8_t> out = p.tls->take_output();
-    if (!out.empty() && ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(out.size()) &&
-        done.ok())
-      return fail_tls(fd, Status(Code::kIoError, "TLS handshake: the client does not read"));
+    const bool sent = out.empty() || ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL) ==
+                                         static_cast<ssize_t>(out.size());
+    if (!sent && done.ok()) return fail_tls(fd, Status(Code::kIoError, "TLS handshake: the client does not read"));
     if (!done.ok()) return fail_tls(fd, done.status());
     if (*done) {
       auto plain = p.tls->read();

@@ -290,7 +290,8 @@ Result<std::vector<uint8_t>> seal_message(secure::Sealer& sealer, uint64_t numbe
 }
 
 Result<BootMessage> open_message(secure::Sealer& sealer, uint64_t number, std::vector<uint8_t> payload) {
-  OB_RETURN_IF_ERROR(sealer.open(secure::Sealer::Stream::kSocket, number, {}, payload).with_context("sealed bootstrap message"));
+  OB_RETURN_IF_ERROR(
+      sealer.open(secure::Sealer::Stream::kSocket, number, {}, payload).with_context("sealed bootstrap message"));
   payload.resize(payload.size() - secure::kTagBytes);
   BootReader reader;
   std::span<const uint8_t> rest(payload);
@@ -360,7 +361,8 @@ Result<BootMessage> read_secure_answer(int fd, secure::Tls& tls, secure::Sealer&
     OB_RETURN_IF_ERROR(tls.feed({buf, n}).with_context(what));
     auto data = tls.read();
     if (!data.ok()) return data.status().with_context(what);
-    if (!data->empty()) return Status(Code::kAuthentication, std::string(what) + ": the agent sent TLS data after the handshake");
+    if (!data->empty())
+      return Status(Code::kAuthentication, std::string(what) + ": the agent sent TLS data after the handshake");
   }
 }
 

@@ -67,7 +67,8 @@ Status read_psk(const std::string& file, std::string& identity, std::vector<uint
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
   const size_t colon = line.rfind(':');
   if (colon == std::string::npos || colon == 0)
-    return bad_key("--psk-file", file, "expected one line \"identity:" + std::to_string(2 * kPskBytes) + " hex digits\"");
+    return bad_key("--psk-file", file,
+                   "expected one line \"identity:" + std::to_string(2 * kPskBytes) + " hex digits\"");
   identity = line.substr(0, colon);
   if (identity.size() > kMaxPskIdentity)
     return bad_key("--psk-file", file, "identity of " + std::to_string(identity.size()) + " B exceeds its limit of " +
@@ -117,7 +118,9 @@ int find_psk(SSL* ssl, const unsigned char* id, size_t idlen, SSL_SESSION** sess
   if (idlen != c.psk_identity().size() || CRYPTO_memcmp(id, c.psk_identity().data(), idlen) != 0) {
     // Unknown identity: no PSK, and without a certificate the handshake fails.
     auto* tls = static_cast<std::string*>(SSL_get_app_data(ssl));
-    if (tls) *tls = "unknown PSK identity \"" + std::string(reinterpret_cast<const char*>(id), std::min<size_t>(idlen, 64)) + "\"";
+    if (tls)
+      *tls = "unknown PSK identity \"" +
+             std::string(reinterpret_cast<const char*>(id), std::min<size_t>(idlen, kMaxPskIdentity)) + "\"";
     return 1;
   }
   *sess = psk_session(ssl, c);
@@ -137,7 +140,8 @@ bool wants_tls(const SecureConfig& config, const std::string& host) {
 Result<std::shared_ptr<Context>> Context::create(const SecureConfig& config, Role role) {
   const bool certs = !config.cert.empty() || !config.key.empty() || !config.ca.empty();
   const bool psk = !config.psk_file.empty();
-  if (certs && psk) return Status(Code::kBadConfig, "--psk-file excludes --cert, --key and --ca: give one or the other");
+  if (certs && psk)
+    return Status(Code::kBadConfig, "--psk-file excludes --cert, --key and --ca: give one or the other");
   if (!certs && !psk) return Status(Code::kBadConfig, "no keys: give --cert, --key and --ca, or --psk-file");
   if (certs && (config.cert.empty() || config.key.empty() || config.ca.empty()))
     return Status(Code::kBadConfig, std::string("--cert, --key and --ca go together; missing: ") +
@@ -163,7 +167,8 @@ Result<std::shared_ptr<Context>> Context::create(const SecureConfig& config, Rol
   OB_RETURN_IF_ERROR(check_private("--key", config.key));
   if (SSL_CTX_use_certificate_chain_file(raw, config.cert.c_str()) != 1)
     return bad_key("--cert", config.cert, openssl_errors());
-  if (SSL_CTX_use_PrivateKey_file(raw, config.key.c_str(), SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(raw) != 1)
+  if (SSL_CTX_use_PrivateKey_file(raw, config.key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(raw) != 1)
     return bad_key("--key", config.key, openssl_errors() + " (with --cert " + config.cert + ")");
   if (SSL_CTX_load_verify_locations(raw, config.ca.c_str(), nullptr) != 1)
     return bad_key("--ca", config.ca, openssl_errors());
@@ -248,7 +253,8 @@ Result<bool> Tls::handshake() {
 std::vector<uint8_t> Tls::take_output() {
   BIO* out = SSL_get_wbio(ssl_);
   std::vector<uint8_t> bytes(BIO_ctrl_pending(out));
-  if (!bytes.empty()) bytes.resize(static_cast<size_t>(std::max(0, BIO_read(out, bytes.data(), static_cast<int>(bytes.size())))));
+  if (!bytes.empty())
+    bytes.resize(static_cast<size_t>(std::max(0, BIO_read(out, bytes.data(), static_cast<int>(bytes.size())))));
   return bytes;
 }
 
@@ -404,11 +410,13 @@ X509* make_certificate(EVP_PKEY* key, const char* cn, X509* issuer, EVP_PKEY* is
             X509_gmtime_adj(X509_getm_notBefore(cert), -300) &&
             X509_gmtime_adj(X509_getm_notAfter(cert), 86400L * kCertificateDays) && X509_set_pubkey(cert, key);
   X509_NAME* name = cert ? X509_get_subject_name(cert) : nullptr;
-  ok = ok && X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("outboard"), -1, -1, 0) &&
-       X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn), -1, -1, 0) &&
+  auto text = [](const char* s) { return reinterpret_cast<const unsigned char*>(s); };
+  ok = ok && X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, text("outboard"), -1, -1, 0) &&
+       X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, text(cn), -1, -1, 0) &&
        X509_set_issuer_name(cert, issuer ? X509_get_subject_name(issuer) : name) &&
        add_extension(cert, issuer, NID_basic_constraints, issuer ? "critical,CA:FALSE" : "critical,CA:TRUE") &&
-       add_extension(cert, issuer, NID_key_usage, issuer ? "critical,digitalSignature" : "critical,keyCertSign,cRLSign") &&
+       add_extension(cert, issuer, NID_key_usage,
+                     issuer ? "critical,digitalSignature" : "critical,keyCertSign,cRLSign") &&
        add_extension(cert, issuer, NID_subject_key_identifier, "hash") &&
        (!usage || add_extension(cert, issuer, NID_ext_key_usage, usage)) &&
        X509_sign(cert, issuer_key ? issuer_key : key, nullptr) > 0;

@@ -20,7 +20,8 @@ struct Contexts {
 
 const Contexts& contexts() {
   static const Contexts c = [] {
-    const std::string dir = (std::filesystem::temp_directory_path() / ("outboard_fuzz_keys_" + std::to_string(::getpid()))).string();
+    const auto name = "outboard_fuzz_keys_" + std::to_string(::getpid());
+    const std::string dir = (std::filesystem::temp_directory_path() / name).string();
     std::filesystem::remove_all(dir);
     if (!secure::init_keys(dir, "fuzz agent").ok()) std::abort();
     SecureConfig certs{.cert = dir + "/agent.pem", .key = dir + "/agent.key", .ca = dir + "/ca.pem"};

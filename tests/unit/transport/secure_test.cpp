@@ -73,7 +73,11 @@ class SecureTest : public ::testing::Test {
       }
       if (auto out = a->take_output(); !out.empty()) EXPECT_TRUE(c->feed(out).ok());
     }
-    if (c_done && o.client.ok()) o.client_keys = c->keys().value(), o.client_sees = c->peer_identity(), o.group = c->key_exchange();
+    if (c_done && o.client.ok()) {
+      o.client_keys = c->keys().value();
+      o.client_sees = c->peer_identity();
+      o.group = c->key_exchange();
+    }
     if (a_done && o.agent.ok()) o.agent_keys = a->keys().value(), o.agent_sees = a->peer_identity();
     return o;
   }
@@ -160,7 +164,8 @@ TEST_F(SecureTest, AnotherPskIsRefusedAndAnUnknownIdentityNamed) {
 TEST_F(SecureTest, BadKeyFilesAreNamed) {
   const std::string open_key = dir("open.key");
   fs::copy_file(dir("a") + "/agent.key", open_key, fs::copy_options::overwrite_existing);
-  fs::permissions(open_key, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(open_key,
+                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
   SecureConfig c = certs("a", "agent");
   c.key = open_key;
   auto r = Context::create(c, Role::kAgent);
