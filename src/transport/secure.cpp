@@ -160,8 +160,13 @@ Result<std::shared_ptr<Context>> Context::create(const SecureConfig& config, Rol
     OB_RETURN_IF_ERROR(read_psk(config.psk_file, c->psk_identity_, c->psk_));
     // Only suites of the PSK's hash (SHA-256): an agent preferring AES-256 (SHA-384) could use no PSK.
     SSL_CTX_set_ciphersuites(raw, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256");
-    if (role == Role::kClient) SSL_CTX_set_psk_use_session_callback(raw, use_psk);
-    else SSL_CTX_set_psk_find_session_callback(raw, find_psk);
+    if (role == Role::kClient) {
+      SSL_CTX_set_psk_use_session_callback(raw, use_psk);
+      // An agent that ignores our PSK and shows a certificate instead fails: we trust no CA.
+      SSL_CTX_set_verify(raw, SSL_VERIFY_PEER, nullptr);
+    } else {
+      SSL_CTX_set_psk_find_session_callback(raw, find_psk);
+    }
     return c;
   }
   OB_RETURN_IF_ERROR(check_private("--key", config.key));
@@ -245,7 +250,12 @@ Result<bool> Tls::handshake() {
   if (done_) return true;
   ERR_clear_error();
   const int r = SSL_do_handshake(ssl_);
-  if (r == 1) return done_ = true;
+  if (r == 1) {
+    // With a PSK, only a handshake that used it authenticated the peer.
+    if (!context_->psk().empty() && !SSL_session_reused(ssl_))
+      return Status(Code::kAuthentication, "TLS handshake failed: the peer did not use the PSK");
+    return done_ = true;
+  }
   if (SSL_get_error(ssl_, r) == SSL_ERROR_WANT_READ) return false;
   return failure("TLS handshake");
 }

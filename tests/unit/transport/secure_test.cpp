@@ -4,6 +4,7 @@
 #include "transport/secure.h"
 
 #include <gtest/gtest.h>
+#include <openssl/ssl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -148,6 +149,25 @@ TEST_F(SecureTest, APskGivesBothSidesTheSameKeysOverAnEphemeralExchange) {
   EXPECT_TRUE(same(o.client_keys, o.agent_keys));
   EXPECT_EQ(o.agent_sees, "psk:outboard");
   EXPECT_EQ(o.group, "X25519");  // psk_dhe_ke, never plain psk_ke
+}
+
+TEST_F(SecureTest, APskClientRefusesAnAgentThatShowsACertificateInstead) {
+  // An impostor with a certificate of its own CA that asks nothing of its clients.
+  auto impostor = std::move(Context::create(certs("b", "agent"), Role::kAgent)).value();
+  SSL_CTX_set_verify(impostor->get(), SSL_VERIFY_NONE, nullptr);
+  auto client = std::move(Context::create(psk(dir("a") + "/psk.txt"), Role::kClient)).value();
+  auto c = std::move(Tls::create(client)).value();
+  auto a = std::move(Tls::create(impostor)).value();
+  Status failed;
+  for (int round = 0; round < 6 && failed.ok(); ++round) {
+    auto r = c->handshake();
+    if (!r.ok()) failed = r.status();
+    if (auto out = c->take_output(); !out.empty()) ASSERT_TRUE(a->feed(out).ok());
+    (void)a->handshake();
+    if (auto out = a->take_output(); !out.empty()) ASSERT_TRUE(c->feed(out).ok());
+  }
+  EXPECT_EQ(failed.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(failed, "certificate verify failed")) << failed.to_string();
 }
 
 TEST_F(SecureTest, AnotherPskIsRefusedAndAnUnknownIdentityNamed) {
