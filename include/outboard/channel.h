@@ -15,31 +15,13 @@
 #include "outboard/buffer.h"
 #include "outboard/clock.h"
 #include "outboard/memory_kind.h"
+#include "outboard/secure_config.h"
 #include "outboard/status.h"
 
 namespace outboard {
 
 /// Limits and timing of one side of a channel. Each is a command-line option
 /// of the agent and a key of its --json file (names in the comments).
-/// How a connection is authenticated and encrypted: a TLS 1.3 handshake on
-/// the bootstrap socket, mutual (certificates or a PSK), then every frame
-/// sealed with keys exported from it. Without keys: plaintext.
-struct SecureConfig {
-  enum class Mode : uint8_t {
-    kAuto,    ///< links that leave the host (a peer not on loopback)
-    kAlways,  ///< every link, loopback too
-  };
-  Mode mode = Mode::kAuto;  ///< --secure auto|always
-  std::string cert;         ///< --cert: this side's certificate chain (PEM)
-  std::string key;          ///< --key: its private key (PEM), readable by its owner only
-  std::string ca;           ///< --ca: the CA the peer's certificate must chain to (PEM)
-  /// --psk-file: "identity:64 hex digits", a TLS 1.3 external PSK (with
-  /// (EC)DHE: forward secret) instead of certificates.
-  std::string psk_file;
-  /// --rekey-bytes: bytes a side seals under one key before it moves to the next.
-  uint64_t rekey_bytes = 1ull << 30;
-};
-
 struct ChannelConfig {
   uint64_t max_msg_size = 64ull << 20;       ///< --max-msg-size: largest message we accept
   uint32_t recv_window_msgs = 256;           ///< --recv-window-msgs: credits granted to the peer

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "outboard/channel.h"
+#include "outboard/secure_config.h"
 #include "outboard/status.h"
 
 typedef struct ssl_ctx_st SSL_CTX;

@@ -16,7 +16,7 @@ ORDER = ["util", "transport", "channel", "services", "agent"]
 STANDALONE = ["tokenize", "graph"]
 # What each public header belongs to, for includes of "outboard/<x>.h".
 PUBLIC = {"status": "util", "log": "util", "config": "util", "clock": "util", "stats": "util",
-          "checksum": "util", "affinity": "util", "channel": "channel", "service": "services",
+          "checksum": "util", "affinity": "util", "secure_config": "util", "channel": "channel", "service": "services",
           "agent": "agent", "tokenizer": "tokenize", "tokenize_client": "services", "graph": "graph",
           "graph_offload": "services"}
 

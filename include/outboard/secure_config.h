@@ -1,0 +1,29 @@
+// How a connection is protected (the secure channel): plain configuration,
+// shared by the channel, its transport (src/transport/secure.h) and the agent.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace outboard {
+
+/// How a connection is authenticated and encrypted: a TLS 1.3 handshake on
+/// the bootstrap socket, mutual (certificates or a PSK), then every frame
+/// sealed with keys exported from it. Without keys: plaintext.
+struct SecureConfig {
+  enum class Mode : uint8_t {
+    kAuto,    ///< links that leave the host (a peer not on loopback)
+    kAlways,  ///< every link, loopback too
+  };
+  Mode mode = Mode::kAuto;  ///< --secure auto|always
+  std::string cert;         ///< --cert: this side's certificate chain (PEM)
+  std::string key;          ///< --key: its private key (PEM), readable by its owner only
+  std::string ca;           ///< --ca: the CA the peer's certificate must chain to (PEM)
+  /// --psk-file: "identity:64 hex digits", a TLS 1.3 external PSK (with
+  /// (EC)DHE: forward secret) instead of certificates.
+  std::string psk_file;
+  /// --rekey-bytes: bytes a side seals under one key before it moves to the next.
+  uint64_t rekey_bytes = 1ull << 30;
+};
+
+}  // namespace outboard
