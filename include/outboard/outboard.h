@@ -15,6 +15,7 @@
 #include "outboard/graph_offload.h"
 #include "outboard/log.h"
 #include "outboard/memory_kind.h"
+#include "outboard/secure_config.h"
 #include "outboard/service.h"
 #include "outboard/stats.h"
 #include "outboard/status.h"
