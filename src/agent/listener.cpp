@@ -162,13 +162,9 @@ void Listener::on_tls(int fd, Pending& p) {
       auto plain = p.tls->read();
       if (!plain.ok()) return fail_tls(fd, plain.status());
       std::span<const uint8_t> rest(*plain);
-      while (!rest.empty() && !p.reader.done()) {
-        const size_t take = std::min(rest.size(), p.reader.want());
-        if (Status st = p.reader.feed(rest.first(take)); !st.ok()) {
-          ++counters_.refused_hello;
-          return drop(fd, {st.code(), st.message()});
-        }
-        rest = rest.subspan(take);
+      if (Status st = p.reader.feed_until_done(rest); !st.ok()) {
+        ++counters_.refused_hello;
+        return drop(fd, {st.code(), st.message()});
       }
       if (!rest.empty()) {
         ++counters_.refused_hello;

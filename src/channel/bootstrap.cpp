@@ -267,6 +267,15 @@ Status BootReader::feed(std::span<const uint8_t> bytes) {
   return {};
 }
 
+Status BootReader::feed_until_done(std::span<const uint8_t>& bytes) {
+  while (!done() && !bytes.empty()) {
+    const size_t n = std::min(bytes.size(), want());
+    OB_RETURN_IF_ERROR(feed(bytes.first(n)));
+    bytes = bytes.subspan(n);
+  }
+  return {};
+}
+
 Result<BootMessage> read_boot_message(int fd, Deadline deadline, std::string_view what) {
   BootReader reader;
   uint8_t chunk[4096];
@@ -295,11 +304,7 @@ Result<BootMessage> open_message(secure::Sealer& sealer, uint64_t number, std::v
   payload.resize(payload.size() - secure::kTagBytes);
   BootReader reader;
   std::span<const uint8_t> rest(payload);
-  while (!reader.done() && !rest.empty()) {
-    const size_t n = std::min(rest.size(), reader.want());
-    OB_RETURN_IF_ERROR(reader.feed(rest.first(n)).with_context("sealed bootstrap message"));
-    rest = rest.subspan(n);
-  }
+  OB_RETURN_IF_ERROR(reader.feed_until_done(rest).with_context("sealed bootstrap message"));
   if (!reader.done() || !rest.empty() || reader.kind() == BootKind::kSealed)
     return Status(Code::kInvalidArgument, "a sealed bootstrap message holds no single message");
   auto inner = reader.payload();

@@ -117,6 +117,8 @@ class BootReader {
   /// Takes `bytes` (at most want()); kInvalidArgument when the header is
   /// not ours or announces more than kMaxBootMessage.
   Status feed(std::span<const uint8_t> bytes);
+  /// Feeds from `bytes` until the message is whole; what follows it stays in `bytes`.
+  Status feed_until_done(std::span<const uint8_t>& bytes);
   [[nodiscard]] bool done() const { return header_ok_ && want() == 0; }
   [[nodiscard]] BootKind kind() const { return kind_; }
   [[nodiscard]] std::span<const uint8_t> payload() const {
