@@ -25,6 +25,7 @@ std::vector<uint8_t> encode_adopt(const channel::PeerInfo& peer, std::span<const
   if (peer.keys) {
     w.put_bytes(std::span<const uint8_t>(peer.keys->client_to_agent));
     w.put_bytes(std::span<const uint8_t>(peer.keys->agent_to_client));
+    w.put(static_cast<uint8_t>(peer.keys->aead));
   }
   w.put_bytes(hello);
   return std::move(w.bytes);
@@ -43,8 +44,13 @@ Result<Adopt> decode_adopt(std::span<const uint8_t> body) {
     return Status(Code::kInvalidArgument, "adopt message is truncated");
   if (sealed) {
     secure::Keys keys;
-    if (!r.get(keys.client_to_agent) || !r.get(keys.agent_to_client))
+    uint8_t aead = 0;
+    if (!r.get(keys.client_to_agent) || !r.get(keys.agent_to_client) || !r.get(aead))
       return Status(Code::kInvalidArgument, "adopt message is truncated at its keys");
+    if (aead != static_cast<uint8_t>(secure::Aead::kAes256Gcm) &&
+        aead != static_cast<uint8_t>(secure::Aead::kChaCha20Poly1305))
+      return Status(Code::kInvalidArgument, "adopt message names AEAD " + std::to_string(aead) + ", not 1 or 2");
+    keys.aead = static_cast<secure::Aead>(aead);
     a.peer.keys = keys;
   }
   a.peer.policy.shared_memory = shared != 0;

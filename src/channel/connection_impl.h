@@ -202,8 +202,9 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
 
  private:
   void send_sealed(channel::FrameHeader& h, std::span<const uint8_t> data) OB_HUB_LOCKED;
-  /// Opens frame `h`, the next in order, in place (kAuthentication if it does not authenticate).
-  Status unseal(const channel::FrameHeader& h, std::span<const uint8_t> header, Buffer& data) const OB_HUB_LOCKED;
+  /// Opens frame `h`, the next in order, into `out` (kAuthentication if it does not authenticate).
+  Status unseal(const channel::FrameHeader& h, std::span<const uint8_t> header, std::span<const uint8_t> sealed,
+                uint8_t* out) const OB_HUB_LOCKED;
   void defer_deliver(const channel::FrameHeader& h, Buffer data, Status error) OB_HUB_LOCKED;
   void deliver(const channel::FrameHeader& h, Buffer data, const Status& error) OB_HUB_LOCKED;
   // deliver()'s phases, by frame type.

@@ -298,6 +298,9 @@ Result<Keys> Tls::keys() const {
                                            0, 0) != 1)
     return Status(Code::kAuthentication, "no keys from the TLS handshake: " + openssl_errors());
   Keys k;
+  k.aead = SSL_CIPHER_get_id(SSL_get_current_cipher(ssl_)) == TLS1_3_CK_CHACHA20_POLY1305_SHA256
+               ? Aead::kChaCha20Poly1305
+               : Aead::kAes256Gcm;
   std::memcpy(k.client_to_agent.data(), raw, 32);
   std::memcpy(k.agent_to_client.data(), raw + 32, 32);
   sodium_memzero(raw, sizeof raw);
@@ -326,10 +329,12 @@ void nonce_of(Sealer::Stream stream, uint64_t number, uint8_t nonce[12]) {
 }
 }  // namespace
 
-Sealer::Sealer(const std::array<uint8_t, 32>& key) : key_(key), ctx_(EVP_CIPHER_CTX_new()) {
+Sealer::Sealer(const std::array<uint8_t, 32>& key, Aead aead) : key_(key), ctx_(EVP_CIPHER_CTX_new()) {
   [[maybe_unused]] static const int ready = sodium_init();
-  OB_CHECK(ctx_ && EVP_CipherInit_ex(ctx_, EVP_chacha20_poly1305(), nullptr, key_.data(), nullptr, 1) == 1,
-           "ChaCha20-Poly1305: " + openssl_errors());
+  const EVP_CIPHER* cipher = aead == Aead::kChaCha20Poly1305 ? EVP_chacha20_poly1305() : EVP_aes_256_gcm();
+  // Both take a 12 B nonce and give a 16 B tag.
+  OB_CHECK(ctx_ && EVP_CipherInit_ex(ctx_, cipher, nullptr, key_.data(), nullptr, 1) == 1,
+           std::string(EVP_CIPHER_get0_name(cipher)) + ": " + openssl_errors());
 }
 
 Sealer::~Sealer() {
@@ -371,7 +376,8 @@ void Sealer::seal(Stream stream, uint64_t number, std::span<const uint8_t> ad, s
            "seal: " + openssl_errors());
 }
 
-Status Sealer::open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<uint8_t> sealed) {
+Status Sealer::open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<const uint8_t> sealed,
+                    uint8_t* out) {
   if (sealed.size() < kTagBytes)
     return {Code::kAuthentication, "sealed message " + std::to_string(number) + " of " + std::to_string(sealed.size()) +
                                        " B is shorter than its " + std::to_string(kTagBytes) + " B tag"};
@@ -379,10 +385,11 @@ Status Sealer::open(Stream stream, uint64_t number, std::span<const uint8_t> ad,
   nonce_of(stream, number, nonce);
   const size_t n = sealed.size() - kTagBytes;
   int len = 0;
-  // Decrypted in place; the caller drops it all if the tag does not match.
+  // SET_TAG copies the tag, so `out` may be `sealed` itself. The caller
+  // drops all of `out` if the tag does not match.
   if (EVP_CipherInit_ex(ctx_, nullptr, nullptr, nullptr, nonce, 0) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, kTagBytes, sealed.data() + n) != 1 ||
-      !cipher(ctx_, ad, sealed.data(), n, sealed.data()) || EVP_CipherFinal_ex(ctx_, sealed.data() + n, &len) != 1) {
+      EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, kTagBytes, const_cast<uint8_t*>(sealed.data() + n)) != 1 ||
+      !cipher(ctx_, ad, sealed.data(), n, out) || EVP_CipherFinal_ex(ctx_, out + n, &len) != 1) {
     ERR_clear_error();
     return {Code::kAuthentication, "message " + std::to_string(number) + " failed authentication (changed, replayed "
                                                                           "or sealed with another key)"};

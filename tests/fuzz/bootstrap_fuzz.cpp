@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case BootKind::kRefusal: round_trip(decode_refusal(payload), payload); break;
     case BootKind::kSealed: {
       // An agent's sealed answer, opened with a key a stranger does not know.
-      static outboard::secure::Sealer sealer(std::array<uint8_t, 32>{});
+      static outboard::secure::Sealer sealer(std::array<uint8_t, 32>{}, outboard::secure::Aead::kAes256Gcm);
       (void)open_message(sealer, 0, std::vector<uint8_t>(payload.begin(), payload.end()));
       break;
     }

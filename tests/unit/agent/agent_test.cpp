@@ -61,5 +61,23 @@ TEST(ControlTest, AnAdoptCarriesThePeerAndItsHello) {
   EXPECT_EQ(truncated.status().message(), "adopt message is truncated");
 }
 
+TEST(ControlTest, AnAdoptCarriesATlsPeersKeysAndAead) {
+  secure::Keys keys;
+  keys.client_to_agent[0] = 1, keys.agent_to_client[31] = 2, keys.aead = secure::Aead::kChaCha20Poly1305;
+  channel::PeerInfo peer{.name = "10.0.0.2:40312", .keys = keys};
+  const std::vector<uint8_t> hello = {1, 2, 3, 4};
+  std::vector<uint8_t> message = agent::encode_adopt(peer, hello);
+  auto adopt = agent::decode_adopt(std::span(message).subspan(1));
+  ASSERT_TRUE(adopt.ok() && adopt->peer.keys) << adopt.status().to_string();
+  EXPECT_EQ(adopt->peer.keys->client_to_agent, keys.client_to_agent);
+  EXPECT_EQ(adopt->peer.keys->agent_to_client, keys.agent_to_client);
+  EXPECT_EQ(adopt->peer.keys->aead, secure::Aead::kChaCha20Poly1305);
+  EXPECT_EQ(std::vector<uint8_t>(adopt->hello.begin(), adopt->hello.end()), hello);
+
+  message[message.size() - hello.size() - 1] = 9;  // the AEAD's byte
+  EXPECT_EQ(agent::decode_adopt(std::span(message).subspan(1)).status().message(),
+            "adopt message names AEAD 9, not 1 or 2");
+}
+
 }  // namespace
 }  // namespace outboard

@@ -48,12 +48,15 @@ class SecureTest : public ::testing::Test {
   };
   // Runs one handshake, moving each side's output to the other, then lets
   // the client read what the agent said after it (an alert, if it refused).
-  static Outcome handshake(const SecureConfig& client, const SecureConfig& agent) {
+  // `client_suites`: the TLS 1.3 suites the client offers, if not OpenSSL's.
+  static Outcome handshake(const SecureConfig& client, const SecureConfig& agent,
+                           const char* client_suites = nullptr) {
     Outcome o;
     auto cc = Context::create(client, Role::kClient);
     auto ac = Context::create(agent, Role::kAgent);
     EXPECT_TRUE(cc.ok() && ac.ok()) << cc.status().to_string() << " / " << ac.status().to_string();
     if (!cc.ok() || !ac.ok()) return o;
+    if (client_suites) EXPECT_EQ(SSL_CTX_set_ciphersuites((*cc)->get(), client_suites), 1);
     auto c = std::move(Tls::create(*cc)).value();
     auto a = std::move(Tls::create(*ac)).value();
     bool c_done = false, a_done = false;
@@ -84,7 +87,7 @@ class SecureTest : public ::testing::Test {
   }
   static bool same(const Keys& x, const Keys& y) {
     return x.client_to_agent == y.client_to_agent && x.agent_to_client == y.agent_to_client &&
-           x.client_to_agent != y.agent_to_client;
+           x.client_to_agent != y.agent_to_client && x.aead == y.aead;
   }
   static bool has(const Status& st, const std::string& text) { return st.message().find(text) != std::string::npos; }
 
@@ -110,6 +113,7 @@ TEST_F(SecureTest, CertificatesGiveBothSidesTheSameKeysOverAnEphemeralExchange) 
   EXPECT_EQ(o.client_sees, "/O=outboard/CN=agent a");
   EXPECT_EQ(o.agent_sees, "/O=outboard/CN=outboard client");
   EXPECT_EQ(o.group, "X25519");  // (EC)DHE: the keys die with the connection (forward secrecy)
+  EXPECT_EQ(o.client_keys.aead, Aead::kAes256Gcm);
   Outcome again = handshake(certs("a", "client"), certs("a", "agent"));
   EXPECT_NE(again.client_keys.client_to_agent, o.client_keys.client_to_agent);
 }
@@ -149,6 +153,18 @@ TEST_F(SecureTest, APskGivesBothSidesTheSameKeysOverAnEphemeralExchange) {
   EXPECT_TRUE(same(o.client_keys, o.agent_keys));
   EXPECT_EQ(o.agent_sees, "psk:outboard");
   EXPECT_EQ(o.group, "X25519");  // psk_dhe_ke, never plain psk_ke
+  EXPECT_EQ(o.client_keys.aead, Aead::kAes256Gcm);
+}
+
+TEST_F(SecureTest, FramesFollowTheSuiteTheClientChose) {
+  // A client without AES instructions offers ChaCha20-Poly1305 only.
+  for (const auto& [client, agent] : {std::pair{certs("a", "client"), certs("a", "agent")},
+                                      std::pair{psk(dir("a") + "/psk.txt"), psk(dir("a") + "/psk.txt")}}) {
+    Outcome o = handshake(client, agent, "TLS_CHACHA20_POLY1305_SHA256");
+    ASSERT_TRUE(o.client.ok() && o.agent.ok()) << o.client.to_string() << " / " << o.agent.to_string();
+    EXPECT_TRUE(same(o.client_keys, o.agent_keys));
+    EXPECT_EQ(o.client_keys.aead, Aead::kChaCha20Poly1305);
+  }
 }
 
 TEST_F(SecureTest, APskClientRefusesAnAgentThatShowsACertificateInstead) {
@@ -220,22 +236,29 @@ TEST_F(SecureTest, AHandshakeIsBoundedAndGarbageFailsIt) {
   EXPECT_EQ(b->handshake().status().code(), Code::kAuthentication);
 }
 
-TEST(SealerTest, OpensOnlyWhatWasSealedSoUnderItsNumberStreamHeaderAndKey) {
+class SealerTest : public ::testing::TestWithParam<Aead> {};
+
+TEST_P(SealerTest, OpensOnlyWhatWasSealedSoUnderItsNumberStreamHeaderAndKey) {
   std::array<uint8_t, 32> key{}, other{};
   key[0] = 1, other[0] = 2;
-  Sealer sealer(key);
+  Sealer sealer(key, GetParam());
   const std::vector<uint8_t> plain = {'f', 'r', 'a', 'm', 'e'};
   const std::vector<uint8_t> ad = {9, 9, 9};
   std::vector<uint8_t> sealed(plain.size() + kTagBytes);
   sealer.seal(Sealer::Stream::kFrames, 7, ad, plain, sealed.data());
   EXPECT_NE(std::vector<uint8_t>(sealed.begin(), sealed.begin() + 5), plain);  // no plaintext on the wire
-  Sealer other_sealer(other);
+  Sealer other_sealer(other, GetParam());
   auto open = [&](Sealer& s, Sealer::Stream stream, uint64_t n, std::vector<uint8_t> header, std::vector<uint8_t> m) {
     return s.open(stream, n, header, m);
   };
   std::vector<uint8_t> copy = sealed;
   ASSERT_TRUE(sealer.open(Sealer::Stream::kFrames, 7, ad, copy).ok());
   EXPECT_EQ(std::vector<uint8_t>(copy.begin(), copy.begin() + 5), plain);
+  std::vector<uint8_t> out(plain.size());  // opened out of place, as frames are
+  ASSERT_TRUE(sealer.open(Sealer::Stream::kFrames, 7, ad, std::span<const uint8_t>(sealed), out.data()).ok());
+  EXPECT_EQ(out, plain);
+  Sealer other_aead(key, GetParam() == Aead::kAes256Gcm ? Aead::kChaCha20Poly1305 : Aead::kAes256Gcm);
+  EXPECT_EQ(open(other_aead, Sealer::Stream::kFrames, 7, ad, sealed).code(), Code::kAuthentication);
   auto flipped = sealed;
   flipped[2] ^= 1;
   EXPECT_EQ(open(sealer, Sealer::Stream::kFrames, 7, ad, flipped).code(), Code::kAuthentication);
@@ -248,6 +271,9 @@ TEST(SealerTest, OpensOnlyWhatWasSealedSoUnderItsNumberStreamHeaderAndKey) {
   EXPECT_EQ(open(sealer, Sealer::Stream::kFrames, 7, ad, {1, 2}).message(),
             "sealed message 7 of 2 B is shorter than its 16 B tag");
 }
+
+INSTANTIATE_TEST_SUITE_P(Aeads, SealerTest, ::testing::Values(Aead::kAes256Gcm, Aead::kChaCha20Poly1305),
+                         [](const auto& info) { return info.param == Aead::kAes256Gcm ? "Aes256Gcm" : "ChaCha20Poly1305"; });
 
 }  // namespace
 }  // namespace outboard::secure

@@ -141,7 +141,7 @@ def _secure_stream(secure: str):
 
 _SECURE_NOTE = ("`outboard TLS`: an agent with keys (outboard-agent --keys-init: Ed25519 certificates) and "
                 "--secure always; the client authenticates it and is authenticated (TLS 1.3, X25519), and every "
-                "frame both ways is sealed (ChaCha20-Poly1305). `outboard plaintext`: the same agent options "
+                "frame both ways is sealed (AES-256-GCM, the AEAD of the suite TLS chose). `outboard plaintext`: the same agent options "
                 "without keys; `outboard TLS (PSK)`: an external PSK (--psk-file) instead of certificates, still with "
                 "X25519. Same transport, same run; the netns cells cross a veth pair as a remote client's traffic "
                 "would.")
