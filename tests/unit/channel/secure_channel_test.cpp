@@ -8,6 +8,7 @@
 #include "channel/access.h"
 #include "channel/connection_impl.h"
 #include "outboard/checksum.h"
+#include "../transport/test_certificates.h"
 
 namespace outboard {
 namespace {
@@ -126,6 +127,18 @@ TEST_F(SecureChannelTest, ClientsWithoutTheDeploymentsKeysAreRefused) {
   EXPECT_NE(fooled.status().message().find("alert unknown ca"), std::string::npos) << fooled.status().to_string();
   auto served = connect_with(keys("a", "client"));
   EXPECT_TRUE(served.ok()) << served.status().to_string();
+}
+
+TEST_F(SecureChannelTest, AnExpiredClientCertificateIsRefusedAndOthersServedMeanwhile) {
+  const std::string a = (keys_ / "a").string();
+  ASSERT_TRUE(testing::issue_certificate(a, a + "/expired", "expired client", "clientAuth", -2 * 86400, -86400));
+  auto served = connect_with(keys("a", "client"));
+  ASSERT_TRUE(served.ok()) << served.status().to_string();
+  auto expired = connect_with(keys("a", "expired"));
+  EXPECT_EQ(expired.status().code(), Code::kAuthentication);
+  EXPECT_NE(expired.status().message().find("certificate expired"), std::string::npos) << expired.status().to_string();
+  auto answer = (*served)->request("echo", bytes("still here"), soon());
+  EXPECT_TRUE(answer.ok()) << answer.status().to_string();
 }
 
 TEST_F(SecureChannelTest, OneSidedAccessIsRefusedRatherThanSentInClear) {

@@ -2,6 +2,7 @@
 // handshakes between a client and an agent Tls in this process (bytes moved
 // by hand, as the socket would), and the frame seal.
 #include "transport/secure.h"
+#include "test_certificates.h"
 
 #include <gtest/gtest.h>
 #include <openssl/ssl.h>
@@ -132,6 +133,27 @@ TEST_F(SecureTest, AClientOfAnotherCaIsRefusedOnBothSides) {
   EXPECT_TRUE(has(o.agent, "certificate verify failed")) << o.agent.to_string();
   EXPECT_EQ(o.client.code(), Code::kAuthentication);
   EXPECT_TRUE(has(o.client, "alert unknown ca")) << o.client.to_string();
+}
+
+TEST_F(SecureTest, CertificatesOutsideTheirValidityAreRefusedOnBothSides) {
+  constexpr long kDay = 86400;
+  ASSERT_TRUE(testing::issue_certificate(dir("a"), dir("a") + "/expired_client", "expired client", "clientAuth",
+                                         -2 * kDay, -kDay));
+  ASSERT_TRUE(testing::issue_certificate(dir("a"), dir("a") + "/future_client", "future client", "clientAuth", kDay,
+                                         2 * kDay));
+  ASSERT_TRUE(testing::issue_certificate(dir("a"), dir("a") + "/expired_agent", "expired agent",
+                                         "serverAuth,clientAuth", -2 * kDay, -kDay));
+  Outcome o = handshake(certs("a", "expired_client"), certs("a", "agent"));
+  EXPECT_EQ(o.agent.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(o.agent, "certificate has expired")) << o.agent.to_string();
+  EXPECT_EQ(o.client.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(o.client, "alert certificate expired")) << o.client.to_string();
+  o = handshake(certs("a", "future_client"), certs("a", "agent"));
+  EXPECT_TRUE(has(o.agent, "certificate is not yet valid")) << o.agent.to_string();
+  o = handshake(certs("a", "client"), certs("a", "expired_agent"));
+  EXPECT_EQ(o.client.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(o.client, "certificate has expired")) << o.client.to_string();
+  EXPECT_EQ(o.agent.code(), Code::kAuthentication);
 }
 
 TEST_F(SecureTest, AClientCertificateCannotServeAsAnAgents) {
