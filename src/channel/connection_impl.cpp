@@ -188,12 +188,12 @@ void Connection::Impl::on_frame(FrameHeader& h, transport::IncomingAm& am) {
                                                          kReorderSlack)
     return cut_off(Status(Code::kConnectionReset, "peer " + peer_address + " sent frame " + std::to_string(h.seq) +
                                                       " where " + std::to_string(next_rx_seq) + " was next"));
-  // A sealed frame carries its tag after the payload.
-  const size_t tag = seal ? secure::kTagBytes : 0;
-  if (am.length < tag)
-    return cut_off(Status(Code::kAuthentication, "peer " + peer_address + " sent frame " + std::to_string(h.seq) +
-                                                     " of " + std::to_string(am.length) + " B, shorter than its tag"));
-  const size_t length = am.length - tag;
+  // A secure connection's frames are all sealed, a plaintext one's none.
+  if (static_cast<bool>(h.flags & channel::kFlagSealed) != static_cast<bool>(seal))
+    return cut_off(Status(seal ? Code::kAuthentication : Code::kConnectionReset,
+                          "peer " + peer_address + " sent frame " + std::to_string(h.seq) +
+                              (seal ? " unsealed on a secure connection" : " sealed on a plaintext connection")));
+  const size_t length = am.length;
   const bool credited = h.type == FrameType::kMessage || h.type == FrameType::kRequest;
   const bool oversized = credited && length > config.max_msg_size;
   // Its credit comes back as consumed: 0 B for a refused message.
@@ -206,9 +206,9 @@ void Connection::Impl::on_frame(FrameHeader& h, transport::IncomingAm& am) {
     Buffer data;
     if (error.ok() && seal) {
       data = Buffer(length);  // opened straight out of UCX's buffer: one pass over the bytes
-      if (Status st = unseal(h, am.header, {am.data, am.length}, data.data()); !st.ok()) return cut_off(st);
+      if (Status st = unseal(h, am.header, {am.data, length}, data.data()); !st.ok()) return cut_off(st);
     } else if (error.ok()) {
-      data = Buffer::copy_of({am.data, am.length});
+      data = Buffer::copy_of({am.data, length});
     }
     ++next_rx_seq;
     if (deliverable_inline(h)) return deliver(h, std::move(data), error);
@@ -251,10 +251,8 @@ void Connection::Impl::drain() {
          reorder.begin()->second.ready) {
     RxFrame f = std::move(reorder.begin()->second);
     reorder.erase(reorder.begin());
-    if (seal && f.error.ok()) {
+    if (seal && f.error.ok())
       if (Status st = unseal(f.h, f.wire, f.data.span(), f.data.data()); !st.ok()) return cut_off(st);
-      f.data.truncate(f.data.size() - secure::kTagBytes);
-    }
     ++next_rx_seq;
     defer_deliver(f.h, std::move(f.data), f.error);
   }
@@ -493,18 +491,24 @@ bool Connection::Impl::post_to_ring(const channel::WireHeader& w, std::span<cons
 // Secure connections send the payload sealed, its header authenticated with
 // it and its sequence number as the nonce; UCX carries ciphertext only.
 void Connection::Impl::send_sealed(FrameHeader& h, std::span<const uint8_t> data) {
+  h.flags |= channel::kFlagSealed;
   if (seal->count(data.size())) h.flags |= channel::kFlagRekey;
-  const channel::WireHeader w = channel::encode(h);
-  Buffer out(data.size() + secure::kTagBytes);
-  seal->out.seal(secure::Sealer::Stream::kFrames, h.seq, w.span(), data, out.data());
+  channel::WireHeader w = channel::encode(h);
+  const std::span<const uint8_t> ad = w.span().first(w.size - channel::kWireTagBytes);
+  Buffer out(data.size());
+  seal->out.seal(secure::Sealer::Stream::kFrames, h.seq, ad, data, out.data(), w.bytes + ad.size());
   data_ep.send(w.span(), std::move(out));
 }
 
 // In sequence order: a frame flagged kFlagRekey is the first under the peer's next key.
 Status Connection::Impl::unseal(const FrameHeader& h, std::span<const uint8_t> header, std::span<const uint8_t> sealed,
                                 uint8_t* out) const {
+  static_assert(channel::kWireTagBytes == secure::kTagBytes);
   if (h.flags & channel::kFlagRekey) seal->in.rekey();
-  if (Status st = seal->in.open(secure::Sealer::Stream::kFrames, h.seq, header, sealed, out); !st.ok())
+  // decode() checked that a sealed frame's header ends in its tag.
+  const std::span<const uint8_t> ad = header.first(header.size() - channel::kWireTagBytes);
+  if (Status st = seal->in.open(secure::Sealer::Stream::kFrames, h.seq, ad, sealed, ad.data() + ad.size(), out);
+      !st.ok())
     return st.with_context("peer " + peer_address + " frame " + std::to_string(h.seq));
   return {};
 }

@@ -10,7 +10,7 @@
 
 namespace outboard::channel {
 
-constexpr uint8_t kWireVersion = 4;
+constexpr uint8_t kWireVersion = 5;
 constexpr uint32_t kNoService = 0xffffffffu;
 
 // The hello and welcome are not frames: they go over the bootstrap socket
@@ -28,7 +28,12 @@ enum class FrameType : uint8_t {
 constexpr uint8_t kFlagWantCredit = 1;
 /// Secure connections: this frame is the first sealed with the sender's next key.
 constexpr uint8_t kFlagRekey = 2;
-constexpr uint8_t kFrameFlags = kFlagWantCredit | kFlagRekey;
+/// Secure connections: the payload is sealed, and the header ends in its
+/// AEAD tag (kWireTagBytes), so the payload keeps its size: 64 KiB sealed
+/// stays one UCX fragment, where a tag appended to it took a second (25 %
+/// of 64 KiB streaming, measured).
+constexpr uint8_t kFlagSealed = 4;
+constexpr uint8_t kFrameFlags = kFlagWantCredit | kFlagRekey | kFlagSealed;
 
 /// A frame's header as the code uses it; on the wire it is encode()d.
 /// `type` and `status` are not neighbours: encode() would read them with
@@ -58,7 +63,8 @@ constexpr uint8_t kWireHasService = 1 << 5;
 constexpr uint8_t kWireHasCredit = 1 << 6;
 constexpr uint8_t kWireHasArg = 1 << 7;
 constexpr size_t kWireFixedBytes = 12;
-constexpr size_t kMaxWireHeader = kWireFixedBytes + 8 + 4 + 12 + 8;
+constexpr size_t kWireTagBytes = 16;
+constexpr size_t kMaxWireHeader = kWireFixedBytes + 8 + 4 + 12 + 8 + kWireTagBytes;
 
 struct WireHeader {
   uint8_t bytes[kMaxWireHeader];
@@ -101,6 +107,10 @@ inline WireHeader encode(const FrameHeader& h) {
     detail::put(w, h.credit_bytes);
   }
   if (flags & kWireHasArg) detail::put(w, h.arg);
+  if (flags & kFlagSealed) {  // the tag's place: the sender seals into it
+    std::memset(w.bytes + w.size, 0, kWireTagBytes);
+    w.size += kWireTagBytes;
+  }
   return w;
 }
 
@@ -127,6 +137,7 @@ inline DecodeError decode(std::span<const uint8_t> wire, FrameHeader& h) {
   if (flags & kWireHasService) ok = ok && detail::take(wire, h.service);
   if (flags & kWireHasCredit) ok = ok && detail::take(wire, h.credit_msgs) && detail::take(wire, h.credit_bytes);
   if (flags & kWireHasArg) ok = ok && detail::take(wire, h.arg);
+  if (flags & kFlagSealed) ok = ok && wire.size() == kWireTagBytes, wire = {};
   return ok && wire.empty() ? DecodeError::kNone : DecodeError::kMalformed;
 }
 

@@ -366,35 +366,39 @@ bool cipher(EVP_CIPHER_CTX* ctx, std::span<const uint8_t> ad, const uint8_t* in,
 }  // namespace
 
 void Sealer::seal(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<const uint8_t> plain,
-                  uint8_t* out) {
+                  uint8_t* out, uint8_t* tag) {
   uint8_t nonce[12];
   nonce_of(stream, number, nonce);
   int len = 0;
   OB_CHECK(EVP_CipherInit_ex(ctx_, nullptr, nullptr, nullptr, nonce, 1) == 1 &&
                cipher(ctx_, ad, plain.data(), plain.size(), out) && EVP_CipherFinal_ex(ctx_, out, &len) == 1 &&
-               EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, kTagBytes, out + plain.size()) == 1,
+               EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, kTagBytes, tag) == 1,
            "seal: " + openssl_errors());
 }
 
 Status Sealer::open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<const uint8_t> sealed,
-                    uint8_t* out) {
-  if (sealed.size() < kTagBytes)
-    return {Code::kAuthentication, "sealed message " + std::to_string(number) + " of " + std::to_string(sealed.size()) +
-                                       " B is shorter than its " + std::to_string(kTagBytes) + " B tag"};
+                    const uint8_t* tag, uint8_t* out) {
   uint8_t nonce[12];
   nonce_of(stream, number, nonce);
-  const size_t n = sealed.size() - kTagBytes;
   int len = 0;
   // SET_TAG copies the tag, so `out` may be `sealed` itself. The caller
   // drops all of `out` if the tag does not match.
   if (EVP_CipherInit_ex(ctx_, nullptr, nullptr, nullptr, nonce, 0) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, kTagBytes, const_cast<uint8_t*>(sealed.data() + n)) != 1 ||
-      !cipher(ctx_, ad, sealed.data(), n, out) || EVP_CipherFinal_ex(ctx_, out + n, &len) != 1) {
+      EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, kTagBytes, const_cast<uint8_t*>(tag)) != 1 ||
+      !cipher(ctx_, ad, sealed.data(), sealed.size(), out) || EVP_CipherFinal_ex(ctx_, out + sealed.size(), &len) != 1) {
     ERR_clear_error();
     return {Code::kAuthentication, "message " + std::to_string(number) + " failed authentication (changed, replayed "
                                                                           "or sealed with another key)"};
   }
   return {};
+}
+
+Status Sealer::open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<uint8_t> sealed) {
+  if (sealed.size() < kTagBytes)
+    return {Code::kAuthentication, "sealed message " + std::to_string(number) + " of " + std::to_string(sealed.size()) +
+                                       " B is shorter than its " + std::to_string(kTagBytes) + " B tag"};
+  const size_t n = sealed.size() - kTagBytes;
+  return open(stream, number, ad, sealed.first(n), sealed.data() + n, sealed.data());
 }
 
 // ---- outboard-agent --keys-init

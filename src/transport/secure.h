@@ -135,19 +135,24 @@ class Sealer {
   void rekey();
   /// Keys replaced so far.
   [[nodiscard]] uint64_t epoch() const { return epoch_; }
-  /// `plain` sealed with `ad` authenticated: plain.size() + kTagBytes bytes.
+  /// `plain` sealed with `ad` authenticated: plain.size() bytes into `out`,
+  /// the tag's kTagBytes into `tag`.
   void seal(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<const uint8_t> plain,
-            uint8_t* out);
-  /// Opens `sealed` into `out` (sealed.size() - kTagBytes bytes; may be
-  /// sealed.data() itself). kAuthentication when it was not sealed so
-  /// (changed, replayed under another number, or another key's); `out` then
-  /// holds bytes to drop.
-  Status open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<const uint8_t> sealed,
-              uint8_t* out);
-  /// open() in place: the plaintext is the first size() - kTagBytes bytes.
-  Status open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<uint8_t> sealed) {
-    return open(stream, number, ad, sealed, sealed.data());
+            uint8_t* out, uint8_t* tag);
+  /// seal() with the tag after the sealed bytes: plain.size() + kTagBytes into `out`.
+  void seal(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<const uint8_t> plain,
+            uint8_t* out) {
+    seal(stream, number, ad, plain, out, out + plain.size());
   }
+  /// Opens `sealed` with its `tag` (kTagBytes) into `out` (sealed.size()
+  /// bytes; may be sealed.data() itself). kAuthentication when it was not
+  /// sealed so (changed, replayed under another number, or another key's);
+  /// `out` then holds bytes to drop.
+  Status open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<const uint8_t> sealed,
+              const uint8_t* tag, uint8_t* out);
+  /// open() in place of `sealed` with the tag at its end: the plaintext is
+  /// its first size() - kTagBytes bytes.
+  Status open(Stream stream, uint64_t number, std::span<const uint8_t> ad, std::span<uint8_t> sealed);
 
  private:
   std::array<uint8_t, 32> key_;

@@ -85,6 +85,21 @@ TEST(Frame, MalformedHeadersAreRejected) {
   EXPECT_EQ(decode(longer, out), DecodeError::kVersion);
 }
 
+TEST(Frame, ASealedHeaderEndsInItsTagsPlace) {
+  FrameHeader h = request(9, 1);
+  const size_t plain = encode(h).size;
+  h.flags |= kFlagSealed;
+  WireHeader w = encode(h);
+  ASSERT_EQ(w.size, plain + kWireTagBytes);
+  ASSERT_LE(w.size, kMaxWireHeader);
+  std::memset(w.bytes + plain, 0xab, kWireTagBytes);  // the sender's tag
+  FrameHeader out;
+  ASSERT_EQ(decode(w.span(), out), DecodeError::kNone);
+  EXPECT_TRUE(out.flags & kFlagSealed);
+  for (size_t cut = 1; cut <= kWireTagBytes; ++cut)
+    EXPECT_EQ(decode(w.span().first(w.size - cut), out), DecodeError::kMalformed) << "tag cut by " << cut;
+}
+
 TEST(Frame, SequenceNumbersExtendAcrossTheLow32BitWrap) {
   EXPECT_EQ(extend_seq(5, 5), 5u);
   EXPECT_EQ(extend_seq(5, 9), 9u);  // ahead: a frame behind a rendezvous still in flight

@@ -276,9 +276,13 @@ TEST_P(SealerTest, OpensOnlyWhatWasSealedSoUnderItsNumberStreamHeaderAndKey) {
   std::vector<uint8_t> copy = sealed;
   ASSERT_TRUE(sealer.open(Sealer::Stream::kFrames, 7, ad, copy).ok());
   EXPECT_EQ(std::vector<uint8_t>(copy.begin(), copy.begin() + 5), plain);
-  std::vector<uint8_t> out(plain.size());  // opened out of place, as frames are
-  ASSERT_TRUE(sealer.open(Sealer::Stream::kFrames, 7, ad, std::span<const uint8_t>(sealed), out.data()).ok());
+  // Frames: the tag apart from the bytes, which are opened out of place.
+  std::vector<uint8_t> out(plain.size()), tag(kTagBytes), body(plain.size());
+  sealer.seal(Sealer::Stream::kFrames, 8, ad, plain, body.data(), tag.data());
+  ASSERT_TRUE(sealer.open(Sealer::Stream::kFrames, 8, ad, body, tag.data(), out.data()).ok());
   EXPECT_EQ(out, plain);
+  tag[0] ^= 1;
+  EXPECT_EQ(sealer.open(Sealer::Stream::kFrames, 8, ad, body, tag.data(), out.data()).code(), Code::kAuthentication);
   Sealer other_aead(key, GetParam() == Aead::kAes256Gcm ? Aead::kChaCha20Poly1305 : Aead::kAes256Gcm);
   EXPECT_EQ(open(other_aead, Sealer::Stream::kFrames, 7, ad, sealed).code(), Code::kAuthentication);
   auto flipped = sealed;
