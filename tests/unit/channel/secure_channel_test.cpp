@@ -98,21 +98,25 @@ TEST_F(SecureChannelTest, BothSidesMoveToNewKeysAfterTheirRekeyBytes) {
   EXPECT_GT(seal.in.epoch(), 10u);
 }
 
-TEST_F(SecureChannelTest, AFrameSealedWithOtherKeysEndsItsConnectionOnly) {
-  auto forger = connect_with(keys("a", "client"));
+TEST_F(SecureChannelTest, AFrameSealedWithOtherKeysOrNotAtAllEndsItsConnectionOnly) {
   auto honest = connect_with(keys("a", "client"));
-  ASSERT_TRUE(forger.ok() && honest.ok());
-  {
-    channel::Lock lock(Access::impl(**forger).hub->mutex());
-    secure::Keys other;
-    other.client_to_agent.fill(7);
-    Access::impl(**forger).seal = std::make_unique<secure::FrameSeal>(other, secure::Role::kClient, 1 << 30);
+  ASSERT_TRUE(honest.ok()) << honest.status().to_string();
+  for (const bool sealed : {true, false}) {
+    auto forger = connect_with(keys("a", "client"));
+    ASSERT_TRUE(forger.ok()) << forger.status().to_string();
+    {
+      channel::Lock lock(Access::impl(**forger).hub->mutex());
+      secure::Keys other;
+      other.client_to_agent.fill(7);
+      if (sealed) Access::impl(**forger).seal = std::make_unique<secure::FrameSeal>(other, secure::Role::kClient, 1 << 30);
+      else Access::impl(**forger).seal.reset();  // a plaintext frame on a secure connection
+    }
+    auto r = (*forger)->request("echo", bytes("forged"), soon());
+    EXPECT_FALSE(r.ok()) << sealed;
+    EXPECT_TRUE((*forger)->wait_until(soon(), [&] { return !(*forger)->is_open(); })) << sealed;
+    auto ok = (*honest)->request("echo", bytes("still served"), soon());
+    ASSERT_TRUE(ok.ok()) << ok.status().to_string();
   }
-  auto r = (*forger)->request("echo", bytes("forged"), soon());
-  EXPECT_FALSE(r.ok());
-  EXPECT_TRUE((*forger)->wait_until(soon(), [&] { return !(*forger)->is_open(); }));
-  auto ok = (*honest)->request("echo", bytes("still served"), soon());
-  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
 }
 
 TEST_F(SecureChannelTest, ClientsWithoutTheDeploymentsKeysAreRefused) {
