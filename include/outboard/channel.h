@@ -246,6 +246,10 @@ class Connection {
   /// What the agent announced about itself when it welcomed this connection
   /// ("tokenize_threads", "graph_threads"); empty on the agent's side.
   [[nodiscard]] std::vector<std::pair<std::string, uint64_t>> agent_info() const;
+  /// How this connection is protected, client side: "plaintext", or "TLS 1.3
+  /// over X25519, agent <its certificate's subject or psk:identity>", with
+  /// ", resumed" when the handshake resumed an earlier session.
+  [[nodiscard]] const std::string& security() const;
   /// Send credits currently free (messages).
   [[nodiscard]] uint32_t send_credits() const;
   /// Runs `fn` once, from progress(), when the peer next returns credits

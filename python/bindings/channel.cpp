@@ -46,7 +46,8 @@ void bind_channel(nb::module_& m) {
           [](const std::string& address, uint64_t max_msg_size, double connect_timeout, uint64_t keepalive_ms,
              uint32_t spin_us, bool adaptive_spin, bool map_peer_regions, uint32_t ring_slots,
              const std::string& session, const std::string& secure, const std::string& cert, const std::string& key,
-             const std::string& ca, const std::string& psk_file, uint64_t rekey_bytes) {
+             const std::string& ca, const std::string& psk_file, uint64_t rekey_bytes,
+             uint32_t tls_session_lifetime_s) {
             ChannelConfig cfg;
             if (secure == "always") cfg.secure.mode = SecureConfig::Mode::kAlways;
             else if (secure != "auto")
@@ -56,6 +57,7 @@ void bind_channel(nb::module_& m) {
             cfg.secure.ca = ca;
             cfg.secure.psk_file = psk_file;
             cfg.secure.rekey_bytes = rekey_bytes;
+            cfg.secure.session_lifetime_s = tls_session_lifetime_s;
             cfg.session = session;
             cfg.map_peer_regions = map_peer_regions;
             cfg.ring_slots = ring_slots;
@@ -72,7 +74,8 @@ void bind_channel(nb::module_& m) {
           "adaptive_spin"_a = ChannelConfig{}.adaptive_spin,
           "map_peer_regions"_a = ChannelConfig{}.map_peer_regions, "ring_slots"_a = ChannelConfig{}.ring_slots,
           "session"_a = "", "secure"_a = "auto", "cert"_a = "", "key"_a = "", "ca"_a = "", "psk_file"_a = "",
-          "rekey_bytes"_a = SecureConfig{}.rekey_bytes)
+          "rekey_bytes"_a = SecureConfig{}.rekey_bytes,
+          "tls_session_lifetime_s"_a = SecureConfig{}.session_lifetime_s)
       .def("request",
            [](Connection& c, std::string_view service, nb::bytes payload, double timeout) {
              Result<Buffer> r = [&] {
@@ -147,6 +150,9 @@ void bind_channel(nb::module_& m) {
                    })
       .def_prop_ro("send_credits", &Connection::send_credits)
       .def_prop_ro("lanes", &Connection::lanes)
+      .def_prop_ro("security", &Connection::security,
+                   "How this connection is protected: \"plaintext\", or TLS 1.3 with the key exchange, the agent's "
+                   "identity and whether the session was resumed.")
       .def("register_memory",
            [](Connection& c, ByteArray array) {
              auto r = c.register_memory(array.data(), array.size());

@@ -89,6 +89,7 @@ def connect(
     ca: str = "",
     psk_file: str = "",
     rekey_bytes: int | None = None,
+    tls_session_lifetime_s: int | None = None,
     agent_args: tuple[str, ...] = (),
 ) -> Client:
     """Connects to the agent at ``addr`` ("host:port"); ``None`` starts a local one. ``spin_us``: the most
@@ -104,7 +105,9 @@ def connect(
     ``cert``/``key``/``ca`` (PEM files) or ``psk_file``: keys for TLS 1.3 with the agent (``outboard keys
     init DIR`` makes a set), used for an agent on another host, or on any with ``secure="always"``;
     the connection then seals every frame (under a new key every ``rekey_bytes``), and refuses
-    one-sided access."""
+    one-sided access. With certificates, a later connect to the same agent from this process
+    resumes the TLS session (no certificates, a new X25519 exchange) for ``tls_session_lifetime_s``
+    (0: a full handshake every time)."""
     agent = LocalAgent(*agent_args).start() if addr is None else None
     kwargs: dict[str, Any] = {"connect_timeout": connect_timeout, "map_peer_regions": map_peer_regions,
                               "adaptive_spin": adaptive_spin, "session": session, "secure": secure,
@@ -119,6 +122,8 @@ def connect(
         kwargs["ring_slots"] = ring_slots
     if rekey_bytes is not None:
         kwargs["rekey_bytes"] = rekey_bytes
+    if tls_session_lifetime_s is not None:
+        kwargs["tls_session_lifetime_s"] = tls_session_lifetime_s
     try:
         conn = _core.Connection.connect(agent.address if agent else addr, **kwargs)
     except BaseException:

@@ -48,6 +48,9 @@ config::Options agent_options(const AgentConfig& a) {
            "a TLS 1.3 pre-shared key instead of certificates: one line identity:64 hex digits (mode 600)"},
           {"rekey-bytes", Type::kSize, std::to_string(c.secure.rekey_bytes),
            "bytes the agent seals for a client under one key before it moves to the next"},
+          {"tls-session-lifetime-s", Type::kInt, std::to_string(c.secure.session_lifetime_s),
+           "certificates: seconds a client may resume its TLS session without them (0: a full handshake each "
+           "connect); a certificate expired or replaced meanwhile is noticed at most this much later"},
           {"isolation", Type::kString, a.isolation == Isolation::kProcess ? "process" : "none",
            "process: the clients of each session token in a process of their own (a client's bytes harm at most "
            "its session); none: every client in the agent's process"},
@@ -117,6 +120,12 @@ Result<SecureConfig> secure_config_from(const config::Options& o) {
   c.psk_file = o.str("psk-file");
   c.rekey_bytes = o.size("rekey-bytes");
   if (c.rekey_bytes == 0) return Status(Code::kBadConfig, "option 'rekey-bytes' must be > 0");
+  const int64_t lifetime = o.integer("tls-session-lifetime-s");
+  if (lifetime < 0 || lifetime > kMaxTlsSessionLifetimeS)
+    return Status(Code::kBadConfig, "option 'tls-session-lifetime-s' is " + std::to_string(lifetime) +
+                                        ", expected 0.." + std::to_string(kMaxTlsSessionLifetimeS) +
+                                        " (TLS 1.3's limit, 7 days)");
+  c.session_lifetime_s = static_cast<uint32_t>(lifetime);
   if (c.mode == SecureConfig::Mode::kAlways && !secure::has_keys(c))
     return Status(Code::kBadConfig, "--secure always needs keys: --cert, --key and --ca, or --psk-file");
   return c;
@@ -382,6 +391,7 @@ std::string Agent::stats_json() {
     j["refused_limits"] = c.refused_limits;
     j["refused_hello"] = c.refused_hello;
     j["refused_tls"] = c.refused_tls;
+    j["resumed_tls"] = c.resumed_tls;
     j["handshake_timeouts"] = c.handshake_timeouts;
     j["accept_errors"] = c.accept_errors;
   }

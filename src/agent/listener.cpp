@@ -148,19 +148,24 @@ void Listener::fail_tls(int fd, const Status& why) {
 }
 
 void Listener::on_tls(int fd, Pending& p) {
+  // Our flight, a session ticket, or the alert that tells the client why
+  // not: a few KiB that a fresh socket always has room for.
+  auto flush = [&] {
+    const std::vector<uint8_t> out = p.tls->take_output();
+    return out.empty() ||
+           ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(out.size());
+  };
+  const Status deaf(Code::kIoError, "TLS handshake: the client does not read");
   uint8_t chunk[4096];
   for (;;) {
     Result<bool> done = p.tls->handshake();
-    // Our flight, or the alert that tells the client why not: a few KiB that
-    // a fresh socket always has room for; a client that does not read is cut.
-    const std::vector<uint8_t> out = p.tls->take_output();
-    const bool sent = out.empty() || ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL) ==
-                                         static_cast<ssize_t>(out.size());
-    if (!sent && done.ok()) return fail_tls(fd, Status(Code::kIoError, "TLS handshake: the client does not read"));
+    const bool sent = flush();
     if (!done.ok()) return fail_tls(fd, done.status());
+    if (!sent) return fail_tls(fd, deaf);
     if (*done) {
       auto plain = p.tls->read();
       if (!plain.ok()) return fail_tls(fd, plain.status());
+      if (!flush()) return fail_tls(fd, deaf);
       std::span<const uint8_t> rest(*plain);
       if (Status st = p.reader.feed_until_done(rest); !st.ok()) {
         ++counters_.refused_hello;
@@ -203,7 +208,8 @@ void Listener::finish(int fd) {
     if (!keys.ok()) return channel::refuse(fd, {keys.status().code(), keys.status().message()});
     peer.keys = *keys;
     peer.name = net::peer_address(fd) + " pid " + std::to_string(hello->pid) + " (TLS: " +
-                p.tls->peer_identity() + ")";
+                p.tls->peer_identity() + (p.tls->resumed() ? ", resumed" : "") + ")";
+    if (p.tls->resumed()) ++counters_.resumed_tls;
   } else {
     peer = describe(fd, hello.value());
   }

@@ -42,6 +42,7 @@ struct ListenerCounters {
   uint64_t refused_hello = 0;      ///< a hello that did not decode
   uint64_t handshake_timeouts = 0;
   uint64_t refused_tls = 0;        ///< a TLS handshake that failed, or plaintext where TLS is required
+  uint64_t resumed_tls = 0;        ///< clients handed on after resuming a TLS session (no certificates)
   uint64_t accept_errors = 0;      ///< out of file descriptors, say
 };
 

@@ -314,6 +314,9 @@ Result<BootMessage> open_message(secure::Sealer& sealer, uint64_t number, std::v
 namespace {
 // A plaintext bootstrap message starts with the magic's first byte; a TLS record never does.
 constexpr uint8_t kBootMagicFirst = kBootMagic & 0xff;
+// A TLS record: type, version, 16-bit length, then at most 2^14 B + 256 (RFC 8446 §5.2).
+constexpr size_t kTlsRecordHeader = 5;
+constexpr size_t kMaxTlsRecord = (1 << 14) + 256;
 
 Result<uint8_t> peek_first(int fd, Deadline deadline, std::string_view what) {
   uint8_t b = 0;
@@ -330,9 +333,9 @@ Status refusal_of(int fd, Deadline deadline, std::string_view what) {
 }
 }  // namespace
 
-Result<std::unique_ptr<secure::Tls>> tls_connect(int fd, std::shared_ptr<secure::Context> context, Deadline deadline,
-                                                 std::string_view what) {
-  OB_ASSIGN_OR_RETURN(auto tls, secure::Tls::create(std::move(context)));
+Result<std::unique_ptr<secure::Tls>> tls_connect(int fd, std::shared_ptr<secure::Context> context, std::string peer,
+                                                 Deadline deadline, std::string_view what) {
+  OB_ASSIGN_OR_RETURN(auto tls, secure::Tls::create(std::move(context), std::move(peer)));
   for (bool first = true;; first = false) {
     Result<bool> done = tls->handshake();
     const std::vector<uint8_t> out = tls->take_output();  // a flight, or the alert that says why not
@@ -359,15 +362,24 @@ Result<BootMessage> read_secure_answer(int fd, secure::Tls& tls, secure::Sealer&
     if (m.kind == BootKind::kRefusal) return m;
     return Status(Code::kAuthentication, std::string(what) + ": the agent answered unsealed");
   }
-  // TLS records after our handshake completed: the agent's alert (it refused our keys).
+  // TLS records after our handshake completed: a session to resume, or the
+  // agent's alert (it refused our keys). Read whole, one at a time: its
+  // sealed answer may follow on the socket.
   for (;;) {
-    uint8_t buf[4096];
-    OB_ASSIGN_OR_RETURN(size_t n, net::recv_some(fd, buf, deadline, what));
-    OB_RETURN_IF_ERROR(tls.feed({buf, n}).with_context(what));
+    uint8_t record[kTlsRecordHeader + kMaxTlsRecord];
+    OB_RETURN_IF_ERROR(net::recv_exact(fd, {record, kTlsRecordHeader}, deadline, what));
+    const size_t length = size_t{record[3]} << 8 | record[4];
+    if (length > kMaxTlsRecord)
+      return Status(Code::kAuthentication, std::string(what) + ": a TLS record of " + std::to_string(length) +
+                                               " B, over TLS's " + std::to_string(kMaxTlsRecord) + " B");
+    OB_RETURN_IF_ERROR(net::recv_exact(fd, {record + kTlsRecordHeader, length}, deadline, what));
+    OB_RETURN_IF_ERROR(tls.feed({record, kTlsRecordHeader + length}).with_context(what));
     auto data = tls.read();
     if (!data.ok()) return data.status().with_context(what);
     if (!data->empty())
       return Status(Code::kAuthentication, std::string(what) + ": the agent sent TLS data after the handshake");
+    OB_ASSIGN_OR_RETURN(b, peek_first(fd, deadline, what));
+    if (b == kBootMagicFirst) return read_secure_answer(fd, tls, in, deadline, what);
   }
 }
 

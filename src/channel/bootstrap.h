@@ -147,10 +147,11 @@ Result<std::vector<uint8_t>> seal_message(secure::Sealer& sealer, uint64_t numbe
 Result<BootMessage> open_message(secure::Sealer& sealer, uint64_t number, std::vector<uint8_t> payload);
 
 /// Client side of a secure bootstrap: the TLS handshake on `fd` before the
-/// deadline. An agent that answers it with a Refusal (one without keys):
-/// that refusal's code and message.
-Result<std::unique_ptr<secure::Tls>> tls_connect(int fd, std::shared_ptr<secure::Context> context, Deadline deadline,
-                                                 std::string_view what);
+/// deadline, resuming the session last kept for `peer` if there is one. An
+/// agent that answers it with a Refusal (one without keys): that refusal's
+/// code and message.
+Result<std::unique_ptr<secure::Tls>> tls_connect(int fd, std::shared_ptr<secure::Context> context, std::string peer,
+                                                 Deadline deadline, std::string_view what);
 /// The agent's answer to a Hello sent through `tls`: its sealed message,
 /// opened with `in`; a plaintext Refusal; or kAuthentication with the TLS
 /// alert it sent instead (our certificate or PSK refused).

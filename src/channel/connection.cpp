@@ -81,17 +81,17 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   };
   const std::string what = "handshake with the agent at " + address;
   Result<channel::BootMessage> answer = Status(Code::kNotConnected, what);
-  std::string agent_identity = "plaintext";
   if (tls_context) {
     // The Hello goes through TLS; the answer comes sealed with keys from its handshake.
-    auto tls = channel::tls_connect(sock.get(), tls_context, deadline, what);
+    auto tls = channel::tls_connect(sock.get(), tls_context, address, deadline, what);
     if (!tls.ok()) return fail(tls.status());
     auto keys = (*tls)->keys();
     if (!keys.ok()) return fail(keys.status());
     Status st = (*tls)->write(channel::encode(hello));
     if (st.ok()) st = net::send_all(sock.get(), (*tls)->take_output(), deadline, what);
     if (!st.ok()) return fail(st);
-    agent_identity = "TLS 1.3 over " + (*tls)->key_exchange() + ", agent " + (*tls)->peer_identity();
+    impl->security = "TLS 1.3 over " + (*tls)->key_exchange() + ", agent " + (*tls)->peer_identity() +
+                     ((*tls)->resumed() ? ", resumed" : "");
     {
       Lock lock(hub->mutex());
       impl->seal = std::make_unique<secure::FrameSeal>(*keys, secure::Role::kClient, config.secure.rekey_bytes);
@@ -134,7 +134,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   if (impl->state != Impl::State::kClosed) impl->state = Impl::State::kOpen;
   OB_RETURN_IF_ERROR(impl->check_open());
   OB_LOG_INFO("connected to %s (connection %u, peer max_msg_size %lu B, %s)", address.c_str(), impl->local_id,
-              static_cast<unsigned long>(impl->peer_max_msg), agent_identity.c_str());
+              static_cast<unsigned long>(impl->peer_max_msg), impl->security.c_str());
   return channel::detail::Access::connection(std::move(impl), /*owner=*/true);
 }
 
@@ -328,6 +328,7 @@ Status Connection::close_reason() const {
 uint64_t Connection::peer_max_msg_size() const { return impl_->peer_max_msg; }
 std::vector<std::string> Connection::peer_services() const { return impl_->peer_services; }
 std::vector<std::pair<std::string, uint64_t>> Connection::agent_info() const { return impl_->agent_info; }
+const std::string& Connection::security() const { return impl_->security; }
 uint32_t Connection::send_credits() const {
   Lock lock(impl_->hub->mutex());
   return impl_->send_msgs;

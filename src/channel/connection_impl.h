@@ -146,6 +146,7 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   uint64_t peer_max_msg = 0;
   std::vector<std::string> peer_services;
   channel::Facts agent_info;  // what the agent announced (client side)
+  std::string security = "plaintext";  // Connection::security()
   std::vector<std::string> local_services;  // agent side: advertised in the welcome
 
   // Credits.

@@ -83,9 +83,24 @@ Status read_psk(const std::string& file, std::string& identity, std::vector<uint
   return {};
 }
 
-const Context& context_of(SSL* ssl) {
-  return *static_cast<const Context*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
-}
+Context& context_of(SSL* ssl) { return *static_cast<Context*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl))); }
+}  // namespace
+
+// OpenSSL's callbacks that reach into a Tls (its SSL's app data).
+struct Callbacks {
+  static Tls& tls_of(SSL* ssl) { return *static_cast<Tls*>(SSL_get_app_data(ssl)); }
+  // What a callback learnt of a failure, for the error the handshake returns.
+  static void note(SSL* ssl, std::string why) { tls_of(ssl).note_ = std::move(why); }
+  // A client got a session to resume (TLS 1.3: after the handshake).
+  static int new_session(SSL* ssl, SSL_SESSION* session) {
+    Tls& t = tls_of(ssl);
+    if (t.peer_.empty()) return 0;
+    context_of(ssl).keep_session(t.peer_, session);
+    return 1;  // ours now
+  }
+};
+
+namespace {
 
 SSL_SESSION* psk_session(SSL* ssl, const Context& c) {
   const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kPskCipher);
@@ -117,10 +132,9 @@ int find_psk(SSL* ssl, const unsigned char* id, size_t idlen, SSL_SESSION** sess
   *sess = nullptr;
   if (idlen != c.psk_identity().size() || CRYPTO_memcmp(id, c.psk_identity().data(), idlen) != 0) {
     // Unknown identity: no PSK, and without a certificate the handshake fails.
-    auto* tls = static_cast<std::string*>(SSL_get_app_data(ssl));
-    if (tls)
-      *tls = "unknown PSK identity \"" +
-             std::string(reinterpret_cast<const char*>(id), std::min<size_t>(idlen, kMaxPskIdentity)) + "\"";
+    Callbacks::note(ssl, "unknown PSK identity \"" +
+                             std::string(reinterpret_cast<const char*>(id), std::min<size_t>(idlen, kMaxPskIdentity)) +
+                             "\"");
     return 1;
   }
   *sess = psk_session(ssl, c);
@@ -154,7 +168,7 @@ Result<std::shared_ptr<Context>> Context::create(const SecureConfig& config, Rol
   // Nothing may follow the handshake in TLS records but the Hello: no session
   // tickets (which would also allow replayable 0-RTT resumption).
   SSL_CTX_set_num_tickets(raw, 0);
-  SSL_CTX_set_options(raw, SSL_OP_NO_TICKET);
+  SSL_CTX_set_options(raw, SSL_OP_NO_TICKET);  // with TLS 1.3: stateful tickets, if any
   SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_OFF);
   if (psk) {
     OB_RETURN_IF_ERROR(read_psk(config.psk_file, c->psk_identity_, c->psk_));
@@ -180,14 +194,53 @@ Result<std::shared_ptr<Context>> Context::create(const SecureConfig& config, Rol
   SSL_CTX_set_verify(raw, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   // The peer's certificate must be made for its side: a client's cannot stand in for an agent's.
   SSL_CTX_set_purpose(raw, role == Role::kAgent ? X509_PURPOSE_SSL_CLIENT : X509_PURPOSE_SSL_SERVER);
+  if (config.session_lifetime_s > 0) {
+    // Resumption: a new X25519 exchange under a PSK from the last session,
+    // without certificates. The agent keeps its sessions in memory (a
+    // stateful ticket is only their name) and offers no 0-RTT.
+    SSL_CTX_set_timeout(raw, config.session_lifetime_s);
+    if (role == Role::kAgent) {
+      static constexpr unsigned char kSessionContext[] = "outboard-agent";
+      SSL_CTX_set_session_id_context(raw, kSessionContext, sizeof kSessionContext - 1);
+      SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_SERVER);
+      SSL_CTX_sess_set_cache_size(raw, kMaxTlsSessions);
+      SSL_CTX_set_num_tickets(raw, 1);
+    } else {
+      SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+      SSL_CTX_sess_set_new_cb(raw, Callbacks::new_session);
+    }
+  }
   return c;
 }
 
-Context::~Context() { SSL_CTX_free(ctx_); }
+Context::~Context() {
+  for (auto& [peer, session] : sessions_) SSL_SESSION_free(session);
+  SSL_CTX_free(ctx_);
+}
+
+SSL_SESSION* Context::take_session(const std::string& peer) {
+  std::lock_guard lock(sessions_mu_);
+  auto it = sessions_.find(peer);
+  if (it == sessions_.end()) return nullptr;
+  SSL_SESSION* s = it->second;
+  sessions_.erase(it);
+  return s;
+}
+
+void Context::keep_session(const std::string& peer, SSL_SESSION* session) {
+  std::lock_guard lock(sessions_mu_);
+  if (sessions_.size() >= kMaxTlsSessions && !sessions_.count(peer)) {
+    SSL_SESSION_free(sessions_.begin()->second);
+    sessions_.erase(sessions_.begin());
+  }
+  SSL_SESSION*& slot = sessions_[peer];
+  SSL_SESSION_free(slot);  // an older one for the same agent
+  slot = session;
+}
 
 Result<std::shared_ptr<Context>> Context::cached(const SecureConfig& config, Role role) {
   // The files as they are now: keys replaced on disk make a new context.
-  std::string id = std::to_string(static_cast<int>(role));
+  std::string id = std::to_string(static_cast<int>(role)) + "|" + std::to_string(config.session_lifetime_s);
   for (const std::string* file : {&config.cert, &config.key, &config.ca, &config.psk_file}) {
     struct stat st {};
     id += "|" + *file;
@@ -209,7 +262,7 @@ Result<std::shared_ptr<Context>> Context::cached(const SecureConfig& config, Rol
   return context;
 }
 
-Result<std::unique_ptr<Tls>> Tls::create(std::shared_ptr<Context> context) {
+Result<std::unique_ptr<Tls>> Tls::create(std::shared_ptr<Context> context, std::string peer) {
   SSL* ssl = SSL_new(context->get());
   BIO* in = BIO_new(BIO_s_mem());
   BIO* out = BIO_new(BIO_s_mem());
@@ -220,12 +273,23 @@ Result<std::unique_ptr<Tls>> Tls::create(std::shared_ptr<Context> context) {
   SSL_set_bio(ssl, in, out);
   if (context->role() == Role::kAgent) SSL_set_accept_state(ssl);
   else SSL_set_connect_state(ssl);
-  std::unique_ptr<Tls> t(new Tls(std::move(context), ssl));
-  SSL_set_app_data(ssl, &t->note_);
+  if (!peer.empty() && context->role() == Role::kClient) {
+    if (SSL_SESSION* s = context->take_session(peer)) {
+      SSL_set_session(ssl, s);  // its own reference
+      SSL_SESSION_free(s);
+    }
+  }
+  std::unique_ptr<Tls> t(new Tls(std::move(context), ssl, std::move(peer)));
+  SSL_set_app_data(ssl, t.get());
   return t;
 }
 
-Tls::~Tls() { SSL_free(ssl_); }
+Tls::~Tls() {
+  // Our TLS stream ends after the Hello by design, without close_notify:
+  // OpenSSL would take that for a failed connection and spoil its session.
+  if (done_) SSL_set_shutdown(ssl_, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+  SSL_free(ssl_);
+}
 
 Status Tls::feed(std::span<const uint8_t> bytes) {
   if (!done_ && (fed_ += bytes.size()) > kMaxHandshakeBytes)
@@ -312,6 +376,9 @@ std::string Tls::key_exchange() const {
   const char* name = group ? OBJ_nid2sn(group) : nullptr;
   return name ? name : "none";
 }
+
+// An external PSK also counts as "reused" to OpenSSL: only certificates' sessions resume.
+bool Tls::resumed() const { return context_->psk().empty() && SSL_session_reused(ssl_) == 1; }
 
 std::string Tls::peer_identity() const {
   X509* cert = SSL_get0_peer_certificate(ssl_);

@@ -16,7 +16,9 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,12 +28,16 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
+typedef struct ssl_session_st SSL_SESSION;
 typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;
 
 namespace outboard::secure {
 
 /// The AEAD tag appended to every sealed message.
 inline constexpr size_t kTagBytes = 16;
+/// TLS sessions a client keeps to resume (one per agent), and an agent
+/// remembers (one per client connection, until their lifetime ends).
+inline constexpr size_t kMaxTlsSessions = 1024;
 /// Bytes a peer may send before its handshake completes (a ClientHello with
 /// a certificate chain is a few KiB).
 inline constexpr size_t kMaxHandshakeBytes = 64 << 10;
@@ -63,6 +69,11 @@ class Context {
   /// PSK mode: the identity and the key (empty in certificate mode).
   [[nodiscard]] const std::string& psk_identity() const { return psk_identity_; }
   [[nodiscard]] std::span<const uint8_t> psk() const { return psk_; }
+  /// A client's session with the agent at `peer`, to resume: taken, since
+  /// each is used once (the agent gives a new one). Null: none.
+  SSL_SESSION* take_session(const std::string& peer);
+  /// Keeps a session (owned from now) for take_session(peer).
+  void keep_session(const std::string& peer, SSL_SESSION* session);
 
  private:
   Context(SSL_CTX* ctx, Role role) : ctx_(ctx), role_(role) {}
@@ -70,6 +81,8 @@ class Context {
   Role role_;
   std::string psk_identity_;
   std::vector<uint8_t> psk_;
+  std::mutex sessions_mu_;
+  std::map<std::string, SSL_SESSION*> sessions_;
 };
 
 /// The AEAD frames are sealed with: that of the TLS suite both peers chose
@@ -88,7 +101,9 @@ struct Keys {
 /// socket and feed()/take_output(). Thread mode: single.
 class Tls {
  public:
-  static Result<std::unique_ptr<Tls>> create(std::shared_ptr<Context> context);
+  /// `peer`: a client's name for the agent ("host:port"), under which its
+  /// session is kept and resumed (none: a full handshake, nothing kept).
+  static Result<std::unique_ptr<Tls>> create(std::shared_ptr<Context> context, std::string peer = {});
   ~Tls();
 
   /// Bytes from the peer; kTooBig past kMaxHandshakeBytes before the handshake completes.
@@ -109,12 +124,17 @@ class Tls {
   [[nodiscard]] std::string key_exchange() const;
   /// Who the peer authenticated as: its certificate's subject or "psk:<identity>".
   [[nodiscard]] std::string peer_identity() const;
+  /// Whether the handshake resumed an earlier session (certificates not sent again).
+  [[nodiscard]] bool resumed() const;
 
  private:
-  Tls(std::shared_ptr<Context> context, SSL* ssl) : context_(std::move(context)), ssl_(ssl) {}
+  friend struct Callbacks;  // OpenSSL's callbacks (secure.cpp)
+  Tls(std::shared_ptr<Context> context, SSL* ssl, std::string peer)
+      : context_(std::move(context)), ssl_(ssl), peer_(std::move(peer)) {}
   Status failure(const char* what) const;
   std::shared_ptr<Context> context_;
   SSL* ssl_;
+  std::string peer_;
   size_t fed_ = 0;
   bool done_ = false;
   std::string note_;  // what a callback learnt of a failure (an unknown PSK identity)

@@ -50,7 +50,7 @@ def test_quick_run_covers_every_case_and_checks_every_cell(quick_run: Path) -> N
     assert set(sessions) == {1, 10, 1000} and all(m["connect_us"]["p50"] > 0 for m in sessions.values())
     # The secure channel beside plaintext on the same link: both kinds of keys, every echo checked.
     connects = {r["impl"] for r in rows if r["case"] == "secure_connect"}
-    assert connects == {channel.SECURE, channel.PSK, channel.PLAIN}
+    assert connects == {channel.SECURE, channel.FULL, channel.PSK, channel.PLAIN}
     secure = [r for r in rows if r["case"] in ("secure_latency", "secure_streaming") and r["impl"] == channel.SECURE]
     assert secure and all(r["correctness"]["ok"] for r in secure)
     assert all(r["metrics"]["agent_cpu_s_per_gib"] > 0 for r in secure if r["case"] == "secure_streaming")

@@ -55,13 +55,17 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 c.close()
     secure = spec.get("secure", {})
     if op == "connect":
+        if spec.get("full_handshake"):  # no session kept: certificates every time
+            secure = {**secure, "tls_session_lifetime_s": 0}
         with connect(address, **secure):  # UCX's context stays up: the connects timed are warm ones
-            samples = []
+            samples, resumed = [], 0
             for _ in range(int(spec["trials"])):
                 t0 = time.perf_counter()
-                connect(address, **secure).close()
+                c = connect(address, **secure)
                 samples.append((time.perf_counter() - t0) * 1e6)
-        return {"connect_us": summarize(samples)}
+                resumed += c.connection.security.endswith(", resumed")
+                c.close()
+        return {"connect_us": summarize(samples), "resumed": resumed}
     with connect(address, ring_slots=spec.get("ring_slots"), **secure) as client:
         out: dict[str, Any] = {"lanes": transports(client.connection.lanes)}
         if start_at := spec.get("start_at"):  # concurrent clients start together

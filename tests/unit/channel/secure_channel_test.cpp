@@ -145,6 +145,23 @@ TEST_F(SecureChannelTest, AnExpiredClientCertificateIsRefusedAndOthersServedMean
   EXPECT_TRUE(answer.ok()) << answer.status().to_string();
 }
 
+TEST_F(SecureChannelTest, ALaterConnectResumesItsTlsSession) {
+  auto first = connect_with(keys("a", "client"));
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ((*first)->security(), "TLS 1.3 over X25519, agent /O=outboard/CN=agent a");
+  auto again = connect_with(keys("a", "client"));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ((*again)->security(), "TLS 1.3 over X25519, agent /O=outboard/CN=agent a, resumed");
+  auto r = (*again)->request("echo", bytes("resumed"), soon());
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(std::string(r->span().begin(), r->span().end()), "resumed");
+  SecureConfig full = keys("a", "client");
+  full.session_lifetime_s = 0;
+  auto never = connect_with(full);
+  ASSERT_TRUE(never.ok()) << never.status().to_string();
+  EXPECT_EQ((*never)->security().find("resumed"), std::string::npos) << (*never)->security();
+}
+
 TEST_F(SecureChannelTest, OneSidedAccessIsRefusedRatherThanSentInClear) {
   auto c = connect_with(keys("a", "client"));
   ASSERT_TRUE(c.ok());

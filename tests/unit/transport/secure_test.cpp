@@ -46,20 +46,25 @@ class SecureTest : public ::testing::Test {
     Status client, agent;
     Keys client_keys, agent_keys;
     std::string client_sees, agent_sees, group;
+    bool client_resumed = false, agent_resumed = false;
   };
   // Runs one handshake, moving each side's output to the other, then lets
   // the client read what the agent said after it (an alert, if it refused).
   // `client_suites`: the TLS 1.3 suites the client offers, if not OpenSSL's.
   static Outcome handshake(const SecureConfig& client, const SecureConfig& agent,
                            const char* client_suites = nullptr) {
-    Outcome o;
     auto cc = Context::create(client, Role::kClient);
     auto ac = Context::create(agent, Role::kAgent);
     EXPECT_TRUE(cc.ok() && ac.ok()) << cc.status().to_string() << " / " << ac.status().to_string();
-    if (!cc.ok() || !ac.ok()) return o;
+    if (!cc.ok() || !ac.ok()) return {};
     if (client_suites) EXPECT_EQ(SSL_CTX_set_ciphersuites((*cc)->get(), client_suites), 1);
-    auto c = std::move(Tls::create(*cc)).value();
-    auto a = std::move(Tls::create(*ac)).value();
+    return handshake(*cc, *ac);
+  }
+  // `peer`: the client's name for the agent, under which it keeps a session to resume.
+  static Outcome handshake(std::shared_ptr<Context> cc, std::shared_ptr<Context> ac, std::string peer = {}) {
+    Outcome o;
+    auto c = std::move(Tls::create(cc, peer)).value();
+    auto a = std::move(Tls::create(ac)).value();
     bool c_done = false, a_done = false;
     for (int round = 0; round < 8; ++round) {
       if (o.client.ok() && !c_done) {
@@ -82,8 +87,10 @@ class SecureTest : public ::testing::Test {
       o.client_keys = c->keys().value();
       o.client_sees = c->peer_identity();
       o.group = c->key_exchange();
+      o.client_resumed = c->resumed();
     }
-    if (a_done && o.agent.ok()) o.agent_keys = a->keys().value(), o.agent_sees = a->peer_identity();
+    if (a_done && o.agent.ok())
+      o.agent_keys = a->keys().value(), o.agent_sees = a->peer_identity(), o.agent_resumed = a->resumed();
     return o;
   }
   static bool same(const Keys& x, const Keys& y) {
@@ -117,6 +124,34 @@ TEST_F(SecureTest, CertificatesGiveBothSidesTheSameKeysOverAnEphemeralExchange) 
   EXPECT_EQ(o.client_keys.aead, Aead::kAes256Gcm);
   Outcome again = handshake(certs("a", "client"), certs("a", "agent"));
   EXPECT_NE(again.client_keys.client_to_agent, o.client_keys.client_to_agent);
+}
+
+TEST_F(SecureTest, ALaterHandshakeResumesWithoutCertificatesOverANewExchange) {
+  auto cc = Context::create(certs("a", "client"), Role::kClient).value();
+  auto ac = Context::create(certs("a", "agent"), Role::kAgent).value();
+  Outcome first = handshake(cc, ac, "agent a");
+  ASSERT_TRUE(first.client.ok() && first.agent.ok()) << first.client.to_string() << " / " << first.agent.to_string();
+  EXPECT_FALSE(first.client_resumed || first.agent_resumed);
+  Outcome again = handshake(cc, ac, "agent a");
+  ASSERT_TRUE(again.client.ok() && again.agent.ok()) << again.client.to_string() << " / " << again.agent.to_string();
+  EXPECT_TRUE(again.client_resumed && again.agent_resumed);
+  EXPECT_TRUE(same(again.client_keys, again.agent_keys));
+  EXPECT_NE(again.client_keys.client_to_agent, first.client_keys.client_to_agent);
+  EXPECT_EQ(again.group, "X25519");  // psk_dhe_ke: still forward secret
+  EXPECT_EQ(again.agent_sees, "/O=outboard/CN=outboard client");  // who it was, from the session
+  EXPECT_EQ(again.client_sees, "/O=outboard/CN=agent a");
+  // Sessions are kept per agent; an agent that did not make one (restarted) gets a full handshake.
+  EXPECT_FALSE(handshake(cc, ac, "another agent").client_resumed);
+  auto restarted = Context::create(certs("a", "agent"), Role::kAgent).value();
+  Outcome fresh = handshake(cc, restarted, "agent a");
+  EXPECT_TRUE(fresh.client.ok() && fresh.agent.ok()) << fresh.client.to_string() << " / " << fresh.agent.to_string();
+  EXPECT_FALSE(fresh.client_resumed || fresh.agent_resumed);
+  // A lifetime of 0: every handshake a full one.
+  SecureConfig never = certs("a", "client");
+  never.session_lifetime_s = 0;
+  auto nc = Context::create(never, Role::kClient).value();
+  handshake(nc, ac, "agent a");
+  EXPECT_FALSE(handshake(nc, ac, "agent a").client_resumed);
 }
 
 TEST_F(SecureTest, AnAgentOfAnotherCaIsRefusedOnBothSides) {
@@ -176,6 +211,7 @@ TEST_F(SecureTest, APskGivesBothSidesTheSameKeysOverAnEphemeralExchange) {
   EXPECT_EQ(o.agent_sees, "psk:outboard");
   EXPECT_EQ(o.group, "X25519");  // psk_dhe_ke, never plain psk_ke
   EXPECT_EQ(o.client_keys.aead, Aead::kAes256Gcm);
+  EXPECT_FALSE(o.client_resumed || o.agent_resumed);  // OpenSSL's "reused" PSK is no resumed session
 }
 
 TEST_F(SecureTest, FramesFollowTheSuiteTheClientChose) {
