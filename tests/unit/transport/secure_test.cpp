@@ -57,7 +57,9 @@ class SecureTest : public ::testing::Test {
     auto ac = Context::create(agent, Role::kAgent);
     EXPECT_TRUE(cc.ok() && ac.ok()) << cc.status().to_string() << " / " << ac.status().to_string();
     if (!cc.ok() || !ac.ok()) return {};
-    if (client_suites) EXPECT_EQ(SSL_CTX_set_ciphersuites((*cc)->get(), client_suites), 1);
+    if (client_suites) {
+      EXPECT_EQ(SSL_CTX_set_ciphersuites((*cc)->get(), client_suites), 1);
+    }
     return handshake(*cc, *ac);
   }
   // `peer`: the client's name for the agent, under which it keeps a session to resume.
@@ -75,13 +77,17 @@ class SecureTest : public ::testing::Test {
         auto r = c->read();
         if (!r.ok()) o.client = r.status();
       }
-      if (auto out = c->take_output(); !out.empty()) EXPECT_TRUE(a->feed(out).ok());
+      if (auto out = c->take_output(); !out.empty()) {
+        EXPECT_TRUE(a->feed(out).ok());
+      }
       if (o.agent.ok() && !a_done) {
         auto r = a->handshake();
         if (r.ok()) a_done = *r;
         else o.agent = r.status();
       }
-      if (auto out = a->take_output(); !out.empty()) EXPECT_TRUE(c->feed(out).ok());
+      if (auto out = a->take_output(); !out.empty()) {
+        EXPECT_TRUE(c->feed(out).ok());
+      }
     }
     if (c_done && o.client.ok()) {
       o.client_keys = c->keys().value();
