@@ -22,8 +22,6 @@ class Buffer {
   [[nodiscard]] size_t size() const { return size_; }
   [[nodiscard]] std::span<const uint8_t> span() const { return {data_.get(), size_}; }
   [[nodiscard]] std::span<uint8_t> span() { return {data_.get(), size_}; }
-  /// Keeps the first `size` bytes (no smaller: a no-op).
-  void truncate(size_t size) { size_ = size < size_ ? size : size_; }
 
  private:
   std::unique_ptr<uint8_t[]> data_;

@@ -165,8 +165,8 @@ Result<std::shared_ptr<Context>> Context::create(const SecureConfig& config, Rol
   std::shared_ptr<Context> c(new Context(raw, role));
   SSL_CTX_set_app_data(raw, c.get());
   SSL_CTX_set_min_proto_version(raw, TLS1_3_VERSION);
-  // Nothing may follow the handshake in TLS records but the Hello: no session
-  // tickets (which would also allow replayable 0-RTT resumption).
+  // Nothing follows the handshake in TLS records but the Hello, and with
+  // certificates a ticket to resume by (below); never 0-RTT, which replays.
   SSL_CTX_set_num_tickets(raw, 0);
   SSL_CTX_set_options(raw, SSL_OP_NO_TICKET);  // with TLS 1.3: stateful tickets, if any
   SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_OFF);

@@ -33,7 +33,8 @@ typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;
 
 namespace outboard::secure {
 
-/// The AEAD tag appended to every sealed message.
+/// The AEAD tag of every sealed message: after a socket message's bytes, in
+/// a frame's header.
 inline constexpr size_t kTagBytes = 16;
 /// TLS sessions a client keeps to resume (one per agent), and an agent
 /// remembers (one per client connection, until their lifetime ends).
