@@ -207,9 +207,10 @@ void Listener::finish(int fd) {
     auto keys = p.tls->keys();
     if (!keys.ok()) return channel::refuse(fd, {keys.status().code(), keys.status().message()});
     peer.keys = *keys;
+    const bool resumed = p.tls->resumed();
     peer.name = net::peer_address(fd) + " pid " + std::to_string(hello->pid) + " (TLS: " +
-                p.tls->peer_identity() + (p.tls->resumed() ? ", resumed" : "") + ")";
-    if (p.tls->resumed()) ++counters_.resumed_tls;
+                p.tls->peer_identity() + (resumed ? ", resumed" : "") + ")";
+    counters_.resumed_tls += resumed;
   } else {
     peer = describe(fd, hello.value());
   }
