@@ -15,7 +15,7 @@ if apt-cache show libclang-rt-14-dev >/dev/null 2>&1; then PACKAGES+=(libclang-r
 # charts). Tests only: pytest, and the
 # reference tokenizers the exactness gate compares against, and faker for
 # multi-script test text.
-PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "unicodedata2==16.0.0" "numpy>=1.22" "matplotlib>=3.5"
+PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "unicodedata2==16.0.0" "numpy>=1.22" "matplotlib>=3.5" "safetensors>=0.4"
          "pytest>=7" "pytest-timeout>=2" "tiktoken==0.14.0" "tokenizers==0.23.3" "faker>=30")
 MIN_CMAKE=3.25
 

@@ -130,6 +130,22 @@ def main() -> int:
         "share-bcast-empty": share(3, 0, 0, 8, [b""]),
         "reach": struct.pack("<BBQ", 2, 2, 0x5EED) + blob(struct.pack("<IQQ", 0x3150424F, 0x7F0000000000, 8)),
     }
+    # checkpoint_save: services/checkpoint_wire.h, an open (keep_last, directory), a save (handle, step, region,
+    # tensors: name, dtype, dims, offset, bytes; the state's JSON) or a close (handle).
+    def tensor(name: bytes, dtype: int, dims: list[int], offset: int, nbytes: int) -> bytes:
+        return (blob(name) + struct.pack("<BB", dtype, len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+                + struct.pack("<QQ", offset, nbytes))
+    def save(step: int, tensors: list[bytes], state: bytes) -> bytes:
+        return (struct.pack("<BBIQ", 1, 1, 0, step) + blob(b"staging-key") + struct.pack("<I", len(tensors))
+                + b"".join(tensors) + blob(state))
+    seeds["checkpoint_save"] = {
+        "open": struct.pack("<BBI", 1, 0, 3) + blob(b"run-1/checkpoints"),
+        "save": save(42, [tensor(b"model.fc.weight", 9, [4, 8], 0, 128), tensor(b"model.fc.bias", 9, [4], 128, 16),
+                          tensor(b"optimizer.state.0.step", 11, [], 192, 8)],
+                     b'{"dict":[["epoch",{"v":3}],["model",{"tensor":"model.fc.weight"}]]}'),
+        "save-empty": save(0, [], b"null"),
+        "close": struct.pack("<BBI", 1, 2, 0),
+    }
     for target, files in seeds.items():
         d = CORPUS / target
         d.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,8 @@ struct AgentConfig {
   uint64_t graph_max_memory = 1ull << 30;   ///< --graph-max-memory: agent memory per connection
   // The mpi service.
   uint32_t mpi_max_pending = 256;  ///< --mpi-max-pending: a rank's collectives waiting for its other ranks
+  // The checkpoint service.
+  std::string checkpoint_root;  ///< --checkpoint-root: where clients' checkpoints may go; empty: nowhere
 };
 
 /// Where `outboard vocab fetch` caches vocabularies: $OUTBOARD_CACHE_DIR,

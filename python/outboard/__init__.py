@@ -5,8 +5,9 @@ This is the public API; ``outboard._core`` is private.
 
 from __future__ import annotations
 
-from . import errors
+from . import checkpoint, errors
 from ._agent import LocalAgent, agent_executable
+from .checkpoint import Checkpointer
 from .client import Client, connect
 from .errors import Error
 from .graph import Executor, Graph, Instance
@@ -15,4 +16,4 @@ from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
-__all__ = ["AutoPolicy", "Batch", "BatchQueue", "Client", "Error", "Executor", "Graph", "Instance", "LocalAgent", "OffloadTokenizer", "Tokenizer", "agent_executable", "connect", "errors", "__version__"]
+__all__ = ["AutoPolicy", "Batch", "BatchQueue", "Checkpointer", "Client", "Error", "Executor", "Graph", "Instance", "LocalAgent", "OffloadTokenizer", "Tokenizer", "agent_executable", "checkpoint", "connect", "errors", "__version__"]

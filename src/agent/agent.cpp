@@ -100,6 +100,9 @@ config::Options agent_options(const AgentConfig& a) {
            "agent memory a connection's graph instances may hold"},
           {"mpi-max-pending", Type::kInt, std::to_string(a.mpi_max_pending),
            "collectives one MPI rank may have waiting for its communicator's other ranks"},
+          {"checkpoint-root", Type::kString, a.checkpoint_root,
+           "directory the checkpoint service writes clients' checkpoints in (each client names a directory inside "
+           "it); empty: the service refuses every directory"},
           {"vocab-dir", Type::kString, a.vocab_dir,
            "vocabulary cache, the only place the tokenize service opens names in (default: $OUTBOARD_CACHE_DIR or "
            "~/.cache/outboard)"},
@@ -179,6 +182,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.max_text_bytes = o.size("max-text-bytes");
   a.max_vocab_bytes = o.size("max-vocab-bytes");
   a.vocab_dir = o.str("vocab-dir");
+  a.checkpoint_root = o.str("checkpoint-root");
   a.channel.recv_window_msgs = static_cast<uint32_t>(window);
   a.channel.max_outstanding_requests = static_cast<uint32_t>(outstanding);
   a.channel.keepalive_ms = static_cast<uint64_t>(keepalive);

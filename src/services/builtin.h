@@ -77,4 +77,14 @@ struct MpiServiceConfig {
 /// the communicator has posted them (wire format: services/mpi_wire.h).
 std::unique_ptr<Service> make_mpi(MpiServiceConfig config);
 
+/// Limits of the `checkpoint` service (agent options in the comments).
+struct CheckpointConfig {
+  /// --checkpoint-root: the directory clients' checkpoint directories must lie in; empty: the
+  /// service refuses every directory.
+  std::string root;
+};
+/// `checkpoint`: persists trainers' snapshots from their staging regions as safetensors files and
+/// a manifest, durably (services/checkpoint_store.h; wire format: services/checkpoint_wire.h).
+std::unique_ptr<Service> make_checkpoint(CheckpointConfig config);
+
 }  // namespace outboard::services

@@ -1,0 +1,549 @@
+"""Checkpoint offload: the trainer snapshots its state into staging memory and goes on; the agent
+persists it (safetensors + a JSON manifest, fsynced, renamed into place, pruned to ``keep_last``).
+
+A checkpoint is a directory ``step-<12 digits>`` holding ``tensors.safetensors`` and
+``manifest.json``; ``load()`` (or ``safetensors`` alone) reads it back without an agent::
+
+    with outboard.Checkpointer("ckpt", keep_last=3) as ck:
+        for step in range(steps):
+            train_step()
+            if step % 100 == 0:
+                ck.save(step, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": e})
+    state = outboard.checkpoint.load("ckpt").state
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import os
+import struct
+import threading
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from .client import Client, connect
+from .errors import BadState, Error, InvalidArgument, NotFound, TimedOut, TooBig
+
+Policy = Literal["block", "skip", "queue-one"]
+
+#: Seconds the agent may take to persist one checkpoint before save()/wait() report it failed.
+PERSIST_TIMEOUT_S = 600.0
+#: Where each tensor starts in the staging memory: cache-line aligned, as numpy and torch like.
+ALIGN = 64
+#: Staging grows in steps of this many bytes (when not fixed by ``staging_bytes``).
+STAGING_QUANTUM = 1 << 20
+TENSORS_FILE = "tensors.safetensors"
+MANIFEST_FILE = "manifest.json"
+FORMAT, FORMAT_VERSION = "outboard-checkpoint", 1
+
+_VERSION = 1  # services/checkpoint_wire.h
+_OPEN, _SAVE, _CLOSE = 0, 1, 2
+# safetensors' dtypes in the wire's order (checkpoint_wire::Dtype).
+_DTYPE_NAMES = ("BOOL", "U8", "I8", "U16", "I16", "F16", "BF16", "U32", "I32", "F32", "U64", "I64", "F64")
+_NUMPY_CODES = {np.dtype(t): i for i, t in enumerate(
+    (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.float16, None, np.uint32, np.int32, np.float32,
+     np.uint64, np.int64, np.float64)) if t is not None}
+
+
+def _torch() -> Any:
+    """The torch module if this process imported it (a state holding torch tensors did)."""
+    import sys
+    return sys.modules.get("torch")
+
+
+def _torch_code(dtype: Any) -> int:
+    torch = _torch()
+    names = {torch.bool: 0, torch.uint8: 1, torch.int8: 2, torch.int16: 4, torch.float16: 5, torch.bfloat16: 6,
+             torch.int32: 8, torch.float32: 9, torch.int64: 11, torch.float64: 12}
+    for name, code in (("uint16", 3), ("uint32", 7), ("uint64", 10)):
+        if hasattr(torch, name):
+            names[getattr(torch, name)] = code
+    if dtype not in names:
+        raise InvalidArgument(f"torch dtype {dtype} has no safetensors counterpart")
+    return names[dtype]
+
+
+@dataclass
+class _Leaf:
+    name: str
+    value: Any  # numpy array or torch tensor
+    code: int  # wire dtype
+    shape: tuple[int, ...]
+    nbytes: int
+    offset: int = 0
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def flatten(state: Any) -> tuple[list[_Leaf], Any]:
+    """The state's tensors (named by their path, e.g. "model.fc.weight") and its JSON tree, where each
+    tensor is {"tensor": name}. Dict keys may be str, int, bool or None (a torch optimizer's state
+    is keyed by int); values tensors, numpy arrays and scalars, dicts, lists, tuples, str, int,
+    float, bool, None and bytes."""
+    leaves: list[_Leaf] = []
+    names: set[str] = set()
+
+    def leaf(path: list[str], value: Any, code: int, shape: tuple[int, ...], nbytes: int) -> str:
+        name = ".".join(path) or "tensor"
+        base, n = name, 1
+        while name in names:
+            name, n = f"{base}#{n}", n + 1
+        names.add(name)
+        leaves.append(_Leaf(name, value, code, shape, nbytes))
+        return name
+
+    def walk(x: Any, path: list[str]) -> Any:
+        if _is_torch_tensor(x):
+            t = x.detach()
+            node = {"tensor": leaf(path, t, _torch_code(t.dtype), tuple(t.shape), t.numel() * t.element_size()),
+                    "torch": str(t.device)}
+            return node
+        if isinstance(x, (np.ndarray, np.generic)):
+            a = np.asarray(x)
+            code = _NUMPY_CODES.get(a.dtype.newbyteorder("="))
+            if code is None:
+                raise InvalidArgument(f"state item {'.'.join(path)!r}: numpy dtype {a.dtype} has no safetensors counterpart")
+            node = {"tensor": leaf(path, a, code, a.shape, a.nbytes)}
+            if isinstance(x, np.generic):
+                node["scalar"] = True
+            return node
+        if isinstance(x, Mapping):
+            items = []
+            for k, v in x.items():
+                if not isinstance(k, (str, int, bool, type(None))):
+                    raise InvalidArgument(f"state item {'.'.join(path)!r}: key {k!r} is not str, int, bool or None")
+                items.append([k, walk(v, [*path, str(k)])])
+            return {"dict": items}
+        if isinstance(x, (list, tuple)):
+            return {"list" if isinstance(x, list) else "tuple": [walk(v, [*path, str(i)]) for i, v in enumerate(x)]}
+        if isinstance(x, float) and not math.isfinite(x):
+            return {"float": repr(x)}
+        if x is None or isinstance(x, (str, int, float, bool)):
+            return {"v": x}
+        if isinstance(x, (bytes, bytearray)):
+            return {"bytes": base64.b64encode(bytes(x)).decode()}
+        raise InvalidArgument(f"state item {'.'.join(path)!r}: a {type(x).__name__} is not a tensor, array, dict, "
+                              "list, tuple or scalar")
+
+    return leaves, walk(state, [])
+
+
+def _layout(leaves: list[_Leaf]) -> int:
+    """Places the leaves in staging; the bytes they take."""
+    at = 0
+    for leaf in leaves:
+        leaf.offset = at
+        at += -(-leaf.nbytes // ALIGN) * ALIGN
+    return at
+
+
+def _copy_in(leaf: _Leaf, staging: np.ndarray, base: int) -> None:
+    dst = staging[base + leaf.offset:base + leaf.offset + leaf.nbytes]
+    if _is_torch_tensor(leaf.value):
+        torch = _torch()
+        if leaf.nbytes:
+            torch.from_numpy(dst).view(leaf.value.dtype).view(leaf.shape).copy_(leaf.value)
+        return
+    a = leaf.value
+    np.copyto(dst.view(a.dtype.newbyteorder("=")).reshape(a.shape), a)
+
+
+def _encode_save(handle: int, step: int, descriptor: bytes, leaves: list[_Leaf], base: int, tree: Any) -> bytes:
+    parts = [struct.pack("<BBIQI", _VERSION, _SAVE, handle, step, len(descriptor)), descriptor,
+             struct.pack("<I", len(leaves))]
+    for leaf in leaves:
+        name = leaf.name.encode()
+        parts += [struct.pack("<I", len(name)), name, struct.pack("<BB", leaf.code, len(leaf.shape)),
+                  struct.pack(f"<{len(leaf.shape)}Q", *leaf.shape), struct.pack("<QQ", base + leaf.offset, leaf.nbytes)]
+    state = json.dumps(tree, separators=(",", ":"), allow_nan=False).encode()
+    parts += [struct.pack("<I", len(state)), state]
+    return b"".join(parts)
+
+
+@dataclass
+class _Slot:
+    """A part of the staging memory that holds one snapshot until the agent persisted it."""
+    base: int
+    step: int | None = None  # the snapshot in it
+    state: Literal["free", "queued", "persisting"] = "free"
+    payload: bytes = b""
+    saved_at: float = 0.0
+
+
+@dataclass
+class Status:
+    """What ``Checkpointer.status()`` reports. Times in seconds; ``durable_s`` runs from save() to the
+    agent's answer that the checkpoint is on disk."""
+    policy: str
+    in_flight: int | None = None
+    queued: int | None = None
+    last_persisted: int | None = None
+    persisted: int = 0
+    skipped: int = 0
+    superseded: int = 0
+    bytes: int = 0
+    total_bytes: int = 0
+    snapshot_s: float = 0.0
+    persist_s: float = 0.0
+    durable_s: float = 0.0
+    staging_bytes: int = 0
+    error: str | None = None
+    skipped_steps: list[int] = field(default_factory=list)
+
+
+class Checkpointer:
+    """Saves a training state to ``dir`` through an agent: save() copies the tensors into staging
+    memory the agent reads and returns; the agent writes, fsyncs and prunes while training goes on.
+
+    ``client``: a ``Client`` whose agent was started with ``--checkpoint-root`` above ``dir``; None
+    starts a local agent rooted at ``dir``. ``staging_bytes``: the staging memory (None: sized to
+    the state, growing with it). ``policy`` when a save finds the previous one still persisting:
+    "block" until it is done, "skip" this one, or "queue-one" (a second staging slot: the newest
+    waiting snapshot replaces an older waiting one). One thread saves; status(), wait() and load()
+    may be called from any."""
+
+    def __init__(self, dir: str | os.PathLike[str], client: Client | None = None, *, keep_last: int = 3,
+                 staging_bytes: int | None = None, policy: Policy = "block",
+                 timeout: float = PERSIST_TIMEOUT_S) -> None:
+        if policy not in ("block", "skip", "queue-one"):
+            raise InvalidArgument(f"policy {policy!r} is not 'block', 'skip' or 'queue-one'")
+        if keep_last < 0:
+            raise InvalidArgument(f"keep_last {keep_last} is negative (0 keeps every checkpoint)")
+        self.dir = Path(dir).absolute()
+        self.policy, self.timeout = policy, timeout
+        if client is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            client = connect(agent_args=("--checkpoint-root", str(self.dir)))
+            self._own_client = True
+        else:
+            self._own_client = False
+        self.client = client
+        path = str(self.dir).encode()
+        try:
+            answer = client.request("checkpoint", struct.pack("<BBII", _VERSION, _OPEN, keep_last, len(path)) + path,
+                                    timeout=timeout)
+        except BaseException:
+            if self._own_client:
+                client.close()
+            raise
+        self._handle = struct.unpack("<I", answer)[0]
+        self._slots_wanted = 2 if policy == "queue-one" else 1
+        self._fixed = staging_bytes
+        self._region: Any = None
+        self._staging = np.empty(0, np.uint8)
+        self._slots: list[_Slot] = []
+        self._cv = threading.Condition()
+        self._status = Status(policy)
+        self._error: Error | None = None
+        self._closed = False
+        self._sender = threading.Thread(target=self._send_loop, name="outboard-checkpoint", daemon=True)
+        self._sender.start()
+        if staging_bytes is not None:
+            self._allocate(staging_bytes // self._slots_wanted)
+
+    # ---- saving
+    def save(self, step: int, state: Any) -> bool:
+        """Snapshots ``state`` for step ``step`` and returns once the copy is made: True when it
+        will be persisted, False when the "skip" policy dropped it. Raises the error of an earlier
+        save that failed to persist (naming the path and the OS error), once."""
+        if not 0 <= step <= 999_999_999_999:
+            raise InvalidArgument(f"step {step} is outside 0..999999999999")
+        t0 = time.perf_counter()
+        leaves, tree = flatten(state)
+        need = _layout(leaves)
+        with self._cv:
+            self._raise_error()
+            if self._closed:
+                raise BadState("the checkpointer is closed")
+            slot = self._take_slot(step, need)
+            if slot is None:
+                return False
+        try:
+            for leaf in leaves:
+                _copy_in(leaf, self._staging, slot.base)
+            payload = _encode_save(self._handle, step, self._region.descriptor, leaves, slot.base, tree)
+        except BaseException:
+            with self._cv:
+                slot.state, slot.step = "free", None
+                self._cv.notify_all()
+            raise
+        with self._cv:
+            slot.payload, slot.step, slot.saved_at, slot.state = payload, step, t0, "queued"
+            self._status.snapshot_s = time.perf_counter() - t0
+            self._status.queued = step
+            self._cv.notify_all()
+        return True
+
+    def _take_slot(self, step: int, need: int) -> _Slot | None:
+        """A slot for the snapshot, by the policy, marked as being filled (state "persisting" keeps the
+        sender off it). Called with the lock held."""
+        if not self._slots or need > self._slot_bytes():
+            self._grow(need)
+        while True:
+            free = [s for s in self._slots if s.state == "free"]
+            if free:
+                slot = free[0]
+                break
+            waiting = [s for s in self._slots if s.state == "queued"]
+            if self.policy == "queue-one" and waiting:
+                slot = waiting[0]
+                self._status.superseded += 1
+                break
+            if self.policy == "skip":
+                self._status.skipped += 1
+                self._status.skipped_steps.append(step)
+                return None
+            if not self._cv.wait(self.timeout):
+                raise TimedOut(f"no staging slot freed within {self.timeout} s (the agent is still persisting)")
+            self._raise_error()
+        slot.state, slot.step = "persisting", None
+        return slot
+
+    def _slot_bytes(self) -> int:
+        return self._slots[1].base if len(self._slots) > 1 else self._staging.size
+
+    def _grow(self, need: int) -> None:
+        """Staging for snapshots of ``need`` bytes: a fixed ``staging_bytes`` that is too small is an
+        error; else, once nothing is in flight, new memory. Called with the lock held."""
+        if self._fixed is not None:
+            raise TooBig(f"the state takes {need} B of staging, over staging_bytes {self._fixed} B "
+                         f"({self._slots_wanted} slot(s) of {self._fixed // self._slots_wanted} B)")
+        while any(s.state != "free" for s in self._slots):
+            if not self._cv.wait(self.timeout):
+                raise TimedOut(f"the agent did not finish persisting within {self.timeout} s")
+            self._raise_error()
+        self._allocate(-(-max(need, 1) // STAGING_QUANTUM) * STAGING_QUANTUM)
+
+    def _allocate(self, slot_bytes: int) -> None:
+        self._region = None  # the old region goes before the new one is taken
+        self._region = self.client.connection.allocate_memory(max(slot_bytes, ALIGN) * self._slots_wanted)
+        self._staging = self._region.array()
+        self._slots = [_Slot(base=i * max(slot_bytes, ALIGN)) for i in range(self._slots_wanted)]
+        self._status.staging_bytes = self._staging.size
+
+    def _send_loop(self) -> None:
+        # One request at a time, as the agent persists them: the next waits here, where "queue-one"
+        # may still replace it.
+        while True:
+            with self._cv:
+                while not self._closed and not any(s.state == "queued" for s in self._slots):
+                    self._cv.wait()
+                if self._closed and not any(s.state == "queued" for s in self._slots):
+                    return
+                slot = min((s for s in self._slots if s.state == "queued"), key=lambda s: s.saved_at)
+                slot.state = "persisting"
+                step, payload, saved_at = slot.step, slot.payload, slot.saved_at
+                self._status.in_flight, self._status.queued = step, None
+            error, answer = None, {}
+            try:
+                answer = json.loads(self.client.request("checkpoint", payload, timeout=self.timeout))
+            except Error as e:
+                error = type(e)(f"checkpoint of step {step} failed: {e.message}")
+            with self._cv:
+                slot.state, slot.step, slot.payload = "free", None, b""
+                self._status.in_flight = None
+                if error is not None:
+                    self._error = error
+                    self._status.error = str(error)
+                else:
+                    s = self._status
+                    s.last_persisted, s.persisted = step, s.persisted + 1
+                    s.bytes, s.total_bytes = answer["bytes"], s.total_bytes + answer["bytes"]
+                    s.persist_s, s.durable_s = answer["persist_s"], time.perf_counter() - saved_at
+                self._cv.notify_all()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    # ---- waiting and looking
+    def wait(self, step: int | None = None, *, timeout: float | None = None) -> bool:
+        """Until every snapshot taken so far is persisted (``step``: until that one is, or was
+        dropped: False). Raises the error of a save that failed to persist."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+
+        def busy() -> bool:
+            if step is None:
+                return any(s.state != "free" for s in self._slots)
+            return any(s.step == step for s in self._slots)
+
+        with self._cv:
+            while busy():
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._cv.wait(left):
+                    raise TimedOut(f"checkpoints still persisting after {timeout or self.timeout} s")
+            self._raise_error()
+            return step is None or self._status.last_persisted == step or (
+                step in _steps(self.dir) and step not in self._status.skipped_steps)
+
+    def status(self) -> Status:
+        with self._cv:
+            s = self._status
+            return Status(**{**s.__dict__, "skipped_steps": list(s.skipped_steps)})
+
+    def latest(self) -> int | None:
+        """The newest step with a checkpoint in the directory (not checked: load() checks)."""
+        steps = _steps(self.dir)
+        return steps[-1] if steps else None
+
+    def load(self, step: int | None = None, map_location: Any = None) -> Any:
+        """The state of checkpoint ``step`` (None: the newest intact one), every file checked against
+        the manifest's size and sha256; checkpoints skipped as damaged are named in a warning."""
+        loaded = load(self.dir, step, map_location=map_location)
+        for s, why in loaded.skipped:
+            warnings.warn(f"checkpoint step {s} skipped: {why}", stacklevel=2)
+        return loaded.state
+
+    # ---- closing
+    def close(self) -> None:
+        """Waits for the snapshots taken to be persisted, then releases the directory (and the
+        local agent this checkpointer started)."""
+        if self._closed:
+            return
+        try:
+            self.wait()
+        finally:
+            with self._cv:
+                self._closed = True
+                self._cv.notify_all()
+            self._sender.join(self.timeout)
+            try:
+                if self.client.connection.is_open:
+                    self.client.request("checkpoint", struct.pack("<BBI", _VERSION, _CLOSE, self._handle),
+                                        timeout=self.timeout)
+            finally:
+                self._region, self._staging = None, np.empty(0, np.uint8)
+                if self._own_client:
+                    self.client.close()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---- reading checkpoints back (no agent needed)
+@dataclass
+class Loaded:
+    step: int
+    state: Any
+    skipped: list[tuple[int, str]]  # newer checkpoints found damaged, and why
+
+
+class Damaged(Error):
+    """A checkpoint whose files do not match its manifest."""
+
+
+def _steps(directory: Path) -> list[int]:
+    steps = []
+    for p in directory.glob("step-" + "[0-9]" * 12):
+        if p.is_dir():
+            steps.append(int(p.name[5:]))
+    return sorted(steps)
+
+
+def _read(path: Path, map_location: Any) -> Any:
+    try:
+        manifest = json.loads((path / MANIFEST_FILE).read_bytes())
+    except FileNotFoundError:
+        raise Damaged(f"{path / MANIFEST_FILE} is missing") from None
+    except (OSError, ValueError) as e:
+        raise Damaged(f"{path / MANIFEST_FILE} is unreadable: {e}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
+        raise Damaged(f"{path / MANIFEST_FILE} is not a {FORMAT} manifest of version {FORMAT_VERSION}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or TENSORS_FILE not in files:
+        raise Damaged(f"{path / MANIFEST_FILE} lists no {TENSORS_FILE}")
+    blobs = {}
+    for name, info in files.items():
+        f = path / name
+        if "/" in name or not isinstance(info, dict):
+            raise Damaged(f"{path / MANIFEST_FILE} lists {name!r} oddly")
+        try:
+            data = f.read_bytes()
+        except OSError as e:
+            raise Damaged(f"{f}: {e.strerror or e}") from None
+        if len(data) != info.get("bytes"):
+            raise Damaged(f"{f} has {len(data)} B, the manifest says {info.get('bytes')} B")
+        if hashlib.sha256(data).hexdigest() != info.get("sha256"):
+            raise Damaged(f"{f}: sha256 differs from the manifest's")
+        blobs[name] = data
+    tensors = _tensors(blobs[TENSORS_FILE], manifest.get("state"))
+    return _rebuild(manifest.get("state"), tensors, map_location)
+
+
+def _uses_torch(tree: Any) -> bool:
+    if isinstance(tree, dict):
+        return "torch" in tree or any(_uses_torch(v) for v in tree.values())
+    if isinstance(tree, list):
+        return any(_uses_torch(v) for v in tree)
+    return False
+
+
+def _tensors(data: bytes, tree: Any) -> dict[str, Any]:
+    try:
+        if _uses_torch(tree):
+            from safetensors.torch import load as load_torch
+            return load_torch(data)
+        from safetensors.numpy import load as load_numpy
+        return load_numpy(data)
+    except ImportError as e:
+        raise NotFound(f"reading checkpoints needs {e.name} (pip install safetensors"
+                       f"{' torch' if e.name == 'torch' else ''})") from None
+
+
+def _rebuild(node: Any, tensors: dict[str, Any], map_location: Any) -> Any:
+    if not isinstance(node, dict) or len(node) == 0:
+        raise Damaged(f"state node {node!r} is not one this format writes")
+    if "tensor" in node:
+        t = tensors[node["tensor"]]
+        if "torch" in node:
+            return t.to(map_location if map_location is not None else node["torch"])
+        return t[()] if node.get("scalar") else t
+    if "dict" in node:
+        return {k: _rebuild(v, tensors, map_location) for k, v in node["dict"]}
+    if "list" in node:
+        return [_rebuild(v, tensors, map_location) for v in node["list"]]
+    if "tuple" in node:
+        return tuple(_rebuild(v, tensors, map_location) for v in node["tuple"])
+    if "v" in node:
+        return node["v"]
+    if "float" in node:
+        return float(node["float"])
+    if "bytes" in node:
+        return base64.b64decode(node["bytes"])
+    raise Damaged(f"state node with keys {sorted(node)} is not one this format writes")
+
+
+def load(directory: str | os.PathLike[str], step: int | None = None, *, map_location: Any = None) -> Loaded:
+    """Reads checkpoint ``step`` of ``directory`` (None: the newest intact one, skipping damaged ones),
+    checking each file's size and sha256 against the manifest. Needs ``safetensors`` (and torch
+    for states saved from torch tensors); no agent."""
+    directory = Path(directory)
+    steps = _steps(directory)
+    if step is not None:
+        if step not in steps:
+            raise NotFound(f"no checkpoint of step {step} in {directory}")
+        steps = [step]
+    skipped: list[tuple[int, str]] = []
+    for s in reversed(steps):
+        try:
+            return Loaded(s, _read(directory / f"step-{s:012d}", map_location), skipped)
+        except (Damaged, KeyError, ValueError, TypeError) as e:
+            skipped.append((s, str(e) if isinstance(e, Damaged) else f"unreadable: {e!r}"))
+    reasons = "; ".join(f"step {s}: {why}" for s, why in skipped)
+    raise NotFound(f"no intact checkpoint in {directory}" + (f" ({reasons})" if reasons else ""))

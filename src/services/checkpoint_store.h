@@ -1,0 +1,71 @@
+#pragma once
+// A checkpoint directory on the agent's disk: each checkpoint a directory `step-<12 digits>`
+// holding tensors.safetensors (safetensors: what other tools read) and manifest.json (every file's
+// size and sha256, and the state's non-tensor part), written under a temporary name, made durable
+// (files, then directories, fsynced) and renamed into place, so a crash leaves either the whole
+// checkpoint or none. The directory is locked while open: one writer at a time.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "outboard/status.h"
+#include "services/checkpoint_wire.h"
+#include "util/net.h"
+
+namespace outboard::services::checkpoint {
+
+inline constexpr char kTensorsFile[] = "tensors.safetensors";
+inline constexpr char kManifestFile[] = "manifest.json";
+inline constexpr char kLockFile[] = ".outboard-lock";
+/// What a checkpoint's manifest says it is.
+inline constexpr char kFormat[] = "outboard-checkpoint";
+inline constexpr int kFormatVersion = 1;
+/// Bytes read from the staging region per piece (and what a piece of the file is hashed and
+/// written in).
+inline constexpr uint64_t kPieceBytes = 8ull << 20;
+
+/// "step-000000000042": zero-padded so names sort as steps do.
+std::string step_name(uint64_t step);
+
+/// Bytes [offset, offset + scratch.size()) of the staging region: a view of memory mapped here,
+/// or `scratch` filled.
+using Source = std::function<Result<std::span<const uint8_t>>(uint64_t offset, std::span<uint8_t> scratch)>;
+
+struct Written {
+  std::string path;     // the checkpoint's directory
+  uint64_t bytes = 0;   // of its files
+  double read_s = 0;    // reading the staging region
+  double hash_s = 0;
+  double write_s = 0;   // writing and fsync
+  uint32_t pruned = 0;  // older checkpoints removed for keep_last
+};
+
+class Directory {
+ public:
+  /// `dir` (absolute, or relative to `root`) must lie inside `root`, an existing directory; its
+  /// missing parts are made, none of them may be a symbolic link, and it is locked (kBadState when
+  /// another writer holds it). Temporary directories a crashed writer left are removed.
+  static Result<std::unique_ptr<Directory>> open(const std::string& root, const std::string& dir, uint32_t keep_last);
+
+  /// Writes checkpoint `save.step` (kBadState if it exists), then prunes the oldest beyond
+  /// keep_last. On any error nothing of it remains and earlier checkpoints are untouched.
+  Result<Written> write(const checkpoint_wire::Save& save, const Source& source);
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  Directory(net::Fd fd, net::Fd lock, std::string path, uint32_t keep_last)
+      : fd_(std::move(fd)), lock_(std::move(lock)), path_(std::move(path)), keep_last_(keep_last) {}
+  Status write_files(int tmp_fd, const std::string& tmp, const checkpoint_wire::Save& save, const Source& source,
+                     Written& out);
+  uint32_t prune();
+
+  net::Fd fd_;
+  net::Fd lock_;  // flock()ed: closing it releases the directory
+  std::string path_;
+  uint32_t keep_last_ = 0;
+};
+
+}  // namespace outboard::services::checkpoint

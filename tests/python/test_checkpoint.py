@@ -1,0 +1,374 @@
+"""Checkpoint offload against real agents: what is saved loads back (with safetensors alone too),
+pruning, the policies, damaged checkpoints, disk full, crashes of agent and trainer, two trainers,
+hostile requests, and memory over many saves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import outboard
+from outboard import checkpoint
+from outboard.errors import BadConfig, BadState, InvalidArgument, IoError, NotFound, OutOfRange
+
+
+def make_state(seed: int, mb: float = 0.01) -> dict:
+    rng = np.random.default_rng(seed)
+    n = max(1, int(mb * (1 << 20)) // 4)
+    return {
+        "model": {"fc.weight": rng.standard_normal(n, dtype=np.float32).reshape(-1, 1),
+                  "fc.bias": rng.integers(0, 100, 7).astype(np.int64), "flag": np.bool_(seed % 2)},
+        "optimizer": {"state": {0: {"step": np.int64(seed), "exp_avg": rng.standard_normal((3, 2)).astype(np.float16)}},
+                      "param_groups": [{"lr": 0.1 * seed, "params": [0], "betas": (0.9, 0.999)}]},
+        "epoch": seed, "name": f"run-{seed}", "inf": float("inf"), "blob": bytes([seed % 256, 1, 2]), "none": None,
+        "strided": np.arange(24, dtype=np.int32).reshape(4, 6)[:, ::2],
+    }
+
+
+def assert_same(a, b) -> None:
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b)
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    elif isinstance(a, (np.ndarray, np.generic)):
+        assert np.asarray(b).dtype == np.asarray(a).dtype and np.array_equal(np.asarray(a), np.asarray(b))
+    else:
+        assert a == b or (a != a and b != b), (a, b)
+
+
+def steps_on_disk(d: Path) -> list[int]:
+    return sorted(int(p.name[5:]) for p in d.glob("step-*"))
+
+
+def test_saved_state_loads_back_and_safetensors_alone_reads_it(tmp_path: Path) -> None:
+    states = [make_state(s) for s in range(3)]
+    with outboard.Checkpointer(tmp_path, keep_last=0) as ck:
+        for step, state in enumerate(states):
+            assert ck.save(step * 10, state)
+        ck.wait()
+        status = ck.status()
+        assert (status.persisted, status.last_persisted, status.error) == (3, 20, None)
+        assert ck.latest() == 20
+        assert_same(states[2], ck.load())
+        assert_same(states[1], ck.load(10))
+    for step, state in zip((0, 10, 20), states):
+        d = tmp_path / f"step-{step:012d}"
+        manifest = json.loads((d / "manifest.json").read_text())
+        data = (d / "tensors.safetensors").read_bytes()
+        assert manifest["files"]["tensors.safetensors"] == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        from safetensors.numpy import load_file
+        tensors = load_file(str(d / "tensors.safetensors"))
+        assert np.array_equal(tensors["model.fc.weight"], state["model"]["fc.weight"])
+        assert np.array_equal(tensors["optimizer.state.0.exp_avg"], state["optimizer"]["state"][0]["exp_avg"])
+        assert np.array_equal(tensors["strided"], state["strided"])
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_keep_last_prunes_the_oldest(tmp_path: Path) -> None:
+    with outboard.Checkpointer(tmp_path, keep_last=2) as ck:
+        for step in range(5):
+            ck.save(step, make_state(step))
+            ck.wait()
+    assert steps_on_disk(tmp_path) == [3, 4]
+    assert_same(make_state(3), checkpoint.load(tmp_path, 3).state)
+
+
+def test_skip_drops_saves_while_one_persists_and_queue_one_keeps_the_newest(tmp_path: Path) -> None:
+    big = make_state(1, mb=24)
+    with outboard.Checkpointer(tmp_path / "skip", policy="skip", keep_last=0) as ck:
+        taken = [ck.save(step, big) for step in range(6)]
+        ck.wait()
+        s = ck.status()
+    assert taken[0] and not all(taken), "a save made while the last one persisted was not skipped"
+    assert s.skipped == taken.count(False) and s.skipped_steps == [i for i, t in enumerate(taken) if not t]
+    assert steps_on_disk(tmp_path / "skip") == [i for i, t in enumerate(taken) if t]
+
+    states = [make_state(step, mb=16) for step in range(6)]
+    with outboard.Checkpointer(tmp_path / "queue", policy="queue-one", keep_last=0) as ck:
+        for step in range(6):
+            assert ck.save(step, states[step])
+        ck.wait()
+        s = ck.status()
+    on_disk = steps_on_disk(tmp_path / "queue")
+    assert s.superseded >= 1 and len(on_disk) == 6 - s.superseded and on_disk[-1] == 5
+    for step in on_disk:
+        assert_same(states[step], checkpoint.load(tmp_path / "queue", step).state)
+
+
+def test_block_with_fixed_staging_refuses_a_state_that_does_not_fit(tmp_path: Path) -> None:
+    with outboard.Checkpointer(tmp_path, staging_bytes=1 << 20) as ck:
+        ck.save(0, make_state(0))
+        with pytest.raises(outboard.errors.TooBig, match=r"staging_bytes 1048576 B"):
+            ck.save(1, make_state(1, mb=2))
+        ck.save(2, make_state(2))
+    assert steps_on_disk(tmp_path) == [0, 2]
+
+
+def test_damaged_checkpoints_are_skipped_and_named(tmp_path: Path) -> None:
+    with outboard.Checkpointer(tmp_path, keep_last=0) as ck:
+        for step in range(4):
+            ck.save(step, make_state(step))
+    tensors = lambda s: tmp_path / f"step-{s:012d}" / "tensors.safetensors"  # noqa: E731
+    data = bytearray(tensors(3).read_bytes())
+    data[-3] ^= 0xFF
+    tensors(3).write_bytes(bytes(data))                                   # tampered
+    tensors(2).write_bytes(tensors(2).read_bytes()[:-100])                # truncated
+    m = tmp_path / "step-000000000001" / "manifest.json"                  # a manifest that lies
+    manifest = json.loads(m.read_text())
+    manifest["files"]["tensors.safetensors"]["sha256"] = "0" * 64
+    m.write_text(json.dumps(manifest))
+    with pytest.warns(UserWarning) as caught:
+        with outboard.Checkpointer(tmp_path) as ck:
+            state = ck.load()
+    assert_same(make_state(0), state)
+    said = " ".join(str(w.message) for w in caught)
+    assert "step 3" in said and "sha256 differs" in said and "step 2" in said and "the manifest says" in said
+    assert "step 1" in said
+    loaded = checkpoint.load(tmp_path)
+    assert loaded.step == 0 and [s for s, _ in loaded.skipped] == [3, 2, 1]
+    (tmp_path / "step-000000000000" / "manifest.json").unlink()
+    with pytest.raises(NotFound, match=r"no intact checkpoint .*manifest.json is missing"):
+        checkpoint.load(tmp_path)
+    with pytest.raises(NotFound, match=r"no checkpoint of step 7"):
+        checkpoint.load(tmp_path, 7)
+
+
+def _mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {r.stderr.strip()}")
+
+
+def test_disk_full_surfaces_on_the_next_call_and_keeps_what_was_persisted(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    _mount_tmpfs(small, "3m")
+    try:
+        with outboard.Checkpointer(small, keep_last=0) as ck:
+            ck.save(0, make_state(0, mb=1))
+            ck.wait()
+            ck.save(1, make_state(1, mb=2.5))
+            with pytest.raises(IoError, match=r"checkpoint of step 1 failed: .*cannot write .*tensors.safetensors: "
+                                              r"No space left on device"):
+                ck.wait()
+            assert ck.status().error and ck.status().last_persisted == 0
+            assert steps_on_disk(small) == [0] and not list(small.glob(".tmp-*"))
+            assert_same(make_state(0, mb=1), ck.load())
+            ck.save(2, make_state(2, mb=0.5))  # room again: saving goes on
+        assert steps_on_disk(small) == [0, 2]
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def _kill_tree(pid: int) -> None:
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    os.kill(pid, signal.SIGKILL)
+    for c in children:
+        try:
+            os.kill(int(c), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_kill_9_of_the_agent_mid_write_leaves_the_newest_intact_checkpoint(tmp_path: Path) -> None:
+    agent = outboard.LocalAgent("--checkpoint-root", str(tmp_path)).start()
+    try:
+        client = outboard.connect(agent.address)
+        ck = outboard.Checkpointer(tmp_path / "run", client)
+        ck.save(0, make_state(0))
+        ck.wait()
+        ck.save(1, make_state(1, mb=160))
+        deadline = time.monotonic() + 20
+        while not list((tmp_path / "run").glob(".tmp-*/tensors.safetensors")) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        _kill_tree(agent.pid)
+    finally:
+        agent.stop()
+    with pytest.raises(outboard.Error):
+        ck.wait(timeout=10)
+    ck.close()
+    client.close()
+    assert steps_on_disk(tmp_path / "run") in ([0], [0, 1])
+    loaded = checkpoint.load(tmp_path / "run")
+    assert_same(make_state(loaded.step, mb=0.01 if loaded.step == 0 else 160), loaded.state)
+    # A new agent's checkpointer takes the directory over and clears what the dead one left.
+    with outboard.Checkpointer(tmp_path / "run") as again:
+        assert not list((tmp_path / "run").glob(".tmp-*"))
+        again.save(2, make_state(2))
+    assert checkpoint.load(tmp_path / "run").step == 2
+
+
+TRAINER = textwrap.dedent("""
+    import os, signal, sys
+    import numpy as np
+    import outboard
+    sys.path.insert(0, sys.argv[3])
+    from test_checkpoint import make_state
+    client = outboard.connect(sys.argv[1])
+    ck = outboard.Checkpointer(sys.argv[2], client)
+    ck.save(0, make_state(0))
+    ck.wait()
+    ck.save(1, make_state(1, mb=64))
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_a_trainer_killed_mid_save_leaves_an_intact_checkpoint_and_frees_the_directory(tmp_path: Path,
+                                                                                       start_agent) -> None:
+    agent = start_agent("--checkpoint-root", str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", TRAINER, agent.address, str(tmp_path / "run"), str(Path(__file__).parent)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    client = outboard.connect(agent.address)
+    deadline = time.monotonic() + 10
+    while True:  # the trainer's session lets the directory go once it sees the trainer gone
+        try:
+            ck = outboard.Checkpointer(tmp_path / "run", client)
+            break
+        except BadState:
+            assert time.monotonic() < deadline, "the dead trainer's lock was never released"
+            time.sleep(0.05)
+    loaded = checkpoint.load(tmp_path / "run")
+    assert loaded.step in (0, 1) and not loaded.skipped
+    assert_same(make_state(loaded.step, mb=0.01 if loaded.step == 0 else 64), loaded.state)
+    ck.close()
+    client.close()
+
+
+def test_two_trainers_on_one_agent_never_mix_and_cannot_leave_the_root(tmp_path: Path, start_agent) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    agent = start_agent("--checkpoint-root", str(root))
+    a = outboard.connect(agent.address, session="new")
+    b = outboard.connect(agent.address, session="new")
+    ca = outboard.Checkpointer(root / "a", a, keep_last=0)
+    cb = outboard.Checkpointer(root / "b", b, keep_last=0)
+    for step in range(3):
+        ca.save(step, make_state(step))
+        cb.save(step, make_state(100 + step))
+    ca.wait()
+    cb.wait()
+    with pytest.raises(BadState, match=r"in use by another checkpointer"):
+        outboard.Checkpointer(root / "a", b)
+    with pytest.raises(InvalidArgument, match=r"not inside the agent's --checkpoint-root"):
+        outboard.Checkpointer(tmp_path / "elsewhere", b)
+    (root / "link").symlink_to(tmp_path)
+    with pytest.raises(InvalidArgument, match=r"is a link or not a directory"):
+        outboard.Checkpointer(root / "link" / "x", b)
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "x").exists()
+    ca.close()
+    cb.close()
+    for step in range(3):
+        assert_same(make_state(step), checkpoint.load(root / "a", step).state)
+        assert_same(make_state(100 + step), checkpoint.load(root / "b", step).state)
+    a.close()
+    b.close()
+
+
+def test_hostile_requests_fail_alone(tmp_path: Path, start_agent) -> None:
+    agent = start_agent("--checkpoint-root", str(tmp_path))
+    client = outboard.connect(agent.address)
+    ck = outboard.Checkpointer(tmp_path / "run", client)
+    region = client.connection.allocate_memory(4096)
+
+    def save(tensors: bytes, count: int, handle: int = 0, state: bytes = b"null") -> bytes:
+        d = region.descriptor
+        return (struct.pack("<BBIQI", 1, 1, handle, 5, len(d)) + d + struct.pack("<I", count) + tensors
+                + struct.pack("<I", len(state)) + state)
+
+    def tensor(name: bytes, dims: tuple[int, ...], offset: int, nbytes: int, dtype: int = 9) -> bytes:
+        return (struct.pack("<I", len(name)) + name + struct.pack("<BB", dtype, len(dims))
+                + struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<QQ", offset, nbytes))
+
+    cases = [
+        (b"\x01", InvalidArgument, r"truncated"),
+        (b"\x07\x00", InvalidArgument, r"wire version 7"),
+        (save(b"", 0, handle=9), NotFound, r"directory 9 is not open"),
+        (save(tensor(b"w", (1024,), 4096, 4096), 1), OutOfRange, r"tensor 'w' at 4096 \+ 4096 B lies outside"),
+        (save(tensor(b"w", (3,), 0, 16), 1), InvalidArgument, r"not what its shape and dtype F32 make"),
+        (save(tensor(b"w", (1,), 0, 4) * 2, 2), InvalidArgument, r"tensor name 'w' appears twice"),
+        (save(tensor(b"w", (1 << 62, 8), 0, 0), 1), InvalidArgument, r"shape and dtype"),
+        (save(b"", 1 << 30), InvalidArgument, r"exceed the limit"),
+        (save(b"", 0, state=b"{nope"), InvalidArgument, r"not JSON"),
+    ]
+    for payload, error, message in cases:
+        with pytest.raises(error, match=message):
+            client.request("checkpoint", payload)
+    ck.save(1, make_state(1))  # the connection and the directory still work
+    ck.wait()
+    assert steps_on_disk(tmp_path / "run") == [1]
+    ck.close()
+    client.close()
+
+
+def test_an_agent_without_a_checkpoint_root_refuses(agent) -> None:
+    client = outboard.connect(agent.address)
+    with pytest.raises(BadConfig, match=r"started without --checkpoint-root"):
+        outboard.Checkpointer(tempfile.gettempdir(), client)
+    client.close()
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_thousand_small_saves_do_not_grow_memory() -> None:
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    d = Path(tempfile.mkdtemp(dir=base, prefix="outboard-ck-"))
+    try:
+        with outboard.Checkpointer(d, keep_last=2) as ck:
+            sessions = lambda: [int(p) for p in subprocess.run(  # noqa: E731
+                ["pgrep", "-P", str(ck.client.agent.pid)], capture_output=True, text=True).stdout.split()]
+            rss = {}
+            for step in range(1000):
+                ck.save(step, make_state(step % 7))
+                if step in (199, 999):
+                    ck.wait()
+                    rss[step] = [_rss_kb(os.getpid())] + [_rss_kb(p) for p in sessions()]
+        assert steps_on_disk(d) == [998, 999]
+        grew = [b - a for a, b in zip(rss[199], rss[999])]
+        assert max(grew) < 4096, f"RSS grew by {grew} KiB (trainer, agent sessions) from save 200 to 1000"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_torch_state_dicts_round_trip(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install outboard[torch])")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(3, 8)).sum().backward()
+    opt.step()
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "half": torch.ones(3, dtype=torch.bfloat16)}
+    with outboard.Checkpointer(tmp_path) as ck:
+        ck.save(1, state)
+        back = ck.load()
+    for k, v in state["model"].items():
+        assert torch.equal(v, back["model"][k])
+    assert torch.equal(back["half"], state["half"]) and back["half"].dtype == torch.bfloat16
+    assert back["optimizer"]["param_groups"] == state["optimizer"]["param_groups"]
+    for k, v in state["optimizer"]["state"].items():
+        for name, t in v.items():
+            assert torch.equal(t, back["optimizer"]["state"][k][name])
+    from safetensors.torch import load_file
+    assert torch.equal(load_file(str(tmp_path / "step-000000000001" / "tensors.safetensors"))["model.0.weight"],
+                       state["model"]["0.weight"])

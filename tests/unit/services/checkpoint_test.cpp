@@ -1,0 +1,231 @@
+// The checkpoint service's store and wire format, without an agent (tests/python/test_checkpoint.py
+// drives the service through real agents).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "../agent_fixture.h"
+#include "services/checkpoint_store.h"
+#include "services/checkpoint_wire.h"
+
+namespace outboard::services {
+namespace {
+
+namespace fs = std::filesystem;
+namespace wire = checkpoint_wire;
+using checkpoint::Directory;
+
+class CheckpointStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/outboard-ck-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    staging_.resize(4096);
+    std::iota(staging_.begin(), staging_.end(), uint8_t{0});
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Two tensors from the staging bytes: "w" F32 [2,3] at 64, "b" I64 [2] at 256.
+  wire::Save save(uint64_t step) const {
+    wire::Save s;
+    s.step = step;
+    s.tensors = {{"w", wire::Dtype::kF32, {2, 3}, 64, 24}, {"b", wire::Dtype::kI64, {2}, 256, 16}};
+    s.state = R"({"dict":[["epoch",{"v":1}]]})";
+    return s;
+  }
+  checkpoint::Source source() const {
+    return [this](uint64_t offset, std::span<uint8_t> scratch) -> Result<std::span<const uint8_t>> {
+      std::memcpy(scratch.data(), staging_.data() + offset, scratch.size());
+      return std::span<const uint8_t>(scratch);
+    };
+  }
+  static std::string read(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+  std::vector<std::string> steps(const fs::path& dir) const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  std::string root_;
+  std::vector<uint8_t> staging_;
+};
+
+TEST_F(CheckpointStoreTest, WritesSafetensorsAndAManifestThenPrunesToKeepLast) {
+  auto dir = Directory::open(root_, "run/a", 2);
+  ASSERT_TRUE(dir.ok()) << dir.status().to_string();
+  for (uint64_t step : {5, 6, 7}) {
+    auto w = dir.value()->write(save(step), source());
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    EXPECT_EQ(w->pruned, step == 7 ? 1u : 0u);
+  }
+  const fs::path run = fs::path(root_) / "run/a";
+  EXPECT_EQ(steps(run), (std::vector<std::string>{".outboard-lock", "step-000000000006", "step-000000000007"}));
+  const std::string st = read(run / "step-000000000007" / checkpoint::kTensorsFile);
+  uint64_t n = 0;
+  std::memcpy(&n, st.data(), 8);
+  ASSERT_EQ((8 + n) % 8, 0u);
+  auto header = nlohmann::json::parse(st.substr(8, n));
+  EXPECT_EQ(header["w"]["dtype"], "F32");
+  EXPECT_EQ(header["w"]["shape"], nlohmann::json({2, 3}));
+  EXPECT_EQ(header["w"]["data_offsets"], nlohmann::json({0, 24}));
+  EXPECT_EQ(header["b"]["data_offsets"], nlohmann::json({24, 40}));
+  ASSERT_EQ(st.size(), 8 + n + 40);
+  EXPECT_EQ(0, std::memcmp(st.data() + 8 + n, staging_.data() + 64, 24));
+  EXPECT_EQ(0, std::memcmp(st.data() + 8 + n + 24, staging_.data() + 256, 16));
+  auto manifest = nlohmann::json::parse(read(run / "step-000000000007" / checkpoint::kManifestFile));
+  EXPECT_EQ(manifest["format"], checkpoint::kFormat);
+  EXPECT_EQ(manifest["step"], 7);
+  EXPECT_EQ(manifest["files"][checkpoint::kTensorsFile]["bytes"], st.size());
+  EXPECT_EQ(manifest["files"][checkpoint::kTensorsFile]["sha256"].get<std::string>().size(), 64u);
+  EXPECT_EQ(manifest["state"]["dict"][0][0], "epoch");
+}
+
+TEST_F(CheckpointStoreTest, OneWriterPerDirectoryUntilItCloses) {
+  auto first = Directory::open(root_, "run", 3);
+  ASSERT_TRUE(first.ok());
+  auto second = Directory::open(root_, root_ + "/run", 3);
+  EXPECT_EQ(second.status().code(), Code::kBadState);
+  EXPECT_NE(second.status().message().find("in use by another checkpointer"), std::string::npos);
+  first.value().reset();
+  EXPECT_TRUE(Directory::open(root_, "run", 3).ok());
+}
+
+TEST_F(CheckpointStoreTest, NothingOutsideTheRootAndNoLinks) {
+  for (const char* bad : {"../x", "/etc", "a/../../x", ""}) {
+    auto d = Directory::open(root_, bad, 1);
+    EXPECT_EQ(d.status().code(), Code::kInvalidArgument) << bad;
+  }
+  fs::create_directory_symlink("/tmp", fs::path(root_) / "link");
+  auto d = Directory::open(root_, "link/x", 1);
+  EXPECT_EQ(d.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("is a link"), std::string::npos);
+  EXPECT_EQ(Directory::open("", "x", 1).status().code(), Code::kBadConfig);
+}
+
+TEST_F(CheckpointStoreTest, AFailedWriteLeavesNothingAndEarlierCheckpointsIntact) {
+  auto dir = Directory::open(root_, "run", 0);
+  ASSERT_TRUE(dir.ok());
+  ASSERT_TRUE(dir.value()->write(save(1), source()).ok());
+  const fs::path run = fs::path(root_) / "run";
+  const std::string before = read(run / "step-000000000001" / checkpoint::kTensorsFile);
+  checkpoint::Source failing = [](uint64_t, std::span<uint8_t>) -> Result<std::span<const uint8_t>> {
+    return Status(Code::kConnectionReset, "the client is gone");
+  };
+  auto w = dir.value()->write(save(2), failing);
+  EXPECT_EQ(w.status().code(), Code::kConnectionReset);
+  EXPECT_NE(w.status().message().find("reading tensor 'w'"), std::string::npos);
+  auto again = dir.value()->write(save(1), source());
+  EXPECT_EQ(again.status().code(), Code::kBadState);
+  EXPECT_EQ(steps(run), (std::vector<std::string>{".outboard-lock", "step-000000000001"}));
+  EXPECT_EQ(read(run / "step-000000000001" / checkpoint::kTensorsFile), before);
+}
+
+TEST_F(CheckpointStoreTest, WhatACrashedWriterLeftIsRemovedAtOpen) {
+  const fs::path stale = fs::path(root_) / "run" / ".tmp-step-000000000009";
+  fs::create_directories(stale);
+  std::ofstream(stale / checkpoint::kTensorsFile) << "half";
+  ASSERT_TRUE(Directory::open(root_, "run", 1).ok());
+  EXPECT_FALSE(fs::exists(stale));
+}
+
+TEST(CheckpointWireTest, SavesRoundTripAndEachLimitIsNamed) {
+  wire::Save s;
+  s.handle = 3;
+  s.step = 42;
+  s.region = {1, 2, 3};
+  s.tensors = {{"a", wire::Dtype::kBF16, {4}, 0, 8}, {"b", wire::Dtype::kBool, {}, 64, 1}};
+  s.state = "null";
+  auto back = wire::decode_save(wire::encode(s));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->tensors[0].name, "a");
+  EXPECT_EQ(back->tensors[1].dims.size(), 0u);
+  EXPECT_EQ(wire::encode(back.value()), wire::encode(s));
+
+  auto refused = [](wire::Save bad, const char* says) {
+    auto r = wire::decode_save(wire::encode(bad));
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << says;
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().message();
+  };
+  wire::Save big_step = s;
+  big_step.step = wire::kMaxStep + 1;
+  refused(big_step, "exceeds 999999999999");
+  wire::Save dims = s;
+  dims.tensors[0].dims.assign(wire::kMaxDims + 1, 1);
+  refused(dims, "dimensions exceed 16");
+  wire::Save name = s;
+  name.tensors[0].name.assign(wire::kMaxNameBytes + 1, 'x');
+  refused(name, "tensor name of 1025 B exceeds 1024 B");
+  wire::Save region = s;
+  region.region.resize(wire::kMaxDescriptorBytes + 1);
+  refused(region, "staging region descriptor of 4097 B exceeds 4096 B");
+
+  auto open = wire::decode_open(wire::encode(wire::Open{wire::kMaxKeepLast + 1, "d"}));
+  EXPECT_NE(open.status().message().find("keep_last 65537 exceeds 65536"), std::string::npos);
+  EXPECT_EQ(wire::decode_close(wire::encode_close(7)).value(), 7u);
+  EXPECT_EQ(wire::decode_close(wire::encode(wire::Open{})).status().code(), Code::kInvalidArgument);
+}
+
+// The service in this process (isolation none), so the sanitizers see its worker and the
+// progress thread: two saves from a client's staging region, one of them refused.
+class CheckpointServiceTest : public testing::AgentFixture {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/outboard-ck-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    AgentConfig config = testing::test_config();
+    config.isolation = Isolation::kNone;
+    config.checkpoint_root = root_;
+    start_agent(config);
+  }
+  void TearDown() override {
+    stop_agent();
+    fs::remove_all(root_);
+  }
+  std::string root_;
+};
+
+TEST_F(CheckpointServiceTest, PersistsFromTheClientsStagingRegion) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  const auto deadline = [] { return Deadline::after_ms(10'000); };
+  auto region = c->allocate_memory(1 << 20);
+  ASSERT_TRUE(region.ok());
+  for (size_t i = 0; i < region->size(); ++i) region->data()[i] = static_cast<uint8_t>(i * 7);
+  auto opened = c->request("checkpoint", wire::encode(wire::Open{1, "run"}), deadline());
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  wire::Save s;
+  s.region.assign(region->descriptor().begin(), region->descriptor().end());
+  s.tensors = {{"big", wire::Dtype::kU8, {1 << 19}, 4096, 1 << 19}};
+  s.state = "{}";
+  for (uint64_t step : {1, 2}) {
+    s.step = step;
+    auto answer = c->request("checkpoint", wire::encode(s), deadline());
+    ASSERT_TRUE(answer.ok()) << answer.status().to_string();
+    auto j = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(answer->data()), answer->size()));
+    EXPECT_EQ(j["step"], step);
+    EXPECT_EQ(j["pruned"], step == 2 ? 1 : 0);
+  }
+  s.tensors[0].offset = (1 << 20) - 8;
+  auto outside = c->request("checkpoint", wire::encode(s), deadline());
+  EXPECT_EQ(outside.status().code(), Code::kOutOfRange);
+  const fs::path file = fs::path(root_) / "run" / "step-000000000002" / checkpoint::kTensorsFile;
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  ASSERT_GE(bytes.size(), size_t{1} << 19);
+  EXPECT_EQ(0, std::memcmp(bytes.data() + bytes.size() - (1 << 19), region->data() + 4096, 1 << 19));
+  EXPECT_FALSE(fs::exists(fs::path(root_) / "run" / "step-000000000001"));
+}
+
+}  // namespace
+}  // namespace outboard::services
