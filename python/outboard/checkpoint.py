@@ -39,6 +39,8 @@ Policy = Literal["block", "skip", "queue-one"]
 PERSIST_TIMEOUT_S = 600.0
 #: Where each tensor starts in the staging memory: cache-line aligned, as numpy and torch like.
 ALIGN = 64
+#: Entries status() keeps of its lists (``skipped_steps``, ``durable_log``): the newest.
+STATUS_LOG = 256
 #: Staging grows in steps of this many bytes (when not fixed by ``staging_bytes``).
 STAGING_QUANTUM = 1 << 20
 TENSORS_FILE = "tensors.safetensors"
@@ -149,6 +151,12 @@ def _layout(leaves: list[_Leaf]) -> int:
     return at
 
 
+def staging_size(state: Any) -> int:
+    """The staging bytes one snapshot of ``state`` takes: ``staging_bytes`` for a checkpointer that
+    should never grow its staging (times 2 for "queue-one")."""
+    return _layout(flatten(state)[0])
+
+
 def _copy_in(leaf: _Leaf, staging: np.ndarray, base: int) -> None:
     dst = staging[base + leaf.offset:base + leaf.offset + leaf.nbytes]
     if _is_torch_tensor(leaf.value):
@@ -201,6 +209,7 @@ class Status:
     staging_bytes: int = 0
     error: str | None = None
     skipped_steps: list[int] = field(default_factory=list)
+    durable_log: list[float] = field(default_factory=list)  # each checkpoint's durable_s
 
 
 class Checkpointer:
@@ -252,6 +261,7 @@ class Checkpointer:
         self._sender.start()
         if staging_bytes is not None:
             self._allocate(staging_bytes // self._slots_wanted)
+            self._staging.fill(0)  # its pages faulted in now, not in the first save
 
     # ---- saving
     def save(self, step: int, state: Any) -> bool:
@@ -303,7 +313,7 @@ class Checkpointer:
                 break
             if self.policy == "skip":
                 self._status.skipped += 1
-                self._status.skipped_steps.append(step)
+                self._status.skipped_steps = [*self._status.skipped_steps[-(STATUS_LOG - 1):], step]
                 return None
             if not self._cv.wait(self.timeout):
                 raise TimedOut(f"no staging slot freed within {self.timeout} s (the agent is still persisting)")
@@ -362,6 +372,7 @@ class Checkpointer:
                     s.last_persisted, s.persisted = step, s.persisted + 1
                     s.bytes, s.total_bytes = answer["bytes"], s.total_bytes + answer["bytes"]
                     s.persist_s, s.durable_s = answer["persist_s"], time.perf_counter() - saved_at
+                    s.durable_log = [*s.durable_log[-(STATUS_LOG - 1):], s.durable_s]
                 self._cv.notify_all()
 
     def _raise_error(self) -> None:
@@ -392,7 +403,7 @@ class Checkpointer:
     def status(self) -> Status:
         with self._cv:
             s = self._status
-            return Status(**{**s.__dict__, "skipped_steps": list(s.skipped_steps)})
+            return Status(**{**s.__dict__, "skipped_steps": list(s.skipped_steps), "durable_log": list(s.durable_log)})
 
     def latest(self) -> int | None:
         """The newest step with a checkpoint in the directory (not checked: load() checks)."""

@@ -1,0 +1,121 @@
+"""Suite ``checkpoint``: what checkpointing costs a training loop, by placement — none, the trainer
+writing synchronously, a thread of the trainer's writing, and Outboard (the trainer copies into
+staging memory, the agent persists).
+
+Each cell and placement is a fresh trainer process (``outboard.bench.trainer``) on core 0, with
+OpenBLAS held to one thread; the agent runs on core 1 (a DPU's cores in production): the trainer
+has the host, the offload engine its own core. The trainer trains one epoch of a numpy MLP (no
+PyTorch here: its state dict's shape — weights, biases, momentum buffers keyed by int — at the
+cell's size), checkpointing every ``every`` steps; every checkpoint written is read back afterwards
+and compared with the state it was taken from (the same training again, from the same seed).
+Columns: epoch time, the stall per checkpoint (the trainer's time in save), time until a checkpoint
+is durable, trainer CPU (every thread of its process) and agent CPU (the session serving it), and
+the warm memcpy of the state measured in the same process (the stall's floor).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..._agent import LocalAgent
+from ..declare import Case, Chart, Column, Goal, Impl, Measurement, Options, Suite
+from ..stats import summarize
+
+#: Seconds one trainer process may take (its epoch and the check after it).
+CELL_TIMEOUT_S = 600.0
+TRAINER_CORE, AGENT_CORE = 0, 1
+
+
+def _trainer(impl: str):
+    def measure(env: CheckpointEnv, p: dict[str, Any]) -> Measurement:
+        spec = {"impl": impl, "steps": p["steps"], "every": p["every"], "state_mb": p["state_mb"], "seed": 1,
+                "core": env.trainer_core, "agent": env.address,
+                "dir": tempfile.mkdtemp(dir=env.root, prefix=f"{impl}-")}
+        r = subprocess.run([sys.executable, "-m", "outboard.bench.trainer", json.dumps(spec)], capture_output=True,
+                           text=True, timeout=CELL_TIMEOUT_S, env={**os.environ, "OPENBLAS_NUM_THREADS": "1",
+                                                                   "OMP_NUM_THREADS": "1"})
+        lines = r.stdout.strip().splitlines()
+        out = json.loads(lines[-1]) if lines else {"error": r.stderr.strip()[-400:]}
+        if "error" in out:
+            raise RuntimeError(f"trainer ({impl}): {out['error']}")
+        n = max(1, out["checkpoints"])
+        stall = summarize(out["stall_s"]) if out["stall_s"] else None
+        metrics = {"epoch_s": out["epoch_s"], "trainer_cpu_s": out["trainer_cpu_s"],
+                   "agent_cpu_ms_per_ckpt": out["agent_cpu_s"] * 1e3 / n, "checkpoints": out["checkpoints"],
+                   "state_mb": out["state_bytes"] / 2**20, "memcpy_ms": out["memcpy_s"] * 1e3,
+                   "written_mb": out["bytes"] / 2**20, "drain_s": out["drain_s"]}
+        if stall:
+            metrics |= {"stall_ms": {k: v * 1e3 for k, v in stall.items()},
+                        "stall_vs_memcpy": stall["p50"] / out["memcpy_s"]}
+        if out["durable_s"]:
+            metrics["durable_ms"] = {k: v * 1e3 for k, v in summarize(out["durable_s"]).items()}
+        return Measurement(metrics, not out["mismatches"],
+                           {"checkpoints_read_back": out["checkpoints"], "differing_steps": out["mismatches"]})
+    return measure
+
+
+def _no_agent(env: CheckpointEnv, p: dict[str, Any]) -> str | None:
+    return None if env.address else "no agent"
+
+
+EPOCH = Case(
+    "epoch", "One epoch with a checkpoint every `every` steps: cost over no checkpoint, by placement",
+    sweep={"state_mb": [16, 64, 256], "every": [5, 10], "steps": [40]},
+    quick={"state_mb": [8], "every": [5], "steps": [10]},
+    impls=[Impl("none", _trainer("none")), Impl("sync", _trainer("sync")), Impl("thread", _trainer("thread")),
+           Impl("outboard", _trainer("outboard"), _no_agent)],
+    columns=[Column("epoch s", "epoch_s", 3), Column("stall ms p50", "stall_ms.p50", 2),
+             Column("stall ms p99", "stall_ms.p99", 2), Column("stall ÷ memcpy", "stall_vs_memcpy", 2),
+             Column("durable ms p50", "durable_ms.p50", 1), Column("trainer CPU s", "trainer_cpu_s", 3),
+             Column("agent CPU ms/ckpt", "agent_cpu_ms_per_ckpt", 1), Column("state MiB", "state_mb", 1),
+             Column("written MiB", "written_mb", 1)],
+    reference="none", ratio_metric="epoch_s", also_ratio=("sync", "thread"), goal=Goal(1.05),
+    notes="Ratios are epoch time over the same run's no-checkpoint epoch. Goals: Outboard ≤ 1.05× and below "
+          "`thread` (DCP async_save's thread mode: the trainer copies, its own thread writes); stall ≤ 1.5× "
+          "memcpy. `sync` stands for torch.save: the trainer serializes (safetensors) and fsyncs. Durable: from "
+          "the save call to the checkpoint fsynced and renamed into place.")
+
+SUITE = Suite(
+    name="checkpoint", title="Checkpoint offload: the trainer snapshots, the agent persists",
+    cases=[EPOCH],
+    charts=[Chart("epoch", "state_mb", "epoch_s", "Epoch time by placement", "s", split=["every"])],
+    setup=lambda options: CheckpointEnv(options),
+    describe=lambda env: {"training_model": "numpy MLP (PyTorch not installed)", "trainer_core": env.trainer_core,
+                          "agent_core": env.agent_core, "checkpoint_root": str(env.root)},
+    help="checkpointing during training: none, synchronous, a writer thread, offloaded to the agent",
+    quick_help="a short run (under a minute: 8 MiB of state, every ratio from three repetitions)",
+    notes=__doc__.split("\n\n", 1)[1].replace("\n", " ").strip())
+
+
+class CheckpointEnv:
+    """A directory for the run's checkpoints (on the disk of the system's temporary directory),
+    and an agent rooted there on its own core (--agent's, which must then have its
+    --checkpoint-root above it, else a local one)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        cores = sorted(os.sched_getaffinity(0))
+        self.trainer_core = cores[TRAINER_CORE % len(cores)]
+        self.agent_core = cores[AGENT_CORE % len(cores)]
+        self.root = Path(tempfile.mkdtemp(prefix="outboard-bench-checkpoint-", dir="/var/tmp"))
+        self.address: str | None = options.agent
+        self._agent: LocalAgent | None = None
+
+    def __enter__(self) -> CheckpointEnv:
+        if self.address is None:
+            self._agent = LocalAgent("--checkpoint-root", str(self.root), "--cores", str(self.agent_core),
+                                     "--spin-us", "0", log_level=self.options.log_level).start()
+            self.address = self._agent.address
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._agent is not None:
+            self._agent.stop()
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,43 @@
+"""Suite ``checkpoint``: the quick run end to end (a trainer process per placement, every checkpoint
+read back and compared, the report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from outboard import cli
+from outboard.bench import report, stats
+from outboard.bench.suites import checkpoint
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("checkpoint") / "quick"
+    assert cli.main(["bench", "checkpoint", "--quick", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_every_placement_ran_and_every_checkpoint_read_back_equal(quick_run: Path) -> None:
+    rows, meta = report.load(quick_run)
+    assert meta["failed"] == {} and meta["training_model"].startswith("numpy MLP")
+    assert {r["impl"] for r in rows} == {"none", "sync", "thread", "outboard"}
+    for r in rows:
+        assert r["correctness"]["ok"], r
+        m = r["metrics"]
+        expected = 0 if r["impl"] == "none" else r["params"]["steps"] // r["params"]["every"]
+        assert m["checkpoints"] == r["correctness"]["checkpoints_read_back"] == expected
+        assert m["written_mb"] == pytest.approx(0 if r["impl"] == "none" else expected * m["state_mb"], rel=0.01)
+        if r["impl"] != "none":
+            assert 0 < m["stall_ms"]["p50"] <= m["durable_ms"]["p50"] + 1e-6
+    assert all(r["metrics"]["agent_cpu_ms_per_ckpt"] > 0 for r in rows if r["impl"] == "outboard")
+
+
+def test_ratios_and_report(quick_run: Path) -> None:
+    rows, _ = report.load(quick_run)
+    (case,) = checkpoint.SUITE.cases
+    r = stats.ratios(rows, case)
+    assert r and all(v > 0 for v in r.values())
+    text = (quick_run / "report.md").read_text()
+    assert "ratio / none" in text and "numpy MLP" in text
