@@ -18,7 +18,7 @@ SANITIZER_ENV := UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
 
-.PHONY: run test check bootstrap build vocab test-cpp test-asan test-tsan test-fuzz fuzz fuzz-build test-ucx122 test-python clean
+.PHONY: bench-deps run test check bootstrap build vocab test-cpp test-asan test-tsan test-fuzz fuzz fuzz-build test-ucx122 test-python clean
 
 run: build vocab
 	$(VENV)/bin/outboard run
@@ -95,6 +95,11 @@ test-ucx122: bootstrap
 	  -DOUTBOARD_UCX_ROOT=$$($(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))') > /dev/null
 	cmake --build $(UCX122_BUILD) --target outboard_unit_tests outboard-agent
 	ctest --test-dir $(UCX122_BUILD) --output-on-failure -j2 --timeout 180
+
+# Heavy optional dependencies of the benchmarks (PyTorch for `outboard bench checkpoint`'s ResNets
+# and DCP); `make test` needs none of them.
+bench-deps: bootstrap
+	$(PY) -m pip install -q "torch>=2.4"
 
 test-python: build
 	$(PY) -m pytest -q

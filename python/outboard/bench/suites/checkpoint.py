@@ -1,13 +1,14 @@
 """Suite ``checkpoint``: what checkpointing costs a training loop, by placement — none, the trainer
-writing synchronously, a thread of the trainer's writing, and Outboard (the trainer copies into
-staging memory, the agent persists).
+writing synchronously (torch.save), DCP's async_save (a thread; a process where PyTorch has it),
+and Outboard (the trainer copies into staging memory, the agent persists).
 
 Each cell and placement is a fresh trainer process (``outboard.bench.trainer``) on core 0, with
-OpenBLAS held to one thread; the agent runs on core 1 (a DPU's cores in production): the trainer
-has the host, the offload engine its own core. The trainer trains one epoch of a numpy MLP (no
-PyTorch here: its state dict's shape — weights, biases, momentum buffers keyed by int — at the
-cell's size), checkpointing every ``every`` steps; every checkpoint written is read back afterwards
-and compared with the state it was taken from (the same training again, from the same seed).
+BLAS and torch held to one thread; the agent runs on core 1 (a DPU's cores in production): the
+trainer has the host, the offload engine its own core. The trainer trains one epoch of ResNet-20
+or ResNet-34 (PyTorch, CIFAR-10-shaped synthetic data, widened to the cell's state size) or,
+without PyTorch, of a numpy MLP with the same state-dict shape (weights, biases, momentum buffers
+keyed by int), checkpointing every ``every`` steps; every checkpoint written is read back
+afterwards and compared with the state it was taken from (the same training again, same seed).
 Columns: epoch time, the stall per checkpoint (the trainer's time in save), time until a checkpoint
 is durable, trainer CPU (every thread of its process) and agent CPU (the session serving it), and
 the warm memcpy of the state measured in the same process (the stall's floor).
@@ -25,22 +26,28 @@ from pathlib import Path
 from typing import Any
 
 from ..._agent import LocalAgent
-from ..declare import Case, Chart, Column, Goal, Impl, Measurement, Options, Suite
+from ...errors import BadConfig
+from .. import trainer
+from ..declare import Case, Chart, Column, Goal, Impl, Measurement, Option, Options, Suite
 from ..stats import summarize
 
 #: Seconds one trainer process may take (its epoch and the check after it).
 CELL_TIMEOUT_S = 600.0
 TRAINER_CORE, AGENT_CORE = 0, 1
+MODELS = {"mlp": "numpy MLP (4 ReLU layers, SGD with momentum; PyTorch not used)",
+          "resnet20": "ResNet-20 (PyTorch, CIFAR-10 shapes, widened to the state size)",
+          "resnet34": "ResNet-34 (PyTorch, CIFAR-10 shapes, widened to the state size)"}
 
 
 def _trainer(impl: str):
     def measure(env: CheckpointEnv, p: dict[str, Any]) -> Measurement:
-        spec = {"impl": impl, "steps": p["steps"], "every": p["every"], "state_mb": p["state_mb"], "seed": 1,
+        spec = {"impl": impl, "model": env.model, "steps": p["steps"], "every": p["every"], "state_mb": p["state_mb"],
+                "seed": 1,
                 "core": env.trainer_core, "agent": env.address,
                 "dir": tempfile.mkdtemp(dir=env.root, prefix=f"{impl}-")}
         r = subprocess.run([sys.executable, "-m", "outboard.bench.trainer", json.dumps(spec)], capture_output=True,
-                           text=True, timeout=CELL_TIMEOUT_S, env={**os.environ, "OPENBLAS_NUM_THREADS": "1",
-                                                                   "OMP_NUM_THREADS": "1"})
+                           text=True, timeout=CELL_TIMEOUT_S,
+                           env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         lines = r.stdout.strip().splitlines()
         out = json.loads(lines[-1]) if lines else {"error": r.stderr.strip()[-400:]}
         if "error" in out:
@@ -65,32 +72,54 @@ def _no_agent(env: CheckpointEnv, p: dict[str, Any]) -> str | None:
     return None if env.address else "no agent"
 
 
+def _no_process_mode(env: CheckpointEnv, p: dict[str, Any]) -> str | None:
+    if env.model == "mlp":
+        return "DCP's process mode needs PyTorch (pip install outboard[torch])"
+    try:
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+    except ImportError:
+        return "this PyTorch's async_save has no process mode (2.7 and later)"
+    return None if hasattr(AsyncCheckpointerType, "PROCESS") else "this PyTorch's async_save has no process mode"
+
+
+def _model(value: str) -> str:
+    if value == "auto":
+        return "resnet20" if trainer.torch_available() else "mlp"
+    if value not in MODELS:
+        raise BadConfig(f"--model is {value!r}; expected auto or one of {', '.join(MODELS)}")
+    if value != "mlp" and not trainer.torch_available():
+        raise BadConfig(f"--model {value} needs PyTorch (make bench-deps, or pip install outboard[torch])")
+    return value
+
+
 EPOCH = Case(
     "epoch", "One epoch with a checkpoint every `every` steps: cost over no checkpoint, by placement",
     sweep={"state_mb": [16, 64, 256], "every": [5, 10], "steps": [40]},
     quick={"state_mb": [8], "every": [5], "steps": [10]},
     impls=[Impl("none", _trainer("none")), Impl("sync", _trainer("sync")), Impl("thread", _trainer("thread")),
-           Impl("outboard", _trainer("outboard"), _no_agent)],
+           Impl("process", _trainer("process"), _no_process_mode), Impl("outboard", _trainer("outboard"), _no_agent)],
     columns=[Column("epoch s", "epoch_s", 3), Column("stall ms p50", "stall_ms.p50", 2),
              Column("stall ms p99", "stall_ms.p99", 2), Column("stall ÷ memcpy", "stall_vs_memcpy", 2),
              Column("durable ms p50", "durable_ms.p50", 1), Column("trainer CPU s", "trainer_cpu_s", 3),
              Column("agent CPU ms/ckpt", "agent_cpu_ms_per_ckpt", 1), Column("state MiB", "state_mb", 1),
              Column("written MiB", "written_mb", 1)],
-    reference="none", ratio_metric="epoch_s", also_ratio=("sync", "thread"), goal=Goal(1.05),
+    reference="none", ratio_metric="epoch_s", also_ratio=("sync", "thread", "process"), goal=Goal(1.05),
     notes="Ratios are epoch time over the same run's no-checkpoint epoch. Goals: Outboard ≤ 1.05× and below "
-          "`thread` (DCP async_save's thread mode: the trainer copies, its own thread writes); stall ≤ 1.5× "
-          "memcpy. `sync` stands for torch.save: the trainer serializes (safetensors) and fsyncs. Durable: from "
-          "the save call to the checkpoint fsynced and renamed into place.")
+          "`thread` (DCP async_save's thread mode: the trainer copies, its own thread writes; for the numpy MLP "
+          "the same by hand); stall ≤ 1.5× memcpy. `sync` is torch.save (for the MLP safetensors' save_file), "
+          "fsynced. Durable: from the save call to the checkpoint fsynced and in place.")
 
 SUITE = Suite(
     name="checkpoint", title="Checkpoint offload: the trainer snapshots, the agent persists",
     cases=[EPOCH],
     charts=[Chart("epoch", "state_mb", "epoch_s", "Epoch time by placement", "s", split=["every"])],
     setup=lambda options: CheckpointEnv(options),
-    describe=lambda env: {"training_model": "numpy MLP (PyTorch not installed)", "trainer_core": env.trainer_core,
+    describe=lambda env: {"training_model": MODELS[env.model], "trainer_core": env.trainer_core,
                           "agent_core": env.agent_core, "checkpoint_root": str(env.root)},
     help="checkpointing during training: none, synchronous, a writer thread, offloaded to the agent",
-    quick_help="a short run (under a minute: 8 MiB of state, every ratio from three repetitions)",
+    quick_help="a short run (under a minute with the MLP: 8 MiB of state, every ratio from three repetitions)",
+    options=[Option("--model", "the model trained: auto (resnet20 with PyTorch, else mlp), mlp, resnet20, resnet34",
+                    default="auto", parse=_model)],
     notes=__doc__.split("\n\n", 1)[1].replace("\n", " ").strip())
 
 
@@ -101,6 +130,7 @@ class CheckpointEnv:
 
     def __init__(self, options: Options) -> None:
         self.options = options
+        self.model = options.extra.get("model") or _model("auto")
         cores = sorted(os.sched_getaffinity(0))
         self.trainer_core = cores[TRAINER_CORE % len(cores)]
         self.agent_core = cores[AGENT_CORE % len(cores)]
