@@ -94,7 +94,7 @@ def _model(value: str) -> str:
 
 EPOCH = Case(
     "epoch", "One epoch with a checkpoint every `every` steps: cost over no checkpoint, by placement",
-    sweep={"state_mb": [16, 64, 256], "every": [5, 10], "steps": [40]},
+    sweep={"state_mb": [16, 128], "every": [5, 10], "steps": [20]},
     quick={"state_mb": [8], "every": [5], "steps": [10]},
     impls=[Impl("none", _trainer("none")), Impl("sync", _trainer("sync")), Impl("thread", _trainer("thread")),
            Impl("process", _trainer("process"), _no_process_mode), Impl("outboard", _trainer("outboard"), _no_agent)],
