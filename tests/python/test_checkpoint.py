@@ -35,6 +35,7 @@ def make_state(seed: int, mb: float = 0.01) -> dict:
                       "param_groups": [{"lr": 0.1 * seed, "params": [0], "betas": (0.9, 0.999)}]},
         "epoch": seed, "name": f"run-{seed}", "inf": float("inf"), "blob": bytes([seed % 256, 1, 2]), "none": None,
         "strided": np.arange(24, dtype=np.int32).reshape(4, 6)[:, ::2],
+        "big_endian": np.arange(5, dtype=">f4") * seed, "empty": np.zeros((0, 3), np.float32),
     }
 
 
@@ -358,13 +359,17 @@ def test_torch_state_dicts_round_trip(tmp_path: Path) -> None:
     opt = torch.optim.Adam(model.parameters())
     model(torch.randn(3, 8)).sum().backward()
     opt.step()
-    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "half": torch.ones(3, dtype=torch.bfloat16)}
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "half": torch.ones(3, dtype=torch.bfloat16),
+             "transposed": torch.arange(6.0).reshape(2, 3).T, "param": next(model.parameters()),
+             "empty": torch.zeros(0, 4), "negative": torch._neg_view(torch.arange(3.0))}
     with outboard.Checkpointer(tmp_path) as ck:
         ck.save(1, state)
         back = ck.load()
     for k, v in state["model"].items():
         assert torch.equal(v, back["model"][k])
     assert torch.equal(back["half"], state["half"]) and back["half"].dtype == torch.bfloat16
+    for k in ("transposed", "param", "empty", "negative"):
+        assert torch.equal(back[k], state[k].detach()), k
     assert back["optimizer"]["param_groups"] == state["optimizer"]["param_groups"]
     for k, v in state["optimizer"]["state"].items():
         for name, t in v.items():

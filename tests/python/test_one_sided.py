@@ -94,6 +94,20 @@ def test_allocated_region_is_a_numpy_view(client: outboard.Client) -> None:
     assert len(region.descriptor) > 20
 
 
+def test_gather_copies_arrays_and_addresses_and_refuses_what_ends_past_the_region(client: outboard.Client) -> None:
+    region = client.connection.allocate_memory(4096)
+    a, b = np.arange(10, dtype=np.int64), np.arange(7, dtype=np.uint8) + 100
+    region.gather([a, (b.ctypes.data, b.nbytes), np.empty(0, np.float32)], [0, 100, 4096])
+    assert np.array_equal(region.array()[:80].view(np.int64), a) and region.array()[100:107].tolist() == b.tolist()
+    with pytest.raises(errors.InvalidArgument, match=r"source 1 \(80 B at 4090\) ends past the region's 4096 B"):
+        region.gather([b, a], [0, 4090])
+    with pytest.raises(errors.InvalidArgument, match="2 sources, 1 offsets"):
+        region.gather([a, b], [0])
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        region.gather([a[::2]], [0])
+    assert region.array()[:80].view(np.int64).tolist() == list(range(10)), "a refused gather copies nothing"
+
+
 def test_region_larger_than_agent_limit_is_refused(start_agent) -> None:
     agent = start_agent("--max-region-size", "1MiB")
     with outboard.connect(agent.address) as c:

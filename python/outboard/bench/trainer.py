@@ -154,7 +154,7 @@ def make_model(name: str, state_mb: float, seed: int) -> Mlp | ResNet:
 def arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
     """The state's tensors by path ("model.layers.0.weight"), as numpy arrays."""
     from ..checkpoint import flatten
-    return {leaf.name: leaf.value.cpu().numpy() if hasattr(leaf.value, "cpu") else np.asarray(leaf.value)
+    return {leaf.name: leaf.value.detach().cpu().numpy() if hasattr(leaf.value, "cpu") else np.asarray(leaf.value)
             for leaf in flatten(state)[0]}
 
 
