@@ -4,10 +4,8 @@
 // The disk work runs on the service's one worker thread, started with the first request: the
 // progress thread only decodes, imports the region and answers.
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
+#include <atomic>
+#include <cstdint>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +15,7 @@
 #include "services/builtin.h"
 #include "services/checkpoint_store.h"
 #include "services/checkpoint_wire.h"
+#include "services/worker_queue.h"
 #include "util/text.h"
 
 OB_LOG_MODULE("checkpoint");
@@ -38,40 +37,13 @@ struct Client {
   uint32_t queued = 0;                            // requests waiting for or on the worker
 };
 
-// Work for the worker: returns what to do next on the progress thread.
-using Work = std::function<std::function<void()>()>;
-
 // Shared by the service, its worker and the closures it posts; they hold it, so a late one
 // never touches a destroyed service.
 struct Core {
   CheckpointConfig config;
-  ServiceHost* host = nullptr;
   std::atomic<bool> detached{false};
   std::unordered_map<uint32_t, Client> clients;  // progress thread only
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Work> queue;
-  bool stopping = false;
-  std::thread worker;
-
-  void run() {
-    while (true) {
-      Work work;
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (stopping) return;
-        work = std::move(queue.front());
-        queue.pop_front();
-      }
-      auto next = work();
-      // What the work held (the client's region and connection) goes on the progress thread, in
-      // `next`: dropped here it could be the last reference.
-      work = nullptr;
-      host->post(std::move(next));
-    }
-  }
+  WorkerQueue worker;                             // one thread: a directory's saves stay in order
 };
 
 std::string json_answer(const checkpoint::Written& w, uint64_t step, double persist_s) {
@@ -90,16 +62,11 @@ class CheckpointService final : public Service {
   }
   ~CheckpointService() override {
     core_->detached = true;
-    {
-      std::lock_guard lock(core_->mu);
-      core_->stopping = true;
-    }
-    core_->cv.notify_all();
-    if (core_->worker.joinable()) core_->worker.join();
+    core_->worker.stop();
   }
 
   std::string name() const override { return "checkpoint"; }
-  void attach(ServiceHost& host) override { core_->host = &host; }
+  void attach(ServiceHost& host) override { core_->worker.attach(host, 1); }
   // Saves already queued finish (their snapshot is whole); the directories close after them.
   void on_disconnect(uint32_t id) override { core_->clients.erase(id); }
 
@@ -116,19 +83,16 @@ class CheckpointService final : public Service {
   }
 
  private:
-  // Queues `work` for the worker (started now if it is not yet), counted against the client's
-  // limit until its answer.
-  void enqueue(const ServiceRequest& r, Work work) {
+  // Queues `work` for the worker, counted against the client's limit until its answer.
+  void enqueue(const ServiceRequest& r, WorkerQueue::Work work) {
     Client& client = core_->clients[r.peer->id()];
     if (client.queued >= kMaxQueuedPerConnection)
       return r.responder.fail({Code::kAgain, "checkpoint: " + std::to_string(client.queued) +
                                                  " requests of this connection are waiting, the limit "
                                                  "kMaxQueuedPerConnection"});
+    if (!core_->worker.push(std::move(work), SIZE_MAX))
+      return r.responder.fail({Code::kShutDown, "checkpoint: the service is stopping"});
     ++client.queued;
-    std::lock_guard lock(core_->mu);
-    if (!core_->worker.joinable()) core_->worker = std::thread([core = core_] { core->run(); });
-    core_->queue.push_back(std::move(work));
-    core_->cv.notify_one();
   }
 
   // Runs on the progress thread once the worker is done with a request of connection `id`.

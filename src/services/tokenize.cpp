@@ -7,11 +7,8 @@
 // without taking the core from a worker, and a client never has to wake it.
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 
 #include <sodium.h>
@@ -24,6 +21,7 @@
 #include "outboard/tokenizer.h"
 #include "services/builtin.h"
 #include "services/tokenize_wire.h"
+#include "services/worker_queue.h"
 #include "util/text.h"
 
 OB_LOG_MODULE("tokenize");
@@ -78,10 +76,6 @@ Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
   return not_in_vocab_dir(name);
 }
 
-// One queued piece of work: runs on a worker thread and returns what to do
-// next on the progress thread.
-using Work = std::function<std::function<void()>()>;
-
 struct Client {
   std::vector<std::shared_ptr<const Tokenizer>> tokenizers;
   std::vector<std::shared_ptr<RemoteRegion>> outputs;
@@ -91,31 +85,12 @@ struct Client {
 // closures hold it, so a late one never touches a destroyed service.
 struct Core {
   TokenizeConfig config;
-  ServiceHost* host = nullptr;
   std::atomic<bool> detached{false};  // the service is gone: posted closures do nothing
   std::unordered_map<uint32_t, Client> clients;  // progress thread only
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Work> queue;
-  bool stopping = false;
-  std::vector<std::thread> workers;
+  WorkerQueue workers;
   // Loaded once per agent, shared by every client that opens the name.
+  std::mutex loaded_mu;
   std::map<std::string, std::shared_ptr<const Tokenizer>> loaded;
-
-  void run_worker() {
-    while (true) {
-      Work work;
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (stopping) return;
-        work = std::move(queue.front());
-        queue.pop_front();
-      }
-      host->post(work());
-    }
-  }
 };
 
 class Tokenize final : public Service {
@@ -123,20 +98,12 @@ class Tokenize final : public Service {
   explicit Tokenize(TokenizeConfig config) : core_(std::make_shared<Core>()) { core_->config = std::move(config); }
   ~Tokenize() override {
     core_->detached = true;
-    {
-      std::lock_guard lock(core_->mu);
-      core_->stopping = true;
-    }
-    core_->cv.notify_all();
-    for (auto& t : core_->workers) t.join();
+    core_->workers.stop();
   }
 
   std::string name() const override { return "tokenize"; }
 
-  void attach(ServiceHost& host) override {
-    core_->host = &host;
-    for (uint32_t i = 0; i < core_->config.threads; ++i) core_->workers.emplace_back([core = core_] { core->run_worker(); });
-  }
+  void attach(ServiceHost& host) override { core_->workers.attach(host, core_->config.threads); }
 
   void on_disconnect(uint32_t id) override { core_->clients.erase(id); }
 
@@ -164,24 +131,11 @@ class Tokenize final : public Service {
   }
 
  private:
-  size_t queued() {
-    std::lock_guard lock(core_->mu);
-    return core_->queue.size();
-  }
-
   // Queues work unless the queue is at its limit; then `responder` fails.
   // Without workers it runs here, on the progress thread.
-  void enqueue(Work work, const Responder& responder) {
+  void enqueue(WorkerQueue::Work work, const Responder& responder) {
     if (core_->config.threads == 0) return work()();
-    {
-      std::lock_guard lock(core_->mu);
-      const size_t queued = core_->queue.size();
-      if (queued < core_->config.max_queued) {
-        core_->queue.push_back(std::move(work));
-        core_->cv.notify_one();
-        return;
-      }
-    }
+    if (core_->workers.push(std::move(work), core_->config.max_queued)) return;
     responder.fail({Code::kAgain, "tokenize queue is full: limit " + std::to_string(core_->config.max_queued) +
                                       " batches (agent option --tokenize-queue)"});
   }
@@ -200,7 +154,7 @@ class Tokenize final : public Service {
       std::shared_ptr<const Tokenizer> tok;
       Status st;
       {
-        std::lock_guard lock(core->mu);
+        std::lock_guard lock(core->loaded_mu);
         if (auto it = core->loaded.find(name); it != core->loaded.end()) tok = it->second;
       }
       if (!tok) {
@@ -212,7 +166,7 @@ class Tokenize final : public Service {
         if (loaded.ok()) {
           OB_LOG_INFO("loaded tokenizer %s (%zu ids) in %.0f ms", quote(name).c_str(), loaded.value().vocab_size(),
                       std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-          std::lock_guard lock(core->mu);
+          std::lock_guard lock(core->loaded_mu);
           auto& slot = core->loaded[name];
           if (!slot) slot = std::make_shared<const Tokenizer>(std::move(loaded).value());
           tok = slot;
@@ -313,7 +267,7 @@ class Tokenize final : public Service {
     Responder responder = r.responder;
     const uint8_t* texts = in.in.data();
     auto job = std::make_shared<Job>(Job{std::move(r), client.tokenizers[h.tokenizer], client.outputs[h.output], h,
-                                         std::move(lengths), texts, Clock::now(), static_cast<uint32_t>(queued())});
+                                         std::move(lengths), texts, Clock::now(), static_cast<uint32_t>(core_->workers.waiting())});
     enqueue([core = core_, job] { return run(core, job); }, responder);
   }
 
