@@ -49,7 +49,7 @@ std::vector<std::string> entries(int dir_fd) {
     ::close(fd);
     return names;
   }
-  ::rewinddir(d);
+  ::rewinddir(d);  // a dup shares the offset, which the last listing left at the end
   while (dirent* e = ::readdir(d)) {
     std::string_view n = e->d_name;
     if (n != "." && n != "..") names.emplace_back(n);

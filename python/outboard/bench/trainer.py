@@ -275,17 +275,20 @@ class Dcp(Placement):
     def save(self, step: int, state: dict[str, Any]) -> None:
         import torch.distributed.checkpoint as dcp
         t0 = time.perf_counter()
-        self.finish()  # as DCP's docs do: the previous save done before the next starts
+        self._wait()  # as DCP's docs do: the previous save done before the next starts
         path = self.directory / f"step-{step:012d}"
         self.future = dcp.async_save(state, checkpoint_id=str(path), **self.kwargs)
         self.future.add_done_callback(lambda f: self.durable.append(time.perf_counter() - t0))
         self.stalls.append(time.perf_counter() - t0)
 
-    def finish(self) -> None:
+    def _wait(self) -> None:
         if self.future is not None:
             self.future.result()
             self.future = None
-            self.bytes = sum(f.stat().st_size for f in self.directory.rglob("*") if f.is_file())
+
+    def finish(self) -> None:
+        self._wait()
+        self.bytes = sum(f.stat().st_size for f in self.directory.glob("step-*/**/*") if f.is_file())
 
 
 class Offloaded(Placement):
