@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from outboard.bench import harness, report, stats
-from outboard.bench.declare import OURS, Case, Chart, Column, Goal, Impl, Measurement, Options, Suite
+from outboard.bench.declare import OURS, Case, Chart, Column, Goal, Impl, Measurement, Option, Options, Suite, numbers
+from outboard.errors import BadConfig
 
 
 def _fake_impl(name: str, base: float, ok: bool = True) -> Impl:
@@ -142,6 +143,17 @@ def test_quick_sweep_and_case_filter(tmp_path: Path) -> None:
     d = _run(FAKE_SUITE, Options(quick=True, out=str(tmp_path / "q"), progress=False, cases=["fake"]))
     sizes = {json.loads(line)["params"]["size"] for line in (d / "results.jsonl").read_text().splitlines()}
     assert sizes == {1, 2}
+
+
+def test_an_option_replaces_a_swept_parameters_values_and_is_in_the_command(tmp_path: Path) -> None:
+    suite = dataclasses.replace(FAKE_SUITE, options=[Option("--sizes", "sizes", parse=numbers("--sizes", int, 1),
+                                                            sweep="size")])
+    d = _run(suite, Options(quick=True, out=str(tmp_path / "q"), progress=False, extra={"sizes": [8, 16]}))
+    sizes = {json.loads(line)["params"]["size"] for line in (d / "results.jsonl").read_text().splitlines()}
+    assert sizes == {8, 16}
+    assert json.loads((d / "meta.json").read_text())["command"] == "outboard bench fake --quick --sizes 8,16"
+    with pytest.raises(BadConfig, match=r"--sizes: '0,x' is not a comma-separated list of ints >= 1"):
+        numbers("--sizes", int, 1)("0,x")
 
 
 def test_a_failing_implementation_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:

@@ -283,6 +283,19 @@ def test_two_trainers_on_one_agent_never_mix_and_cannot_leave_the_root(tmp_path:
     b.close()
 
 
+def test_an_agent_that_does_not_map_the_staging_reads_it_with_one_sided_gets(tmp_path: Path, start_agent) -> None:
+    # As a remote agent does: the state (20 MiB, three of the agent's 8 MiB pieces) is fetched by UCX.
+    agent = start_agent("--checkpoint-root", str(tmp_path), "--map-peer-regions=false")
+    states = [make_state(seed, mb=20) for seed in (1, 2)]
+    with outboard.connect(agent.address) as client, outboard.Checkpointer(tmp_path, client, keep_last=0) as ck:
+        for step, state in enumerate(states):
+            ck.save(step, state)
+        ck.wait()
+        assert ck.status().bytes > 20 << 20
+    for step, state in enumerate(states):
+        assert_same(state, checkpoint.load(tmp_path, step).state)
+
+
 def test_hostile_requests_fail_alone(tmp_path: Path, start_agent) -> None:
     agent = start_agent("--checkpoint-root", str(tmp_path))
     client = outboard.connect(agent.address)
@@ -377,3 +390,17 @@ def test_torch_state_dicts_round_trip(tmp_path: Path) -> None:
     from safetensors.torch import load_file
     assert torch.equal(load_file(str(tmp_path / "step-000000000001" / "tensors.safetensors"))["model.0.weight"],
                        state["model"]["0.weight"])
+
+
+def test_gpu_tensors_are_copied_to_the_staging_and_load_back_to_their_device(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install outboard[torch])")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here: GPU tensors are copied device-to-host into the staging, untested")
+    state = {"w": torch.randn(1000, 100, device="cuda"), "t": torch.randn(8, 8, device="cuda").T,
+             "cpu": torch.arange(5)}
+    with outboard.Checkpointer(tmp_path) as ck:
+        ck.save(1, state)
+        back, on_cpu = ck.load(), ck.load(map_location="cpu")
+    for k, v in state.items():
+        assert back[k].device == v.device and torch.equal(back[k], v), k
+        assert on_cpu[k].device.type == "cpu" and torch.equal(on_cpu[k], v.cpu()), k

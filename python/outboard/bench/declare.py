@@ -82,8 +82,11 @@ class Case:
     goal: Goal | None = None
     notes: str = ""
 
-    def cells(self, quick: bool) -> list[dict[str, Any]]:
+    def cells(self, quick: bool, given: Mapping[str, Sequence[Any]] | None = None) -> list[dict[str, Any]]:
+        """The swept parameters' combinations: the sweep, the quick one's values over it, and values
+        given on the command line (an Option with ``sweep``) over both."""
         sweep = {**self.sweep, **(self.quick if quick else {})}
+        sweep |= {k: v for k, v in (given or {}).items() if k in sweep}
         keys = list(sweep)
         return [dict(zip(keys, values)) for values in itertools.product(*(sweep[k] for k in keys))]
 
@@ -109,7 +112,8 @@ class Option:
     the flag, its help, its default as it would be typed, and ``parse``, which turns the text into
     the value the suite reads from ``Options.extra[dest]`` and raises BadConfig naming the flag.
     ``type`` is what ``--json`` accepts (str, int, or bool for a switch). A switch may select
-    ``cases`` (graph's --offload adds its case to --cases)."""
+    ``cases`` (graph's --offload adds its case to --cases); an option with ``sweep`` replaces that
+    swept parameter's values (its parse returns the list)."""
 
     flag: str
     help: str
@@ -119,6 +123,7 @@ class Option:
     choices: Sequence[str] = ()
     metavar: str | None = None
     cases: Sequence[str] = ()
+    sweep: str | None = None
 
     @property
     def dest(self) -> str:
@@ -141,6 +146,20 @@ class Option:
         if isinstance(value, (list, tuple)):
             return [self.flag, ",".join(map(str, value))]
         return [self.flag, str(value)]
+
+
+def numbers(flag: str, kind: type = int, minimum: float = 0) -> Callable[[str], list[Any]]:
+    """A parse for an Option that takes a comma-separated list of numbers, each at least
+    ``minimum``; a wrong one is a BadConfig naming the flag."""
+    def parse(text: str) -> list[Any]:
+        try:
+            values = [kind(x) for x in str(text).split(",") if x.strip()]
+        except ValueError:
+            values = []
+        if not values or min(values) < minimum:
+            raise BadConfig(f"{flag}: '{text}' is not a comma-separated list of {kind.__name__}s >= {minimum}")
+        return values
+    return parse
 
 
 @dataclass

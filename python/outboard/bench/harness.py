@@ -137,7 +137,9 @@ def run(suite: Suite, options: Options, watch: MachineWatch | None = None) -> Pa
         "ratio_repeats": max(options.repeat, MIN_RATIO_REPEATS),
         "cases": [c.name for c in cases], "skipped": {}, "failed": {},
     })
-    plan = [(case, params) for case in cases for params in case.cells(options.quick)]
+    given = {o.sweep: options.extra[o.dest] for o in suite.options
+             if o.sweep is not None and options.extra.get(o.dest) is not None}
+    plan = [(case, params) for case in cases for params in case.cells(options.quick, given)]
     bar = Progress(sum(len(c.impls) * repeats(c, options) for c, _ in plan), options.progress)
     watch = watch or MachineWatch(_core_to_core_ns)
     try:

@@ -28,7 +28,7 @@ from typing import Any
 from ..._agent import LocalAgent
 from ...errors import BadConfig
 from .. import trainer
-from ..declare import Case, Chart, Column, Goal, Impl, Measurement, Option, Options, Suite
+from ..declare import Case, Chart, Column, Goal, Impl, Measurement, Option, Options, Suite, numbers
 from ..stats import summarize
 
 #: Seconds one trainer process may take (its epoch and the check after it).
@@ -119,7 +119,13 @@ SUITE = Suite(
     help="checkpointing during training: none, synchronous, a writer thread, offloaded to the agent",
     quick_help="a short run (under a minute with the MLP: 8 MiB of state, every ratio from three repetitions)",
     options=[Option("--model", "the model trained: auto (resnet20 with PyTorch, else mlp), mlp, resnet20, resnet34",
-                    default="auto", parse=_model)],
+                    default="auto", parse=_model),
+             Option("--state-mb", "state sizes in MiB, instead of the sweep's (a model is never narrower than "
+                    "its paper's)", parse=numbers("--state-mb", float, 1), sweep="state_mb", metavar="MIB,..."),
+             Option("--every", "checkpoint every N steps, instead of the sweep's", parse=numbers("--every", int, 1),
+                    sweep="every", metavar="N,..."),
+             Option("--steps", "steps per epoch, instead of the sweep's", parse=numbers("--steps", int, 1),
+                    sweep="steps", metavar="N,...")],
     notes=__doc__.split("\n\n", 1)[1].replace("\n", " ").strip())
 
 

@@ -37,7 +37,7 @@ from ... import _bench, _core
 from ...errors import BadConfig, Error
 from ...offload import SUBMIT_THREADS, measure_cpu
 from ..consumer import Embedder, Payloads, TorchEmbedder, make_embedder, random_words
-from ..declare import Option, Options, Suite
+from ..declare import Option, Options, Suite, numbers
 from ..stats import Ratio, cell_key, get, median, ratio_stats, summarize
 
 PLACEMENTS = ("host", "agent", "auto")
@@ -832,13 +832,6 @@ def _models(text: str) -> list[str]:
     return models
 
 
-def _byte_counts(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise BadConfig(f"--load-payloads: '{text}' is not a list of byte counts") from None
-
-
 SUITE = Suite(
     name="tokenize", title="Tokenization offload", body=_run, check=_check, render=render, brief=brief,
     help="tokenization offload: host vs agent vs auto, stages and load", quick_help="a short run (about three minutes)",
@@ -846,6 +839,6 @@ SUITE = Suite(
              Option("--consumer-cores", "cores for this process (default: the lower half)"),
              Option("--models", "gpt2, bert-base-uncased or both", default=",".join(MODELS), parse=_models),
              Option("--load-payloads", "payloads of the load test, each one of the payload sweep's (default 8192)",
-                    parse=_byte_counts, metavar="BYTES,..."),
+                    parse=numbers("--load-payloads"), metavar="BYTES,..."),
              Option("--embed", "where the embedding lookup runs: torch on CUDA when present (auto), or numpy on the CPU",
                     default="auto", choices=("auto", "numpy", "torch"))])

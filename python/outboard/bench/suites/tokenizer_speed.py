@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import BadConfig
-from ..declare import Option, Suite
+from ..declare import Option, Suite, numbers
 from ..stats import summarize
 
 CHUNK_BYTES = 8192
@@ -277,18 +277,11 @@ def _models(text: str) -> list[str]:
     return models
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise BadConfig(f"--threads: '{text}' is not a comma-separated list of integers") from None
-
-
 SUITE = Suite(
     name="tokenizer", title="Tokenizer benchmark", body=_run, render=render, uses_agent=False,
     help="GPT-2 BPE speed vs tiktoken, HF tokenizers and fastokens", quick_help="a short run (about a minute)",
     options=[Option("--core", "core to pin to (default: the last one)", type=int),
              Option("--rounds", "rounds of fresh chunks", default=3, type=int),
              Option("--chunks", "distinct 8 KB chunks per round", default=200, type=int),
-             Option("--threads", "thread counts for encode_batch scaling", default="1,2", parse=_ints),
+             Option("--threads", "thread counts for encode_batch scaling", default="1,2", parse=numbers("--threads", minimum=1)),
              Option("--models", "gpt2, bert or all", default="all", parse=_models)])
