@@ -38,51 +38,51 @@ void bind_channel(nb::module_& m) {
         return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(r.region.data(), {r.region.size()}, nb::find(&r));
       }, "A numpy view of the region (no copy).")
       .def("gather",
-           [](PyRegion& r, nb::list sources, const std::vector<uint64_t>& offsets) {
+           [](PyRegion& r, const std::vector<nb::object>& sources, const std::vector<uint64_t>& offsets) {
              // Each source: an object with the buffer protocol (C-contiguous), or (address, size) of this
              // process's memory, e.g. a torch CPU tensor's data_ptr(), which torch exports no buffer for.
              const size_t n = sources.size();
              if (offsets.size() != n)
                raise(Status(Code::kInvalidArgument,
                             "gather: " + std::to_string(n) + " sources, " + std::to_string(offsets.size()) + " offsets"));
+             struct Held {  // the sources' buffers, released on every way out (with the GIL held)
+               std::vector<Py_buffer> views;
+               ~Held() {
+                 for (Py_buffer& v : views) PyBuffer_Release(&v);
+               }
+             } held;
+             held.views.reserve(n);
              struct Part {
                const void* from;
                uint64_t size;
              };
              std::vector<Part> parts(n);
-             std::vector<Py_buffer> held;
-             held.reserve(n);
-             auto release_held = [&] {
-               for (Py_buffer& v : held) PyBuffer_Release(&v);
-             };
              const uint64_t size = r.region.size();
              for (size_t i = 0; i < n; ++i) {
-               nb::handle s = sources[i];
+               const nb::object& s = sources[i];
                if (nb::isinstance<nb::tuple>(s)) {
-                 parts[i] = {reinterpret_cast<const void*>(nb::cast<uintptr_t>(s[0])), nb::cast<uint64_t>(s[1])};
+                 auto t = nb::borrow<nb::tuple>(s);
+                 uintptr_t address = 0;
+                 uint64_t bytes = 0;
+                 if (t.size() != 2 || !nb::try_cast(t[0], address) || !nb::try_cast(t[1], bytes))
+                   raise(Status(Code::kInvalidArgument,
+                                "gather: source " + std::to_string(i) + " is a tuple but not (address, size)"));
+                 parts[i] = {reinterpret_cast<const void*>(address), bytes};
                } else {
                  Py_buffer v;
-                 if (PyObject_GetBuffer(s.ptr(), &v, PyBUF_C_CONTIGUOUS) != 0) {
-                   release_held();
-                   throw nb::python_error();
-                 }
-                 held.push_back(v);
+                 if (PyObject_GetBuffer(s.ptr(), &v, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
+                 held.views.push_back(v);
                  parts[i] = {v.buf, static_cast<uint64_t>(v.len)};
                }
-               if (offsets[i] > size || parts[i].size > size - offsets[i]) {
-                 release_held();
+               if (offsets[i] > size || parts[i].size > size - offsets[i])
                  raise(Status(Code::kInvalidArgument, "gather: source " + std::to_string(i) + " (" +
                                                           std::to_string(parts[i].size) + " B at " +
                                                           std::to_string(offsets[i]) + ") ends past the region's " +
                                                           std::to_string(size) + " B"));
-               }
              }
-             {
-               nb::gil_scoped_release release;
-               for (size_t i = 0; i < n; ++i)
-                 if (parts[i].size != 0) std::memcpy(r.region.data() + offsets[i], parts[i].from, parts[i].size);
-             }
-             release_held();
+             nb::gil_scoped_release release;
+             for (size_t i = 0; i < n; ++i)
+               if (parts[i].size != 0) std::memcpy(r.region.data() + offsets[i], parts[i].from, parts[i].size);
            },
            "sources"_a, "offsets"_a,
            "Copies each source to its offset in the region, all in one call (a snapshot of many arrays): "

@@ -105,6 +105,11 @@ def test_gather_copies_arrays_and_addresses_and_refuses_what_ends_past_the_regio
         region.gather([a, b], [0])
     with pytest.raises(ValueError, match="not C-contiguous"):
         region.gather([a[::2]], [0])
+    with pytest.raises(errors.InvalidArgument, match=r"source 1 is a tuple but not \(address, size\)"):
+        region.gather([a, ("not an address", 8)], [0, 100])  # a's buffer, taken before, is given back
+    with pytest.raises(errors.InvalidArgument, match=r"source 0 is a tuple but not \(address, size\)"):
+        region.gather([(b.ctypes.data,)], [0])
+    a.resize(5, refcheck=True)  # refused while a buffer of it were still held
     assert region.array()[:80].view(np.int64).tolist() == list(range(10)), "a refused gather copies nothing"
 
 
