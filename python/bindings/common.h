@@ -70,6 +70,7 @@ void register_status_errors();
 
 /// The areas of outboard._core, one file each.
 void bind_channel(nb::module_& m);
+void bind_checkpoint(nb::module_& m);
 void bind_tokenizer(nb::module_& m);
 void bind_graph(nb::module_& m);
 

@@ -1,5 +1,5 @@
 // outboard._core: converts types and releases the GIL; no logic lives here.
-// One file per area (channel.cpp, tokenizer.cpp, graph.cpp); the benchmark
+// One file per area (channel.cpp, checkpoint.cpp, tokenizer.cpp, graph.cpp); the benchmark
 // loops are another module's (bench.cpp: outboard._bench).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -23,6 +23,7 @@ NB_MODULE(_core, m) {
   m.doc() = "Private extension of the outboard package; use the public API in outboard.";
   register_status_errors();
   bind_channel(m);
+  bind_checkpoint(m);
   bind_tokenizer(m);
   bind_graph(m);
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import math
 import os
 import struct
 import sys
@@ -31,6 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import _core
 from .client import Client, connect
 from .errors import BadState, Error, InvalidArgument, NotFound, TimedOut, TooBig
 
@@ -57,106 +57,46 @@ _NUMPY_CODES = {np.dtype(t): i for i, t in enumerate(
      np.uint64, np.int64, np.float64)) if t is not None}
 
 
-_torch_info: tuple[Any, dict[Any, int], Any] | None = None
+_walker: tuple[Any, Any] | None = None  # (torch module or None, its StateWalker)
 
 
-def _torch() -> tuple[Any, dict[Any, int], Any] | None:
-    """torch.Tensor, torch's dtypes by wire code and torch.strided, once this process imported torch
-    (a state holding torch tensors did); None before. Built once: a save looks a dtype up per tensor."""
-    global _torch_info
+def _state_walker() -> _core.StateWalker:
+    """The walker of states, made again once this process imported torch (a state holding torch
+    tensors did): it looks torch's types and dtypes up once, not per tensor."""
+    global _walker
     torch = sys.modules.get("torch")
-    if _torch_info is None and torch is not None:
-        codes = {torch.bool: 0, torch.uint8: 1, torch.int8: 2, torch.int16: 4, torch.float16: 5, torch.bfloat16: 6,
-                 torch.int32: 8, torch.float32: 9, torch.int64: 11, torch.float64: 12}
-        for name, code in (("uint16", 3), ("uint32", 7), ("uint64", 10)):
-            if hasattr(torch, name):
-                codes[getattr(torch, name)] = code
-        _torch_info = (torch.Tensor, codes, torch.strided)
-    return _torch_info
+    if _walker is None or _walker[0] is not torch:
+        tensor, codes, strided = None, {}, None
+        if torch is not None:
+            tensor, strided = torch.Tensor, torch.strided
+            codes = {torch.bool: 0, torch.uint8: 1, torch.int8: 2, torch.int16: 4, torch.float16: 5,
+                     torch.bfloat16: 6, torch.int32: 8, torch.float32: 9, torch.int64: 11, torch.float64: 12}
+            for name, code in (("uint16", 3), ("uint32", 7), ("uint64", 10)):
+                if hasattr(torch, name):
+                    codes[getattr(torch, name)] = code
+        _walker = (torch, _core.StateWalker(np.ndarray, np.generic, np.asarray, Mapping, _NUMPY_CODES, tensor,
+                                            codes, strided))
+    return _walker[1]
 
 
-@dataclass
-class _Leaf:
-    __slots__ = ("name", "value", "code", "shape", "nbytes", "source")
-    name: str
-    value: Any  # numpy array or torch tensor
-    code: int  # wire dtype
-    shape: tuple[int, ...]
-    nbytes: int
-    # What Region.gather copies from: the array, or a CPU tensor's (address, bytes); None: the value
-    # needs numpy or torch to copy it (strided, byte-swapped, on a GPU).
-    source: Any
-
-
-def flatten(state: Any) -> tuple[list[_Leaf], Any]:
-    """The state's tensors (named by their path, e.g. "model.fc.weight") and its JSON tree, where each
-    tensor is {"tensor": name}. Dict keys may be str, int, bool or None (a torch optimizer's state
-    is keyed by int); values tensors, numpy arrays and scalars, dicts, lists, tuples, str, int,
-    float, bool, None and bytes. Lean: a save walks the whole state (ResNet-20: 193 tensors)."""
-    leaves: list[_Leaf] = []
-    names: set[str] = set()
-    tensor_type, torch_codes, strided = _torch() or ((), {}, None)
-
-    def leaf(path: str, value: Any, code: int, shape: tuple[int, ...], nbytes: int, source: Any) -> str:
-        name = path or "tensor"
-        if name in names:
-            base, n = name, 1
-            while name in names:
-                name, n = f"{base}#{n}", n + 1
-        names.add(name)
-        leaves.append(_Leaf(name, value, code, shape, nbytes, source))
-        return name
-
-    def walk(x: Any, path: str) -> Any:
-        if isinstance(x, tensor_type):
-            code = torch_codes.get(x.dtype)
-            if code is None:
-                raise InvalidArgument(f"state item {path!r}: torch dtype {x.dtype} has no safetensors counterpart")
-            if x.layout is not strided:
-                raise InvalidArgument(f"state item {path!r}: a {x.layout} tensor (only dense ones are saved)")
-            n = x.nbytes
-            if x.is_cpu:  # conj bits exist only for complex dtypes, which have no code
-                source = (x.data_ptr(), n) if x.is_contiguous() and not x.is_neg() else None
-                return {"tensor": leaf(path, x, code, tuple(x.shape), n, source), "torch": "cpu"}
-            return {"tensor": leaf(path, x, code, tuple(x.shape), n, None), "torch": str(x.device)}
-        if isinstance(x, (np.ndarray, np.generic)):
-            a = np.asarray(x)
-            code = _NUMPY_CODES.get(a.dtype.newbyteorder("="))
-            if code is None:
-                raise InvalidArgument(f"state item {path!r}: numpy dtype {a.dtype} has no safetensors counterpart")
-            source = a if a.flags.c_contiguous and a.dtype.isnative else None
-            node = {"tensor": leaf(path, a, code, a.shape, a.nbytes, source)}
-            if isinstance(x, np.generic):
-                node["scalar"] = True
-            return node
-        prefix = path + "." if path else ""
-        if isinstance(x, Mapping):
-            items = []
-            for k, v in x.items():
-                if not isinstance(k, (str, int, bool, type(None))):
-                    raise InvalidArgument(f"state item {path!r}: key {k!r} is not str, int, bool or None")
-                items.append([k, walk(v, prefix + str(k))])
-            return {"dict": items}
-        if isinstance(x, (list, tuple)):
-            return {"list" if isinstance(x, list) else "tuple": [walk(v, prefix + str(i)) for i, v in enumerate(x)]}
-        if isinstance(x, float) and not math.isfinite(x):
-            return {"float": repr(x)}
-        if x is None or isinstance(x, (str, int, float, bool)):
-            return {"v": x}
-        if isinstance(x, (bytes, bytearray)):
-            return {"bytes": base64.b64encode(bytes(x)).decode()}
-        raise InvalidArgument(f"state item {path!r}: a {type(x).__name__} is not a tensor, array, dict, "
-                              "list, tuple or scalar")
-
-    return leaves, walk(state, "")
+def flatten(state: Any) -> tuple[list[_core.StateLeaf], bytes, bytes]:
+    """The state's tensors, its plan key and its tree as JSON text. Each tensor is a leaf named by
+    its path (e.g. "model.fc.weight") with its value, wire dtype, shape, bytes and gather source (the
+    array, a contiguous CPU tensor's (address, bytes), or None when numpy or torch must copy it); the
+    tree holds it as {"tensor": name}. States with equal keys (names, dtypes, shapes) stage alike.
+    Dict keys may be str, int, bool or None (a torch optimizer's state is keyed by int); values
+    tensors, numpy arrays and scalars, dicts, lists, tuples, str, int (64-bit), float, bool, None and
+    bytes. Native (python/bindings/checkpoint.cpp): a save walks the whole state (ResNet-20: 193
+    tensors)."""
+    return _state_walker().walk(state)
 
 
 class _Plan:
     """Where a state's tensors go in a staging slot, and their part of the save request: the same for
     every save of a state of the same structure, so made once."""
 
-    def __init__(self, leaves: list[_Leaf]) -> None:
-        self.key = _plan_key(leaves)
+    def __init__(self, leaves: list[_core.StateLeaf], key: bytes) -> None:
+        self.key = key
         self.offsets, at = [], 0
         for leaf in leaves:
             self.offsets.append(at)
@@ -164,7 +104,7 @@ class _Plan:
         self.bytes = at
         self._at: dict[int, tuple[list[int], bytes]] = {}
 
-    def at(self, leaves: list[_Leaf], base: int) -> tuple[list[int], bytes]:
+    def at(self, leaves: list[_core.StateLeaf], base: int) -> tuple[list[int], bytes]:
         """The leaves' offsets in the staging, and the request's tensor table, for the slot at ``base``."""
         cached = self._at.get(base)
         if cached is None:
@@ -178,18 +118,15 @@ class _Plan:
         return cached
 
 
-def _plan_key(leaves: list[_Leaf]) -> tuple[Any, ...]:
-    return tuple([(leaf.name, leaf.code, leaf.shape) for leaf in leaves])
-
-
 def staging_size(state: Any) -> int:
     """The staging bytes one snapshot of ``state`` takes: ``staging_bytes`` for a checkpointer that
     should never grow its staging (times 2 for "queue-one"). Take it of the state as it will be
     saved: a torch optimizer's buffers exist only after its first step."""
-    return _Plan(flatten(state)[0]).bytes
+    leaves, key, _ = flatten(state)
+    return _Plan(leaves, key).bytes
 
 
-def _copy_in(leaves: list[_Leaf], offsets: list[int], region: Any) -> None:
+def _copy_in(leaves: list[_core.StateLeaf], offsets: list[int], region: Any) -> None:
     """The snapshot: each leaf's bytes to its offset in the staging, in one native call for contiguous
     CPU arrays and tensors (a torch copy_ per tensor costs ~5 µs of dispatch: most of ResNet-20's
     snapshot); the others through numpy or torch."""
@@ -215,8 +152,7 @@ def _copy_in(leaves: list[_Leaf], offsets: list[int], region: Any) -> None:
     region.gather([leaf.source for leaf in leaves if leaf.source is not None], gathered)
 
 
-def _encode_save(handle: int, step: int, descriptor: bytes, table: bytes, tree: Any) -> bytes:
-    state = json.dumps(tree, separators=(",", ":"), allow_nan=False).encode()
+def _encode_save(handle: int, step: int, descriptor: bytes, table: bytes, state: bytes) -> bytes:
     return b"".join((struct.pack("<BBIQI", _VERSION, _SAVE, handle, step, len(descriptor)), descriptor, table,
                      struct.pack("<I", len(state)), state))
 
@@ -313,10 +249,10 @@ class Checkpointer:
         if not 0 <= step <= 999_999_999_999:
             raise InvalidArgument(f"step {step} is outside 0..999999999999")
         t0 = time.perf_counter()
-        leaves, tree = flatten(state)
+        leaves, key, tree = flatten(state)
         plan = self._plan
-        if plan is None or plan.key != _plan_key(leaves):
-            plan = self._plan = _Plan(leaves)
+        if plan is None or plan.key != key:
+            plan = self._plan = _Plan(leaves, key)
         with self._cv:
             self._raise_error()
             if self._closed:

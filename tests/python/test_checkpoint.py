@@ -82,6 +82,47 @@ def test_saved_state_loads_back_and_safetensors_alone_reads_it(tmp_path: Path) -
     assert not list(tmp_path.glob(".tmp-*"))
 
 
+def test_scalars_keys_and_colliding_names_round_trip(tmp_path: Path) -> None:
+    state = {"floats": [1.0, -0.0, 0.1, 1e300, 5e-324, 123456789012.0, float("-inf"), float("nan")],
+             "ints": [0, -1, 2**63 - 1, -2**63, 2**64 - 1, True, False],
+             "keys": {7: "int", True: "bool", None: "none", "q\"u\\o\nte\x01": "ctl", "ünï😀": "utf-8"},
+             "a.b": np.arange(3, dtype=np.int16), "a": {"b": np.arange(2, dtype=np.int16)},
+             "bytes": bytearray(b"\x00\xff"), "tuple": (np.float32(2.5), ())}
+    with outboard.Checkpointer(tmp_path) as ck:
+        ck.save(1, state)
+        loaded = ck.load()
+    state["bytes"] = bytes(state["bytes"])  # bytes-like comes back as bytes
+    assert_same(state, loaded)
+    assert [type(v) for v in loaded["floats"]] == [float] * 8 and str(loaded["floats"][1]) == "-0.0"
+    assert [type(v) for v in loaded["ints"]] == [int] * 5 + [bool] * 2
+    from safetensors.numpy import load_file
+    assert sorted(load_file(str(tmp_path / "step-000000000001" / "tensors.safetensors"))) == [
+        "a.b", "a.b#1", "tuple.0"]
+
+
+def test_states_that_cannot_be_saved_are_refused_naming_the_item(tmp_path: Path) -> None:
+    looped: list = []
+    looped.append(looped)
+    deep: list = []
+    for _ in range(300):
+        deep = [deep]
+    with outboard.Checkpointer(tmp_path) as ck:
+        for state, message in [
+            ({"m": {"w": object()}}, r"state item 'm\.w': a object is not a tensor"),
+            ({"m": {(1, 2): 3}}, r"state item 'm': key \(1, 2\) is not str, int, bool or None"),
+            ({"c": np.zeros(2, np.complex64)}, r"state item 'c': numpy dtype complex64 has no safetensors"),
+            ({"big": [2**64]}, r"state item 'big\.0': an int of 65 bits is outside the 64-bit range"),
+            ({"s": "\ud800"}, r"state item 's': a str that is not valid Unicode"),
+            ({"loop": looped}, r"nested deeper than 256 containers"),
+            ({"deep": deep}, r"nested deeper than 256 containers"),
+        ]:
+            with pytest.raises(InvalidArgument, match=message):
+                ck.save(1, state)
+        assert ck.save(2, make_state(2))  # a refused state took nothing with it
+        assert_same(make_state(2), ck.load())
+        assert ck.status().persisted == 1
+
+
 def test_keep_last_prunes_the_oldest(tmp_path: Path) -> None:
     with outboard.Checkpointer(tmp_path, keep_last=2) as ck:
         for step in range(5):
