@@ -40,6 +40,8 @@ Policy = Literal["block", "skip", "queue-one"]
 PERSIST_TIMEOUT_S = 600.0
 #: Where each tensor starts in the staging memory: cache-line aligned, as numpy and torch like.
 ALIGN = 64
+#: Bytes read at a time while load() checks a file's sha256.
+HASH_PIECE = 1 << 20
 #: Entries status() keeps of its lists (``skipped_steps``, ``durable_log``): the newest.
 STATUS_LOG = 256
 #: Staging grows in steps of this many bytes (when not fixed by ``staging_bytes``).
@@ -463,22 +465,30 @@ def _read(path: Path, map_location: Any) -> Any:
     files = manifest.get("files")
     if not isinstance(files, dict) or TENSORS_FILE not in files:
         raise Damaged(f"{path / MANIFEST_FILE} lists no {TENSORS_FILE}")
-    blobs = {}
     for name, info in files.items():
-        f = path / name
         if "/" in name or not isinstance(info, dict):
             raise Damaged(f"{path / MANIFEST_FILE} lists {name!r} oddly")
-        try:
-            data = f.read_bytes()
-        except OSError as e:
-            raise Damaged(f"{f}: {e.strerror or e}") from None
-        if len(data) != info.get("bytes"):
-            raise Damaged(f"{f} has {len(data)} B, the manifest says {info.get('bytes')} B")
-        if hashlib.sha256(data).hexdigest() != info.get("sha256"):
-            raise Damaged(f"{f}: sha256 differs from the manifest's")
-        blobs[name] = data
-    tensors = _tensors(blobs[TENSORS_FILE], manifest.get("state"))
+        _verify(path / name, info)
+    tensors = _tensors(path / TENSORS_FILE, manifest.get("state"))
     return _rebuild(manifest.get("state"), tensors, map_location)
+
+
+def _verify(f: Path, info: dict[str, Any]) -> None:
+    """Raises Damaged unless ``f`` has the size and sha256 its manifest lists. Read in pieces, so that
+    a load holds each tensor once (the checkpoint's files do not change once renamed into place)."""
+    h, piece = hashlib.sha256(), bytearray(HASH_PIECE)
+    try:
+        with open(f, "rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            if size != info.get("bytes"):
+                raise Damaged(f"{f} has {size} B, the manifest says {info.get('bytes')} B")
+            view = memoryview(piece)
+            while n := stream.readinto(piece):
+                h.update(view[:n])
+    except OSError as e:
+        raise Damaged(f"{f}: {e.strerror or e}") from None
+    if h.hexdigest() != info.get("sha256"):
+        raise Damaged(f"{f}: sha256 differs from the manifest's")
 
 
 def _uses_torch(tree: Any) -> bool:
@@ -489,16 +499,21 @@ def _uses_torch(tree: Any) -> bool:
     return False
 
 
-def _tensors(data: bytes, tree: Any) -> dict[str, Any]:
+def _tensors(f: Path, tree: Any) -> dict[str, Any]:
+    """The tensors of ``f``, each copied once out of the mapped file."""
+    pt = _uses_torch(tree)
     try:
-        if _uses_torch(tree):
-            from safetensors.torch import load as load_torch
-            return load_torch(data)
-        from safetensors.numpy import load as load_numpy
-        return load_numpy(data)
+        import safetensors
+        if pt:
+            import torch  # noqa: F401 (safe_open's "pt" needs it, and says so less clearly)
     except ImportError as e:
         raise NotFound(f"reading checkpoints needs {e.name} (pip install safetensors"
                        f"{' torch' if e.name == 'torch' else ''})") from None
+    try:
+        with safetensors.safe_open(str(f), framework="pt" if pt else "np") as st:
+            return {name: st.get_tensor(name) for name in st.keys()}
+    except (OSError, safetensors.SafetensorError) as e:
+        raise Damaged(f"{f}: {e}") from None
 
 
 def _rebuild(node: Any, tensors: dict[str, Any], map_location: Any) -> Any:

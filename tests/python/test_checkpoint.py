@@ -15,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +122,21 @@ def test_states_that_cannot_be_saved_are_refused_naming_the_item(tmp_path: Path)
         assert ck.save(2, make_state(2))  # a refused state took nothing with it
         assert_same(make_state(2), ck.load())
         assert ck.status().persisted == 1
+
+
+def test_load_holds_each_tensor_once(tmp_path: Path) -> None:
+    weights = np.random.default_rng(0).standard_normal(8 << 20, dtype=np.float32)  # 32 MiB
+    with outboard.Checkpointer(tmp_path) as ck:
+        ck.save(1, {"w": weights, "step": 1})
+        ck.wait()
+    tracemalloc.start()
+    try:
+        loaded = outboard.checkpoint.load(tmp_path).state
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(loaded["w"], weights) and loaded["w"].flags.writeable
+    assert peak < 1.25 * weights.nbytes, f"load() peaked at {peak} B of Python memory for {weights.nbytes} B of tensors"
 
 
 def test_keep_last_prunes_the_oldest(tmp_path: Path) -> None:
