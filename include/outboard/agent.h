@@ -64,6 +64,10 @@ struct AgentConfig {
   uint32_t mpi_max_pending = 256;  ///< --mpi-max-pending: a rank's collectives waiting for its other ranks
   // The checkpoint service.
   std::string checkpoint_root;  ///< --checkpoint-root: where clients' checkpoints may go; empty: nowhere
+  uint64_t checkpoint_max_dir_bytes = 0;  ///< --checkpoint-max-dir-bytes: one directory's checkpoints; 0: no limit
+  /// --checkpoint-min-free-pct: of the checkpoint filesystem, what a checkpoint must leave free (for
+  /// the host, and for other clients' checkpoints).
+  uint32_t checkpoint_min_free_pct = 2;
 };
 
 /// Where `outboard vocab fetch` caches vocabularies: $OUTBOARD_CACHE_DIR,

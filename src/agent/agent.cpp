@@ -103,6 +103,11 @@ config::Options agent_options(const AgentConfig& a) {
           {"checkpoint-root", Type::kString, a.checkpoint_root,
            "directory the checkpoint service writes clients' checkpoints in (each client names a directory inside "
            "it); empty: the service refuses every directory"},
+          {"checkpoint-max-dir-bytes", Type::kSize, std::to_string(a.checkpoint_max_dir_bytes),
+           "bytes one checkpoint directory may hold, its kept checkpoints and the one being written (0: no limit)"},
+          {"checkpoint-min-free-pct", Type::kInt, std::to_string(a.checkpoint_min_free_pct),
+           "percent of the checkpoint filesystem a checkpoint must leave free, for the host and other clients "
+           "(0: none; a save may then fill the disk and fail alone)"},
           {"vocab-dir", Type::kString, a.vocab_dir,
            "vocabulary cache, the only place the tokenize service opens names in (default: $OUTBOARD_CACHE_DIR or "
            "~/.cache/outboard)"},
@@ -166,6 +171,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t graph_threads, in_range("graph-threads", 0, graph::Executor::kMaxThreads));
   OB_ASSIGN_OR_RETURN(int64_t graph_instances, positive("graph-max-instances"));
   OB_ASSIGN_OR_RETURN(int64_t mpi_pending, positive("mpi-max-pending"));
+  OB_ASSIGN_OR_RETURN(int64_t min_free_pct, in_range("checkpoint-min-free-pct", 0, 90));
   OB_ASSIGN_OR_RETURN(int64_t ring_slots, in_range("ring-slots", 0, channel::kMaxRingSlots));
   OB_ASSIGN_OR_RETURN(int64_t max_connections, positive("max-connections"));
   OB_ASSIGN_OR_RETURN(int64_t max_handshakes, positive("max-handshakes"));
@@ -183,6 +189,8 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.max_vocab_bytes = o.size("max-vocab-bytes");
   a.vocab_dir = o.str("vocab-dir");
   a.checkpoint_root = o.str("checkpoint-root");
+  a.checkpoint_max_dir_bytes = o.size("checkpoint-max-dir-bytes");
+  a.checkpoint_min_free_pct = static_cast<uint32_t>(min_free_pct);
   a.channel.recv_window_msgs = static_cast<uint32_t>(window);
   a.channel.max_outstanding_requests = static_cast<uint32_t>(outstanding);
   a.channel.keepalive_ms = static_cast<uint64_t>(keepalive);

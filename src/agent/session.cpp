@@ -105,7 +105,8 @@ Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
                                            config.vocab_dir.empty() ? default_vocab_dir() : config.vocab_dir}));
   extra.push_back(services::make_graph({config.graph_threads, config.graph_max_instances, config.graph_max_memory}));
   extra.push_back(services::make_mpi({config.mpi_max_pending, config.channel.secure}));
-  extra.push_back(services::make_checkpoint({config.checkpoint_root}));
+  extra.push_back(services::make_checkpoint(
+      {config.checkpoint_root, config.checkpoint_max_dir_bytes, config.checkpoint_min_free_pct}));
   for (auto& s : extra) {
     std::string name = s->name();
     if (!im->services.emplace(name, std::move(s)).second)

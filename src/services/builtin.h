@@ -82,6 +82,8 @@ struct CheckpointConfig {
   /// --checkpoint-root: the directory clients' checkpoint directories must lie in; empty: the
   /// service refuses every directory.
   std::string root;
+  uint64_t max_dir_bytes = 0;  ///< --checkpoint-max-dir-bytes: a directory's checkpoints; 0: no limit
+  uint32_t min_free_pct = 0;   ///< --checkpoint-min-free-pct: of the filesystem, what a checkpoint leaves free
 };
 /// `checkpoint`: persists trainers' snapshots from their staging regions as safetensors files and
 /// a manifest, durably (services/checkpoint_store.h; wire format: services/checkpoint_wire.h).

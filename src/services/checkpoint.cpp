@@ -110,7 +110,8 @@ class CheckpointService final : public Service {
                                                   " directories open, the limit kMaxDirectoriesPerConnection"});
     const uint32_t id = r.peer->id();
     enqueue(r, [core = core_, open = std::move(open).value(), responder = r.responder, id]() -> std::function<void()> {
-      auto dir = Directory::open(core->config.root, open.dir, open.keep_last);
+      auto dir = Directory::open(core->config.root, open.dir, open.keep_last,
+                                 {core->config.max_dir_bytes, core->config.min_free_pct});
       if (dir.ok()) OB_LOG_INFO("checkpoints of connection %u go to %s", id, dir.value()->path().c_str());
       std::shared_ptr<Directory> shared = dir.ok() ? std::move(dir).value() : nullptr;
       return [core, responder, id, shared, status = dir.status()] {

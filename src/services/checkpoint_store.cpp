@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,6 +67,24 @@ void remove_tree(int dir_fd, const std::string& name) {
     ::close(fd);
   }
   ::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);
+}
+
+// Bytes of the files in the checkpoints (step-*) of a directory.
+uint64_t checkpoint_bytes(int dir_fd) {
+  uint64_t total = 0;
+  for (const std::string& name : entries(dir_fd)) {
+    uint64_t step = 0;
+    if (!parse_step(name, step)) continue;
+    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    for (const std::string& f : entries(fd)) {
+      struct stat st {};
+      if (::fstatat(fd, f.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+        total += static_cast<uint64_t>(st.st_size);
+    }
+    ::close(fd);
+  }
+  return total;
 }
 
 Status write_all(int fd, std::span<const uint8_t> bytes, const std::string& path) {
@@ -163,7 +182,7 @@ std::string step_name(uint64_t step) {
 }
 
 Result<std::unique_ptr<Directory>> Directory::open(const std::string& root, const std::string& dir,
-                                                   uint32_t keep_last) {
+                                                   uint32_t keep_last, Limits limits) {
   namespace fs = std::filesystem;
   if (root.empty())
     return Status(Code::kBadConfig, "checkpoint: the agent was started without --checkpoint-root, the directory "
@@ -203,7 +222,7 @@ Result<std::unique_ptr<Directory>> Directory::open(const std::string& root, cons
   // Whoever wrote these is gone: the lock was free.
   for (const std::string& name : entries(fd.get()))
     if (name.starts_with(kTmpPrefix)) remove_tree(fd.get(), name);
-  return std::unique_ptr<Directory>(new Directory(std::move(fd), std::move(lock), path.string(), keep_last));
+  return std::unique_ptr<Directory>(new Directory(std::move(fd), std::move(lock), path.string(), keep_last, limits));
 }
 
 Result<Written> Directory::write(const wire::Save& save, const Source& source) {
@@ -212,6 +231,7 @@ Result<Written> Directory::write(const wire::Save& save, const Source& source) {
   struct stat st {};
   if (::fstatat(fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
     return Status(Code::kBadState, "checkpoint: " + final_path + " exists; a step is saved once");
+  OB_RETURN_IF_ERROR(check_room(save, final_path));
   const std::string tmp = std::string(kTmpPrefix) + name;
   const std::string tmp_path = path_ + "/" + tmp;
   remove_tree(fd_.get(), tmp);
@@ -231,6 +251,31 @@ Result<Written> Directory::write(const wire::Save& save, const Source& source) {
   if (::fsync(fd_.get()) != 0) return os_error("cannot fsync", path_);
   out.pruned = prune();
   return out;
+}
+
+Status Directory::check_room(const wire::Save& save, const std::string& final_path) const {
+  uint64_t incoming = save.state.size();
+  for (const wire::Tensor& t : save.tensors) incoming += t.bytes;
+  const std::string takes = "checkpoint: " + final_path + " takes at least " + std::to_string(incoming) + " B";
+  if (limits_.max_dir_bytes != 0) {
+    const uint64_t held = checkpoint_bytes(fd_.get());  // keep_last bounds the listing; none without a limit
+    if (held > limits_.max_dir_bytes || incoming > limits_.max_dir_bytes - held)
+      return Status(Code::kTooBig, takes + " and " + path_ + " holds " + std::to_string(held) +
+                                       " B, over --checkpoint-max-dir-bytes " + std::to_string(limits_.max_dir_bytes) +
+                                       " B (a smaller keep_last keeps fewer)");
+  }
+  if (limits_.min_free_pct != 0) {
+    struct statvfs fs {};
+    if (::fstatvfs(fd_.get(), &fs) != 0) return os_error("cannot read the free space of", path_);
+    const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    const uint64_t size = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+    const auto keep = static_cast<uint64_t>(static_cast<unsigned __int128>(size) * limits_.min_free_pct / 100);
+    if (free < keep || incoming > free - keep)
+      return Status(Code::kTooBig, takes + " and the filesystem of " + path_ + " has " + std::to_string(free) +
+                                       " B free, of which --checkpoint-min-free-pct keeps " +
+                                       std::to_string(limits_.min_free_pct) + "% (" + std::to_string(keep) + " B)");
+  }
+  return Status();
 }
 
 Status Directory::write_files(int tmp_fd, const std::string& tmp, const wire::Save& save, const Source& source,

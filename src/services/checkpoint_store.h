@@ -34,6 +34,13 @@ std::string step_name(uint64_t step);
 /// or `scratch` filled.
 using Source = std::function<Result<std::span<const uint8_t>>(uint64_t offset, std::span<uint8_t> scratch)>;
 
+/// What one checkpoint directory may take of the disk, checked before a checkpoint is written
+/// against its tensors' and state's bytes (headers and the manifest add a few KiB more).
+struct Limits {
+  uint64_t max_dir_bytes = 0;  ///< its checkpoints with the one being written; 0: no limit
+  uint32_t min_free_pct = 0;   ///< of its filesystem, what must stay free after the checkpoint
+};
+
 struct Written {
   std::string path;     // the checkpoint's directory
   uint64_t bytes = 0;   // of its files
@@ -48,16 +55,19 @@ class Directory {
   /// `dir` (absolute, or relative to `root`) must lie inside `root`, an existing directory; its
   /// missing parts are made, none of them may be a symbolic link, and it is locked (kBadState when
   /// another writer holds it). Temporary directories a crashed writer left are removed.
-  static Result<std::unique_ptr<Directory>> open(const std::string& root, const std::string& dir, uint32_t keep_last);
+  static Result<std::unique_ptr<Directory>> open(const std::string& root, const std::string& dir, uint32_t keep_last,
+                                                 Limits limits = {});
 
-  /// Writes checkpoint `save.step` (kBadState if it exists), then prunes the oldest beyond
-  /// keep_last. On any error nothing of it remains and earlier checkpoints are untouched.
+  /// Writes checkpoint `save.step` (kBadState if it exists; kTooBig, before writing, if it would break
+  /// a limit), then prunes the oldest beyond keep_last. On any error nothing of it remains and earlier
+  /// checkpoints are untouched.
   Result<Written> write(const checkpoint_wire::Save& save, const Source& source);
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
-  Directory(net::Fd fd, net::Fd lock, std::string path, uint32_t keep_last)
-      : fd_(std::move(fd)), lock_(std::move(lock)), path_(std::move(path)), keep_last_(keep_last) {}
+  Directory(net::Fd fd, net::Fd lock, std::string path, uint32_t keep_last, Limits limits)
+      : fd_(std::move(fd)), lock_(std::move(lock)), path_(std::move(path)), keep_last_(keep_last), limits_(limits) {}
+  Status check_room(const checkpoint_wire::Save& save, const std::string& final_path) const;
   Status write_files(int tmp_fd, const std::string& tmp, const checkpoint_wire::Save& save, const Source& source,
                      Written& out);
   uint32_t prune();
@@ -66,6 +76,7 @@ class Directory {
   net::Fd lock_;  // flock()ed: closing it releases the directory
   std::string path_;
   uint32_t keep_last_ = 0;
+  Limits limits_;
 };
 
 }  // namespace outboard::services::checkpoint

@@ -23,7 +23,7 @@ import pytest
 
 import outboard
 from outboard import checkpoint
-from outboard.errors import BadConfig, BadState, InvalidArgument, IoError, NotFound, OutOfRange
+from outboard.errors import BadConfig, BadState, InvalidArgument, IoError, NotFound, OutOfRange, TooBig
 
 
 def make_state(seed: int, mb: float = 0.01) -> dict:
@@ -173,7 +173,7 @@ def test_skip_drops_saves_while_one_persists_and_queue_one_keeps_the_newest(tmp_
 def test_block_with_fixed_staging_refuses_a_state_that_does_not_fit(tmp_path: Path) -> None:
     with outboard.Checkpointer(tmp_path, staging_bytes=1 << 20) as ck:
         ck.save(0, make_state(0))
-        with pytest.raises(outboard.errors.TooBig, match=r"staging_bytes 1048576 B"):
+        with pytest.raises(TooBig, match=r"staging_bytes 1048576 B"):
             ck.save(1, make_state(1, mb=2))
         ck.save(2, make_state(2))
     assert steps_on_disk(tmp_path) == [0, 2]
@@ -215,11 +215,14 @@ def _mount_tmpfs(path: Path, size: str) -> None:
         pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {r.stderr.strip()}")
 
 
-def test_disk_full_surfaces_on_the_next_call_and_keeps_what_was_persisted(tmp_path: Path) -> None:
+def test_disk_full_surfaces_on_the_next_call_and_keeps_what_was_persisted(tmp_path: Path, start_agent) -> None:
     small = tmp_path / "small"
     _mount_tmpfs(small, "3m")
     try:
-        with outboard.Checkpointer(small, keep_last=0) as ck:
+        # No free space held back: the write itself meets the full disk.
+        agent = start_agent("--checkpoint-root", str(small), "--checkpoint-min-free-pct", "0")
+        client = outboard.connect(agent.address)
+        with outboard.Checkpointer(small, client, keep_last=0) as ck:
             ck.save(0, make_state(0, mb=1))
             ck.wait()
             ck.save(1, make_state(1, mb=2.5))
@@ -230,7 +233,37 @@ def test_disk_full_surfaces_on_the_next_call_and_keeps_what_was_persisted(tmp_pa
             assert steps_on_disk(small) == [0] and not list(small.glob(".tmp-*"))
             assert_same(make_state(0, mb=1), ck.load())
             ck.save(2, make_state(2, mb=0.5))  # room again: saving goes on
+        client.close()
         assert steps_on_disk(small) == [0, 2]
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_save_over_a_disk_limit_is_refused_before_it_is_written(tmp_path: Path, start_agent) -> None:
+    small = tmp_path / "small"
+    _mount_tmpfs(small, "8m")
+    try:
+        agent = start_agent("--checkpoint-root", str(small), "--checkpoint-min-free-pct", "50",
+                            "--checkpoint-max-dir-bytes", str(5 << 19))
+        client = outboard.connect(agent.address)
+        with outboard.Checkpointer(small / "a", client, keep_last=0) as ck:  # 2.5 MiB: two of 1 MiB, not three
+            ck.save(0, make_state(0, mb=1))
+            ck.save(1, make_state(1, mb=1))
+            ck.save(2, make_state(2, mb=1))
+            with pytest.raises(TooBig, match=r"checkpoint of step 2 failed: .*step-000000000002 takes at least \d+ B "
+                                             r"and .*/a holds \d+ B, over --checkpoint-max-dir-bytes 2621440 B"):
+                ck.wait()
+        with outboard.Checkpointer(small / "b", client, keep_last=0) as ck:  # 4 of the 8 MiB stay free
+            ck.save(0, make_state(0, mb=1))
+            ck.save(1, make_state(1, mb=1.2))  # under the directory's limit, not the free space's
+            with pytest.raises(TooBig, match=r"has \d+ B free, of which --checkpoint-min-free-pct keeps 50% "
+                                             r"\(4194304 B\)"):
+                ck.wait()
+            ck.save(2, make_state(2, mb=0.5))  # one that fits: saving goes on
+            ck.wait()
+        client.close()
+        assert steps_on_disk(small / "a") == [0, 1] and steps_on_disk(small / "b") == [0, 2]
+        assert not list(small.glob("*/.tmp-*"))
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
 

@@ -130,6 +130,40 @@ TEST_F(CheckpointStoreTest, AFailedWriteLeavesNothingAndEarlierCheckpointsIntact
   EXPECT_EQ(read(run / "step-000000000001" / checkpoint::kTensorsFile), before);
 }
 
+TEST_F(CheckpointStoreTest, ACheckpointOverTheDirectorysLimitOrTheFreeSpaceIsRefusedBeforeWriting) {
+  // Each checkpoint: 40 B of tensors and the state (28 B), files of a few hundred bytes.
+  auto one = Directory::open(root_, "one", 0);
+  ASSERT_TRUE(one.ok());
+  ASSERT_TRUE(one.value()->write(save(1), source()).ok());
+  const uint64_t checkpoint = fs::file_size(fs::path(root_) / "one/step-000000000001" / checkpoint::kTensorsFile) +
+                              fs::file_size(fs::path(root_) / "one/step-000000000001" / checkpoint::kManifestFile);
+  one.value().reset();
+
+  // Room for two checkpoints and one byte short of the third's tensors and state.
+  auto dir = Directory::open(root_, "run", 0, {.max_dir_bytes = 2 * checkpoint + 67});
+  ASSERT_TRUE(dir.ok());
+  ASSERT_TRUE(dir.value()->write(save(1), source()).ok());
+  ASSERT_TRUE(dir.value()->write(save(2), source()).ok());
+  auto over = dir.value()->write(save(3), source());
+  ASSERT_EQ(over.status().code(), Code::kTooBig) << over.status().to_string();
+  const std::string why = over.status().message();
+  EXPECT_NE(why.find("step-000000000003 takes at least 68 B"), std::string::npos) << why;
+  EXPECT_NE(why.find("holds " + std::to_string(2 * checkpoint) + " B, over --checkpoint-max-dir-bytes"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(steps(fs::path(root_) / "run"),
+            (std::vector<std::string>{".outboard-lock", "step-000000000001", "step-000000000002"}));
+  // A filesystem that must stay wholly free takes no checkpoint.
+  auto full = Directory::open(root_, "full", 0, {.min_free_pct = 100});
+  ASSERT_TRUE(full.ok());
+  auto refused = full.value()->write(save(1), source());
+  ASSERT_EQ(refused.status().code(), Code::kTooBig);
+  EXPECT_NE(refused.status().message().find("B free, of which --checkpoint-min-free-pct keeps 100%"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(steps(fs::path(root_) / "full"), (std::vector<std::string>{".outboard-lock"}));
+}
+
 TEST_F(CheckpointStoreTest, WhatACrashedWriterLeftIsRemovedAtOpen) {
   const fs::path stale = fs::path(root_) / "run" / ".tmp-step-000000000009";
   fs::create_directories(stale);
