@@ -258,7 +258,7 @@ Status Directory::check_room(const wire::Save& save, const std::string& final_pa
   for (const wire::Tensor& t : save.tensors) incoming += t.bytes;
   const std::string takes = "checkpoint: " + final_path + " takes at least " + std::to_string(incoming) + " B";
   if (limits_.max_dir_bytes != 0) {
-    const uint64_t held = checkpoint_bytes(fd_.get());  // keep_last bounds the listing; none without a limit
+    const uint64_t held = checkpoint_bytes(fd_.get());  // listed per save, only where limited
     if (held > limits_.max_dir_bytes || incoming > limits_.max_dir_bytes - held)
       return Status(Code::kTooBig, takes + " and " + path_ + " holds " + std::to_string(held) +
                                        " B, over --checkpoint-max-dir-bytes " + std::to_string(limits_.max_dir_bytes) +
@@ -267,11 +267,11 @@ Status Directory::check_room(const wire::Save& save, const std::string& final_pa
   if (limits_.min_free_pct != 0) {
     struct statvfs fs {};
     if (::fstatvfs(fd_.get(), &fs) != 0) return os_error("cannot read the free space of", path_);
-    const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    const uint64_t avail = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
     const uint64_t size = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
     const auto keep = static_cast<uint64_t>(static_cast<unsigned __int128>(size) * limits_.min_free_pct / 100);
-    if (free < keep || incoming > free - keep)
-      return Status(Code::kTooBig, takes + " and the filesystem of " + path_ + " has " + std::to_string(free) +
+    if (avail < keep || incoming > avail - keep)
+      return Status(Code::kTooBig, takes + " and the filesystem of " + path_ + " has " + std::to_string(avail) +
                                        " B free, of which --checkpoint-min-free-pct keeps " +
                                        std::to_string(limits_.min_free_pct) + "% (" + std::to_string(keep) + " B)");
   }
