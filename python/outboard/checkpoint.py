@@ -52,8 +52,8 @@ FORMAT, FORMAT_VERSION = "outboard-checkpoint", 1
 
 _VERSION = 1  # services/checkpoint_wire.h
 _OPEN, _SAVE, _CLOSE = 0, 1, 2
-# safetensors' dtypes in the wire's order (checkpoint_wire::Dtype).
-_DTYPE_NAMES = ("BOOL", "U8", "I8", "U16", "I16", "F16", "BF16", "U32", "I32", "F32", "U64", "I64", "F64")
+# numpy's dtypes by wire code, in checkpoint_wire::Dtype's order: BOOL, U8, I8, U16, I16, F16, BF16
+# (none in numpy), U32, I32, F32, U64, I64, F64.
 _NUMPY_CODES = {np.dtype(t): i for i, t in enumerate(
     (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.float16, None, np.uint32, np.int32, np.float32,
      np.uint64, np.int64, np.float64)) if t is not None}
