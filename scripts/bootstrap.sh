@@ -10,13 +10,13 @@ PACKAGES=(g++ make cmake ninja-build pkg-config git libucx-dev ucx-utils libgtes
           openmpi-bin libopenmpi-dev mpich libmpich-dev gfortran)
 # libFuzzer's runtime: its own package on Debian 12, part of libclang-common on Ubuntu 22.04.
 if apt-cache show libclang-rt-14-dev >/dev/null 2>&1; then PACKAGES+=(libclang-rt-14-dev); fi
-# Build: nanobind, scikit-build-core, and unicodedata2 (its version pins the
-# Unicode version of the tokenizers' tables). Run: numpy, matplotlib (benchmark
-# charts). Tests only: pytest, and the
-# reference tokenizers the exactness gate compares against, and faker for
-# multi-script test text.
+# Build: nanobind, scikit-build-core. Run: numpy, matplotlib (benchmark charts),
+# safetensors. Tests only: pytest, build (the sdist test), unicodedata2 (its
+# version pins the Unicode version of the committed tokenizer tables, which a
+# test regenerates), the reference tokenizers the exactness gate compares
+# against, and faker for multi-script test text.
 PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "unicodedata2==16.0.0" "numpy>=1.22" "matplotlib>=3.5" "safetensors>=0.4"
-         "pytest>=7" "pytest-timeout>=2" "tiktoken==0.14.0" "tokenizers==0.23.3" "faker>=30")
+         "pytest>=7" "pytest-timeout>=2" "build>=1" "tiktoken==0.14.0" "tokenizers==0.23.3" "faker>=30")
 MIN_CMAKE=3.25
 
 missing=()
@@ -47,7 +47,8 @@ if [[ ! -f $stamp || "$(cat "$stamp")" != "$want" ]]; then
 fi
 
 # Unicode 8.0 character categories for BERT (what HF tokenizers uses), read
-# at build time from this source distribution's database header.
+# from this source distribution's database header when the test regenerates
+# the tables (scripts/gen_unicode_tables.py --check).
 legacy=.venv/share/outboard/unicodedata2-8.0.0.tar.gz
 if [[ ! -f $legacy ]]; then
   mkdir -p "$(dirname "$legacy")"

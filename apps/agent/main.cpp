@@ -9,7 +9,9 @@
 #endif
 
 #include "outboard/agent.h"
+#include "outboard/channel.h"
 #include "outboard/log.h"
+#include "outboard/version.h"
 
 namespace {
 // Message buffers cycle through the same sizes. With glibc's defaults a
@@ -32,6 +34,10 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, kHeapKeepBytes);
   mallopt(M_MMAP_THRESHOLD, kHeapMmapBytes);
 #endif
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    std::printf("outboard-agent %s, %s\n", outboard::version(), outboard::transport_version().c_str());
+    return 0;
+  }
   // A session process, started by the agent for the clients of one token.
   if (argc == 3 && std::strcmp(argv[1], "--session-fd") == 0) return outboard::run_agent_session(std::atoi(argv[2]));
   // Keys for a quick start of the secure channel (see --cert, --key, --ca, --psk-file).
@@ -48,6 +54,10 @@ int main(int argc, char** argv) {
   outboard::Status st = options.parse(argc, argv);
   if (options.help_requested()) {
     std::fputs(options.usage().c_str(), stdout);
+    std::fputs("\nalone on the command line:\n  --version\n      Outboard's version and the UCX library loaded (its file)\n"
+               "  --keys-init DIR [NAME]\n      a CA and agent and client keys in DIR (NAME: the agent certificate's "
+               "common name)\n",
+               stdout);
     return 0;
   }
   if (st.ok()) {

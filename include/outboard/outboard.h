@@ -21,3 +21,4 @@
 #include "outboard/status.h"
 #include "outboard/tokenize_client.h"
 #include "outboard/tokenizer.h"
+#include "outboard/version.h"

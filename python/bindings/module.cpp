@@ -12,6 +12,7 @@
 #include "common.h"
 #include "outboard/channel.h"
 #include "outboard/checksum.h"
+#include "outboard/version.h"
 #include "outboard/log.h"
 #include "outboard/stats.h"
 
@@ -29,6 +30,7 @@ NB_MODULE(_core, m) {
 
   m.def("set_log_level", [](const std::string& level) { log::set_level(unwrap(log::parse_level(level))); },
         "level"_a);
+  m.def("version", &version);
   m.def("transport_version", &transport_version);
   m.def("code_name", [](int code) { return std::string(code_name(static_cast<Code>(code))); });
   m.def("summarize",

@@ -5,7 +5,7 @@ This is the public API; ``outboard._core`` is private.
 
 from __future__ import annotations
 
-from . import checkpoint, errors
+from . import _core, checkpoint, errors
 from ._agent import LocalAgent, agent_executable
 from .checkpoint import Checkpointer
 from .client import Client, connect
@@ -14,6 +14,6 @@ from .graph import Executor, Graph, Instance
 from .offload import AutoPolicy, Batch, BatchQueue, OffloadTokenizer
 from .tokenizer import Tokenizer
 
-__version__ = "0.1.0"
+__version__: str = _core.version()
 
 __all__ = ["AutoPolicy", "Batch", "BatchQueue", "Checkpointer", "Client", "Error", "Executor", "Graph", "Instance", "LocalAgent", "OffloadTokenizer", "Tokenizer", "agent_executable", "checkpoint", "connect", "errors", "__version__"]

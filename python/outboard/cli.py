@@ -146,6 +146,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="outboard", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"outboard {_core.version()}, {_core.transport_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:

@@ -54,6 +54,7 @@ def describe() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "kernel": platform.release(),
         "virtualization": _virtualization(),
+        "outboard": _core.version(),
         "transport": _core.transport_version(),
         "load_avg": os.getloadavg(),
     }

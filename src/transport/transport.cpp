@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include <dlfcn.h>
 #include <sys/uio.h>
 #include <ucp/api/ucp.h>
 
@@ -702,6 +703,13 @@ Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate, MemoryK
   return r;
 }
 
-std::string ucx_version() { return ucp_get_version_string(); }
+std::string ucx_version() {
+  std::string v = ucp_get_version_string();
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&ucp_get_version_string), &info) != 0 && info.dli_fname != nullptr) {
+    v += " (" + std::string(info.dli_fname) + ")";
+  }
+  return v;
+}
 
 }  // namespace outboard::transport

@@ -272,7 +272,8 @@ class Worker {
   AmHandler am_handler_;
 };
 
-/// "1.13.1": the UCX library in use.
+/// "1.13.1 (/usr/lib/x86_64-linux-gnu/libucp.so.0)": the UCX library in use and the file it was loaded from
+/// (a wheel's or the system's).
 std::string ucx_version();
 
 }  // namespace outboard::transport

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
+
+import outboard
+from outboard import machine
 
 REPO = Path(__file__).resolve().parents[2]
 UCD8 = REPO / ".venv" / "share" / "outboard" / "unicodedata2-8.0.0.tar.gz"
@@ -21,3 +27,95 @@ def test_the_committed_unicode_tables_are_what_the_generator_makes() -> None:
     if done.returncode == 3:
         pytest.skip(done.stdout.strip())
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _version_line_problem(line: str, program: str) -> str | None:
+    """None when ``line`` is "<program> <version>, UCX x.y.z (<an existing libucp file>)"."""
+    m = re.fullmatch(rf"{program} {re.escape(outboard.__version__)}, UCX \d+\.\d+\.\d+ \((/\S*libucp\.so[.\d]*)\)", line)
+    if m is None:
+        return f"{line!r} is not '{program} {outboard.__version__}, UCX x.y.z (/path/libucp.so...)'"
+    return None if Path(m.group(1)).exists() else f"{m.group(1)} does not exist"
+
+
+def test_the_agent_and_the_cli_name_their_version_and_the_ucx_file_they_loaded() -> None:
+    agent = subprocess.run([outboard.agent_executable(), "--version"], capture_output=True, text=True, timeout=30)
+    cli = subprocess.run([Path(sys.executable).parent / "outboard", "--version"], capture_output=True, text=True,
+                         timeout=60)
+    assert agent.returncode == 0 and cli.returncode == 0, (agent.stderr, cli.stderr)
+    assert _version_line_problem(agent.stdout.strip(), "outboard-agent") is None
+    assert _version_line_problem(cli.stdout.strip(), "outboard") is None
+    assert machine.describe()["outboard"] == outboard.__version__
+
+
+TEXTS = ["Hello, world! It's 2026.", "naïve café – 東京 ☃\n\n  spaces", "x" * 5000]
+# Run by the fresh venv's Python, outside the clone: the installed package, its agent and its libraries
+# (each version line names the UCX file it loaded). It prints what the test checks against this tree's build.
+SMOKE = r"""
+import hashlib, json, os, subprocess, sys
+import numpy as np
+import outboard
+from outboard import machine
+texts = json.loads(sys.argv[1])
+out = {"module": outboard.__file__, "version": outboard.__version__, "agent": outboard.agent_executable(),
+       "agent_version": subprocess.run([outboard.agent_executable(), "--version"], capture_output=True,
+                                       text=True, check=True).stdout.strip(),
+       "cli_version": subprocess.run([os.path.join(os.path.dirname(sys.executable), "outboard"), "--version"], capture_output=True,
+                                     text=True, check=True).stdout.strip()}
+with outboard.connect() as client:
+    sizes = [1, 4096, 65536]
+    out["echo"] = [client.request("echo", bytes(range(256)) * (n // 256) + b"e" * (n % 256)) ==
+                   bytes(range(256)) * (n // 256) + b"e" * (n % 256) for n in sizes]
+    for model in ("gpt2", "bert-base-uncased"):
+        batch = client.tokenizer(model, placement="agent").encode_batch(texts)
+        assert batch.ok, batch.errors
+        out[model] = [batch[i].tolist() for i in range(len(texts))]
+g = outboard.Graph("smoke")
+sha, copy = g.add_engine("sha", "sha256"), g.add_engine("copy", "dma")
+g.add_dependency(sha, copy)
+g.freeze()
+src, dst, digest = np.arange(4096, dtype=np.uint32).view(np.uint8), np.zeros(16384, np.uint8), np.zeros(32, np.uint8)
+inst = g.instance()
+inst.set_sha256(sha, src, digest)
+inst.set_copy(copy, src, dst)
+with outboard.Executor(threads=1) as ex:
+    ex.submit(inst)
+    ex.wait(inst, timeout=30)
+out["graph"] = bytes(digest) == hashlib.sha256(src.tobytes()).digest() and np.array_equal(src, dst)
+print(json.dumps(out))
+"""
+
+
+def _run(cmd: list, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(map(str, cmd))}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.mark.slow  # a whole build, about 5 minutes on 2 cores
+def test_the_sdist_alone_installs_into_a_fresh_venv_whose_agent_runs_a_smoke_job(tmp_path: Path) -> None:
+    pytest.importorskip("build", reason="scripts/bootstrap.sh installs `build` (python -m build)")
+    dist = tmp_path / "dist"
+    _run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", dist, REPO], REPO, 300)
+    sdist = next(dist.glob("outboard-*.tar.gz"))
+    with tarfile.open(sdist) as t:
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    assert {"CMakeLists.txt", "pyproject.toml", "src/tokenize/unicode_tables.inc", "apps/agent/main.cpp",
+            "python/outboard/__init__.py"} <= names
+    assert not any(n.startswith((".venv/", "build/")) for n in names)
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", venv], tmp_path, 120)
+    # pip builds the sdist in isolation: scikit-build-core and nanobind from the index, nothing from this tree.
+    _run([venv / "bin" / "python", "-m", "pip", "install", "-q", sdist], tmp_path, 1500)
+    smoke = tmp_path / "smoke.py"
+    smoke.write_text(SMOKE)
+    out = json.loads(_run([venv / "bin" / "python", smoke, json.dumps(TEXTS)], tmp_path, 300).stdout)
+
+    assert Path(out["module"]).is_relative_to(venv) and Path(out["agent"]).is_relative_to(venv), out
+    assert out["version"] == outboard.__version__
+    assert _version_line_problem(out["agent_version"], "outboard-agent") is None
+    assert _version_line_problem(out["cli_version"], "outboard") is None
+    assert out["echo"] == [True, True, True] and out["graph"] is True
+    for model in ("gpt2", "bert-base-uncased"):
+        local = outboard.offload.open_local(model)
+        assert out[model] == [local.encode(t).tolist() for t in TEXTS], model
