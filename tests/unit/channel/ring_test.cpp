@@ -37,7 +37,8 @@ class RingTest : public ::testing::Test {
     ep_.close(true);
     lock_.reset();
   }
-  // A ring of `slots` and the sending side bound to it.
+  // A ring of `slots` and the sending side bound to it (callers ASSERT_NO_FATAL_FAILURE: a failed ASSERT
+  // here returns from this function only).
   void open(uint32_t slots) {
     auto rx = RxRing::create(hub_->worker(), slots);
     ASSERT_TRUE(rx.ok()) << rx.status().to_string();
@@ -61,7 +62,7 @@ class RingTest : public ::testing::Test {
 };
 
 TEST_F(RingTest, FramesComeOutInOrderAcrossManyWrapsOfTheRing) {
-  open(4);
+  ASSERT_NO_FATAL_FAILURE(open(4));
   RingFrame f;
   for (int i = 0; i < 100; ++i) {
     // Up to 3 frames in flight: the ring wraps 25 times with some pending.
@@ -78,7 +79,7 @@ TEST_F(RingTest, FramesComeOutInOrderAcrossManyWrapsOfTheRing) {
 }
 
 TEST_F(RingTest, AFullRingOrAFrameLargerThanASlotIsRefusedForUcx) {
-  open(2);
+  ASSERT_NO_FATAL_FAILURE(open(2));
   const std::string largest(RingLayout::kSlotCapacity - 4, 'x');
   EXPECT_FALSE(write("head", largest + "y")) << "one byte over a slot";
   ASSERT_TRUE(write("head", largest));
@@ -95,7 +96,7 @@ TEST_F(RingTest, AFullRingOrAFrameLargerThanASlotIsRefusedForUcx) {
 }
 
 TEST_F(RingTest, ASleepingReceiverIsRungOncePerSleepAndNeverSleepsOverAFrame) {
-  open(8);
+  ASSERT_NO_FATAL_FAILURE(open(8));
   bool doorbell = false;
   ASSERT_TRUE(tx_->write(bytes("h"), bytes("awake"), doorbell));
   EXPECT_FALSE(doorbell) << "the receiver polls: no doorbell";
@@ -120,7 +121,7 @@ TEST_F(RingTest, ASleepingReceiverIsRungOncePerSleepAndNeverSleepsOverAFrame) {
 }
 
 TEST_F(RingTest, LengthsBeyondASlotAreReportedAndTheRingGoesOn) {
-  open(4);
+  ASSERT_NO_FATAL_FAILURE(open(4));
   ASSERT_TRUE(write("h", "good"));
   // What a peer gone wrong could write: the slot's lengths, then its mark.
   auto key = ep_.import_region(rx_->descriptor(), true);

@@ -361,7 +361,7 @@ TEST_F(TokenizeVocabularyTest, AClientsOwnVocabularyIsUploadedCheckedAndCappedIn
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("uploaded vocabulary sha256:"), std::string::npos) << bad.status().message();
   EXPECT_NE(bad.status().message().find("not valid JSON"), std::string::npos) << bad.status().message();
-  EXPECT_EQ(conn_->request("tokenize", bytes("L\x07abc"), Deadline::after_ms(5000)).status().code(),
+  EXPECT_EQ(conn_->request("tokenize", bytes("L\x07" "abc"), Deadline::after_ms(5000)).status().code(),
             Code::kInvalidArgument);  // format 7
 }
 

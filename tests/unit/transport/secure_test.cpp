@@ -242,9 +242,13 @@ TEST_F(SecureTest, APskClientRefusesAnAgentThatShowsACertificateInstead) {
   for (int round = 0; round < 6 && failed.ok(); ++round) {
     auto r = c->handshake();
     if (!r.ok()) failed = r.status();
-    if (auto out = c->take_output(); !out.empty()) ASSERT_TRUE(a->feed(out).ok());
+    if (auto out = c->take_output(); !out.empty()) {
+      ASSERT_TRUE(a->feed(out).ok());
+    }
     (void)a->handshake();
-    if (auto out = a->take_output(); !out.empty()) ASSERT_TRUE(c->feed(out).ok());
+    if (auto out = a->take_output(); !out.empty()) {
+      ASSERT_TRUE(c->feed(out).ok());
+    }
   }
   EXPECT_EQ(failed.code(), Code::kAuthentication);
   EXPECT_TRUE(has(failed, "certificate verify failed")) << failed.to_string();

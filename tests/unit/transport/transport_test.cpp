@@ -170,6 +170,13 @@ TEST_F(WorkerTest, AProcessKeyStopsOnceTheProcessItWasCheckedForEnded) {
     ::pause();
     ::_exit(0);
   }
+  // Killed and reaped however the test ends: an ASSERT that returns early must not leave it paused.
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{child};
   auto checked = std::make_shared<net::Fd>(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
   ASSERT_TRUE(checked->valid()) << std::strerror(errno);
   DescriptorPolicy policy{.shared_memory = true, .owner = ::getpid(), .owner_process = checked};
@@ -183,6 +190,7 @@ TEST_F(WorkerTest, AProcessKeyStopsOnceTheProcessItWasCheckedForEnded) {
 
   ::kill(child, SIGKILL);
   ASSERT_EQ(child, ::waitpid(child, nullptr, 0));
+  reaper.pid = -1;
   Status st = get_process(*key, 0, mine);
   EXPECT_EQ(st.code(), Code::kConnectionReset);
   EXPECT_NE(st.message().find("that process has ended"), std::string::npos) << st.to_string();
