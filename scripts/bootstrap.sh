@@ -18,18 +18,40 @@ if apt-cache show libclang-rt-14-dev >/dev/null 2>&1; then PACKAGES+=(libclang-r
 PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "unicodedata2==16.0.0" "numpy>=1.22" "matplotlib>=3.5" "safetensors>=0.4"
          "pytest>=7" "pytest-timeout>=2" "build>=1" "tiktoken==0.14.0" "tokenizers==0.23.3" "faker>=30")
 MIN_CMAKE=3.25
+# The aarch64 agent (make agent-aarch64, make test-aarch64): a cross compiler, qemu-user and the arm64
+# builds of the libraries the agent links, from Debian's archive (multiarch). Ubuntu serves arm64 from
+# ports.ubuntu.com, which this does not configure: there the aarch64 tests skip, saying so.
+CROSS_PACKAGES=(g++-aarch64-linux-gnu qemu-user-static libucx-dev:arm64 libsodium-dev:arm64 libssl-dev:arm64
+                libxxhash-dev:arm64 libgtest-dev:arm64)
+if [[ $(dpkg --print-architecture) == amd64 ]] && grep -qx 'ID=debian' /etc/os-release; then
+  PACKAGES+=("${CROSS_PACKAGES[@]}")
+fi
 
+if [[ $(id -u) -eq 0 ]]; then SUDO=(); elif command -v sudo >/dev/null; then SUDO=(sudo); else SUDO=(false); fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  if [[ $(id -u) -eq 0 ]]; then SUDO=(); elif command -v sudo >/dev/null; then SUDO=(sudo); else
+  if [[ ${SUDO[0]:-} == false ]]; then
     echo "bootstrap: missing packages ${missing[*]}; install them as root (no sudo here)" >&2; exit 1
   fi
   echo "bootstrap: installing ${missing[*]}"
+  if [[ " ${missing[*]}" == *:arm64* ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    "${SUDO[@]}" dpkg --add-architecture arm64
+  fi
   "${SUDO[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# qemu-user-static's binfmt entry lets an emulated aarch64 agent start its session processes (aarch64
+# children); without systemd nothing registers it. Where it cannot be registered, those tests skip.
+binfmt=/proc/sys/fs/binfmt_misc
+if [[ -f /usr/lib/binfmt.d/qemu-aarch64.conf && ! -e $binfmt/qemu-aarch64 && ${SUDO[0]:-} != false ]]; then
+  [[ -e $binfmt/register ]] || "${SUDO[@]}" mount -t binfmt_misc binfmt_misc "$binfmt" 2>/dev/null || true
+  if ! grep -v '^#' /usr/lib/binfmt.d/qemu-aarch64.conf | "${SUDO[@]}" tee "$binfmt/register" >/dev/null 2>&1; then
+    echo "bootstrap: could not register qemu-aarch64 with binfmt_misc: the aarch64 agent tests will skip" >&2
+  fi
 fi
 
 PYTHON=${PYTHON:-python3}

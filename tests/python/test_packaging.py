@@ -54,7 +54,6 @@ SMOKE = r"""
 import hashlib, json, os, subprocess, sys
 import numpy as np
 import outboard
-from outboard import machine
 texts = json.loads(sys.argv[1])
 out = {"module": outboard.__file__, "version": outboard.__version__, "agent": outboard.agent_executable(),
        "agent_version": subprocess.run([outboard.agent_executable(), "--version"], capture_output=True,
