@@ -61,9 +61,8 @@ out = {"module": outboard.__file__, "version": outboard.__version__, "agent": ou
        "cli_version": subprocess.run([os.path.join(os.path.dirname(sys.executable), "outboard"), "--version"], capture_output=True,
                                      text=True, check=True).stdout.strip()}
 with outboard.connect() as client:
-    sizes = [1, 4096, 65536]
-    out["echo"] = [client.request("echo", bytes(range(256)) * (n // 256) + b"e" * (n % 256)) ==
-                   bytes(range(256)) * (n // 256) + b"e" * (n % 256) for n in sizes]
+    payloads = [os.urandom(n) for n in (1, 4096, 65536)]
+    out["echo"] = [client.request("echo", p) == p for p in payloads]
     for model in ("gpt2", "bert-base-uncased"):
         batch = client.tokenizer(model, placement="agent").encode_batch(texts)
         assert batch.ok, batch.errors
