@@ -673,12 +673,17 @@ Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate, MemoryK
                                           " B: this UCX has no CUDA memory support (ucx_info -d lists no "
                                           "cuda_copy; UCX " + ucx_version() + ")");
   ucp_mem_map_params_t p{};
-  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                 UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   p.address = data;
   p.length = size;
   p.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
-  p.memory_type = cuda ? UCS_MEMORY_TYPE_CUDA : allocate ? UCS_MEMORY_TYPE_HOST : UCS_MEMORY_TYPE_UNKNOWN;
+  // Memory we register is left for UCX to detect rather than named UCS_MEMORY_TYPE_UNKNOWN: that value
+  // is UCS_MEMORY_TYPE_LAST, 5 in UCX 1.13's headers and RDMA in 1.22's, so a build against Debian's
+  // UCX that loads the libucx wheel's would register host memory as RDMA device memory.
+  if (cuda || allocate) {
+    p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    p.memory_type = cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+  }
   MemoryRegion r;
   r.context_ = context_;
   r.kind_ = kind;
