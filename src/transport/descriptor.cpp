@@ -23,8 +23,9 @@ constexpr uint64_t kPosixPidNs = 1ull << 60;
 constexpr uint64_t kPosixFlags = 0xfull << 60;
 constexpr unsigned kPosixPidBits = 30;
 constexpr size_t kPosixKeyBytes = 24;
-constexpr size_t kSysvKeyBytes = 12;  // u32 segment id, u64 owner's address
-constexpr uint8_t kHostMemory = 0;  // UCS_MEMORY_TYPE_HOST
+constexpr size_t kSysvKeyBytes = 12;                    // u32 segment id, u64 owner's address
+constexpr uint8_t kHostMemory = 0;                      // UCS_MEMORY_TYPE_HOST
+constexpr uint8_t kUnknownDevice = 0xff;                // UCS_SYS_DEVICE_ID_UNKNOWN
 constexpr uint64_t kInitialPidNamespace = 0xeffffffcu;  // PROC_PID_INIT_INO
 
 uint64_t pid_namespace() {
@@ -78,8 +79,8 @@ Status check_sysv(std::span<const uint8_t> key, const DescriptorPolicy& policy) 
   std::memcpy(&id, key.data(), sizeof id);
   shmid_ds ds{};
   if (::shmctl(id, IPC_STAT, &ds) == 0 && ds.shm_cpid != policy.owner)
-    return bad("it names shared memory segment " + std::to_string(id) + " of process " +
-               std::to_string(ds.shm_cpid) + ", not of the client (" + std::to_string(policy.owner) + ")");
+    return bad("it names shared memory segment " + std::to_string(id) + " of process " + std::to_string(ds.shm_cpid) +
+               ", not of the client (" + std::to_string(policy.owner) + ")");
   return {};
 }
 
@@ -150,8 +151,10 @@ Result<CheckedDescriptor> check_descriptor(std::span<const uint8_t> d, const Des
     kept |= bits & -bits;
     keys.push_back(key);
   }
-  // What follows the keys (the memory's distance to devices) is optional,
-  // and UCX reads none of it through ucp_ep_rkey_unpack: dropped.
+  // What follows the keys (the memory's device and its distances to others) is dropped: the device is
+  // declared unknown. ucp_ep_rkey_unpack takes no length, and UCX 1.20 and later read that byte whenever
+  // a key is there, then distances up to an end mark: without it they read past the buffer. UCX 1.13
+  // reads nothing after the keys.
   codec::Writer w;
   w.put(kept);
   w.put(memory_type);
@@ -159,6 +162,7 @@ Result<CheckedDescriptor> check_descriptor(std::span<const uint8_t> d, const Des
     w.put(static_cast<uint8_t>(key.size()));
     w.put_bytes(key);
   }
+  if (kept != 0) w.put(kUnknownDevice);
   out.packed_key = std::move(w.bytes);
   return out;
 }

@@ -27,8 +27,7 @@ TEST(NarrowTransportsTest, TheEnvironmentOnlyNarrowsThePolicy) {
   EXPECT_EQ(narrow_transports("posix,tcp", "all").value(), "posix,tcp");
   auto none = narrow_transports("posix", "tcp");
   ASSERT_EQ(none.status().code(), Code::kBadConfig);
-  EXPECT_EQ(none.status().message(),
-            "UCX_TLS=tcp leaves none of the transports this side may use (posix)");
+  EXPECT_EQ(none.status().message(), "UCX_TLS=tcp leaves none of the transports this side may use (posix)");
 }
 
 class WorkerTest : public ::testing::Test {
@@ -115,6 +114,37 @@ TEST_F(WorkerTest, ADescriptorIsCheckedAgainstWhatThePeerMayName) {
   Bytes longer = exposed->descriptor();
   longer.push_back(0);
   EXPECT_EQ(check_descriptor(longer, own).status().code(), Code::kInvalidArgument);
+}
+
+// UCX 1.20 and later read a rebuilt key up to its device byte, with no length to stop them: a key
+// that ends where unreadable memory begins is still read to its end and no further.
+TEST_F(WorkerTest, ARebuiltKeyIsReadToItsEndAndNoFurther) {
+  std::lock_guard lock(worker_->mutex());
+  auto region = worker_->allocate_memory(4096);
+  ASSERT_TRUE(region.ok()) << region.status().to_string();
+  auto checked = check_descriptor(region->descriptor(), {.shared_memory = true, .owner = ::getpid()});
+  ASSERT_TRUE(checked.ok()) << checked.status().to_string();
+  Bytes rebuilt(region->descriptor().begin(), region->descriptor().begin() + kDescriptorHeaderBytes);
+  rebuilt.insert(rebuilt.end(), checked->packed_key.begin(), checked->packed_key.end());
+
+  const size_t page = ::sysconf(_SC_PAGESIZE);
+  auto* pages =
+      static_cast<uint8_t*>(::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(pages, MAP_FAILED);
+  ASSERT_EQ(::mprotect(pages + page, page, PROT_NONE), 0);
+  uint8_t* at = pages + page - rebuilt.size();
+  std::memcpy(at, rebuilt.data(), rebuilt.size());
+
+  auto ep = worker_->connect_to(worker_->address());
+  ASSERT_TRUE(ep.ok()) << ep.status().to_string();
+  auto key = ep->import_region({at, rebuilt.size()}, /*map=*/false);
+  ASSERT_TRUE(key.ok()) << key.status().to_string();
+  const char word[] = "rebuilt";
+  auto put = ep->put(*key, 8, {reinterpret_cast<const uint8_t*>(word), sizeof word});
+  ASSERT_TRUE(finish(put).ok());
+  EXPECT_EQ(std::memcmp(region->data() + 8, word, sizeof word), 0);
+  ep->close(/*force=*/true);
+  ::munmap(pages, 2 * page);
 }
 
 // The kernel copies exposed memory: bounds are checked first, and memory the owner no longer maps
