@@ -18,7 +18,7 @@ SANITIZER_ENV := UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
 
-.PHONY: bench-deps run test check bootstrap build vocab test-cpp test-asan test-tsan test-fuzz fuzz fuzz-build test-ucx122 \
+.PHONY: bench-deps run test check bootstrap build vocab test-cpp asan-build test-asan test-tsan test-fuzz fuzz fuzz-build ucx122-wheel test-ucx122 \
   agent-aarch64 test-aarch64 test-python clean
 
 run: build vocab
@@ -50,10 +50,12 @@ test-cpp: build
 
 # The C++ tests again under ASan+UBSan (with leak checks), and under TSan:
 # the channel is used from several threads.
-test-asan: bootstrap
+asan-build: bootstrap
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOUTBOARD_PYTHON=OFF -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
 	  -DOUTBOARD_SANITIZE=address,undefined > /dev/null
 	cmake --build $(ASAN_BUILD)
+
+test-asan: asan-build
 	$(SANITIZER_ENV) ctest --test-dir $(ASAN_BUILD) --output-on-failure -j2 --timeout 300
 
 test-tsan: bootstrap
@@ -86,17 +88,23 @@ fuzz-run:
 	  else tail -40 $(FUZZ_BUILD)/$$t.log; exit 1; fi; \
 	done
 
-# The C++ suites again, built against UCX 1.22 from the libucx-cu13 wheel
-# (Debian has 1.13): its self transport maps memory where 1.13's does not,
-# which is how a use-after-unmap hidden by 1.13 was found.
+# The C++ suites under ASan+UBSan again, with UCX 1.22 from the libucx-cu13 wheel (Debian has 1.13): the
+# same binaries, loading the wheel's libucp, which is also how a build against Debian's UCX must work
+# beside that wheel. 1.22's self transport maps memory where 1.13's does not (how a use-after-unmap
+# hidden by 1.13 was found), and it reads packed keys past where 1.13 stops (how an unbounded read of a
+# rebuilt key was). The transport, the one part that includes UCX's headers, compiles against 1.22's.
 UCX122_BUILD := build/ucx122
-test-ucx122: bootstrap
+UCX122_LIB = $(shell $(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')/lib
+ucx122-wheel: build
 	$(PY) -m pip install -q "libucx-cu13==1.22.0"
-	cmake -S . -B $(UCX122_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTBOARD_PYTHON=OFF \
-	  -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
-	  -DOUTBOARD_UCX_ROOT=$$($(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))') > /dev/null
-	cmake --build $(UCX122_BUILD) --target outboard_unit_tests outboard-agent
-	ctest --test-dir $(UCX122_BUILD) --output-on-failure -j2 --timeout 180
+
+test-ucx122: ucx122-wheel asan-build
+	cmake -S . -B $(UCX122_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTBOARD_PYTHON=OFF -DOUTBOARD_TESTS=OFF \
+	  -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DOUTBOARD_UCX_ROOT=$(UCX122_LIB)/.. > /dev/null
+	cmake --build $(UCX122_BUILD) --target ob_transport
+	@v=$$($(SANITIZER_ENV) LD_LIBRARY_PATH=$(UCX122_LIB) $(ASAN_BUILD)/outboard-agent --version) && echo "$$v" && \
+	  [[ $$v == *"UCX 1.22."* ]]
+	$(SANITIZER_ENV) LD_LIBRARY_PATH=$(UCX122_LIB) ctest --test-dir $(ASAN_BUILD) --output-on-failure -j2 --timeout 300
 
 # The agent for aarch64 (a BlueField's Arm cores, Grace), cross-built with Debian's g++-aarch64-linux-gnu
 # against the arm64 libraries (README, "On a DPU's Arm cores"); test-aarch64 also runs the C++ unit tests
