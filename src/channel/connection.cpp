@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <functional>
 
 #include "channel/access.h"
 #include "channel/connection_impl.h"
@@ -22,6 +24,16 @@ using channel::spin_of;
 namespace {
 // A graceful close's whole budget: the last messages flushed, the endpoint closed.
 constexpr int64_t kCloseTimeoutMs = 1000;
+
+// UCX pairs the endpoints two workers open to each other by the order each side opens them (its
+// connection sequence numbers), and reassembles a message of several fragments on the endpoint it
+// paired. Crossed, closing one connection dropped the half-received messages of another of this
+// process's connections to that agent: so they are set up one at a time, socket to endpoint, and the
+// agent, which opens its endpoint for each as it adopts it, opens them in the same order.
+Mutex& setup_order(const std::string& address) {
+  static std::array<Mutex, 16> stripes;  // one per agent address, but for collisions
+  return stripes[std::hash<std::string>{}(address) % stripes.size()];
+}
 }  // namespace
 
 std::string transport_version() { return "UCX " + transport::ucx_version(); }
@@ -41,6 +53,7 @@ uint32_t Connection::id() const { return impl_->local_id; }
 Result<std::unique_ptr<Connection>> Connection::connect(const std::string& address,
                                                         const ChannelConfig& config) {
   OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(address));
+  MutexLock order(setup_order(address));
   OB_ASSIGN_OR_RETURN(auto token, channel::session_token(config.session));
   OB_ASSIGN_OR_RETURN(auto hub, channel::Hub::get());
   // A link that leaves the host (or any, with --secure always) is TLS's, where we have keys.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 import struct
 import subprocess
 import threading
@@ -71,14 +72,17 @@ def test_two_clients_at_once(agent: outboard.LocalAgent) -> None:
     failures: list[str] = []
 
     def run(seed: int) -> None:
-        with outboard.connect(agent.address) as c:
-            for i in range(3000):
-                p = _core.pattern(1 + (i * 37) % 9000, seed=seed * 100_000 + i)
-                if c.request("echo", p) != p:
-                    failures.append(f"client {seed} request {i}")
-            stats = c.stats()
-            if stats["clients"] < 1:
-                failures.append("stats lost a client")
+        try:
+            with outboard.connect(agent.address) as c:
+                for i in range(3000):
+                    p = _core.pattern(1 + (i * 37) % 9000, seed=seed * 100_000 + i)
+                    if c.request("echo", p) != p:
+                        failures.append(f"client {seed} request {i}")
+                stats = c.stats()
+                if stats["clients"] < 1:
+                    failures.append("stats lost a client")
+        except errors.Error as e:  # a thread's exception would not fail the test
+            failures.append(f"client {seed}: {e}")
 
     threads = [threading.Thread(target=run, args=(s,)) for s in (1, 2)]
     for t in threads:
@@ -86,6 +90,54 @@ def test_two_clients_at_once(agent: outboard.LocalAgent) -> None:
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_a_processes_connections_to_one_address_are_set_up_one_at_a_time() -> None:
+    # What keeps UCX's pairing of endpoints (test below) in step with the agent: seen from a stand-in
+    # agent, a plain socket that never answers the hello, the second connect starts once the first
+    # has given up.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        gave_up: list[float] = []
+
+        def connect() -> None:
+            with pytest.raises(errors.TimedOut):
+                outboard.connect(address, connect_timeout=0.5)
+            gave_up.append(time.monotonic())
+
+        threads = [threading.Thread(target=connect) for _ in range(2)]
+        for t in threads:
+            t.start()
+        server.settimeout(5)
+        first, _ = server.accept()
+        second, _ = server.accept()
+        accepted_second = time.monotonic()
+        for t in threads:
+            t.join()
+        first.close()
+        second.close()
+    assert len(gave_up) == 2
+    assert accepted_second >= min(gave_up)
+
+
+def test_closing_some_of_a_processes_connections_leaves_the_others_whole(agent: outboard.LocalAgent) -> None:
+    # UCX pairs the endpoints of two workers by the order each side opened them. Opened at once from
+    # several threads and paired crosswise, closing one connection cut off the messages of several
+    # fragments (8 KB each over shared memory) that another one sent afterwards.
+    big = _core.pattern(40_000, seed=7)
+    for _ in range(4):
+        conns: list[outboard.Client] = []
+        threads = [threading.Thread(target=lambda: conns.append(outboard.connect(agent.address))) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(conns) == 4
+        for c in conns[1:]:
+            c.close()
+        for _ in range(3):
+            assert conns[0].request("echo", big, timeout=5) == big
+        conns[0].close()
 
 
 def test_same_host_connection_uses_shared_memory(client: outboard.Client) -> None:
