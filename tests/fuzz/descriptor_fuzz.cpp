@@ -2,7 +2,7 @@
 // unpacks them. The first byte picks the policy (shared memory or not);
 // the owner is this process, so a posix key may name our own descriptors.
 // What passes is a well-formed packed key of at most one posix part (or
-// only empty parts), which parses back the same way; or, with shared memory
+// only empty parts) and the unknown device, which parses back the same way; or, with shared memory
 // only, a process descriptor (the header alone, no key).
 #include <unistd.h>
 
@@ -37,6 +37,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!r.get(n) || !r.take(n, key)) __builtin_trap();
     if (!policy.shared_memory && n != 0) __builtin_trap();
   }
+  // After a key, the unknown device: where UCX 1.20 and later stop reading.
+  uint8_t device = 0;
+  if (md_map != 0 && (!r.get(device) || device != 0xff)) __builtin_trap();
   if (!r.in.empty() || checked->length == 0) __builtin_trap();
   return 0;
 }
