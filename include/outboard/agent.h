@@ -10,6 +10,7 @@
 #include "outboard/channel.h"
 #include "outboard/config.h"
 #include "outboard/service.h"
+#include "outboard/tokenizer.h"
 
 namespace outboard {
 
@@ -56,6 +57,7 @@ struct AgentConfig {
   uint64_t max_text_bytes = 16ull << 20;  ///< --max-text-bytes: a longer text fails alone
   uint64_t max_vocab_bytes = 64ull << 20; ///< --max-vocab-bytes: largest vocabulary a client uploads
   std::string vocab_dir;                  ///< --vocab-dir; empty: default_vocab_dir()
+  uint64_t tokenize_cache_bytes = kDefaultPieceCacheBytes;  ///< --tokenize-cache-bytes: per vocabulary (0: none)
   // The graph service.
   uint32_t graph_threads = 0;               ///< --graph-threads: workers for engine nodes (0: the progress thread)
   uint32_t graph_max_instances = 1u << 16;  ///< --graph-max-instances per connection

@@ -58,7 +58,16 @@ enum class VocabFormat : uint8_t {
   kWordPieceVocab = 3,  ///< a BERT vocab.txt (uncased)
 };
 
-/// Immutable once built; thread mode: multi (encode from any number of threads).
+namespace tokenize {
+class PieceCache;
+}
+
+/// Most memory a tokenizer's pre-token cache (piece bytes -> ids) uses by
+/// default: sized for a DPU's memory, and far above a serving working set.
+inline constexpr size_t kDefaultPieceCacheBytes = size_t{64} << 20;
+
+/// Immutable once built; thread mode: multi (encode from any number of
+/// threads). Copies share the model and the pre-token cache.
 class Tokenizer {
  public:
   /// A `.tiktoken` file (base64 token, rank per line) with the GPT-2 (r50k)
@@ -106,11 +115,19 @@ class Tokenizer {
   /// The Unicode version of the character tables ("16.0.0").
   static std::string_view unicode_version();
 
+  /// The same model with a pre-token cache of its own, of at most
+  /// `max_bytes` (0: no cache). Ids never depend on the cache; only speed
+  /// does. Every thread encoding with one tokenizer shares its cache.
+  [[nodiscard]] Tokenizer with_piece_cache(size_t max_bytes) const;
+  /// The memory the pre-token cache may use (0: none).
+  [[nodiscard]] size_t piece_cache_bytes() const;
+
   struct Model;
   explicit Tokenizer(std::shared_ptr<const Model> model);
 
  private:
   std::shared_ptr<const Model> model_;
+  std::shared_ptr<const tokenize::PieceCache> cache_;
 };
 
 }  // namespace outboard

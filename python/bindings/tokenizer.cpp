@@ -135,6 +135,7 @@ class Completions {
 }  // namespace
 
 void bind_tokenizer(nb::module_& m) {
+  m.attr("DEFAULT_PIECE_CACHE_BYTES") = kDefaultPieceCacheBytes;
   nb::class_<Tokenizer>(m, "Tokenizer")
       .def_static("from_tiktoken",
                   [](const std::string& path, std::vector<std::pair<std::string, int32_t>> specials) {
@@ -157,6 +158,8 @@ void bind_tokenizer(nb::module_& m) {
       .def_static("from_tokenizer_json",
                   [](const std::string& path) { return unwrap(Tokenizer::from_tokenizer_json(path)); }, "path"_a)
       .def_prop_ro("config_report", [](const Tokenizer& t) { return std::string(t.config_report()); })
+      .def("with_piece_cache", &Tokenizer::with_piece_cache, "max_bytes"_a)
+      .def_prop_ro("piece_cache_bytes", &Tokenizer::piece_cache_bytes)
       .def("encode",
            [](const Tokenizer& t, nb::handle text, bool allow_special, bool ordinary, std::string_view utf8,
               bool add_special_tokens) {

@@ -16,6 +16,7 @@ from . import _core, vocab
 from .errors import InvalidArgument
 
 Text = Union[str, bytes]
+DEFAULT_CACHE_BYTES: int = _core.DEFAULT_PIECE_CACHE_BYTES
 Utf8Policy = Literal["strict", "replace"]
 
 
@@ -66,6 +67,16 @@ class Tokenizer:
 
         report = self._core.config_report
         return json.loads(report) if report else {}
+
+    def with_cache(self, max_bytes: int) -> Tokenizer:
+        """The same vocabulary with a pre-token cache (piece -> ids) of its own of at most ``max_bytes``
+        (0: none). Every tokenizer starts with one of ``DEFAULT_CACHE_BYTES``; ids never depend on it."""
+        return Tokenizer(self._core.with_piece_cache(max_bytes))
+
+    @property
+    def cache_bytes(self) -> int:
+        """The memory the pre-token cache may use (0: no cache)."""
+        return self._core.piece_cache_bytes
 
     @property
     def vocab_size(self) -> int:

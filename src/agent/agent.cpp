@@ -90,6 +90,8 @@ config::Options agent_options(const AgentConfig& a) {
           {"max-text-bytes", Type::kSize, std::to_string(a.max_text_bytes), "longest text the tokenize service takes"},
           {"max-vocab-bytes", Type::kSize, std::to_string(a.max_vocab_bytes),
            "largest vocabulary a client uploads (one the vocabulary directory lacks)"},
+          {"tokenize-cache-bytes", Type::kSize, std::to_string(a.tokenize_cache_bytes),
+           "pre-token cache (piece -> ids) of each vocabulary a session loads, shared by its clients (0: none)"},
           {"graph-threads", Type::kInt, std::to_string(a.graph_threads),
            "workers running offloaded graphs' engine nodes (0: the progress thread runs them)"},
           {"graph-max-instances", Type::kInt, std::to_string(a.graph_max_instances),
@@ -188,6 +190,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.max_text_bytes = o.size("max-text-bytes");
   a.max_vocab_bytes = o.size("max-vocab-bytes");
   a.vocab_dir = o.str("vocab-dir");
+  a.tokenize_cache_bytes = o.size("tokenize-cache-bytes");
   a.checkpoint_root = o.str("checkpoint-root");
   a.checkpoint_max_dir_bytes = o.size("checkpoint-max-dir-bytes");
   a.checkpoint_min_free_pct = static_cast<uint32_t>(min_free_pct);

@@ -102,7 +102,8 @@ Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
   extra.push_back(services::make_sink());
   extra.push_back(services::make_tokenize({config.tokenize_threads, config.tokenize_queue, config.max_batch_texts,
                                            config.max_text_bytes, config.max_vocab_bytes,
-                                           config.vocab_dir.empty() ? default_vocab_dir() : config.vocab_dir}));
+                                           config.vocab_dir.empty() ? default_vocab_dir() : config.vocab_dir,
+                                           config.tokenize_cache_bytes}));
   extra.push_back(services::make_graph({config.graph_threads, config.graph_max_instances, config.graph_max_memory}));
   extra.push_back(services::make_mpi({config.mpi_max_pending, config.channel.secure}));
   extra.push_back(services::make_checkpoint(

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "outboard/service.h"
+#include "outboard/tokenizer.h"
 
 namespace outboard::services {
 
@@ -50,6 +51,7 @@ struct TokenizeConfig {
   uint64_t max_text_bytes = 16ull << 20;  ///< --max-text-bytes: longer texts fail alone
   uint64_t max_vocab_bytes = 64ull << 20; ///< --max-vocab-bytes: largest vocabulary a client uploads
   std::string vocab_dir;                  ///< --vocab-dir: the only place names are opened
+  uint64_t cache_bytes = kDefaultPieceCacheBytes;  ///< --tokenize-cache-bytes: each loaded vocabulary's pre-token cache
 };
 /// `tokenize`: exact tokenizers on the agent; ids are put into the client's
 /// registered buffer (wire format: services/tokenize_wire.h).

@@ -168,7 +168,7 @@ class Tokenize final : public Service {
                       std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
           std::lock_guard lock(core->loaded_mu);
           auto& slot = core->loaded[name];
-          if (!slot) slot = std::make_shared<const Tokenizer>(std::move(loaded).value());
+          if (!slot) slot = std::make_shared<const Tokenizer>(loaded->with_piece_cache(core->config.cache_bytes));
           tok = slot;
         } else {
           st = loaded.status();

@@ -1,7 +1,6 @@
 #include "tokenize/bpe.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -33,11 +32,6 @@ inline void load_key(const uint8_t* p, size_t n, uint64_t key[2]) {
   std::memcpy(key, p, n);
 }
 }  // namespace
-
-BpeVocab::BpeVocab() {
-  static std::atomic<uint64_t> next{1};
-  serial_ = next.fetch_add(1);
-}
 
 void BpeVocab::grow() {
   std::vector<Slot> old = std::move(slots_);
@@ -142,55 +136,18 @@ Status BpeVocab::finalize() {
   return {};
 }
 
-namespace {
-
-// Recently merged pieces, per thread (words recur in text; the merge is the
-// expensive part). Direct-mapped; a slot remembers which vocabulary filled it.
-// Sized for the long pieces of non-Latin scripts (a Greek word is ~2 bytes
-// and ~1 token per letter in GPT-2) and for a working set of ~10k words.
-struct PieceCache {
-  static constexpr int kSlotBits = 14;
-  static constexpr size_t kMaxBytes = 40, kMaxIds = 22;
-  struct Entry {
-    uint64_t owner = 0;
-    uint8_t length = 0, count = 0;
-    uint8_t bytes[kMaxBytes];
-    int32_t ids[kMaxIds];
-  };
-  std::vector<Entry> entries = std::vector<Entry>(size_t{1} << kSlotBits);
-  static Entry& slot(uint64_t owner, const uint8_t* p, size_t n) {
-    thread_local PieceCache cache;  // on the heap: large, and only for threads that encode
-    uint64_t h = hash_bytes(p, n) ^ owner;
-    return cache.entries[(h * 0x9e3779b97f4a7c15ull) >> (64 - kSlotBits)];
-  }
-};
-
-}  // namespace
-
-Status BpeVocab::encode_piece(const uint8_t* p, size_t n, uint64_t h, std::vector<int32_t>& out) const {
+Status BpeVocab::encode_piece(const uint8_t* p, size_t n, uint64_t h, std::vector<int32_t>& out,
+                              const PieceCache* cache) const {
   int32_t id;
   uint32_t priority;
   if (find_hashed(p, n, h, id, priority)) {  // whole-piece lookup first: most pieces are one token
     out.push_back(id);
     return {};
   }
-  auto merge = [&] { return n < kSmallPiece ? small_merge(p, n, out) : backtrack(p, n, out); };
-  if (n > PieceCache::kMaxBytes) return merge();
-  PieceCache::Entry& e = PieceCache::slot(serial_, p, n);
-  if (e.owner == serial_ && e.length == n && std::memcmp(e.bytes, p, n) == 0) {
-    out.insert(out.end(), e.ids, e.ids + e.count);
-    return {};
-  }
-  size_t before = out.size();
-  OB_RETURN_IF_ERROR(merge());
-  size_t count = out.size() - before;
-  if (count <= PieceCache::kMaxIds) {
-    e.owner = serial_;
-    e.length = static_cast<uint8_t>(n);
-    e.count = static_cast<uint8_t>(count);
-    std::memcpy(e.bytes, p, n);
-    std::memcpy(e.ids, out.data() + before, count * sizeof(int32_t));
-  }
+  if (cache && cache->find(p, n, h, out)) return {};
+  const size_t before = out.size();
+  OB_RETURN_IF_ERROR(n < kSmallPiece ? small_merge(p, n, out) : backtrack(p, n, out));
+  if (cache) cache->insert(p, n, h, out.data() + before, out.size() - before);
   return {};
 }
 

@@ -20,6 +20,7 @@
 
 #include "outboard/status.h"
 #include "tokenize/int_table.h"
+#include "tokenize/piece_cache.h"
 #include "tokenize/trie.h"
 
 namespace outboard::tokenize {
@@ -27,8 +28,6 @@ namespace outboard::tokenize {
 class BpeVocab {
  public:
   static constexpr uint32_t kNoPriority = UINT32_MAX;
-
-  BpeVocab();
 
   /// Adds a token; kInvalidArgument on a duplicate (bytes or id).
   Status add(std::string_view bytes, int32_t id, uint32_t priority);
@@ -45,10 +44,12 @@ class BpeVocab {
   /// pieces first so the table's cache misses overlap instead of queueing.
   static uint64_t hash(const uint8_t* p, size_t n);
   void prefetch(uint64_t hash) const { __builtin_prefetch(&slots_[hash & (slots_.size() - 1)]); }
-  /// Appends the ids of one pre-tokenized piece (with its hash) to `out`.
-  Status encode_piece(const uint8_t* p, size_t n, uint64_t hash, std::vector<int32_t>& out) const;
+  /// Appends the ids of one pre-tokenized piece (with its hash) to `out`,
+  /// through `cache` when there is one.
+  Status encode_piece(const uint8_t* p, size_t n, uint64_t hash, std::vector<int32_t>& out,
+                      const PieceCache* cache) const;
   Status encode_piece(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
-    return encode_piece(p, n, hash(p, n), out);
+    return encode_piece(p, n, hash(p, n), out, nullptr);
   }
 
  private:
@@ -101,7 +102,6 @@ class BpeVocab {
   std::vector<int32_t> shorter_;  // longest reachable proper prefix, -1 if none
   std::vector<uint32_t> length_;
   Trie reachable_;  // reachable tokens, for the longest match
-  uint64_t serial_;  // names this vocabulary in per-thread caches (addresses get reused)
 };
 
 }  // namespace outboard::tokenize

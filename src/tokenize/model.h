@@ -11,8 +11,10 @@ namespace outboard {
 
 struct Tokenizer::Model {
   virtual ~Model() = default;
-  /// Encodes valid UTF-8 text that holds no special tokens to handle.
-  virtual Status encode_ordinary(std::string_view text, std::vector<int32_t>& out) const = 0;
+  /// Encodes valid UTF-8 text that holds no special tokens to handle;
+  /// `cache` (none if null) remembers pieces that took work.
+  virtual Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
+                                 const tokenize::PieceCache* cache) const = 0;
   virtual Status decode_one(int32_t id, std::string& out) const = 0;
   /// All ids, special ones included.
   virtual size_t vocab_size() const = 0;
@@ -27,7 +29,8 @@ namespace tokenize {
 /// GPT-2 byte-level BPE with the r50k pre-tokenizer.
 struct Gpt2Bpe final : Tokenizer::Model {
   BpeVocab vocab;
-  Status encode_ordinary(std::string_view text, std::vector<int32_t>& out) const override;
+  Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
+                         const PieceCache* cache) const override;
   Status decode_one(int32_t id, std::string& out) const override;
   size_t vocab_size() const override { return vocab.size() + specials.size(); }
 };

@@ -43,7 +43,16 @@ Status check_utf8(std::string_view text, Utf8Policy policy, std::string& repaire
 
 }  // namespace
 
-Tokenizer::Tokenizer(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
+Tokenizer::Tokenizer(std::shared_ptr<const Model> model)
+    : model_(std::move(model)), cache_(std::make_shared<tokenize::PieceCache>(kDefaultPieceCacheBytes)) {}
+
+Tokenizer Tokenizer::with_piece_cache(size_t max_bytes) const {
+  Tokenizer t(*this);
+  t.cache_ = max_bytes == 0 ? nullptr : std::make_shared<tokenize::PieceCache>(max_bytes);
+  return t;
+}
+
+size_t Tokenizer::piece_cache_bytes() const { return cache_ ? cache_->capacity_bytes() : 0; }
 
 std::string_view Tokenizer::unicode_version() { return tokenize::unicode_version(); }
 
@@ -94,7 +103,7 @@ Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const
                                                "; allow special tokens to encode it as id " +
                                                std::to_string(which->second) + ", or encode it as ordinary text"});
     std::string_view segment = text.substr(pos, which ? found - pos : std::string_view::npos);
-    if (Status st = model_->encode_ordinary(segment, out); !st.ok()) return fail(st);
+    if (Status st = model_->encode_ordinary(segment, out, cache_.get()); !st.ok()) return fail(st);
     if (!which) {
       if (wrap && model_->sep_id >= 0) out.push_back(model_->sep_id);
       return {};
@@ -187,7 +196,7 @@ Result<std::string> Tokenizer::decode(std::span<const int32_t> ids) const {
 
 namespace tokenize {
 
-Status Gpt2Bpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+Status Gpt2Bpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out, const PieceCache* cache) const {
   // Pieces go through in small batches: hashing and prefetching a batch's
   // table slots first lets their cache misses overlap.
   constexpr size_t kBatch = 16;
@@ -200,12 +209,13 @@ Status Gpt2Bpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   auto flush = [&] {
     for (size_t i = 0; i < k && st.ok(); ++i)
-      st = vocab.encode_piece(s + batch[i].begin, batch[i].end - batch[i].begin, batch[i].hash, out);
+      st = vocab.encode_piece(s + batch[i].begin, batch[i].end - batch[i].begin, batch[i].hash, out, cache);
     k = 0;
   };
   split_gpt2(text, [&](size_t b, size_t e) {
     uint64_t h = BpeVocab::hash(s + b, e - b);
     vocab.prefetch(h);
+    if (cache) cache->prefetch(h);
     batch[k++] = {b, e, h};
     if (k == kBatch) flush();
   });

@@ -119,7 +119,7 @@ void BertWordPiece::encode_word(const uint8_t* p, size_t n, size_t chars, std::v
   }
 }
 
-Status BertWordPiece::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+Status BertWordPiece::encode_ordinary(std::string_view text, std::vector<int32_t>& out, const PieceCache*) const {
   std::string norm;
   normalize(text, norm);
   // BertPreTokenizer: split on whitespace (dropped) and punctuation (kept alone).

@@ -31,7 +31,8 @@ struct BertWordPiece final : Tokenizer::Model {
   Status build(std::vector<std::string> vocab, const std::string& source);
   /// BertNormalizer on valid UTF-8.
   void normalize(std::string_view text, std::string& out) const;
-  Status encode_ordinary(std::string_view text, std::vector<int32_t>& out) const override;
+  Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
+                         const PieceCache* cache) const override;
   Status decode_one(int32_t id, std::string& out) const override;
   size_t vocab_size() const override { return tokens.size(); }
 

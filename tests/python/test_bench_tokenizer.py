@@ -27,4 +27,13 @@ def test_quick_benchmark_writes_rows_meta_and_report(tmp_path) -> None:
             assert row["correctness"]["mismatched_chunks"] == 0, row
         p = row["metrics"]["us_per_chunk"]
         assert 0 < p["min"] <= p["p50"] <= p["p90"] <= p["p99"] <= p["max"]
-    assert "## GPT-2" in (out / "report.md").read_text() and "## BERT" in (out / "report.md").read_text()
+    regimes = {(row["params"]["model"], row["impl"]): row for row in rows if row["case"] == "regimes"}
+    assert {("gpt2", "outboard"), ("gpt2", "outboard, no cache"), ("gpt2", "tiktoken"),
+            ("bert", "outboard")} <= set(regimes)
+    for row in regimes.values():
+        assert row["correctness"]["compared"] == 3 * row["params"]["chunks_per_regime"] > 0
+        if row["impl"] in ("outboard", "outboard, no cache", "tiktoken", "hf-tokenizers"):
+            assert row["correctness"]["differing_chunks"] == 0, row
+        assert all(row["metrics"][r]["mb_per_s"] > 0 for r in ("cold", "warm", "unseen"))
+    report = (out / "report.md").read_text()
+    assert "## GPT-2" in report and "## BERT" in report and "### Regimes" in report

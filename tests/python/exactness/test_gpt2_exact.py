@@ -40,6 +40,17 @@ def test_corpus_matches_tiktoken_and_hf(ours, tiktoken_gpt2, hf_gpt2, docs) -> N
     report(f"corpus vs HF tokenizers ({len(docs)} documents)", len(docs), diff_hf)
 
 
+def test_the_pre_token_cache_never_changes_ids(ours, tiktoken_gpt2, docs) -> None:
+    """Cache off, a fresh default cache cold then warm, and a 4 KiB cache whose slots two threads replace
+    all the time: each the same ids as tiktoken, document for document."""
+    tik = tiktoken_gpt2.encode_ordinary_batch(docs, num_threads=2)
+    fresh, tiny = ours.with_cache(outboard.tokenizer.DEFAULT_CACHE_BYTES), ours.with_cache(4096)
+    runs = {"off": ours.with_cache(0).encode_batch(docs, num_threads=2), "cold": fresh.encode_batch(docs),
+            "warm": fresh.encode_batch(docs), "4 KiB, 2 threads": tiny.encode_batch(docs, num_threads=2)}
+    for name, mine in runs.items():
+        report(f"cache {name} vs tiktoken", len(docs), [i for i in range(len(docs)) if mine[i].tolist() != tik[i]])
+
+
 def test_decode_round_trips_the_corpus(ours, docs) -> None:
     bad = [i for i, d in enumerate(docs[::7]) if ours.decode(ours.encode(d)) != d]
     report("decode(encode(doc)) round trips", len(docs[::7]), bad)

@@ -17,7 +17,7 @@ BertWordPiece fake_model(BertOptions o = {}) {
 
 std::vector<int32_t> ids(const BertWordPiece& m, std::string_view text) {
   std::vector<int32_t> out;
-  EXPECT_TRUE(m.encode_ordinary(text, out).ok());
+  EXPECT_TRUE(m.encode_ordinary(text, out, nullptr).ok());
   return out;
 }
 

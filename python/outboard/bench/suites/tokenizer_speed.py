@@ -5,10 +5,16 @@ Protocol (shared/reference/tokenizers.md §8): one pinned core, fresh distinct p
 (8 KB chunks cut from a mixed 10 MB corpus, and whole documents), implementations interleaved within
 a round, p50/p90/p99 per 8 KB chunk and MB/s, every peer's ids compared with tiktoken's on the very
 payloads that were timed. A speed number counts only for an exact implementation.
+
+Regimes (§7b), because libraries cache pre-tokens: each implementation in a fresh process encodes
+distinct 8 KB chunks (cold), the same chunks again (warm), then chunks of other documents (unseen).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import multiprocessing
 import os
 import random
 import tempfile
@@ -21,6 +27,8 @@ from ..declare import Option, Suite, numbers
 from ..stats import summarize
 
 CHUNK_BYTES = 8192
+REGIMES = ("cold", "warm", "unseen")
+NO_CACHE = "outboard, no cache"  # the regimes' before/after: the same tokenizer with its pre-token cache off
 
 
 def _chunks(docs: list[str], size: int) -> list[str]:
@@ -45,8 +53,7 @@ def _bert_peers(tmp: Path) -> Peers:
 
     impls: dict[str, Callable[[str], Any]] = {}
     missing: dict[str, str] = {}
-    ours = Tokenizer.bert_base_uncased()
-    impls["outboard"] = lambda t: ours.encode(t, allowed_special="all")
+    impls["outboard"] = _ours("bert")
     reference = "outboard"
     try:
         from tokenizers import Tokenizer as HF
@@ -76,8 +83,7 @@ def _gpt2_peers(tmp: Path) -> Peers:
     gpt2 = vocab.path("gpt2")
     impls: dict[str, Callable[[str], Any]] = {}
     missing: dict[str, str] = {}
-    ours = Tokenizer.from_tiktoken(gpt2)
-    impls["outboard"] = ours.encode_ordinary
+    impls["outboard"] = _ours("gpt2")
     try:
         ranks = references.load_ranks(gpt2)
         impls["tiktoken"] = references.tiktoken_gpt2(ranks).encode_ordinary
@@ -94,6 +100,36 @@ def _gpt2_peers(tmp: Path) -> Peers:
 
 
 MODELS = {"gpt2": _gpt2_peers, "bert": _bert_peers}
+
+
+def _ours(model: str, cache_bytes: int | None = None) -> Callable[[str], Any]:
+    from ... import Tokenizer
+
+    tok = Tokenizer.gpt2() if model == "gpt2" else Tokenizer.bert_base_uncased()
+    if cache_bytes is not None:
+        tok = tok.with_cache(cache_bytes)
+    return tok.encode_ordinary if model == "gpt2" else lambda t: tok.encode(t, allowed_special="all")
+
+
+def _regime_worker(model: str, name: str, texts_path: str, pin: int, tmp: str) -> dict[str, Any]:
+    """In a fresh process on core `pin`: one implementation through the three regimes; times per chunk,
+    and a digest of each chunk's ids (compared with the reference's in the parent)."""
+    os.sched_setaffinity(0, {pin})
+    texts = json.loads(Path(texts_path).read_text())
+    f = _ours(model, 0) if name == NO_CACHE else MODELS[model](Path(tmp))[0][name]
+    out: dict[str, Any] = {}
+    for regime, batch in zip(REGIMES, (texts["seen"], texts["seen"], texts["unseen"])):
+        times, got = [], []
+        t_all = time.perf_counter()
+        for text in batch:
+            t0 = time.perf_counter_ns()
+            got.append(f(text))
+            times.append((time.perf_counter_ns() - t0) / 1000)
+        wall = time.perf_counter() - t_all
+        digests = [hashlib.blake2b(repr(_as_list(ids)).encode(), digest_size=16).hexdigest() for ids in got]
+        out[regime] = {"us": times, "mb_per_s": round(sum(len(t.encode()) for t in batch) / wall / 1e6, 2),
+                       "digests": digests}
+    return out
 
 
 def _as_list(ids: Any) -> list[int]:
@@ -118,6 +154,7 @@ def _run(run: Any, env: Any) -> None:
     os.sched_setaffinity(0, {pin})
     if quick:
         rounds, chunks_per_round = min(rounds, 2), min(chunks_per_round, 60)
+    regime_chunks_wanted = min(extra["regime_chunks"], 60) if quick else extra["regime_chunks"]
     docs = corpus.build(2_000_000 if quick else corpus.MIN_BYTES)
     chunks = _chunks(docs, CHUNK_BYTES)
     random.Random(1).shuffle(chunks)
@@ -135,13 +172,44 @@ def _run(run: Any, env: Any) -> None:
         "chunks_per_round": chunks_per_round, "corpus_bytes": sum(len(d.encode()) for d in docs),
         "unicode": Tokenizer.unicode_version(), "models": models,
     })
-    run.progress.expect(len(models) * (rounds + 3))
+    run.progress.expect(len(models) * (rounds + 4))
+    # Regimes: chunks of other documents than the rest of the run, split into seen and unseen halves.
+    regime_docs = corpus.build(3_000_000 if quick else 24_000_000)
+    random.Random(2).shuffle(regime_docs)
+    regime_chunks = _chunks(regime_docs, CHUNK_BYTES)
+    per_regime = min(regime_chunks_wanted, len(regime_chunks) // 2)
+    results.meta["regime_chunks"] = per_regime
     with tempfile.TemporaryDirectory() as tmp:
+        texts = Path(tmp) / "regime-texts.json"
+        texts.write_text(json.dumps({"seen": regime_chunks[:per_regime],
+                                     "unseen": regime_chunks[per_regime:2 * per_regime]}))
         for model in models:
             impls, missing, reference = MODELS[model](Path(tmp))
             results.meta["missing"].update({f"{model}/{k}": v for k, v in missing.items()})
             _bench_model(results, model, impls, reference, docs, chunks[:need], rounds, chunks_per_round, pin,
                          all_cores, threads, run.progress.step)
+            names = list(impls) + ([NO_CACHE] if model == "gpt2" else [])
+            _bench_regimes(results, model, names, reference, str(texts), pin, tmp, run.progress.step)
+
+
+def _bench_regimes(results: Any, model: str, names: list[str], reference: str, texts: str, pin: int, tmp: str,
+                   progress: Callable[[str], None]) -> None:
+    spawn = multiprocessing.get_context("spawn")
+    runs = {}
+    for name in names:
+        with spawn.Pool(1) as pool:
+            runs[name] = pool.apply(_regime_worker, (model, name, texts, pin, tmp))
+    progress(f"{model} regimes: {len(names)} implementations, each in a fresh process")
+    expected = runs[reference]["cold"]["digests"] + runs[reference]["unseen"]["digests"]
+    for name, run in runs.items():
+        cold, warm, unseen = (run[r] for r in REGIMES)
+        chunks = len(cold["digests"])
+        differing = sum(a != b for a, b in zip(cold["digests"] + unseen["digests"], expected))
+        differing += sum(a != b for a, b in zip(warm["digests"], expected[:chunks]))
+        metrics = {r: {"us_per_chunk": summarize(run[r]["us"], digits=2), "mb_per_s": run[r]["mb_per_s"]}
+                   for r in REGIMES}
+        results.add("regimes", name, {"model": model, "chunks_per_regime": chunks, "core": pin}, metrics,
+                    {"reference": reference, "differing_chunks": differing, "compared": 3 * chunks})
 
 
 def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]], reference: str,
@@ -247,6 +315,23 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
             ratio = m["us_per_chunk"]["p50"] / ours["metrics"]["us_per_chunk"]["p50"] if ours else 0
             lines.append(f"| {name} | {c['mismatched_chunks']} / {c['compared']} | {m['us_per_chunk']['p50']} | "
                          f"{m['us_per_chunk']['p90']} | {m['us_per_chunk']['p99']} | {m['mb_per_s']} | {ratio:.2f}× |")
+        regimes = by("regimes")
+        if regimes:
+            best = {r: max((x["metrics"][r]["mb_per_s"] for x in regimes if not x["impl"].startswith("outboard")),
+                           default=0) for r in REGIMES}
+            lines += ["", f"### Regimes: cold, warm, unseen ({regimes[0]['params']['chunks_per_regime']} distinct "
+                      "8 KB chunks each; every implementation in a fresh process)", "",
+                      "Cold: the chunks once; warm: the same chunks again; unseen: chunks of other documents right "
+                      "after. MB/s (p50 µs per chunk); the ratio is to the fastest peer in that regime.", "",
+                      "| implementation | chunks differing / compared | cold | warm | unseen |", "|---|---|---|---|---|"]
+            for x in regimes:
+                cells = []
+                for r in REGIMES:
+                    m = x["metrics"][r]
+                    ratio = f", {m['mb_per_s'] / best[r]:.2f}×" if best[r] and x["impl"].startswith("outboard") else ""
+                    cells.append(f"{m['mb_per_s']} ({m['us_per_chunk']['p50']} µs{ratio})")
+                c = x["correctness"]
+                lines.append(f"| {x['impl']} | {c['differing_chunks']} / {c['compared']} | " + " | ".join(cells) + " |")
         lines += ["", "### Whole documents of the mixed corpus", "",
                   "| implementation | documents differing / compared | MB/s | tokens |", "|---|---|---|---|"]
         for r in by("documents"):
@@ -284,4 +369,6 @@ SUITE = Suite(
              Option("--rounds", "rounds of fresh chunks", default=3, type=int),
              Option("--chunks", "distinct 8 KB chunks per round", default=200, type=int),
              Option("--threads", "thread counts for encode_batch scaling", default="1,2", parse=numbers("--threads", minimum=1)),
-             Option("--models", "gpt2, bert or all", default="all", parse=_models)])
+             Option("--models", "gpt2, bert or all", default="all", parse=_models),
+             Option("--regime-chunks", "distinct 8 KB chunks per regime (cold/warm and unseen)", default=1400,
+                    type=int)])

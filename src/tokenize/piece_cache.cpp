@@ -1,0 +1,88 @@
+#include "tokenize/piece_cache.h"
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <new>
+
+namespace outboard::tokenize {
+namespace {
+
+// Word 0 of a slot: sequence (low 32 bits; odd while written), piece
+// length, id count, and 16 bits of the hash that a lookup checks before
+// reading the key.
+constexpr uint64_t header(uint32_t seq, size_t n, size_t count, uint64_t hash) {
+  return seq | uint64_t(n) << 32 | uint64_t(count) << 40 | (hash & 0xffff) << 48;
+}
+constexpr uint32_t seq_of(uint64_t h) { return static_cast<uint32_t>(h); }
+constexpr size_t length_of(uint64_t h) { return (h >> 32) & 0xff; }
+constexpr size_t count_of(uint64_t h) { return (h >> 40) & 0xff; }
+constexpr uint64_t tag_of(uint64_t h) { return h >> 48; }
+
+using Word = std::atomic_ref<uint64_t>;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+}  // namespace
+
+PieceCache::PieceCache(size_t max_bytes) {
+  slots_ = std::bit_floor(std::max<size_t>(max_bytes / kSlotBytes, 1));
+  // Anonymous pages are zero (every slot empty) and cost nothing until used.
+  // Huge pages where the kernel gives them: random slots on 4 KiB pages cost
+  // a page fault per new page (most of a cold pass) and a TLB miss per lookup.
+  const size_t bytes = capacity_bytes();
+  const size_t align = bytes >= kHugePage ? kHugePage : 0;
+  void* p = mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  auto* base = static_cast<uint8_t*>(p);
+  if (align) {
+    uint8_t* aligned = base + (-reinterpret_cast<uintptr_t>(base) & (align - 1));
+    if (aligned > base) munmap(base, aligned - base);
+    if (aligned + bytes < base + bytes + align) munmap(aligned + bytes, base + bytes + align - (aligned + bytes));
+    madvise(aligned, bytes, MADV_HUGEPAGE);  // advice: without it, or refused, 4 KiB pages do
+    base = aligned;
+  }
+  words_ = reinterpret_cast<uint64_t*>(base);
+}
+
+PieceCache::~PieceCache() { munmap(words_, capacity_bytes()); }
+
+bool PieceCache::find(const uint8_t* p, size_t n, uint64_t hash, std::vector<int32_t>& out) const {
+  uint64_t* s = slot(hash);
+  const uint64_t h = Word(s[0]).load(std::memory_order_acquire);
+  if ((seq_of(h) & 1) || length_of(h) != n || tag_of(h) != (hash & 0xffff) || count_of(h) == 0) return false;
+  const size_t count = count_of(h);
+  uint64_t copy[kWords - 1];
+  const size_t words = (n + count * 4 + 7) / 8;
+  for (size_t i = 0; i < words; ++i) copy[i] = Word(s[1 + i]).load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (Word(s[0]).load(std::memory_order_relaxed) != h) return false;  // written meanwhile
+  const auto* bytes = reinterpret_cast<const uint8_t*>(copy);
+  if (std::memcmp(bytes, p, n) != 0) return false;
+  const size_t at = out.size();
+  out.resize(at + count);
+  std::memcpy(out.data() + at, bytes + n, count * 4);
+  return true;
+}
+
+void PieceCache::insert(const uint8_t* p, size_t n, uint64_t hash, const int32_t* ids, size_t count) const {
+  if (count == 0 || !fits(n, count)) return;
+  uint64_t* s = slot(hash);
+  uint64_t h = Word(s[0]).load(std::memory_order_relaxed);
+  if (seq_of(h) & 1) return;  // another thread is writing it: skip rather than wait
+  const uint64_t busy = header(seq_of(h) + 1, length_of(h), count_of(h), tag_of(h));
+  if (!Word(s[0]).compare_exchange_strong(h, busy, std::memory_order_acquire, std::memory_order_relaxed)) return;
+  // Readers that see `busy` (or a changed word 0 after their copy) discard
+  // what they read; the release fence orders it before the payload.
+  std::atomic_thread_fence(std::memory_order_release);
+  uint64_t copy[kWords - 1] = {};
+  auto* bytes = reinterpret_cast<uint8_t*>(copy);
+  std::memcpy(bytes, p, n);
+  std::memcpy(bytes + n, ids, count * 4);
+  const size_t words = (n + count * 4 + 7) / 8;
+  for (size_t i = 0; i < words; ++i) Word(s[1 + i]).store(copy[i], std::memory_order_relaxed);
+  Word(s[0]).store(header(seq_of(busy) + 1, n, count, hash), std::memory_order_release);
+}
+
+}  // namespace outboard::tokenize
