@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "tokenize/small_load.h"
+
 namespace outboard::tokenize {
 namespace {
 
@@ -13,23 +15,19 @@ inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull ^ (n * 0x9e3779b97f4a7c15ull);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
+    h = (h ^ load8(p + i)) * 0x100000001b3ull;
     h ^= h >> 29;
   }
-  uint64_t tail = 0;
-  std::memcpy(&tail, p + i, n - i);
-  h = (h ^ tail) * 0x9e3779b97f4a7c15ull;
+  h = (h ^ load_upto8(p + i, n - i)) * 0x9e3779b97f4a7c15ull;
   return h ^ (h >> 32);
 }
 
 }  // namespace
 
 namespace {
-inline void load_key(const uint8_t* p, size_t n, uint64_t key[2]) {
-  key[0] = key[1] = 0;
-  std::memcpy(key, p, n);
+inline void load_key(const uint8_t* p, size_t n, uint64_t key[2]) {  // n <= kInlineKey
+  key[0] = n > 8 ? load8(p) : load_upto8(p, n);
+  key[1] = n > 8 ? load_upto8(p + 8, n - 8) : 0;
 }
 }  // namespace
 

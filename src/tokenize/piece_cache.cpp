@@ -7,6 +7,8 @@
 #include <cstring>
 #include <new>
 
+#include "tokenize/small_load.h"
+
 namespace outboard::tokenize {
 namespace {
 
@@ -58,11 +60,15 @@ bool PieceCache::find(const uint8_t* p, size_t n, uint64_t hash, std::vector<int
   for (size_t i = 0; i < words; ++i) copy[i] = Word(s[1 + i]).load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   if (Word(s[0]).load(std::memory_order_relaxed) != h) return false;  // written meanwhile
-  const auto* bytes = reinterpret_cast<const uint8_t*>(copy);
-  if (std::memcmp(bytes, p, n) != 0) return false;
+  size_t i = 0;  // compare a word at a time; the last word holds ids after the piece's bytes
+  for (; i + 8 <= n; i += 8)
+    if (copy[i / 8] != load8(p + i)) return false;
+  if (const size_t rest = n - i; rest && (copy[i / 8] & ((uint64_t{1} << rest * 8) - 1)) != load_upto8(p + i, rest))
+    return false;
+  const auto* ids = reinterpret_cast<const uint8_t*>(copy) + n;
   const size_t at = out.size();
   out.resize(at + count);
-  std::memcpy(out.data() + at, bytes + n, count * 4);
+  for (size_t k = 0; k < count; ++k) std::memcpy(&out[at + k], ids + 4 * k, 4);
   return true;
 }
 

@@ -82,3 +82,15 @@ def fastokens_gpt2(ranks_path: Path) -> Any:
     import fastokens
 
     return fastokens.Tokenizer.from_tiktoken(str(ranks_path), pattern=R50K_PATTERN, special_tokens=dict(ENDOFTEXT))
+
+
+def gigatoken_gpt2(ranks_path: Path) -> Any:
+    import gigatoken
+
+    return gigatoken.Tokenizer.from_tiktoken(str(ranks_path), pretokenizer="gpt2")
+
+
+def riptoken_gpt2(ranks: dict[bytes, int]) -> Any:
+    import riptoken
+
+    return riptoken.CoreBPE(ranks, {}, R50K_PATTERN)

@@ -36,5 +36,25 @@ TEST(Gpt2SplitTest, KnownPieces) {
   EXPECT_EQ(pieces(""), V{});
 }
 
+// Runs longer than the eight bytes the scanner checks at once, ending at
+// each position of a word, with ASCII and other letters and digits mixed.
+TEST(Gpt2SplitTest, LongRunsEndWhereTheyShould) {
+  EXPECT_EQ(pieces("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ!"),
+            (V{"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", "!"}));
+  EXPECT_EQ(pieces(" 0123456789012345678x"), (V{" 0123456789012345678", "x"}));
+  EXPECT_EQ(pieces("abcdefgh\u00e9ijklmnop[q"), (V{"abcdefgh\u00e9ijklmnop", "[", "q"}));
+  EXPECT_EQ(pieces("abcdefgh\u00a0ijk"), (V{"abcdefgh", "\u00a0", "ijk"}));
+  for (size_t len = 1; len < 20; ++len)
+    for (const char* end : {"@", "[", "`", "{", "/", ":", " ", "\t", "\u00e9", "\u00b2", "'"}) {
+      const std::string word(len, 'z'), digits(len, '9');
+      const auto w = pieces(word + end + "Z");
+      ASSERT_FALSE(w.empty());
+      EXPECT_EQ(w[0], std::string(end) == "\u00e9" ? word + end + "Z" : word) << len << " " << end;
+      const auto d = pieces(digits + end);
+      ASSERT_FALSE(d.empty());
+      EXPECT_EQ(d[0], std::string(end) == "\u00b2" ? digits + end : digits) << len << " " << end;
+    }
+}
+
 }  // namespace
 }  // namespace outboard::tokenize

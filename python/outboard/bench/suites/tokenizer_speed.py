@@ -1,5 +1,5 @@
-"""``outboard bench tokenizer``: encoding speed of Outboard against its exact peers
-(GPT-2 BPE: tiktoken, HF tokenizers, fastokens; BERT WordPiece: HF tokenizers, tokie).
+"""``outboard bench tokenizer``: encoding speed of Outboard against its peers
+(GPT-2 BPE: tiktoken, HF tokenizers, fastokens, gigatoken, riptoken; BERT WordPiece: HF tokenizers, tokie).
 
 Protocol (shared/reference/tokenizers.md §8): one pinned core, fresh distinct payloads every round
 (8 KB chunks cut from a mixed 10 MB corpus, and whole documents), implementations interleaved within
@@ -76,7 +76,7 @@ def _bert_peers(tmp: Path) -> Peers:
 
 
 def _gpt2_peers(tmp: Path) -> Peers:
-    """GPT-2: outboard, tiktoken (the reference), HF tokenizers and fastokens."""
+    """GPT-2: outboard, tiktoken (the reference), HF tokenizers, fastokens, gigatoken and riptoken."""
     from ... import Tokenizer, vocab
     from .. import references
 
@@ -96,6 +96,16 @@ def _gpt2_peers(tmp: Path) -> Peers:
         impls["fastokens"] = lambda t: ft.encode(t).ids
     except ImportError:
         missing["fastokens"] = "not installed (pip install fastokens)"
+    try:  # caches pre-tokens: its warm regime is what it publishes
+        giga = references.gigatoken_gpt2(gpt2)
+        impls["gigatoken"] = giga.encode
+    except ImportError:
+        missing["gigatoken"] = "not installed (pip install gigatoken)"
+    try:
+        rip = references.riptoken_gpt2(references.load_ranks(gpt2))
+        impls["riptoken"] = rip.encode_ordinary
+    except ImportError:
+        missing["riptoken"] = "not installed (pip install riptoken)"
     return impls, missing, "tiktoken" if "tiktoken" in impls else "outboard"
 
 
@@ -162,7 +172,7 @@ def _run(run: Any, env: Any) -> None:
     if len(chunks) < need:
         raise BadConfig(f"corpus gives {len(chunks)} distinct chunks, {need} needed")
     versions = {}
-    for pkg in ("tiktoken", "tokenizers", "fastokens", "tokie"):
+    for pkg in ("tiktoken", "tokenizers", "fastokens", "tokie", "gigatoken", "riptoken"):
         try:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
@@ -364,7 +374,7 @@ def _models(text: str) -> list[str]:
 
 SUITE = Suite(
     name="tokenizer", title="Tokenizer benchmark", body=_run, render=render, uses_agent=False,
-    help="GPT-2 BPE speed vs tiktoken, HF tokenizers and fastokens", quick_help="a short run (about a minute)",
+    help="GPT-2 BPE and BERT WordPiece speed vs their exact and fastest peers", quick_help="a short run (about a minute)",
     options=[Option("--core", "core to pin to (default: the last one)", type=int),
              Option("--rounds", "rounds of fresh chunks", default=3, type=int),
              Option("--chunks", "distinct 8 KB chunks per round", default=200, type=int),
