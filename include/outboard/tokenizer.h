@@ -116,10 +116,10 @@ class Tokenizer {
   static std::string_view unicode_version();
 
   /// The same model with a pre-token cache of its own, of at most
-  /// `max_bytes` (0: no cache). Ids never depend on the cache; only speed
-  /// does. Every thread encoding with one tokenizer shares its cache.
+  /// `max_bytes` (0: no cache; BPE models only). Ids never depend on the
+  /// cache; only speed does. Threads encoding with one tokenizer share it.
   [[nodiscard]] Tokenizer with_piece_cache(size_t max_bytes) const;
-  /// The memory the pre-token cache may use (0: none).
+  /// The memory the pre-token cache may use (0: none, as for WordPiece).
   [[nodiscard]] size_t piece_cache_bytes() const;
 
   struct Model;

@@ -4,31 +4,11 @@
 #include <cstring>
 #include <vector>
 
-#include "tokenize/small_load.h"
-
 namespace outboard::tokenize {
 namespace {
 
 constexpr size_t kSmallPiece = 64;  // below: tiktoken's scan (measured: backtracking wins only on CJK there); above: backtracking
 
-inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull ^ (n * 0x9e3779b97f4a7c15ull);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    h = (h ^ load8(p + i)) * 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  h = (h ^ load_upto8(p + i, n - i)) * 0x9e3779b97f4a7c15ull;
-  return h ^ (h >> 32);
-}
-
-}  // namespace
-
-namespace {
-inline void load_key(const uint8_t* p, size_t n, uint64_t key[2]) {  // n <= kInlineKey
-  key[0] = n > 8 ? load8(p) : load_upto8(p, n);
-  key[1] = n > 8 ? load_upto8(p + 8, n - 8) : 0;
-}
 }  // namespace
 
 void BpeVocab::grow() {
@@ -57,7 +37,7 @@ Status BpeVocab::add(std::string_view bytes, int32_t id, uint32_t priority) {
   if (static_cast<size_t>(id) < by_id_.size() && by_id_[id] != 0)
     return {Code::kInvalidArgument, "token id " + std::to_string(id) + " appears twice"};
   Slot s;
-  s.hash = static_cast<uint32_t>(hash_bytes(p, bytes.size()));
+  s.hash = static_cast<uint32_t>(hash(p, bytes.size()));
   if (bytes.size() <= kInlineKey) load_key(p, bytes.size(), s.key);
   if (bytes.size() > kInlineKey) s.key[0] = arena_.size();
   s.length = static_cast<uint32_t>(bytes.size());
@@ -73,31 +53,8 @@ Status BpeVocab::add(std::string_view bytes, int32_t id, uint32_t priority) {
   return {};
 }
 
-uint64_t BpeVocab::hash(const uint8_t* p, size_t n) { return hash_bytes(p, n); }
-
 bool BpeVocab::find(const uint8_t* p, size_t n, int32_t& id, uint32_t& priority) const {
-  return find_hashed(p, n, hash_bytes(p, n), id, priority);
-}
-
-bool BpeVocab::find_hashed(const uint8_t* p, size_t n, uint64_t full_hash, int32_t& id, uint32_t& priority) const {
-  if (slots_.empty()) return false;
-  auto h = static_cast<uint32_t>(full_hash);
-  size_t mask = slots_.size() - 1;
-  uint64_t key[2];
-  const bool inline_key = n <= kInlineKey;
-  if (inline_key) load_key(p, n, key);
-  for (size_t i = h & mask;; i = (i + 1) & mask) {
-    const Slot& s = slots_[i];
-    if (s.id < 0) return false;
-    if (s.hash != h || s.length != n) continue;
-    bool same = inline_key ? (s.key[0] == key[0] && s.key[1] == key[1])
-                           : std::memcmp(arena_.data() + s.key[0], p, n) == 0;
-    if (same) {
-      id = s.id;
-      priority = s.priority;
-      return true;
-    }
-  }
+  return find_hashed(p, n, hash(p, n), id, priority);
 }
 
 std::string_view BpeVocab::bytes_of(int32_t id) const {
@@ -134,14 +91,8 @@ Status BpeVocab::finalize() {
   return {};
 }
 
-Status BpeVocab::encode_piece(const uint8_t* p, size_t n, uint64_t h, std::vector<int32_t>& out,
-                              const PieceCache* cache) const {
-  int32_t id;
-  uint32_t priority;
-  if (find_hashed(p, n, h, id, priority)) {  // whole-piece lookup first: most pieces are one token
-    out.push_back(id);
-    return {};
-  }
+Status BpeVocab::merge_piece(const uint8_t* p, size_t n, uint64_t h, std::vector<int32_t>& out,
+                             const PieceCache* cache) const {
   if (cache && cache->find(p, n, h, out)) return {};
   const size_t before = out.size();
   OB_RETURN_IF_ERROR(n < kSmallPiece ? small_merge(p, n, out) : backtrack(p, n, out));

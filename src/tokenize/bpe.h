@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "outboard/status.h"
 #include "tokenize/int_table.h"
 #include "tokenize/piece_cache.h"
+#include "tokenize/small_load.h"
 #include "tokenize/trie.h"
 
 namespace outboard::tokenize {
@@ -42,12 +44,30 @@ class BpeVocab {
   Status finalize();
   /// Hash of a piece, and a prefetch of its slot: callers hash a batch of
   /// pieces first so the table's cache misses overlap instead of queueing.
-  static uint64_t hash(const uint8_t* p, size_t n);
+  static uint64_t hash(const uint8_t* p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull ^ (n * 0x9e3779b97f4a7c15ull);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      h = (h ^ load8(p + i)) * 0x100000001b3ull;
+      h ^= h >> 29;
+    }
+    h = (h ^ load_upto8(p + i, n - i)) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 32);
+  }
   void prefetch(uint64_t hash) const { __builtin_prefetch(&slots_[hash & (slots_.size() - 1)]); }
   /// Appends the ids of one pre-tokenized piece (with its hash) to `out`,
   /// through `cache` when there is one.
+  /// Inline: most pieces are one token, found by one lookup.
   Status encode_piece(const uint8_t* p, size_t n, uint64_t hash, std::vector<int32_t>& out,
-                      const PieceCache* cache) const;
+                      const PieceCache* cache) const {
+    int32_t id;
+    uint32_t priority;
+    if (find_hashed(p, n, hash, id, priority)) {
+      out.push_back(id);
+      return {};
+    }
+    return merge_piece(p, n, hash, out, cache);
+  }
   Status encode_piece(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
     return encode_piece(p, n, hash(p, n), out, nullptr);
   }
@@ -74,7 +94,32 @@ class BpeVocab {
   static uint64_t pair_key(int32_t left, int32_t right) {
     return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
   }
-  bool find_hashed(const uint8_t* p, size_t n, uint64_t hash, int32_t& id, uint32_t& priority) const;
+  static void load_key(const uint8_t* p, size_t n, uint64_t key[2]) {  // n <= kInlineKey
+    key[0] = n > 8 ? load8(p) : load_upto8(p, n);
+    key[1] = n > 8 ? load_upto8(p + 8, n - 8) : 0;
+  }
+  bool find_hashed(const uint8_t* p, size_t n, uint64_t full_hash, int32_t& id, uint32_t& priority) const {
+    if (slots_.empty()) return false;
+    const auto h = static_cast<uint32_t>(full_hash);
+    const size_t mask = slots_.size() - 1;
+    uint64_t key[2];
+    const bool inline_key = n <= kInlineKey;
+    if (inline_key) load_key(p, n, key);
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      const Slot& s = slots_[i];
+      if (s.id < 0) return false;
+      if (s.hash != h || s.length != n) continue;
+      if (inline_key ? (s.key[0] == key[0] && s.key[1] == key[1])
+                     : std::memcmp(arena_.data() + s.key[0], p, n) == 0) {
+        id = s.id;
+        priority = s.priority;
+        return true;
+      }
+    }
+  }
+  /// The pieces that are not one token: through the cache, else merged.
+  Status merge_piece(const uint8_t* p, size_t n, uint64_t hash, std::vector<int32_t>& out,
+                     const PieceCache* cache) const;
   /// The merge of two adjacent parts, or kNoMerge.
   const Merge& pair(int32_t left, int32_t right) const {
     const Merge* m = pairs_.find(pair_key(left, right));

@@ -16,6 +16,8 @@ struct Tokenizer::Model {
   virtual Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                                  const tokenize::PieceCache* cache) const = 0;
   virtual Status decode_one(int32_t id, std::string& out) const = 0;
+  /// Does encode_ordinary use a pre-token cache? (Tokenizers map one only then.)
+  virtual bool uses_piece_cache() const { return false; }
   /// All ids, special ones included.
   virtual size_t vocab_size() const = 0;
 
@@ -32,6 +34,7 @@ struct Gpt2Bpe final : Tokenizer::Model {
   Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                          const PieceCache* cache) const override;
   Status decode_one(int32_t id, std::string& out) const override;
+  bool uses_piece_cache() const override { return true; }
   size_t vocab_size() const override { return vocab.size() + specials.size(); }
 };
 

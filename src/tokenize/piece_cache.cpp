@@ -5,7 +5,6 @@
 #include <atomic>
 #include <bit>
 #include <cstring>
-#include <new>
 
 #include "tokenize/small_load.h"
 
@@ -28,15 +27,15 @@ constexpr size_t kHugePage = size_t{2} << 20;
 
 }  // namespace
 
-PieceCache::PieceCache(size_t max_bytes) {
-  slots_ = std::bit_floor(std::max<size_t>(max_bytes / kSlotBytes, 1));
+std::shared_ptr<const PieceCache> PieceCache::create(size_t max_bytes) {
+  const size_t slots = std::bit_floor(std::max<size_t>(max_bytes / kSlotBytes, 1));
   // Anonymous pages are zero (every slot empty) and cost nothing until used.
   // Huge pages where the kernel gives them: random slots on 4 KiB pages cost
   // a page fault per new page (most of a cold pass) and a TLB miss per lookup.
-  const size_t bytes = capacity_bytes();
+  const size_t bytes = slots * kSlotBytes;
   const size_t align = bytes >= kHugePage ? kHugePage : 0;
   void* p = mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (p == MAP_FAILED) return nullptr;
   auto* base = static_cast<uint8_t*>(p);
   if (align) {
     uint8_t* aligned = base + (-reinterpret_cast<uintptr_t>(base) & (align - 1));
@@ -45,7 +44,7 @@ PieceCache::PieceCache(size_t max_bytes) {
     madvise(aligned, bytes, MADV_HUGEPAGE);  // advice: without it, or refused, 4 KiB pages do
     base = aligned;
   }
-  words_ = reinterpret_cast<uint64_t*>(base);
+  return std::shared_ptr<const PieceCache>(new PieceCache(reinterpret_cast<uint64_t*>(base), slots));
 }
 
 PieceCache::~PieceCache() { munmap(words_, capacity_bytes()); }

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace outboard::tokenize {
@@ -26,8 +27,10 @@ class PieceCache {
   /// Piece bytes and ids (4 B each) one slot holds together.
   static constexpr size_t kPayloadBytes = kSlotBytes - 8;
 
-  /// Rounds `max_bytes` down to a power of two of slots (at least one).
-  explicit PieceCache(size_t max_bytes);
+  /// A cache of `max_bytes` rounded down to a power of two of slots (at
+  /// least one); null if its memory cannot be mapped (encoding goes on
+  /// without one).
+  static std::shared_ptr<const PieceCache> create(size_t max_bytes);
   ~PieceCache();
   PieceCache(const PieceCache&) = delete;
   PieceCache& operator=(const PieceCache&) = delete;
@@ -46,12 +49,13 @@ class PieceCache {
   [[nodiscard]] size_t capacity_bytes() const { return slots_ * kSlotBytes; }
 
  private:
+  PieceCache(uint64_t* words, size_t slots) : words_(words), slots_(slots) {}
   static constexpr size_t kWords = kSlotBytes / 8;
   // Bits above the 16 the header keeps pick the slot.
   uint64_t* slot(uint64_t hash) const { return words_ + ((hash >> 16) & (slots_ - 1)) * kWords; }
 
-  uint64_t* words_ = nullptr;  // slots_ * kWords words, mmap'd
-  size_t slots_ = 0;           // a power of two
+  uint64_t* const words_;  // slots_ * kWords words, mmap'd
+  const size_t slots_;     // a power of two
 };
 
 }  // namespace outboard::tokenize

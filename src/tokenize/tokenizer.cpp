@@ -3,6 +3,7 @@
 
 #include "tokenize/gpt2_split.h"
 #include "tokenize/model.h"
+#include "tokenize/small_load.h"
 #include "tokenize/unicode.h"
 
 namespace outboard {
@@ -18,6 +19,7 @@ Status check_utf8(std::string_view text, Utf8Policy policy, std::string& repaire
   while (i < n) {
     if (s[i] < 0x80) {
       ++i;
+      while (i + 8 <= n && (tokenize::load8(s + i) & 0x8080808080808080ull) == 0) i += 8;  // ASCII, 8 at a time
       continue;
     }
     int bad;
@@ -43,12 +45,13 @@ Status check_utf8(std::string_view text, Utf8Policy policy, std::string& repaire
 
 }  // namespace
 
-Tokenizer::Tokenizer(std::shared_ptr<const Model> model)
-    : model_(std::move(model)), cache_(std::make_shared<tokenize::PieceCache>(kDefaultPieceCacheBytes)) {}
+Tokenizer::Tokenizer(std::shared_ptr<const Model> model) : model_(std::move(model)) {
+  if (model_->uses_piece_cache()) cache_ = tokenize::PieceCache::create(kDefaultPieceCacheBytes);
+}
 
 Tokenizer Tokenizer::with_piece_cache(size_t max_bytes) const {
   Tokenizer t(*this);
-  t.cache_ = max_bytes == 0 ? nullptr : std::make_shared<tokenize::PieceCache>(max_bytes);
+  t.cache_ = max_bytes != 0 && model_->uses_piece_cache() ? tokenize::PieceCache::create(max_bytes) : nullptr;
   return t;
 }
 

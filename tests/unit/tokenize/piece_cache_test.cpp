@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "../temp_file.h"
 #include "outboard/tokenizer.h"
 
 namespace outboard::tokenize {
@@ -18,7 +19,9 @@ namespace fs = std::filesystem;
 const uint8_t* bytes(std::string_view s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
 TEST(PieceCacheTest, AnswersOnlyThePieceItKept) {
-  PieceCache cache(PieceCache::kSlotBytes);  // one slot: every piece shares it
+  auto made = PieceCache::create(PieceCache::kSlotBytes);  // one slot: every piece shares it
+  ASSERT_TRUE(made);
+  const PieceCache& cache = *made;
   const int32_t ids[] = {7, 8, 9};
   std::vector<int32_t> out = {1};
   EXPECT_FALSE(cache.find(bytes("abc"), 3, 42, out));
@@ -35,7 +38,9 @@ TEST(PieceCacheTest, AnswersOnlyThePieceItKept) {
 }
 
 TEST(PieceCacheTest, KeepsNothingLargerThanASlot) {
-  PieceCache cache(PieceCache::kSlotBytes);
+  auto made = PieceCache::create(PieceCache::kSlotBytes);
+  ASSERT_TRUE(made);
+  const PieceCache& cache = *made;
   const std::string piece(PieceCache::kPayloadBytes - 8, 'q');
   const int32_t ids[3] = {1, 2, 3};
   EXPECT_TRUE(PieceCache::fits(piece.size(), 2));
@@ -49,9 +54,18 @@ TEST(PieceCacheTest, KeepsNothingLargerThanASlot) {
 }
 
 TEST(PieceCacheTest, StaysWithinItsBound) {
-  EXPECT_EQ(PieceCache(1000).capacity_bytes(), 512u);  // a power of two of slots, never above the bound
-  EXPECT_EQ(PieceCache(size_t{64} << 20).capacity_bytes(), size_t{64} << 20);
-  EXPECT_EQ(PieceCache((size_t{64} << 20) - 1).capacity_bytes(), size_t{32} << 20);
+  auto bytes = [](size_t max) { return PieceCache::create(max)->capacity_bytes(); };
+  EXPECT_EQ(bytes(1000), 512u);  // a power of two of slots, never above the bound
+  EXPECT_EQ(bytes(size_t{64} << 20), size_t{64} << 20);
+  EXPECT_EQ(bytes((size_t{64} << 20) - 1), size_t{32} << 20);
+}
+
+TEST(PieceCacheTest, OnlyModelsThatUseOneMapOne) {
+  testing::TempFile vocab("vocab.txt", "[UNK]\n[CLS]\n[SEP]\na\n");
+  auto bert = Tokenizer::bert_wordpiece(vocab.string());
+  ASSERT_TRUE(bert.ok()) << bert.status().to_string();
+  EXPECT_EQ(bert->piece_cache_bytes(), 0u);
+  EXPECT_EQ(bert->with_piece_cache(4096).piece_cache_bytes(), 0u);
 }
 
 std::string gpt2_path() {
