@@ -29,9 +29,11 @@ constexpr size_t kHugePage = size_t{2} << 20;
 
 std::shared_ptr<const PieceCache> PieceCache::create(size_t max_bytes) {
   const size_t slots = std::bit_floor(std::max<size_t>(max_bytes / kSlotBytes, 1));
-  // Anonymous pages are zero (every slot empty) and cost nothing until used.
-  // Huge pages where the kernel gives them: random slots on 4 KiB pages cost
-  // a page fault per new page (most of a cold pass) and a TLB miss per lookup.
+  // Anonymous pages are zero: every slot starts empty. Huge pages where the
+  // kernel gives them (random slots on 4 KiB pages cost a TLB miss per
+  // lookup), touched here: a huge page's first fault may compact memory for
+  // milliseconds (250 ms measured for 64 MiB), which belongs to loading a
+  // tokenizer, not to its first requests.
   const size_t bytes = slots * kSlotBytes;
   const size_t align = bytes >= kHugePage ? kHugePage : 0;
   void* p = mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -44,6 +46,7 @@ std::shared_ptr<const PieceCache> PieceCache::create(size_t max_bytes) {
     madvise(aligned, bytes, MADV_HUGEPAGE);  // advice: without it, or refused, 4 KiB pages do
     base = aligned;
   }
+  for (size_t at = 0; at < bytes; at += 4096) base[at] = 0;
   return std::shared_ptr<const PieceCache>(new PieceCache(reinterpret_cast<uint64_t*>(base), slots));
 }
 

