@@ -183,7 +183,8 @@ def _run(run: Any, env: Any) -> None:
         "unicode": Tokenizer.unicode_version(), "models": models,
     })
     run.progress.expect(len(models) * (rounds + 4))
-    # Regimes: chunks of other documents than the rest of the run, split into seen and unseen halves.
+    # Regimes: distinct chunks of a larger corpus (documents shuffled); the first half is seen (cold, then
+    # warm), the second unseen. Each implementation runs them in a fresh process of its own.
     regime_docs = corpus.build(3_000_000 if quick else 24_000_000)
     random.Random(2).shuffle(regime_docs)
     regime_chunks = _chunks(regime_docs, CHUNK_BYTES)
