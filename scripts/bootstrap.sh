@@ -20,9 +20,10 @@ PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "unicodedata2==16.0.0" "numpy
 MIN_CMAKE=3.25
 # The aarch64 agent (make agent-aarch64, make test-aarch64): a cross compiler, qemu-user and the arm64
 # builds of the libraries the agent links, from Debian's archive (multiarch). Ubuntu serves arm64 from
-# ports.ubuntu.com, which this does not configure: there the aarch64 tests skip, saying so.
+# ports.ubuntu.com, which this does not configure: there the aarch64 tests skip, saying so. The tests
+# run under qemu with the multiarch libraries (-L /), so libstdc++6:arm64 too: nothing above pulls it in.
 CROSS_PACKAGES=(g++-aarch64-linux-gnu qemu-user-static libucx-dev:arm64 libsodium-dev:arm64 libssl-dev:arm64
-                libxxhash-dev:arm64 libgtest-dev:arm64)
+                libxxhash-dev:arm64 libgtest-dev:arm64 libstdc++6:arm64)
 if [[ $(dpkg --print-architecture) == amd64 ]] && grep -qx 'ID=debian' /etc/os-release; then
   PACKAGES+=("${CROSS_PACKAGES[@]}")
 fi
