@@ -168,7 +168,11 @@ class Tokenize final : public Service {
                       std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
           std::lock_guard lock(core->loaded_mu);
           auto& slot = core->loaded[name];
-          if (!slot) slot = std::make_shared<const Tokenizer>(loaded->with_piece_cache(core->config.cache_bytes));
+          // A loaded tokenizer already has a default cache, unused: make another only for another size.
+          const uint64_t cache = core->config.cache_bytes;
+          if (!slot)
+            slot = std::make_shared<const Tokenizer>(cache == kDefaultPieceCacheBytes ? std::move(loaded).value()
+                                                                                      : loaded->with_piece_cache(cache));
           tok = slot;
         } else {
           st = loaded.status();

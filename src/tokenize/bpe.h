@@ -56,8 +56,8 @@ class BpeVocab {
   }
   void prefetch(uint64_t hash) const { __builtin_prefetch(&slots_[hash & (slots_.size() - 1)]); }
   /// Appends the ids of one pre-tokenized piece (with its hash) to `out`,
-  /// through `cache` when there is one.
-  /// Inline: most pieces are one token, found by one lookup.
+  /// through `cache` when there is one. Inline: most pieces are one token,
+  /// found by one lookup.
   Status encode_piece(const uint8_t* p, size_t n, uint64_t hash, std::vector<int32_t>& out,
                       const PieceCache* cache) const {
     int32_t id;
