@@ -1,5 +1,5 @@
-// Exact tokenizers: GPT-2 byte-level BPE (identical ids to tiktoken's r50k
-// and HF's GPT-2), with BERT WordPiece to follow. Standalone: depends only
+// Exact tokenizers: byte-level BPE (identical ids to tiktoken's r50k and
+// cl100k, and to HF's GPT-2) and BERT WordPiece (identical to HF's). Standalone: depends only
 // on util, so the agent and the host link the same code.
 #pragma once
 
@@ -51,11 +51,19 @@ struct WordPieceOptions {
   bool handle_chinese_chars = true;
 };
 
+/// tiktoken's pre-tokenizers: the pattern that splits text into the pieces
+/// BPE encodes one by one.
+enum class Pretokenizer : uint8_t {
+  kR50k,    ///< GPT-2 (r50k_base, p50k_base)
+  kCl100k,  ///< cl100k_base (GPT-3.5/4; Llama 3's pattern too)
+};
+
 /// The kinds of vocabulary file the loaders read.
 enum class VocabFormat : uint8_t {
   kTiktoken = 1,        ///< base64 token, rank per line (GPT-2 pre-tokenizer)
   kTokenizerJson = 2,   ///< an HF tokenizer.json
   kWordPieceVocab = 3,  ///< a BERT vocab.txt (uncased)
+  kTiktokenCl100k = 4,  ///< a .tiktoken file with the cl100k pre-tokenizer
 };
 
 namespace tokenize {
@@ -71,10 +79,12 @@ inline constexpr size_t kDefaultPieceCacheBytes = size_t{16} << 20;
 /// threads). Copies share the model and the pre-token cache.
 class Tokenizer {
  public:
-  /// A `.tiktoken` file (base64 token, rank per line) with the GPT-2 (r50k)
-  /// pre-tokenizer. `specials` default to {"<|endoftext|>": number of ranks}.
+  /// A `.tiktoken` file (base64 token, rank per line) with one of tiktoken's
+  /// pre-tokenizers. `specials` default to the encoding's: r50k's
+  /// {"<|endoftext|>": number of ranks}, cl100k's five (100257..100260, 100276).
   static Result<Tokenizer> from_tiktoken(const std::string& path,
-                                         std::vector<std::pair<std::string, int32_t>> specials = {});
+                                         std::vector<std::pair<std::string, int32_t>> specials = {},
+                                         Pretokenizer pretokenizer = Pretokenizer::kR50k);
   /// GPT-2 style vocab.json (byte-to-unicode strings -> id) and merges.txt.
   static Result<Tokenizer> from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt);
   /// BERT WordPiece from a vocab.txt (one token per line, id = line number).
@@ -83,6 +93,12 @@ class Tokenizer {
   /// BPE with ByteLevel. Its padding and truncation are read and reported
   /// (config_report()), never applied.
   static Result<Tokenizer> from_tokenizer_json(const std::string& path);
+  /// A vocabulary file read as its name says (vocab_format_of()).
+  static Result<Tokenizer> from_file(const std::string& path);
+  /// The format a vocabulary file's name implies: "*.tiktoken" (with cl100k's
+  /// pre-tokenizer when the name starts with "cl100k", r50k's otherwise),
+  /// "*.json" (tokenizer.json) or "*.txt" (vocab.txt); nullopt otherwise.
+  static std::optional<VocabFormat> vocab_format_of(std::string_view path);
   /// A vocabulary file's contents (one a client uploaded to an agent, say),
   /// read as the loaders above read a file; `label` names it in errors.
   static Result<Tokenizer> from_contents(VocabFormat format, std::string_view contents, const std::string& label);

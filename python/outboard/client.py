@@ -45,7 +45,7 @@ class Client:
 
     def tokenizer(self, name: str | Path, *, placement: Placement = "agent", policy: AutoPolicy | None = None,
                   timeout: float = DEFAULT_TIMEOUT_S, output: np.ndarray | None = None) -> OffloadTokenizer:
-        """``name``: "gpt2", "bert-base-uncased", a file name in the agent's vocabulary directory, or
+        """``name``: "gpt2", "cl100k_base", "bert-base-uncased", a file name in the agent's vocabulary directory, or
         a path of this machine's (a ``Path``, or a name with a "/"), which the agent is sent: it opens
         nothing outside its own directory. ``placement``: "agent", "host" or "auto" (per batch; see AutoPolicy).
         ``output``: a writable 1-D int32 array of yours (pinned host memory for a GPU's copy, say) that

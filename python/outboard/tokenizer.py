@@ -1,4 +1,4 @@
-"""Exact tokenizers (GPT-2 byte-level BPE, BERT WordPiece), numpy out, native speed.
+"""Exact tokenizers (byte-level BPE as tiktoken's r50k and cl100k, BERT WordPiece), numpy out, native speed.
 
     tok = outboard.Tokenizer.gpt2()
     ids = tok.encode("Hello world")          # np.ndarray[int32]: [15496, 995]
@@ -18,6 +18,7 @@ from .errors import InvalidArgument
 Text = Union[str, bytes]
 DEFAULT_CACHE_BYTES: int = _core.DEFAULT_PIECE_CACHE_BYTES
 Utf8Policy = Literal["strict", "replace"]
+Pattern = Literal["r50k", "cl100k"]
 
 
 class Tokenizer:
@@ -27,10 +28,20 @@ class Tokenizer:
         self._core = core
 
     @classmethod
-    def from_tiktoken(cls, path: str | Path, *, special_tokens: dict[str, int] | None = None) -> Tokenizer:
-        """A ``.tiktoken`` rank file with the GPT-2 (r50k) pre-tokenizer."""
+    def from_tiktoken(cls, path: str | Path, *, special_tokens: dict[str, int] | None = None,
+                      pattern: Pattern = "r50k") -> Tokenizer:
+        """A ``.tiktoken`` rank file with tiktoken's r50k (GPT-2) or cl100k pre-tokenizer; special tokens
+        default to that encoding's."""
+        if pattern not in ("r50k", "cl100k"):
+            raise InvalidArgument(f"pattern '{pattern}' is not r50k or cl100k")
         specials = list((special_tokens or {}).items())
-        return cls(_core.Tokenizer.from_tiktoken(str(path), specials))
+        return cls(_core.Tokenizer.from_tiktoken(str(path), specials, getattr(_core.Pretokenizer, pattern)))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Tokenizer:
+        """A vocabulary file read as its name says: ``*.tiktoken`` (cl100k's pre-tokenizer when the name
+        starts with ``cl100k``, r50k's otherwise), a tokenizer ``*.json`` or a WordPiece ``*.txt``."""
+        return cls(_core.Tokenizer.from_file(str(path)))
 
     @classmethod
     def from_files(cls, vocab_json: str | Path, merges_txt: str | Path) -> Tokenizer:
@@ -54,6 +65,11 @@ class Tokenizer:
     def gpt2(cls) -> Tokenizer:
         """GPT-2 (r50k) from the vocabulary cache (``outboard vocab fetch``)."""
         return cls.from_tiktoken(vocab.path("gpt2"))
+
+    @classmethod
+    def cl100k_base(cls) -> Tokenizer:
+        """cl100k_base (GPT-3.5/4) from the vocabulary cache, with tiktoken's special tokens."""
+        return cls.from_tiktoken(vocab.path("cl100k_base"), pattern="cl100k")
 
     @classmethod
     def bert_base_uncased(cls) -> Tokenizer:

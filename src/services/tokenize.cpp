@@ -40,10 +40,6 @@ constexpr size_t kMaxOutputsPerConnection = 4096;
 // Longest vocabulary name a client may give.
 constexpr size_t kMaxVocabName = 128;
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // One answer for every name the directory does not serve, whatever is on
 // disk: a client learns nothing about the agent's files from it.
 Status not_in_vocab_dir(std::string_view name) {
@@ -53,8 +49,9 @@ Status not_in_vocab_dir(std::string_view name) {
 }
 
 // A name the client gave, resolved in the vocabulary directory only: "gpt2",
-// "bert-base-uncased", or a file name there (letters, digits, . _ -) ending
-// in .tiktoken, .json or .txt. Nothing outside the directory is opened.
+// "cl100k_base", "bert-base-uncased", or a file name there (letters, digits,
+// . _ -) ending in .tiktoken, .json or .txt. Nothing outside the directory
+// is opened.
 Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
   const bool plain = !name.empty() && name.size() <= kMaxVocabName && name[0] != '.' &&
                      std::all_of(name.begin(), name.end(), [](char c) {
@@ -62,6 +59,7 @@ Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
                      });
   if (!plain) return not_in_vocab_dir(name);
   const std::string file = name == "gpt2"                ? "gpt2.tiktoken"
+                           : name == "cl100k_base"       ? "cl100k_base.tiktoken"
                            : name == "bert-base-uncased" ? "bert-base-uncased-vocab.txt"
                                                          : name;
   std::error_code ec;
@@ -70,10 +68,8 @@ Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
   const auto path = std::filesystem::canonical(dir / file, ec);
   // A link in the directory may not lead out of it.
   if (ec || path.parent_path() != dir || !std::filesystem::is_regular_file(path, ec)) return not_in_vocab_dir(name);
-  if (ends_with(file, ".tiktoken")) return Tokenizer::from_tiktoken(path);
-  if (ends_with(file, ".json")) return Tokenizer::from_tokenizer_json(path);
-  if (ends_with(file, ".txt")) return Tokenizer::bert_wordpiece(path);
-  return not_in_vocab_dir(name);
+  if (!Tokenizer::vocab_format_of(file)) return not_in_vocab_dir(name);
+  return Tokenizer::from_file(dir / file);  // its format by the name asked for, a link's too
 }
 
 struct Client {
@@ -195,9 +191,10 @@ class Tokenize final : public Service {
     const uint64_t limit = core_->config.max_vocab_bytes;
     if (body.empty()) return r.responder.fail({Code::kInvalidArgument, "vocabulary upload names no format"});
     const uint8_t format = body[0];
-    if (format < static_cast<uint8_t>(VocabFormat::kTiktoken) || format > static_cast<uint8_t>(VocabFormat::kWordPieceVocab))
+    if (format < static_cast<uint8_t>(VocabFormat::kTiktoken) || format > static_cast<uint8_t>(VocabFormat::kTiktokenCl100k))
       return r.responder.fail({Code::kInvalidArgument, "vocabulary format " + std::to_string(format) +
-                                                           " is not 1 (tiktoken), 2 (tokenizer.json) or 3 (vocab.txt)"});
+                                                           " is not 1 (tiktoken), 2 (tokenizer.json), 3 (vocab.txt) "
+                                                           "or 4 (tiktoken, cl100k)"});
     const auto contents = body.subspan(1);
     if (contents.size() > limit)
       return r.responder.fail({Code::kTooBig, "uploaded vocabulary of " + std::to_string(contents.size()) +

@@ -186,18 +186,15 @@ namespace {
 // opens names in its own vocabulary directory only (it may be on a DPU or
 // another node, which sees none of our files).
 Status put_upload(wire::Writer& w, const std::string& path) {
-  VocabFormat format;
-  if (path.ends_with(".tiktoken")) format = VocabFormat::kTiktoken;
-  else if (path.ends_with(".json")) format = VocabFormat::kTokenizerJson;
-  else if (path.ends_with(".txt")) format = VocabFormat::kWordPieceVocab;
-  else
+  const std::optional<VocabFormat> format = Tokenizer::vocab_format_of(path);
+  if (!format)
     return {Code::kInvalidArgument, "vocabulary file '" + path + "' is not a .tiktoken, tokenizer .json or vocab .txt"};
   std::ifstream in(path, std::ios::binary);
   if (!in) return {Code::kNotFound, "cannot read vocabulary file '" + path + "'"};
   std::ostringstream contents;
   contents << in.rdbuf();
   w.put(wire::kUpload);
-  w.put(static_cast<uint8_t>(format));
+  w.put(static_cast<uint8_t>(*format));
   w.put_bytes(contents.view());
   return {};
 }

@@ -57,7 +57,7 @@ bool base64_decode(std::string_view in, std::string& out) {
   return !out.empty();
 }
 
-Status finish_specials(tokenize::Gpt2Bpe& m, std::vector<std::pair<std::string, int32_t>> specials,
+Status finish_specials(tokenize::ByteBpe& m, std::vector<std::pair<std::string, int32_t>> specials,
                        const std::string& path) {
   for (auto& [text, id] : specials) {
     if (text.empty()) return {Code::kInvalidArgument, "empty special token for " + path};
@@ -106,9 +106,10 @@ namespace {
 
 // `src` names the vocabulary in errors: "'path'" or an uploaded one's name.
 Result<Tokenizer> parse_tiktoken(std::string_view text, const std::string& src,
-                                 std::vector<std::pair<std::string, int32_t>> specials) {
+                                 std::vector<std::pair<std::string, int32_t>> specials, Pretokenizer pretokenizer) {
   const std::string& path = src;
-  auto model = std::make_shared<tokenize::Gpt2Bpe>();
+  auto model = std::make_shared<tokenize::ByteBpe>();
+  model->pretokenizer = pretokenizer;
   std::istringstream lines{std::string(text)};
   std::string line, token;
   size_t number = 0;
@@ -130,6 +131,9 @@ Result<Tokenizer> parse_tiktoken(std::string_view text, const std::string& src,
     return Status(Code::kInvalidArgument, path + " has " + std::to_string(model->vocab.size()) +
                                               " tokens; a byte-level vocabulary needs at least the 256 bytes");
   OB_RETURN_IF_ERROR(model->vocab.finalize().with_context(path));
+  if (specials.empty() && pretokenizer == Pretokenizer::kCl100k)  // tiktoken's cl100k_base
+    specials = {{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258}, {"<|fim_middle|>", 100259},
+                {"<|fim_suffix|>", 100260}, {"<|endofprompt|>", 100276}};
   if (specials.empty()) specials.emplace_back("<|endoftext|>", -1);
   OB_RETURN_IF_ERROR(finish_specials(*model, std::move(specials), path));
   return Tokenizer(std::move(model));
@@ -138,9 +142,10 @@ Result<Tokenizer> parse_tiktoken(std::string_view text, const std::string& src,
 }  // namespace
 
 Result<Tokenizer> Tokenizer::from_tiktoken(const std::string& path,
-                                           std::vector<std::pair<std::string, int32_t>> specials) {
+                                           std::vector<std::pair<std::string, int32_t>> specials,
+                                           Pretokenizer pretokenizer) {
   OB_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  return parse_tiktoken(text, "'" + path + "'", std::move(specials));
+  return parse_tiktoken(text, "'" + path + "'", std::move(specials), pretokenizer);
 }
 
 namespace {
@@ -150,7 +155,7 @@ struct Merge {
 };
 
 // GPT-2 byte-level BPE from byte-to-unicode vocabulary strings and merges.
-Result<std::shared_ptr<tokenize::Gpt2Bpe>> build_bpe(const nlohmann::json& vocab, const std::vector<Merge>& merges,
+Result<std::shared_ptr<tokenize::ByteBpe>> build_bpe(const nlohmann::json& vocab, const std::vector<Merge>& merges,
                                                      const std::string& vocab_source) {
   if (!vocab.is_object()) return Status(Code::kInvalidArgument, vocab_source + " is not a JSON object of token -> id");
   std::unordered_map<char32_t, uint8_t> decoder;
@@ -181,7 +186,7 @@ Result<std::shared_ptr<tokenize::Gpt2Bpe>> build_bpe(const nlohmann::json& vocab
       return Status(Code::kInvalidArgument, m.where + ": the merge result is not in " + vocab_source);
     priority.emplace(a + b, rank++);
   }
-  auto model = std::make_shared<tokenize::Gpt2Bpe>();
+  auto model = std::make_shared<tokenize::ByteBpe>();
   for (const auto& [token, id] : ids) {
     auto it = priority.find(token);
     if (token.size() > 1 && it == priority.end()) {
@@ -305,9 +310,28 @@ Result<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& path) {
   return parse_tokenizer_json(text, "'" + path + "'");
 }
 
+std::optional<VocabFormat> Tokenizer::vocab_format_of(std::string_view path) {
+  const std::string_view name = path.substr(path.find_last_of('/') + 1);  // npos + 1 == 0
+  if (name.ends_with(".tiktoken"))
+    return name.starts_with("cl100k") ? VocabFormat::kTiktokenCl100k : VocabFormat::kTiktoken;
+  if (name.ends_with(".json")) return VocabFormat::kTokenizerJson;
+  if (name.ends_with(".txt")) return VocabFormat::kWordPieceVocab;
+  return std::nullopt;
+}
+
+Result<Tokenizer> Tokenizer::from_file(const std::string& path) {
+  const std::optional<VocabFormat> format = vocab_format_of(path);
+  if (!format)
+    return Status(Code::kInvalidArgument,
+                  "vocabulary file '" + path + "' is not a .tiktoken, tokenizer .json or vocab .txt");
+  OB_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return from_contents(*format, text, "'" + path + "'");
+}
+
 Result<Tokenizer> Tokenizer::from_contents(VocabFormat format, std::string_view contents, const std::string& label) {
   switch (format) {
-    case VocabFormat::kTiktoken: return parse_tiktoken(contents, label, {});
+    case VocabFormat::kTiktoken: return parse_tiktoken(contents, label, {}, Pretokenizer::kR50k);
+    case VocabFormat::kTiktokenCl100k: return parse_tiktoken(contents, label, {}, Pretokenizer::kCl100k);
     case VocabFormat::kTokenizerJson: return parse_tokenizer_json(contents, label);
     case VocabFormat::kWordPieceVocab: return parse_wordpiece_vocab(contents, label, {});
   }

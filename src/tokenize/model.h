@@ -1,6 +1,7 @@
 // The tokenizer models behind outboard::Tokenizer.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -28,14 +29,20 @@ struct Tokenizer::Model {
 
 namespace tokenize {
 
-/// GPT-2 byte-level BPE with the r50k pre-tokenizer.
-struct Gpt2Bpe final : Tokenizer::Model {
+/// Byte-level BPE (tiktoken's ranks) behind one of tiktoken's pre-tokenizers.
+struct ByteBpe final : Tokenizer::Model {
   BpeVocab vocab;
+  Pretokenizer pretokenizer = Pretokenizer::kR50k;
   Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                          const PieceCache* cache) const override;
   Status decode_one(int32_t id, std::string& out) const override;
   bool uses_piece_cache() const override { return true; }
-  size_t vocab_size() const override { return vocab.size() + specials.size(); }
+  /// One past the largest id (tiktoken's n_vocab): cl100k leaves ids unused.
+  size_t vocab_size() const override {
+    int32_t top = vocab.max_id();
+    for (const auto& sp : specials) top = std::max(top, sp.second);
+    return static_cast<size_t>(top) + 1;
+  }
 };
 
 }  // namespace tokenize

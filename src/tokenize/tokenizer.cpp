@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "tokenize/cl100k_split.h"
 #include "tokenize/gpt2_split.h"
 #include "tokenize/model.h"
 #include "tokenize/small_load.h"
@@ -199,9 +200,13 @@ Result<std::string> Tokenizer::decode(std::span<const int32_t> ids) const {
 
 namespace tokenize {
 
-Status Gpt2Bpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out, const PieceCache* cache) const {
-  // Pieces go through in small batches: hashing and prefetching a batch's
-  // table slots first lets their cache misses overlap.
+namespace {
+
+// Pieces go through in small batches: hashing and prefetching a batch's
+// table slots first lets their cache misses overlap.
+template <typename Split>
+Status encode_pieces(const BpeVocab& vocab, std::string_view text, Split split, std::vector<int32_t>& out,
+                     const PieceCache* cache) {
   constexpr size_t kBatch = 16;
   struct Piece {
     size_t begin, end;
@@ -215,7 +220,7 @@ Status Gpt2Bpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out
       st = vocab.encode_piece(s + batch[i].begin, batch[i].end - batch[i].begin, batch[i].hash, out, cache);
     k = 0;
   };
-  split_gpt2(text, [&](size_t b, size_t e) {
+  split(text, [&](size_t b, size_t e) {
     uint64_t h = BpeVocab::hash(s + b, e - b);
     vocab.prefetch(h);
     if (cache) cache->prefetch(h);
@@ -226,7 +231,18 @@ Status Gpt2Bpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out
   return st;
 }
 
-Status Gpt2Bpe::decode_one(int32_t id, std::string& out) const {
+}  // namespace
+
+Status ByteBpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out, const PieceCache* cache) const {
+  switch (pretokenizer) {
+    case Pretokenizer::kCl100k:
+      return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_cl100k(t, emit); }, out, cache);
+    case Pretokenizer::kR50k: break;
+  }
+  return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_gpt2(t, emit); }, out, cache);
+}
+
+Status ByteBpe::decode_one(int32_t id, std::string& out) const {
   std::string_view b = vocab.bytes_of(id);
   if (b.empty()) return {Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary"};
   out += b;

@@ -2,10 +2,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <optional>
 #include <unistd.h>
 
 #include "outboard/tokenizer.h"
@@ -22,13 +22,12 @@ inline std::string vocab_path(const char* name) {
 
 /// A tokenizer for the whole run; aborts (the fuzzer cannot start) if it does not load.
 inline const Tokenizer& load_or_abort(Result<Tokenizer> loaded) {
-  static std::optional<Tokenizer> held;
+  static std::deque<Tokenizer> held;  // a deque: earlier tokenizers stay where they are
   if (!loaded.ok()) {
     fprintf(stderr, "%s (run `outboard vocab fetch`)\n", loaded.status().to_string().c_str());
     abort();
   }
-  held.emplace(std::move(loaded).value());
-  return *held;
+  return held.emplace_back(std::move(loaded).value());
 }
 
 /// Writes `data` to a per-process scratch file (loaders read files).

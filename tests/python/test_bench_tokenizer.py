@@ -17,10 +17,11 @@ def test_quick_benchmark_writes_rows_meta_and_report(tmp_path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["pinned_core"] in range(64) and "load_after" in meta and meta["models"] == ["gpt2", "bert"]
+    assert meta["pinned_core"] in range(64) and "load_after" in meta and meta["models"] == ["gpt2", "cl100k", "bert"]
     chunk_rows = [row for row in rows if row["case"] == "chunk-8k"]
     impls = {(row["params"]["model"], row["impl"]) for row in chunk_rows}
-    assert {("gpt2", "outboard"), ("gpt2", "tiktoken"), ("bert", "outboard"), ("bert", "hf-tokenizers")} <= impls
+    assert {("gpt2", "outboard"), ("gpt2", "tiktoken"), ("cl100k", "outboard"), ("cl100k", "tiktoken"),
+            ("bert", "outboard"), ("bert", "hf-tokenizers")} <= impls
     for row in chunk_rows:
         assert row["correctness"]["compared"] == 8
         if row["impl"] in ("outboard", "tiktoken", "hf-tokenizers"):
@@ -28,12 +29,12 @@ def test_quick_benchmark_writes_rows_meta_and_report(tmp_path) -> None:
         p = row["metrics"]["us_per_chunk"]
         assert 0 < p["min"] <= p["p50"] <= p["p90"] <= p["p99"] <= p["max"]
     regimes = {(row["params"]["model"], row["impl"]): row for row in rows if row["case"] == "regimes"}
-    assert {("gpt2", "outboard"), ("gpt2", "outboard, no cache"), ("gpt2", "tiktoken"),
-            ("bert", "outboard")} <= set(regimes)
+    assert {("gpt2", "outboard"), ("gpt2", "outboard, no cache"), ("gpt2", "tiktoken"), ("cl100k", "outboard"),
+            ("cl100k", "outboard, no cache"), ("cl100k", "tiktoken"), ("bert", "outboard")} <= set(regimes)
     for row in regimes.values():
         assert row["correctness"]["compared"] == 3 * row["params"]["chunks_per_regime"] > 0
         if row["impl"] in ("outboard", "outboard, no cache", "tiktoken", "hf-tokenizers"):
             assert row["correctness"]["differing_chunks"] == 0, row
         assert all(row["metrics"][r]["mb_per_s"] > 0 for r in ("cold", "warm", "unseen"))
     report = (out / "report.md").read_text()
-    assert "## GPT-2" in report and "## BERT" in report and "### Regimes" in report
+    assert "## GPT-2" in report and "## cl100k" in report and "## BERT" in report and "### Regimes" in report

@@ -35,6 +35,19 @@ def test_every_placement_gives_the_in_process_ids(client: outboard.Client, model
         assert sum(tok.policy.routed.values()) == (len(texts) + 15) // 16
 
 
+def test_the_agent_serves_cl100k_by_name_and_uploaded(client: outboard.Client) -> None:
+    """cl100k's pattern follows the vocabulary's name: the agent's "cl100k_base", and a client's
+    cl100k_base.tiktoken uploaded as bytes, give the host's ids."""
+    from outboard import vocab
+
+    local = outboard.Tokenizer.cl100k_base()
+    texts = sample_texts()
+    for name in ("cl100k_base", vocab.path("cl100k_base")):
+        batch = client.tokenizer(name).encode_batch(texts)
+        assert batch.ok and client.tokenizer(name).vocab_size == 100277
+        assert all(np.array_equal(batch[i], local.encode(t)) for i, t in enumerate(texts)), name
+
+
 def test_agent_ids_view_the_registered_buffer_and_survive_later_batches(client: outboard.Client,
                                                                         local: outboard.Tokenizer,
                                                                         model: str) -> None:

@@ -1,14 +1,35 @@
-"""GPT-2 as the peers load it: tiktoken (r50k), HF tokenizers (ByteLevel BPE) and fastokens,
-built offline from the same cached ranks file. Used by the benchmark and the exactness tests."""
+"""The byte-level BPE encodings (GPT-2's r50k, cl100k) as the peers load them: tiktoken, HF tokenizers
+(ByteLevel BPE, GPT-2 only), fastokens, gigatoken, riptoken, toktok and quicktok, built offline from the
+same cached ranks file. Used by the benchmark and the exactness tests."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 ENDOFTEXT = {"<|endoftext|>": 50256}
+CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|"""
+                  r"""\s*[\r\n]|\s+(?!\S)|\s""")
+CL100K_SPECIALS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
+                   "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """A tiktoken encoding: our model name's vocabulary file, pattern and special tokens."""
+    name: str
+    vocab: str  #: outboard.vocab name of the ranks file
+    pattern: str
+    specials: dict[str, int]
+    explicit_n_vocab: int | None  #: tiktoken's check of the ranks' count (none where ids leave gaps)
+    gigatoken: str  #: gigatoken's pretokenizer name
+
+
+ENCODINGS = {"gpt2": Encoding("r50k_base", "gpt2", R50K_PATTERN, ENDOFTEXT, 50257, "gpt2"),
+             "cl100k": Encoding("cl100k_base", "cl100k_base", CL100K_PATTERN, CL100K_SPECIALS, None, "cl100k")}
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -60,11 +81,12 @@ def write_vocab_merges(ranks: dict[bytes, int], directory: Path) -> tuple[Path, 
     return directory / "vocab.json", directory / "merges.txt"
 
 
-def tiktoken_gpt2(ranks: dict[bytes, int]) -> Any:
+def tiktoken_encoding(model: str, ranks: dict[bytes, int]) -> Any:
     import tiktoken
 
-    return tiktoken.Encoding("r50k_base", pat_str=R50K_PATTERN, mergeable_ranks=ranks,
-                             special_tokens=dict(ENDOFTEXT), explicit_n_vocab=50257)
+    e = ENCODINGS[model]
+    return tiktoken.Encoding(e.name, pat_str=e.pattern, mergeable_ranks=ranks, special_tokens=dict(e.specials),
+                             explicit_n_vocab=e.explicit_n_vocab)
 
 
 def hf_gpt2(vocab_json: Path, merges_txt: Path) -> Any:
@@ -78,19 +100,34 @@ def hf_gpt2(vocab_json: Path, merges_txt: Path) -> Any:
     return tok
 
 
-def fastokens_gpt2(ranks_path: Path) -> Any:
+def fastokens_encoding(model: str, ranks_path: Path) -> Any:
     import fastokens
 
-    return fastokens.Tokenizer.from_tiktoken(str(ranks_path), pattern=R50K_PATTERN, special_tokens=dict(ENDOFTEXT))
+    e = ENCODINGS[model]
+    return fastokens.Tokenizer.from_tiktoken(str(ranks_path), pattern=e.pattern, special_tokens=dict(e.specials))
 
 
-def gigatoken_gpt2(ranks_path: Path) -> Any:
+def gigatoken_encoding(model: str, ranks_path: Path) -> Any:
     import gigatoken
 
-    return gigatoken.Tokenizer.from_tiktoken(str(ranks_path), pretokenizer="gpt2")
+    return gigatoken.Tokenizer.from_tiktoken(str(ranks_path), pretokenizer=ENCODINGS[model].gigatoken)
 
 
-def riptoken_gpt2(ranks: dict[bytes, int]) -> Any:
+def riptoken_encoding(model: str, ranks: dict[bytes, int]) -> Any:
     import riptoken
 
-    return riptoken.CoreBPE(ranks, {}, R50K_PATTERN)
+    return riptoken.CoreBPE(ranks, {}, ENCODINGS[model].pattern)
+
+
+def toktok_cl100k() -> Any:
+    """toktok-rs: cl100k compiled in."""
+    import toktok
+
+    return toktok._Tokenizer("cl100k_base", "")
+
+
+def quicktok_cl100k() -> Any:
+    """quicktok-v1: cl100k bundled."""
+    import quicktok
+
+    return quicktok.Tokenizer("cl100k_base", "")

@@ -40,16 +40,14 @@ def open_local(name: str | Path) -> Tokenizer:
     name = str(name)
     if name == "gpt2":
         return Tokenizer.gpt2()
+    if name == "cl100k_base":
+        return Tokenizer.cl100k_base()
     if name == "bert-base-uncased":
         return Tokenizer.bert_base_uncased()
-    if name.endswith(".tiktoken"):
-        return Tokenizer.from_tiktoken(name)
-    if name.endswith(".json"):
-        return Tokenizer.from_tokenizer_json(name)
-    if name.endswith(".txt"):
-        return Tokenizer.bert_wordpiece(name)
-    raise InvalidArgument(f"tokenizer '{name}' is neither gpt2, bert-base-uncased nor a path to a .tiktoken, "
-                          "tokenizer.json or vocab.txt file")
+    if name.endswith((".tiktoken", ".json", ".txt")):
+        return Tokenizer.from_file(name)
+    raise InvalidArgument(f"tokenizer '{name}' is neither gpt2, cl100k_base, bert-base-uncased nor a path to a "
+                          ".tiktoken, tokenizer.json or vocab.txt file")
 
 
 class OffloadTokenizer:

@@ -1,4 +1,4 @@
-"""Reference tokenizers for the exactness gate: tiktoken and HF tokenizers (test-only)."""
+"""Reference tokenizers for the exactness gate: tiktoken (r50k, cl100k) and HF tokenizers (test-only)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def ranks(gpt2_path: Path) -> dict[bytes, int]:
 
 @pytest.fixture(scope="session")
 def tiktoken_gpt2(ranks: dict[bytes, int]):
-    return references.tiktoken_gpt2(ranks)
+    return references.tiktoken_encoding("gpt2", ranks)
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +39,21 @@ def gpt2_files(ranks: dict[bytes, int], tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def hf_gpt2(gpt2_files: tuple[Path, Path]):
     return references.hf_gpt2(*gpt2_files)
+
+
+@pytest.fixture(scope="session")
+def cl100k_path() -> Path:
+    return vocab.fetch("cl100k_base", quiet=True)[0]
+
+
+@pytest.fixture(scope="session")
+def cl100k(cl100k_path: Path) -> outboard.Tokenizer:
+    return outboard.Tokenizer.from_tiktoken(cl100k_path, pattern="cl100k")
+
+
+@pytest.fixture(scope="session")
+def tiktoken_cl100k(cl100k_path: Path):
+    return references.tiktoken_encoding("cl100k", references.load_ranks(cl100k_path))
 
 
 @pytest.fixture(scope="session")

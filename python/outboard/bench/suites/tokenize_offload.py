@@ -35,7 +35,7 @@ import numpy as np
 
 from ... import _bench, _core
 from ...errors import BadConfig, Error
-from ...offload import SUBMIT_THREADS, measure_cpu
+from ...offload import SUBMIT_THREADS, measure_cpu, open_local
 from ..consumer import Embedder, Payloads, TorchEmbedder, make_embedder, random_words
 from ..declare import Option, Options, Suite, numbers
 from ..stats import Ratio, cell_key, get, median, ratio_stats, summarize
@@ -65,8 +65,8 @@ CPU_RATIO_GOAL = 0.10
 CPU_PHASES = ("submit", "wait", "completion")
 #: The step of the engine-shaped load: it takes finished batches (and puts arrived ones) once a step.
 ENGINE_STEP_S = 0.001
-GPT2_VOCAB = 50257
-MODELS = {"gpt2": "GPT-2 BPE", "bert-base-uncased": "BERT WordPiece"}
+MODELS = {"gpt2": "GPT-2 BPE", "cl100k_base": "cl100k BPE", "bert-base-uncased": "BERT WordPiece"}
+DEFAULT_MODELS = "gpt2,bert-base-uncased"
 #: How long the local agent's progress thread polls its core before sleeping (its --spin-us; always, not adaptively).
 AGENT_POLL_US = 1_000_000
 
@@ -493,7 +493,7 @@ def _run(run: Any, env: Any) -> None:
         bar = run.progress
         bar.expect(cells)
         for model in models:
-            embedder = make_embedder(embed, GPT2_VOCAB if model == "gpt2" else 30522)
+            embedder = make_embedder(embed, open_local(model).vocab_size)
             results.meta["embed_device"] = embedder.device
             pipe = Pipeline(client, model, embedder)
             for size in payloads:
@@ -837,7 +837,8 @@ SUITE = Suite(
     help="tokenization offload: host vs agent vs auto, stages and load", quick_help="a short run (about three minutes)",
     options=[Option("--agent-cores", "cores for the local agent (default: the upper half)"),
              Option("--consumer-cores", "cores for this process (default: the lower half)"),
-             Option("--models", "gpt2, bert-base-uncased or both", default=",".join(MODELS), parse=_models),
+             Option("--models", "any of gpt2, cl100k_base, bert-base-uncased, comma-separated", default=DEFAULT_MODELS,
+                    parse=_models),
              Option("--load-payloads", "payloads of the load test, each one of the payload sweep's (default 8192)",
                     parse=numbers("--load-payloads"), metavar="BYTES,..."),
              Option("--embed", "where the embedding lookup runs: torch on CUDA when present (auto), or numpy on the CPU",

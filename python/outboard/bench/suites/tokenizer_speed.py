@@ -1,5 +1,6 @@
 """``outboard bench tokenizer``: encoding speed of Outboard against its peers
-(GPT-2 BPE: tiktoken, HF tokenizers, fastokens, gigatoken, riptoken; BERT WordPiece: HF tokenizers, tokie).
+(GPT-2 BPE: tiktoken, HF tokenizers, fastokens, gigatoken, riptoken; cl100k: tiktoken, fastokens, gigatoken,
+riptoken, toktok, quicktok; BERT WordPiece: HF tokenizers, tokie).
 
 Protocol (shared/reference/tokenizers.md §8): one pinned core, fresh distinct payloads every round
 (8 KB chunks cut from a mixed 10 MB corpus, and whole documents), implementations interleaved within
@@ -12,6 +13,7 @@ distinct 8 KB chunks (cold), the same chunks again (warm), then chunks of other 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -49,7 +51,7 @@ Peers = tuple[dict[str, Callable[[str], Any]], dict[str, str], str]
 
 def _bert_peers(tmp: Path) -> Peers:
     """BERT uncased: outboard, HF tokenizers (the reference; padding and truncation off) and tokie."""
-    from ... import Tokenizer, vocab
+    from ... import vocab
 
     impls: dict[str, Callable[[str], Any]] = {}
     missing: dict[str, str] = {}
@@ -75,50 +77,59 @@ def _bert_peers(tmp: Path) -> Peers:
     return impls, missing, reference
 
 
-def _gpt2_peers(tmp: Path) -> Peers:
-    """GPT-2: outboard, tiktoken (the reference), HF tokenizers, fastokens, gigatoken and riptoken."""
-    from ... import Tokenizer, vocab
+def _bpe_peers(model: str, tmp: Path) -> Peers:
+    """A byte-level BPE encoding (gpt2, cl100k): outboard, tiktoken (the reference), HF tokenizers (GPT-2),
+    fastokens, gigatoken and riptoken, and for cl100k toktok and quicktok."""
+    from ... import vocab
     from .. import references
 
-    gpt2 = vocab.path("gpt2")
-    impls: dict[str, Callable[[str], Any]] = {}
+    path = vocab.path(references.ENCODINGS[model].vocab)
+    impls: dict[str, Callable[[str], Any]] = {"outboard": _ours(model)}
     missing: dict[str, str] = {}
-    impls["outboard"] = _ours("gpt2")
-    try:
-        ranks = references.load_ranks(gpt2)
-        impls["tiktoken"] = references.tiktoken_gpt2(ranks).encode_ordinary
-        hf = references.hf_gpt2(*references.write_vocab_merges(ranks, tmp))
-        impls["hf-tokenizers"] = lambda t: hf.encode(t, add_special_tokens=False).ids
-    except ImportError as e:
-        missing["tiktoken/hf-tokenizers"] = f"not installed ({e.name})"
-    try:
-        ft = references.fastokens_gpt2(gpt2)
-        impls["fastokens"] = lambda t: ft.encode(t).ids
-    except ImportError:
-        missing["fastokens"] = "not installed (pip install fastokens)"
-    try:  # caches pre-tokens: its warm regime is what it publishes
-        giga = references.gigatoken_gpt2(gpt2)
-        impls["gigatoken"] = giga.encode
-    except ImportError:
-        missing["gigatoken"] = "not installed (pip install gigatoken)"
-    try:
-        rip = references.riptoken_gpt2(references.load_ranks(gpt2))
-        impls["riptoken"] = rip.encode_ordinary
-    except ImportError:
-        missing["riptoken"] = "not installed (pip install riptoken)"
+
+    def peer(name: str, package: str, make: Callable[[], Callable[[str], Any]]) -> None:
+        try:
+            impls[name] = make()
+        except ImportError:
+            missing[name] = f"not installed (pip install {package})"
+
+    def hf() -> Callable[[str], Any]:
+        tok = references.hf_gpt2(*references.write_vocab_merges(references.load_ranks(path), tmp))
+        return lambda t: tok.encode(t, add_special_tokens=False).ids
+
+    def fastokens() -> Callable[[str], Any]:
+        tok = references.fastokens_encoding(model, path)
+        return lambda t: tok.encode(t).ids
+
+    peer("tiktoken", "tiktoken", lambda: references.tiktoken_encoding(model, references.load_ranks(path)).encode_ordinary)
+    if model == "gpt2":
+        peer("hf-tokenizers", "tokenizers", hf)
+    peer("fastokens", "fastokens", fastokens)
+    # gigatoken, toktok and quicktok cache pre-tokens: their warm regime is what they publish.
+    peer("gigatoken", "gigatoken", lambda: references.gigatoken_encoding(model, path).encode)
+    peer("riptoken", "riptoken", lambda: references.riptoken_encoding(model, references.load_ranks(path)).encode_ordinary)
+    if model == "cl100k":
+        peer("toktok", "toktok-rs", lambda: references.toktok_cl100k().encode_ordinary)
+        peer("quicktok", "quicktok-v1", lambda: references.quicktok_cl100k().encode)
     return impls, missing, "tiktoken" if "tiktoken" in impls else "outboard"
 
 
-MODELS = {"gpt2": _gpt2_peers, "bert": _bert_peers}
+MODELS: dict[str, Callable[[Path], Peers]] = {"gpt2": functools.partial(_bpe_peers, "gpt2"),
+                                               "cl100k": functools.partial(_bpe_peers, "cl100k"), "bert": _bert_peers}
+BPE_MODELS = ("gpt2", "cl100k")  # the models with a pre-token cache
+
+
+def _tokenizer(model: str) -> Any:
+    from ... import Tokenizer
+
+    return {"gpt2": Tokenizer.gpt2, "cl100k": Tokenizer.cl100k_base, "bert": Tokenizer.bert_base_uncased}[model]()
 
 
 def _ours(model: str, cache_bytes: int | None = None) -> Callable[[str], Any]:
-    from ... import Tokenizer
-
-    tok = Tokenizer.gpt2() if model == "gpt2" else Tokenizer.bert_base_uncased()
+    tok = _tokenizer(model)
     if cache_bytes is not None:
         tok = tok.with_cache(cache_bytes)
-    return tok.encode_ordinary if model == "gpt2" else lambda t: tok.encode(t, allowed_special="all")
+    return tok.encode_ordinary if model in BPE_MODELS else lambda t: tok.encode(t, allowed_special="all")
 
 
 def _regime_worker(model: str, name: str, texts_path: str, pin: int, tmp: str) -> dict[str, Any]:
@@ -172,7 +183,7 @@ def _run(run: Any, env: Any) -> None:
     if len(chunks) < need:
         raise BadConfig(f"corpus gives {len(chunks)} distinct chunks, {need} needed")
     versions = {}
-    for pkg in ("tiktoken", "tokenizers", "fastokens", "tokie", "gigatoken", "riptoken"):
+    for pkg in ("tiktoken", "tokenizers", "fastokens", "tokie", "gigatoken", "riptoken", "toktok-rs", "quicktok-v1"):
         try:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
@@ -199,7 +210,7 @@ def _run(run: Any, env: Any) -> None:
             results.meta["missing"].update({f"{model}/{k}": v for k, v in missing.items()})
             _bench_model(results, model, impls, reference, docs, chunks[:need], rounds, chunks_per_round, pin,
                          all_cores, threads, run.progress.step)
-            names = list(impls) + ([NO_CACHE] if model == "gpt2" else [])
+            names = list(impls) + ([NO_CACHE] if model in BPE_MODELS else [])
             _bench_regimes(results, model, names, reference, str(texts), pin, tmp, run.progress.step)
 
 
@@ -226,8 +237,6 @@ def _bench_regimes(results: Any, model: str, names: list[str], reference: str, t
 def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]], reference: str,
                  docs: list[str], chunks: list[str], rounds: int, chunks_per_round: int, pin: int,
                  all_cores: list[int], threads: list[int], progress: Callable[[str], None]) -> None:
-    from ... import Tokenizer
-
     # 1. 8 KB chunks: fresh chunks every round, implementations interleaved.
     samples: dict[str, list[float]] = {n: [] for n in impls}
     wall: dict[str, list[float]] = {n: [] for n in impls}
@@ -277,7 +286,7 @@ def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]
 
     # 3. encode_batch scaling with threads (all cores allowed).
     os.sched_setaffinity(0, set(all_cores))
-    ours = Tokenizer.gpt2() if model == "gpt2" else Tokenizer.bert_base_uncased()
+    ours = _tokenizer(model)
     base = None
     for t in threads:
         t0 = time.perf_counter()
@@ -312,8 +321,9 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
              "A small noisy VM: compare ratios within this run, not absolute figures across machines.", "",
              f"Peers: {', '.join(f'{k} {v}' for k, v in meta['peers'].items()) or 'none installed'}"
              + (f"; missing: {meta['missing']}" if meta["missing"] else "") + ". Exactness: each implementation's ids "
-             "against the reference (tiktoken for GPT-2, HF tokenizers for BERT) on the timed payloads."]
-    titles = {"gpt2": "GPT-2 (r50k) byte-level BPE", "bert": "BERT uncased WordPiece"}
+             "against the reference (tiktoken for GPT-2 and cl100k, HF tokenizers for BERT) on the timed payloads."]
+    titles = {"gpt2": "GPT-2 (r50k) byte-level BPE", "cl100k": "cl100k_base byte-level BPE",
+              "bert": "BERT uncased WordPiece"}
     for model in meta["models"]:
         by = lambda case: [r for r in rows if r["case"] == case and r["params"].get("model") == model]  # noqa: E731
         chunk = {r["impl"]: r for r in by("chunk-8k")}
@@ -375,11 +385,11 @@ def _models(text: str) -> list[str]:
 
 SUITE = Suite(
     name="tokenizer", title="Tokenizer benchmark", body=_run, render=render, uses_agent=False,
-    help="GPT-2 BPE and BERT WordPiece speed vs their exact and fastest peers", quick_help="a short run (about a minute)",
+    help="GPT-2 and cl100k BPE and BERT WordPiece speed vs their exact and fastest peers", quick_help="a short run (about a minute)",
     options=[Option("--core", "core to pin to (default: the last one)", type=int),
              Option("--rounds", "rounds of fresh chunks", default=3, type=int),
              Option("--chunks", "distinct 8 KB chunks per round", default=200, type=int),
              Option("--threads", "thread counts for encode_batch scaling", default="1,2", parse=numbers("--threads", minimum=1)),
-             Option("--models", "gpt2, bert or all", default="all", parse=_models),
+             Option("--models", "gpt2, cl100k, bert (comma-separated) or all", default="all", parse=_models),
              Option("--regime-chunks", "distinct 8 KB chunks per regime (cold/warm and unseen)", default=1400,
                     type=int)])

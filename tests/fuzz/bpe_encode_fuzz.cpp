@@ -1,5 +1,6 @@
-// libFuzzer: arbitrary bytes through GPT-2 encoding under both UTF-8 policies.
-// Never a crash or hang; under 'replace' decoding gives back the repaired text.
+// libFuzzer: arbitrary bytes through byte-level BPE with each pre-tokenizer
+// (r50k, cl100k) under both UTF-8 policies. Never a crash or hang; valid
+// text decodes back to itself.
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -10,15 +11,17 @@
 
 using namespace outboard;
 
-static const Tokenizer* tok = nullptr;
+static const Tokenizer* r50k = nullptr;
+static const Tokenizer* cl100k = nullptr;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  tok = &fuzz::load_or_abort(Tokenizer::from_tiktoken(fuzz::vocab_path("gpt2.tiktoken")));
+  r50k = &fuzz::load_or_abort(Tokenizer::from_tiktoken(fuzz::vocab_path("gpt2.tiktoken")));
+  cl100k = &fuzz::load_or_abort(
+      Tokenizer::from_tiktoken(fuzz::vocab_path("cl100k_base.tiktoken"), {}, Pretokenizer::kCl100k));
   return 0;
 }
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string_view text(reinterpret_cast<const char*>(data), size);
+static void check(const Tokenizer* tok, std::string_view text) {
   std::vector<int32_t> ids;
   EncodeOptions strict;
   Status st = tok->encode(text, ids, strict);
@@ -31,5 +34,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto back = tok->decode(ids);
   if (!back.ok()) abort();
   if (st.ok() && back.value() != text) abort();  // valid input round-trips exactly
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  check(r50k, text);
+  check(cl100k, text);
   return 0;
 }

@@ -1,0 +1,82 @@
+// What the byte-level BPE pre-tokenizers ask of a character: letter, number,
+// whitespace or other (\p{L}, \p{N}, \s, the rest), and runs of one kind,
+// ASCII letters and digits eight bytes at a time.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+#include "tokenize/small_load.h"
+#include "tokenize/unicode.h"
+
+namespace outboard::tokenize {
+
+enum class Kind : uint8_t { kLetter, kNumber, kSpace, kOther };
+
+inline constexpr auto kAsciiKind = [] {
+  std::array<Kind, 128> t{};
+  for (int c = 0; c < 128; ++c)
+    t[c] = ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ? Kind::kLetter
+           : (c >= '0' && c <= '9')                ? Kind::kNumber
+           : (c == ' ' || (c >= 0x09 && c <= 0x0D)) ? Kind::kSpace
+                                                    : Kind::kOther;
+  return t;
+}();
+
+inline Kind kind_of(char32_t cp) {
+  if (cp < 0x80) return kAsciiKind[cp];
+  uint8_t c = char_class(cp);
+  if (c & kLetter) return Kind::kLetter;
+  if (c & kNumber) return Kind::kNumber;
+  if (c & kSpace) return Kind::kSpace;
+  return Kind::kOther;
+}
+
+/// Kind of the character at s[i] (valid UTF-8); sets its length.
+inline Kind kind_at(const uint8_t* s, size_t i, int& len) { return kind_of(decode_valid(s + i, len)); }
+
+namespace detail {
+// Eight bytes at a time (SWAR): the high bit of each byte of the result is
+// set where `x` holds an ASCII letter (digit). Bytes are cleared to 7 bits
+// before adding, so no carry crosses into the next byte.
+static_assert(std::endian::native == std::endian::little, "byte i of a loaded word is its i-th lowest");
+constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+inline uint64_t ascii_letters(uint64_t x) {
+  const uint64_t y = (x | 0x20 * kOnes) & 0x7F * kOnes;  // lower case: letters are 'a'..'z'
+  return (y + 0x1F * kOnes) & ~(y + 0x05 * kOnes) & ~x & kHigh;  // >= 'a', not >= '{', ASCII
+}
+inline uint64_t ascii_digits(uint64_t x) {
+  const uint64_t y = x & 0x7F * kOnes;
+  return (y + 0x50 * kOnes) & ~(y + 0x46 * kOnes) & ~x & kHigh;  // >= '0', not >= ':', ASCII
+}
+}  // namespace detail
+
+/// End of the run of characters of `kind` in s[i, n). Letter and digit runs
+/// skip ASCII eight bytes at a time: no branch per character.
+inline size_t run_of(const uint8_t* s, size_t n, size_t i, Kind kind) {
+  const bool swar = kind == Kind::kLetter || kind == Kind::kNumber;
+  while (i < n) {
+    if (s[i] >= 0x80) {
+      int len;
+      if (kind_at(s, i, len) != kind) break;
+      i += len;
+    } else if (swar && i + 8 <= n) {
+      const uint64_t x = load8(s + i);
+      const uint64_t same = kind == Kind::kLetter ? detail::ascii_letters(x) : detail::ascii_digits(x);
+      if (same == detail::kHigh) {
+        i += 8;
+        continue;
+      }
+      i += std::countr_zero(~same & detail::kHigh) / 8;
+      if (s[i] < 0x80) break;  // ASCII of another kind; a non-ASCII character is decoded above
+    } else {
+      if (kAsciiKind[s[i]] != kind) break;
+      ++i;
+    }
+  }
+  return i;
+}
+
+}  // namespace outboard::tokenize
