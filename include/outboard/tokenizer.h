@@ -56,6 +56,8 @@ struct WordPieceOptions {
 enum class Pretokenizer : uint8_t {
   kR50k,    ///< GPT-2 (r50k_base, p50k_base)
   kCl100k,  ///< cl100k_base (GPT-3.5/4; Llama 3's pattern too)
+  kO200k,   ///< o200k_base (GPT-4o)
+  kTekken,  ///< Mistral's Tekken (o200k's classes, single digits, no contractions)
 };
 
 /// The kinds of vocabulary file the loaders read.
@@ -64,6 +66,8 @@ enum class VocabFormat : uint8_t {
   kTokenizerJson = 2,   ///< an HF tokenizer.json
   kWordPieceVocab = 3,  ///< a BERT vocab.txt (uncased)
   kTiktokenCl100k = 4,  ///< a .tiktoken file with the cl100k pre-tokenizer
+  kTiktokenO200k = 5,   ///< a .tiktoken file with the o200k pre-tokenizer
+  kTekkenJson = 6,      ///< a Mistral Tekken tokenizer (tekken_*.json)
 };
 
 namespace tokenize {
@@ -81,7 +85,8 @@ class Tokenizer {
  public:
   /// A `.tiktoken` file (base64 token, rank per line) with one of tiktoken's
   /// pre-tokenizers. `specials` default to the encoding's: r50k's
-  /// {"<|endoftext|>": number of ranks}, cl100k's five (100257..100260, 100276).
+  /// {"<|endoftext|>": number of ranks}, cl100k's five (100257..100260,
+  /// 100276), o200k's two (199999, 200018).
   static Result<Tokenizer> from_tiktoken(const std::string& path,
                                          std::vector<std::pair<std::string, int32_t>> specials = {},
                                          Pretokenizer pretokenizer = Pretokenizer::kR50k);
@@ -95,9 +100,15 @@ class Tokenizer {
   static Result<Tokenizer> from_tokenizer_json(const std::string& path);
   /// A vocabulary file read as its name says (vocab_format_of()).
   static Result<Tokenizer> from_file(const std::string& path);
+  /// Mistral's Tekken (tekken_*.json of mistral-common): ids as its
+  /// Tekkenizer.encode gives them (ranks after its special ids). Special-token
+  /// text in the input is ordinary text, as there; add_special_tokens
+  /// prepends BOS.
+  static Result<Tokenizer> from_tekken_json(const std::string& path);
   /// The format a vocabulary file's name implies: "*.tiktoken" (with cl100k's
-  /// pre-tokenizer when the name starts with "cl100k", r50k's otherwise),
-  /// "*.json" (tokenizer.json) or "*.txt" (vocab.txt); nullopt otherwise.
+  /// or o200k's pre-tokenizer when the name starts with "cl100k" or "o200k",
+  /// r50k's otherwise), "tekken*.json" (Tekken), other "*.json"
+  /// (tokenizer.json) or "*.txt" (vocab.txt); nullopt otherwise.
   static std::optional<VocabFormat> vocab_format_of(std::string_view path);
   /// A vocabulary file's contents (one a client uploaded to an agent, say),
   /// read as the loaders above read a file; `label` names it in errors.
@@ -140,7 +151,8 @@ class Tokenizer {
   [[nodiscard]] size_t piece_cache_bytes() const;
 
   struct Model;
-  explicit Tokenizer(std::shared_ptr<const Model> model);
+  /// Takes a freshly loaded model (and orders its special tokens by id).
+  explicit Tokenizer(std::shared_ptr<Model> model);
 
  private:
   std::shared_ptr<const Model> model_;

@@ -136,7 +136,11 @@ class Completions {
 
 void bind_tokenizer(nb::module_& m) {
   m.attr("DEFAULT_PIECE_CACHE_BYTES") = kDefaultPieceCacheBytes;
-  nb::enum_<Pretokenizer>(m, "Pretokenizer").value("r50k", Pretokenizer::kR50k).value("cl100k", Pretokenizer::kCl100k);
+  nb::enum_<Pretokenizer>(m, "Pretokenizer")
+      .value("r50k", Pretokenizer::kR50k)
+      .value("cl100k", Pretokenizer::kCl100k)
+      .value("o200k", Pretokenizer::kO200k)
+      .value("tekken", Pretokenizer::kTekken);
   nb::class_<Tokenizer>(m, "Tokenizer")
       .def_static("from_tiktoken",
                   [](const std::string& path, std::vector<std::pair<std::string, int32_t>> specials,
@@ -146,6 +150,8 @@ void bind_tokenizer(nb::module_& m) {
                   "path"_a, "specials"_a = std::vector<std::pair<std::string, int32_t>>{},
                   "pretokenizer"_a = Pretokenizer::kR50k)
       .def_static("from_file", [](const std::string& path) { return unwrap(Tokenizer::from_file(path)); }, "path"_a)
+      .def_static("from_tekken_json",
+                  [](const std::string& path) { return unwrap(Tokenizer::from_tekken_json(path)); }, "path"_a)
       .def_static("from_vocab_merges",
                   [](const std::string& vocab, const std::string& merges) {
                     return unwrap(Tokenizer::from_vocab_merges(vocab, merges));

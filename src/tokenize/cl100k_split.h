@@ -15,19 +15,6 @@
 
 namespace outboard::tokenize {
 
-namespace detail {
-// Length of the contraction at s[i] == '\'' (0: none). Case folds as the
-// regex's (?i): 's' also matches U+017F LATIN SMALL LETTER LONG S.
-inline size_t cl100k_contraction(const uint8_t* s, size_t n, size_t i) {
-  if (i + 1 >= n) return 0;
-  const uint8_t a = s[i + 1] | 0x20, b = i + 2 < n ? s[i + 2] | 0x20 : 0;
-  if (a == 's' || a == 'd' || a == 'm' || a == 't') return 2;
-  if ((a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e')) return 3;
-  if (s[i + 1] == 0xC5 && i + 2 < n && s[i + 2] == 0xBF) return 3;  // 'ſ
-  return 0;
-}
-}  // namespace detail
-
 /// Calls emit(begin, end) with the byte offsets of each piece of `text`
 /// (which must be valid UTF-8), in order.
 template <typename Emit>
@@ -43,7 +30,7 @@ void split_cl100k(std::string_view text, Emit&& emit) {
     int len;
     const char32_t c = decode_valid(s + i, len);
     if (c == '\'') {
-      if (size_t k = detail::cl100k_contraction(s, n, i)) {
+      if (size_t k = contraction_length(s, n, i)) {
         piece(i + k);
         continue;
       }

@@ -134,6 +134,8 @@ Result<Tokenizer> parse_tiktoken(std::string_view text, const std::string& src,
   if (specials.empty() && pretokenizer == Pretokenizer::kCl100k)  // tiktoken's cl100k_base
     specials = {{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258}, {"<|fim_middle|>", 100259},
                 {"<|fim_suffix|>", 100260}, {"<|endofprompt|>", 100276}};
+  if (specials.empty() && pretokenizer == Pretokenizer::kO200k)  // tiktoken's o200k_base
+    specials = {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}};
   if (specials.empty()) specials.emplace_back("<|endoftext|>", -1);
   OB_RETURN_IF_ERROR(finish_specials(*model, std::move(specials), path));
   return Tokenizer(std::move(model));
@@ -298,11 +300,107 @@ Result<Tokenizer> parse_tokenizer_json(std::string_view text, const std::string&
   }
 }
 
+// Mistral's Tekken files carry this pattern (o200k's classes, one digit, no
+// contractions); the scanner implements it, not the regex in the file.
+constexpr std::string_view kTekkenPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?)"
+    R"([\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// The special tokens of Tekken files that list none (mistral-common's
+// DEPRECATED_SPECIAL_TOKENS), ranks 0.. in order; "<SPECIAL_n>" fill the rest.
+constexpr const char* kTekkenDefaultSpecials[] = {
+    "<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]", "[PREFIX]", "[MIDDLE]",
+    "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]"};
+
+Result<Tokenizer> tekken_json(std::string_view text, const std::string& src) {
+  OB_ASSIGN_OR_RETURN(nlohmann::json doc, parse_json(text, src));
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return Status(Code::kInvalidArgument, src + " key '" + key + "' " + what);
+  };
+  if (!doc.is_object() || !doc.contains("config") || !doc["config"].is_object() || !doc.contains("vocab") ||
+      !doc["vocab"].is_array())
+    return Status(Code::kInvalidArgument, src + " is not a Tekken tokenizer: no \"config\" object or \"vocab\" list");
+  const nlohmann::json& config = doc["config"];
+  const nlohmann::json pattern = config.value("pattern", nlohmann::json());
+  if (!pattern.is_string() || pattern.get<std::string>() != kTekkenPattern)
+    return Status(Code::kUnsupported, src + " key 'config.pattern' is not Tekken's pattern (the one supported)");
+  auto count = [&](const char* key) -> Result<int64_t> {
+    const nlohmann::json v = config.value(key, nlohmann::json());
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > kMaxTokens)
+      return bad(std::string("config.") + key, "must be an integer in 1.." + std::to_string(kMaxTokens));
+    return v.get<int64_t>();
+  };
+  OB_ASSIGN_OR_RETURN(const int64_t vocab_size, count("default_vocab_size"));
+  OB_ASSIGN_OR_RETURN(const int64_t num_special, count("default_num_special_tokens"));
+  const nlohmann::json& vocab = doc["vocab"];
+  const int64_t inner = vocab_size - num_special;  // ranks in use: mistral-common cuts the list there
+  if (inner < 256 || static_cast<int64_t>(vocab.size()) < inner)
+    return bad("vocab", "holds " + std::to_string(vocab.size()) + " tokens; default_vocab_size " +
+                            std::to_string(vocab_size) + " less default_num_special_tokens " +
+                            std::to_string(num_special) + " needs at least " + std::to_string(std::max<int64_t>(inner, 256)));
+  auto model = std::make_shared<tokenize::ByteBpe>();
+  model->pretokenizer = Pretokenizer::kTekken;
+  model->specials_in_text = false;
+  std::string bytes;
+  for (int64_t rank = 0; rank < inner; ++rank) {
+    const nlohmann::json& t = vocab[rank];
+    const std::string key = "vocab[" + std::to_string(rank) + "]";
+    if (!t.is_object() || t.value("rank", nlohmann::json()) != rank)
+      return bad(key + ".rank", "must be " + std::to_string(rank) + " (ranks in order)");
+    const nlohmann::json b64 = t.value("token_bytes", nlohmann::json());
+    if (!b64.is_string() || !base64_decode(b64.get<std::string>(), bytes))
+      return bad(key + ".token_bytes", "is not base64 of the token's bytes");
+    if (rank < 256 && (bytes.size() != 1 || static_cast<uint8_t>(bytes[0]) != rank))
+      return bad(key + ".token_bytes", "must be the byte " + std::to_string(rank));
+    OB_RETURN_IF_ERROR(model->vocab.add(bytes, static_cast<int32_t>(rank + num_special), static_cast<uint32_t>(rank))
+                           .with_context(src + " " + key));
+  }
+  OB_RETURN_IF_ERROR(model->vocab.finalize().with_context(src));
+  std::vector<std::string> names(static_cast<size_t>(num_special));
+  const nlohmann::json listed = doc.value("special_tokens", nlohmann::json());
+  if (listed.is_array()) {
+    for (size_t i = 0; i < listed.size(); ++i) {
+      const std::string key = "special_tokens[" + std::to_string(i) + "]";
+      const nlohmann::json& t = listed[i];
+      const nlohmann::json rank = t.is_object() ? t.value("rank", nlohmann::json()) : nlohmann::json();
+      const nlohmann::json str = t.is_object() ? t.value("token_str", nlohmann::json()) : nlohmann::json();
+      if (!rank.is_number_integer() || rank.get<int64_t>() < 0 || rank.get<int64_t>() >= num_special)
+        return bad(key + ".rank", "must be an integer in 0.." + std::to_string(num_special - 1));
+      if (!str.is_string() || str.get<std::string>().empty() || !names[rank.get<size_t>()].empty())
+        return bad(key, "needs a non-empty token_str and a rank no other special token has");
+      names[rank.get<size_t>()] = str.get<std::string>();
+    }
+  } else if (!listed.is_null()) {
+    return bad("special_tokens", "must be a list");
+  } else {
+    for (size_t i = 0; i < std::size(kTekkenDefaultSpecials) && i < names.size(); ++i) names[i] = kTekkenDefaultSpecials[i];
+  }
+  for (size_t id = 0; id < names.size(); ++id) {
+    if (names[id].empty()) names[id] = "<SPECIAL_" + std::to_string(id) + ">";
+    if (names[id] == "<s>") model->cls_id = static_cast<int32_t>(id);  // add_special_tokens: BOS
+    model->specials.emplace_back(std::move(names[id]), static_cast<int32_t>(id));
+  }
+  return Tokenizer(std::move(model));
+}
+
+Result<Tokenizer> parse_tekken(std::string_view text, const std::string& src) {
+  try {
+    return tekken_json(text, src);
+  } catch (const nlohmann::json::exception& e) {
+    return Status(Code::kInvalidArgument, src + " is a malformed Tekken file: " + e.what());
+  }
+}
+
 }  // namespace
 
 Result<Tokenizer> Tokenizer::bert_wordpiece(const std::string& vocab_txt, const WordPieceOptions& options) {
   OB_ASSIGN_OR_RETURN(std::string text, read_file(vocab_txt));
   return parse_wordpiece_vocab(text, "'" + vocab_txt + "'", options);
+}
+
+Result<Tokenizer> Tokenizer::from_tekken_json(const std::string& path) {
+  OB_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return parse_tekken(text, "'" + path + "'");
 }
 
 Result<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& path) {
@@ -313,8 +411,10 @@ Result<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& path) {
 std::optional<VocabFormat> Tokenizer::vocab_format_of(std::string_view path) {
   const std::string_view name = path.substr(path.find_last_of('/') + 1);  // npos + 1 == 0
   if (name.ends_with(".tiktoken"))
-    return name.starts_with("cl100k") ? VocabFormat::kTiktokenCl100k : VocabFormat::kTiktoken;
-  if (name.ends_with(".json")) return VocabFormat::kTokenizerJson;
+    return name.starts_with("cl100k") ? VocabFormat::kTiktokenCl100k
+           : name.starts_with("o200k") ? VocabFormat::kTiktokenO200k
+                                       : VocabFormat::kTiktoken;
+  if (name.ends_with(".json")) return name.starts_with("tekken") ? VocabFormat::kTekkenJson : VocabFormat::kTokenizerJson;
   if (name.ends_with(".txt")) return VocabFormat::kWordPieceVocab;
   return std::nullopt;
 }
@@ -332,6 +432,8 @@ Result<Tokenizer> Tokenizer::from_contents(VocabFormat format, std::string_view 
   switch (format) {
     case VocabFormat::kTiktoken: return parse_tiktoken(contents, label, {}, Pretokenizer::kR50k);
     case VocabFormat::kTiktokenCl100k: return parse_tiktoken(contents, label, {}, Pretokenizer::kCl100k);
+    case VocabFormat::kTiktokenO200k: return parse_tiktoken(contents, label, {}, Pretokenizer::kO200k);
+    case VocabFormat::kTekkenJson: return parse_tekken(contents, label);
     case VocabFormat::kTokenizerJson: return parse_tokenizer_json(contents, label);
     case VocabFormat::kWordPieceVocab: return parse_wordpiece_vocab(contents, label, {});
   }

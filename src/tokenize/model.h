@@ -22,7 +22,10 @@ struct Tokenizer::Model {
   /// All ids, special ones included.
   virtual size_t vocab_size() const = 0;
 
-  std::vector<std::pair<std::string, int32_t>> specials;
+  std::vector<std::pair<std::string, int32_t>> specials;  ///< sorted by id (Tokenizer's constructor)
+  /// Is special-token text in the input found (tiktoken), or ordinary text
+  /// (mistral-common's Tekken, whose callers add control ids themselves)?
+  bool specials_in_text = true;
   int32_t cls_id = -1, sep_id = -1;  ///< added around a text when asked ([CLS] text [SEP])
   std::string config_report;         ///< what a loaded file asked for that we report (padding, ...)
 };

@@ -3,6 +3,7 @@
 
 #include "tokenize/cl100k_split.h"
 #include "tokenize/gpt2_split.h"
+#include "tokenize/o200k_split.h"
 #include "tokenize/model.h"
 #include "tokenize/small_load.h"
 #include "tokenize/unicode.h"
@@ -46,7 +47,10 @@ Status check_utf8(std::string_view text, Utf8Policy policy, std::string& repaire
 
 }  // namespace
 
-Tokenizer::Tokenizer(std::shared_ptr<const Model> model) : model_(std::move(model)) {
+Tokenizer::Tokenizer(std::shared_ptr<Model> model) {
+  std::sort(model->specials.begin(), model->specials.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  model_ = std::move(model);
   if (model_->uses_piece_cache()) cache_ = tokenize::PieceCache::create(kDefaultPieceCacheBytes);
 }
 
@@ -80,6 +84,9 @@ Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const
   // geometrically: batches append many texts to one vector.
   if (size_t need = mark + text.size() / 3 + 16; need > out.capacity())
     out.reserve(std::max(need, out.capacity() * 2));
+  if (options.allow_special && !model_->specials_in_text)
+    return {Code::kInvalidArgument, "this vocabulary reads special-token text as ordinary text (as mistral-common "
+                                    "does); add control ids to the ids instead of allowing special tokens"};
   const bool wrap = options.add_special_tokens && model_->cls_id >= 0;
   if (wrap) out.push_back(model_->cls_id);
   auto fail = [&](Status st) {
@@ -91,7 +98,7 @@ Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const
     // The earliest special token at or after pos, unless specials are text.
     size_t found = std::string_view::npos;
     const std::pair<std::string, int32_t>* which = nullptr;
-    if (!options.ordinary) {
+    if (!options.ordinary && model_->specials_in_text) {
       for (const auto& sp : model_->specials) {
         if (sp.first.empty()) continue;  // loaders refuse these; never loop on an empty match
         size_t at = text.find(sp.first, pos);
@@ -185,15 +192,12 @@ Status Tokenizer::encode_batch(std::span<const std::string_view> texts, std::vec
 
 Result<std::string> Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
+  const auto& specials = model_->specials;  // sorted by id
   for (int32_t id : ids) {
-    bool special = false;
-    for (const auto& [s, sid] : model_->specials)
-      if (sid == id) {
-        out += s;
-        special = true;
-        break;
-      }
-    if (!special) OB_RETURN_IF_ERROR(model_->decode_one(id, out));
+    auto it = std::lower_bound(specials.begin(), specials.end(), id,
+                               [](const auto& sp, int32_t v) { return sp.second < v; });
+    if (it != specials.end() && it->second == id) out += it->first;
+    else OB_RETURN_IF_ERROR(model_->decode_one(id, out));
   }
   return out;
 }
@@ -237,6 +241,10 @@ Status ByteBpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out
   switch (pretokenizer) {
     case Pretokenizer::kCl100k:
       return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_cl100k(t, emit); }, out, cache);
+    case Pretokenizer::kO200k:
+      return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_o200k<kO200kRules>(t, emit); }, out, cache);
+    case Pretokenizer::kTekken:
+      return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_o200k<kTekkenRules>(t, emit); }, out, cache);
     case Pretokenizer::kR50k: break;
   }
   return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_gpt2(t, emit); }, out, cache);

@@ -63,6 +63,11 @@ uint8_t char_class(char32_t cp) {
   return kClassStage2[kClassStage1[cp >> 8] * 256u + (cp & 0xFF)];
 }
 
+uint8_t case_class(char32_t cp) {
+  if (cp >= 0x110000) return 0;
+  return kCaseStage2[kCaseStage1[cp >> 8] * 256u + (cp & 0xFF)];
+}
+
 std::string_view unicode_version() { return kUnicodeVersion; }
 
 int utf8_sequence(const uint8_t* p, size_t n, int& bad) {

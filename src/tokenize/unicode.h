@@ -21,6 +21,14 @@ enum CharClass : uint8_t {
 };
 
 uint8_t char_class(char32_t cp);
+
+// The word classes of o200k's and Tekken's patterns (pinned version).
+enum CaseClass : uint8_t {
+  kUpperish = 1,  ///< [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+  kLowerish = 2,  ///< [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+};
+
+uint8_t case_class(char32_t cp);
 std::string_view unicode_version();
 
 /// Canonical decomposition (NFD) of one code point; false if it has none.

@@ -1,23 +1,22 @@
 // libFuzzer: arbitrary bytes through byte-level BPE with each pre-tokenizer
-// (r50k, cl100k) under both UTF-8 policies. Never a crash or hang; valid
-// text decodes back to itself.
+// (r50k, cl100k, o200k, Tekken) under both UTF-8 policies. Never a crash or
+// hang; valid text decodes back to itself.
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "fuzz_common.h"
 #include "outboard/tokenizer.h"
 
 using namespace outboard;
 
-static const Tokenizer* r50k = nullptr;
-static const Tokenizer* cl100k = nullptr;
+static std::vector<const Tokenizer*> tokenizers;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  r50k = &fuzz::load_or_abort(Tokenizer::from_tiktoken(fuzz::vocab_path("gpt2.tiktoken")));
-  cl100k = &fuzz::load_or_abort(
-      Tokenizer::from_tiktoken(fuzz::vocab_path("cl100k_base.tiktoken"), {}, Pretokenizer::kCl100k));
+  for (const char* file : {"gpt2.tiktoken", "cl100k_base.tiktoken", "o200k_base.tiktoken", "tekken_240911.json"})
+    tokenizers.push_back(&fuzz::load_or_abort(Tokenizer::from_file(fuzz::vocab_path(file))));
   return 0;
 }
 
@@ -38,7 +37,6 @@ static void check(const Tokenizer* tok, std::string_view text) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  check(r50k, text);
-  check(cl100k, text);
+  for (const Tokenizer* tok : tokenizers) check(tok, text);
   return 0;
 }

@@ -12,29 +12,30 @@ OUTBOARD = str(Path(sys.executable).parent / "outboard")
 
 def test_quick_benchmark_writes_rows_meta_and_report(tmp_path) -> None:
     out = tmp_path / "run"
-    r = subprocess.run([OUTBOARD, "bench", "tokenizer", "--quick", "--rounds", "1", "--chunks", "8",
-                        "--threads", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    # GPT-2 stands for the tiktoken families (cl100k and o200k take the same path with other peers).
+    r = subprocess.run([OUTBOARD, "bench", "tokenizer", "--quick", "--rounds", "1", "--chunks", "8", "--threads", "1",
+                        "--models", "gpt2,tekken,bert", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["pinned_core"] in range(64) and "load_after" in meta and meta["models"] == ["gpt2", "cl100k", "bert"]
+    assert meta["pinned_core"] in range(64) and "load_after" in meta and meta["models"] == ["gpt2", "tekken", "bert"]
     chunk_rows = [row for row in rows if row["case"] == "chunk-8k"]
     impls = {(row["params"]["model"], row["impl"]) for row in chunk_rows}
-    assert {("gpt2", "outboard"), ("gpt2", "tiktoken"), ("cl100k", "outboard"), ("cl100k", "tiktoken"),
+    assert {("gpt2", "outboard"), ("gpt2", "tiktoken"), ("tekken", "outboard"), ("tekken", "mistral-common"),
             ("bert", "outboard"), ("bert", "hf-tokenizers")} <= impls
     for row in chunk_rows:
         assert row["correctness"]["compared"] == 8
-        if row["impl"] in ("outboard", "tiktoken", "hf-tokenizers"):
+        if row["impl"] in ("outboard", "tiktoken", "hf-tokenizers", "mistral-common"):
             assert row["correctness"]["mismatched_chunks"] == 0, row
         p = row["metrics"]["us_per_chunk"]
         assert 0 < p["min"] <= p["p50"] <= p["p90"] <= p["p99"] <= p["max"]
     regimes = {(row["params"]["model"], row["impl"]): row for row in rows if row["case"] == "regimes"}
-    assert {("gpt2", "outboard"), ("gpt2", "outboard, no cache"), ("gpt2", "tiktoken"), ("cl100k", "outboard"),
-            ("cl100k", "outboard, no cache"), ("cl100k", "tiktoken"), ("bert", "outboard")} <= set(regimes)
+    assert {("gpt2", "outboard"), ("gpt2", "outboard, no cache"), ("gpt2", "tiktoken"), ("tekken", "outboard"),
+            ("tekken", "outboard, no cache"), ("tekken", "mistral-common"), ("bert", "outboard")} <= set(regimes)
     for row in regimes.values():
         assert row["correctness"]["compared"] == 3 * row["params"]["chunks_per_regime"] > 0
-        if row["impl"] in ("outboard", "outboard, no cache", "tiktoken", "hf-tokenizers"):
+        if row["impl"] in ("outboard", "outboard, no cache", "tiktoken", "hf-tokenizers", "mistral-common"):
             assert row["correctness"]["differing_chunks"] == 0, row
         assert all(row["metrics"][r]["mb_per_s"] > 0 for r in ("cold", "warm", "unseen"))
     report = (out / "report.md").read_text()
-    assert "## GPT-2" in report and "## cl100k" in report and "## BERT" in report and "### Regimes" in report
+    assert "## GPT-2" in report and "## Mistral Tekken" in report and "## BERT" in report and "### Regimes" in report

@@ -35,17 +35,19 @@ def test_every_placement_gives_the_in_process_ids(client: outboard.Client, model
         assert sum(tok.policy.routed.values()) == (len(texts) + 15) // 16
 
 
-def test_the_agent_serves_cl100k_by_name_and_uploaded(client: outboard.Client) -> None:
-    """cl100k's pattern follows the vocabulary's name: the agent's "cl100k_base", and a client's
-    cl100k_base.tiktoken uploaded as bytes, give the host's ids."""
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "tekken"])
+def test_the_agent_serves_each_bpe_family_by_name_and_uploaded(client: outboard.Client, name: str) -> None:
+    """The pattern follows the vocabulary's name: the agent's own file, and the client's uploaded as
+    bytes (format by file name), give the host's ids."""
     from outboard import vocab
 
-    local = outboard.Tokenizer.cl100k_base()
+    local = outboard.offload.open_local(name)
     texts = sample_texts()
-    for name in ("cl100k_base", vocab.path("cl100k_base")):
-        batch = client.tokenizer(name).encode_batch(texts)
-        assert batch.ok and client.tokenizer(name).vocab_size == 100277
-        assert all(np.array_equal(batch[i], local.encode(t)) for i, t in enumerate(texts)), name
+    for source in (name, vocab.path(name)):
+        tok = client.tokenizer(source)
+        batch = tok.encode_batch(texts)
+        assert batch.ok and tok.vocab_size == local.vocab_size
+        assert all(np.array_equal(batch[i], local.encode(t)) for i, t in enumerate(texts)), source
 
 
 def test_agent_ids_view_the_registered_buffer_and_survive_later_batches(client: outboard.Client,

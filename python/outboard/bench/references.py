@@ -1,4 +1,4 @@
-"""The byte-level BPE encodings (GPT-2's r50k, cl100k) as the peers load them: tiktoken, HF tokenizers
+"""The byte-level BPE encodings (GPT-2's r50k, cl100k, o200k, Tekken) as the peers load them: tiktoken, HF tokenizers
 (ByteLevel BPE, GPT-2 only), fastokens, gigatoken, riptoken, toktok and quicktok, built offline from the
 same cached ranks file. Used by the benchmark and the exactness tests."""
 
@@ -16,6 +16,12 @@ CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3
 CL100K_SPECIALS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
                    "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
 
+O200K_PATTERN = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""", r"""\s*[\r\n]+""", r"""\s+(?!\S)""", r"""\s+"""])
+O200K_SPECIALS = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+
 
 @dataclass(frozen=True)
 class Encoding:
@@ -29,7 +35,8 @@ class Encoding:
 
 
 ENCODINGS = {"gpt2": Encoding("r50k_base", "gpt2", R50K_PATTERN, ENDOFTEXT, 50257, "gpt2"),
-             "cl100k": Encoding("cl100k_base", "cl100k_base", CL100K_PATTERN, CL100K_SPECIALS, None, "cl100k")}
+             "cl100k": Encoding("cl100k_base", "cl100k_base", CL100K_PATTERN, CL100K_SPECIALS, None, "cl100k"),
+             "o200k": Encoding("o200k_base", "o200k_base", O200K_PATTERN, O200K_SPECIALS, None, "o200k")}
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -119,15 +126,22 @@ def riptoken_encoding(model: str, ranks: dict[bytes, int]) -> Any:
     return riptoken.CoreBPE(ranks, {}, ENCODINGS[model].pattern)
 
 
-def toktok_cl100k() -> Any:
-    """toktok-rs: cl100k compiled in."""
+def tekken(path: Path) -> Any:
+    """mistral-common's own Tekkenizer (the reference for Tekken's ids)."""
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    return Tekkenizer.from_file(str(path))
+
+
+def toktok_encoding(model: str) -> Any:
+    """toktok-rs: cl100k and o200k compiled in."""
     import toktok
 
-    return toktok._Tokenizer("cl100k_base", "")
+    return toktok._Tokenizer(ENCODINGS[model].name, "")
 
 
-def quicktok_cl100k() -> Any:
-    """quicktok-v1: cl100k bundled."""
+def quicktok_encoding(model: str) -> Any:
+    """quicktok-v1: cl100k and o200k bundled."""
     import quicktok
 
-    return quicktok.Tokenizer("cl100k_base", "")
+    return quicktok.Tokenizer(ENCODINGS[model].name, "")

@@ -42,12 +42,16 @@ def open_local(name: str | Path) -> Tokenizer:
         return Tokenizer.gpt2()
     if name == "cl100k_base":
         return Tokenizer.cl100k_base()
+    if name == "o200k_base":
+        return Tokenizer.o200k_base()
+    if name == "tekken":
+        return Tokenizer.tekken()
     if name == "bert-base-uncased":
         return Tokenizer.bert_base_uncased()
     if name.endswith((".tiktoken", ".json", ".txt")):
         return Tokenizer.from_file(name)
-    raise InvalidArgument(f"tokenizer '{name}' is neither gpt2, cl100k_base, bert-base-uncased nor a path to a "
-                          ".tiktoken, tokenizer.json or vocab.txt file")
+    raise InvalidArgument(f"tokenizer '{name}' is neither gpt2, cl100k_base, o200k_base, tekken, bert-base-uncased "
+                          "nor a path to a .tiktoken, tokenizer .json or vocab.txt file")
 
 
 class OffloadTokenizer:

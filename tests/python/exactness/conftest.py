@@ -1,7 +1,8 @@
-"""Reference tokenizers for the exactness gate: tiktoken (r50k, cl100k) and HF tokenizers (test-only)."""
+"""Reference tokenizers for the exactness gate: tiktoken, mistral-common and HF tokenizers (test-only)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,19 +42,30 @@ def hf_gpt2(gpt2_files: tuple[Path, Path]):
     return references.hf_gpt2(*gpt2_files)
 
 
-@pytest.fixture(scope="session")
-def cl100k_path() -> Path:
-    return vocab.fetch("cl100k_base", quiet=True)[0]
+class Family:
+    """A byte-level BPE family next to its reference: ``ours`` and ``reference`` map text to ids."""
+
+    def __init__(self, name: str, ours: outboard.Tokenizer, reference: Callable[[str], list[int]],
+                 reference_ordinary: Callable[[str], list[int]]) -> None:
+        self.name, self.ours, self.reference = name, ours, reference
+        self.reference_ordinary = reference_ordinary  # the same ids, cheaper per call (the code-point sweep)
 
 
-@pytest.fixture(scope="session")
-def cl100k(cl100k_path: Path) -> outboard.Tokenizer:
-    return outboard.Tokenizer.from_tiktoken(cl100k_path, pattern="cl100k")
+def _family(name: str) -> Family:
+    if name == "tekken":
+        tekken = references.tekken(vocab.fetch("tekken", quiet=True)[0])
+        inner, offset = tekken._model, tekken.num_special_tokens  # the tiktoken Encoding Tekkenizer.encode runs
+        return Family(name, outboard.Tokenizer.tekken(), lambda s: tekken.encode(s, bos=False, eos=False),
+                      lambda s: [t + offset for t in inner.encode_ordinary(s)])
+    encoding = references.ENCODINGS[name]
+    path = vocab.fetch(encoding.vocab, quiet=True)[0]
+    tik = references.tiktoken_encoding(name, references.load_ranks(path))
+    return Family(name, outboard.Tokenizer.from_tiktoken(path, pattern=name), tik.encode_ordinary, tik.encode_ordinary)
 
 
-@pytest.fixture(scope="session")
-def tiktoken_cl100k(cl100k_path: Path):
-    return references.tiktoken_encoding("cl100k", references.load_ranks(cl100k_path))
+@pytest.fixture(scope="session", params=["cl100k", "o200k", "tekken"])
+def family(request: pytest.FixtureRequest) -> Family:
+    return _family(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -137,5 +137,59 @@ TEST(TokenizerTest, MalformedTokenizerJsonNamesTheKey) {
   EXPECT_EQ(r.status().code(), Code::kUnsupported);
 }
 
+
+// A small Tekken file: the 256 bytes and "ab" (and `vocab_extra`), 4 special ids, with `extra`
+// spliced into its top-level object.
+std::string tekken_file(std::string_view pattern, std::string_view vocab_extra = "", std::string_view extra = "",
+                        int vocab_size = 261) {
+  static const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string vocab;
+  for (int b = 0; b < 256; ++b) {
+    const std::string bytes = {b64[b >> 2], b64[(b & 3) << 4], '=', '='};
+    vocab += "{\"rank\": " + std::to_string(b) + ", \"token_bytes\": \"" + bytes + "\", \"token_str\": null},";
+  }
+  vocab += R"({"rank": 256, "token_bytes": "YWI=", "token_str": "ab"})";
+  vocab += vocab_extra;
+  return R"({"config": {"pattern": ")" + std::string(pattern) +
+         R"(", "default_vocab_size": )" + std::to_string(vocab_size) +
+         R"(, "default_num_special_tokens": 4}, "vocab": [)" + vocab + "]" +
+         std::string(extra) + "}";
+}
+
+constexpr std::string_view kTekkenPatternJson =
+    R"([^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?)"
+    R"([\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|)"
+    R"(\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+)";
+
+TEST(TokenizerTest, TekkenFilesLoadAndMalformedOnesNameTheField) {
+  auto ok = Tokenizer::from_tekken_json(write("tekken_ok.json", tekken_file(kTekkenPatternJson)).string());
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(ok->encode("ab [INST]", ids).ok());  // special-token text is ordinary text
+  EXPECT_EQ(ids.front(), 256 + 4);                  // ranks follow the 4 special ids
+  EXPECT_EQ(ok->special_id("[INST]"), 3);
+  EXPECT_EQ(ok->special_id("<SPECIAL_3>"), -1);
+  EXPECT_EQ(ok->vocab_size(), 261u);
+  EncodeOptions allow;
+  allow.allow_special = true;
+  EXPECT_EQ(ok->encode("ab", ids, allow).code(), Code::kInvalidArgument);
+
+  auto r = Tokenizer::from_tekken_json(write("tekken_p.json", tekken_file("\\\\p{L}+")).string());
+  EXPECT_EQ(r.status().code(), Code::kUnsupported);
+  EXPECT_NE(r.status().message().find("tekken_p.json' key 'config.pattern'"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_tekken_json(
+      write("tekken_r.json", tekken_file(kTekkenPatternJson, R"(,{"rank": 9, "token_bytes": "YWI="})", "", 262)).string());
+  EXPECT_NE(r.status().message().find("vocab[257].rank' must be 257"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_tekken_json(
+      write("tekken_s.json", tekken_file(kTekkenPatternJson, "", R"(, "special_tokens": [{"rank": 4, "token_str": "x"}])"))
+          .string());
+  EXPECT_NE(r.status().message().find("special_tokens[0].rank' must be an integer in 0..3"), std::string::npos)
+      << r.status().message();
+  r = Tokenizer::from_tekken_json(write("tekken_j.json", R"({"config": )").string());
+  EXPECT_NE(r.status().message().find("is not valid JSON"), std::string::npos) << r.status().message();
+  r = Tokenizer::from_tekken_json(write("tekken_t.json", R"({"config": {"pattern": 7}, "vocab": []})").string());
+  EXPECT_EQ(r.status().code(), Code::kUnsupported);
+}
+
 }  // namespace
 }  // namespace outboard

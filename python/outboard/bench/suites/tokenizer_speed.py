@@ -1,6 +1,6 @@
 """``outboard bench tokenizer``: encoding speed of Outboard against its peers
-(GPT-2 BPE: tiktoken, HF tokenizers, fastokens, gigatoken, riptoken; cl100k: tiktoken, fastokens, gigatoken,
-riptoken, toktok, quicktok; BERT WordPiece: HF tokenizers, tokie).
+(GPT-2 BPE: tiktoken, HF tokenizers, fastokens, gigatoken, riptoken; cl100k and o200k: tiktoken, fastokens,
+gigatoken, riptoken, toktok, quicktok; Tekken: mistral-common; BERT WordPiece: HF tokenizers, tokie).
 
 Protocol (shared/reference/tokenizers.md §8): one pinned core, fresh distinct payloads every round
 (8 KB chunks cut from a mixed 10 MB corpus, and whole documents), implementations interleaved within
@@ -78,8 +78,8 @@ def _bert_peers(tmp: Path) -> Peers:
 
 
 def _bpe_peers(model: str, tmp: Path) -> Peers:
-    """A byte-level BPE encoding (gpt2, cl100k): outboard, tiktoken (the reference), HF tokenizers (GPT-2),
-    fastokens, gigatoken and riptoken, and for cl100k toktok and quicktok."""
+    """A tiktoken encoding (gpt2, cl100k, o200k): outboard, tiktoken (the reference), HF tokenizers (GPT-2),
+    fastokens, gigatoken and riptoken, and for cl100k and o200k toktok and quicktok."""
     from ... import vocab
     from .. import references
 
@@ -108,21 +108,37 @@ def _bpe_peers(model: str, tmp: Path) -> Peers:
     # gigatoken, toktok and quicktok cache pre-tokens: their warm regime is what they publish.
     peer("gigatoken", "gigatoken", lambda: references.gigatoken_encoding(model, path).encode)
     peer("riptoken", "riptoken", lambda: references.riptoken_encoding(model, references.load_ranks(path)).encode_ordinary)
-    if model == "cl100k":
-        peer("toktok", "toktok-rs", lambda: references.toktok_cl100k().encode_ordinary)
-        peer("quicktok", "quicktok-v1", lambda: references.quicktok_cl100k().encode)
+    if model != "gpt2":
+        peer("toktok", "toktok-rs", lambda: references.toktok_encoding(model).encode_ordinary)
+        peer("quicktok", "quicktok-v1", lambda: references.quicktok_encoding(model).encode)
     return impls, missing, "tiktoken" if "tiktoken" in impls else "outboard"
 
 
-MODELS: dict[str, Callable[[Path], Peers]] = {"gpt2": functools.partial(_bpe_peers, "gpt2"),
-                                               "cl100k": functools.partial(_bpe_peers, "cl100k"), "bert": _bert_peers}
-BPE_MODELS = ("gpt2", "cl100k")  # the models with a pre-token cache
+def _tekken_peers(tmp: Path) -> Peers:
+    """Mistral's Tekken: outboard and mistral-common's Tekkenizer (the reference)."""
+    from ... import vocab
+    from .. import references
+
+    impls: dict[str, Callable[[str], Any]] = {"outboard": _ours("tekken")}
+    try:
+        ref = references.tekken(vocab.path("tekken"))
+        impls["mistral-common"] = lambda t: ref.encode(t, bos=False, eos=False)
+    except ImportError:
+        return impls, {"mistral-common": "not installed (pip install mistral-common)"}, "outboard"
+    return impls, {}, "mistral-common"
+
+
+MODELS: dict[str, Callable[[Path], Peers]] = {
+    "gpt2": functools.partial(_bpe_peers, "gpt2"), "cl100k": functools.partial(_bpe_peers, "cl100k"),
+    "o200k": functools.partial(_bpe_peers, "o200k"), "tekken": _tekken_peers, "bert": _bert_peers}
+BPE_MODELS = ("gpt2", "cl100k", "o200k", "tekken")  # the models with a pre-token cache
 
 
 def _tokenizer(model: str) -> Any:
     from ... import Tokenizer
 
-    return {"gpt2": Tokenizer.gpt2, "cl100k": Tokenizer.cl100k_base, "bert": Tokenizer.bert_base_uncased}[model]()
+    return {"gpt2": Tokenizer.gpt2, "cl100k": Tokenizer.cl100k_base, "o200k": Tokenizer.o200k_base,
+            "tekken": Tokenizer.tekken, "bert": Tokenizer.bert_base_uncased}[model]()
 
 
 def _ours(model: str, cache_bytes: int | None = None) -> Callable[[str], Any]:
@@ -183,7 +199,8 @@ def _run(run: Any, env: Any) -> None:
     if len(chunks) < need:
         raise BadConfig(f"corpus gives {len(chunks)} distinct chunks, {need} needed")
     versions = {}
-    for pkg in ("tiktoken", "tokenizers", "fastokens", "tokie", "gigatoken", "riptoken", "toktok-rs", "quicktok-v1"):
+    for pkg in ("tiktoken", "tokenizers", "mistral-common", "fastokens", "tokie", "gigatoken", "riptoken", "toktok-rs",
+                "quicktok-v1"):
         try:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
@@ -290,7 +307,8 @@ def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]
     base = None
     for t in threads:
         t0 = time.perf_counter()
-        ids, _ = ours.encode_batch(docs, num_threads=t, flat=True, allowed_special="all")
+        # Tekken reads special-token text as text and refuses to be asked otherwise.
+        ids, _ = ours.encode_batch(docs, num_threads=t, flat=True, allowed_special=() if model == "tekken" else "all")
         dt = time.perf_counter() - t0
         base = base or dt
         results.add("batch-threads", "outboard", {"model": model, "threads": t, "documents": len(docs)},
@@ -321,8 +339,10 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
              "A small noisy VM: compare ratios within this run, not absolute figures across machines.", "",
              f"Peers: {', '.join(f'{k} {v}' for k, v in meta['peers'].items()) or 'none installed'}"
              + (f"; missing: {meta['missing']}" if meta["missing"] else "") + ". Exactness: each implementation's ids "
-             "against the reference (tiktoken for GPT-2 and cl100k, HF tokenizers for BERT) on the timed payloads."]
+             "against the reference (tiktoken for GPT-2, cl100k and o200k, mistral-common for Tekken, HF tokenizers "
+             "for BERT) on the timed payloads."]
     titles = {"gpt2": "GPT-2 (r50k) byte-level BPE", "cl100k": "cl100k_base byte-level BPE",
+              "o200k": "o200k_base byte-level BPE", "tekken": "Mistral Tekken (tekken_240911) byte-level BPE",
               "bert": "BERT uncased WordPiece"}
     for model in meta["models"]:
         by = lambda case: [r for r in rows if r["case"] == case and r["params"].get("model") == model]  # noqa: E731
@@ -385,11 +405,12 @@ def _models(text: str) -> list[str]:
 
 SUITE = Suite(
     name="tokenizer", title="Tokenizer benchmark", body=_run, render=render, uses_agent=False,
-    help="GPT-2 and cl100k BPE and BERT WordPiece speed vs their exact and fastest peers", quick_help="a short run (about a minute)",
+    help="byte-level BPE (GPT-2, cl100k, o200k, Tekken) and BERT WordPiece speed vs their exact and fastest peers", quick_help="a short run (about a minute)",
     options=[Option("--core", "core to pin to (default: the last one)", type=int),
              Option("--rounds", "rounds of fresh chunks", default=3, type=int),
              Option("--chunks", "distinct 8 KB chunks per round", default=200, type=int),
              Option("--threads", "thread counts for encode_batch scaling", default="1,2", parse=numbers("--threads", minimum=1)),
-             Option("--models", "gpt2, cl100k, bert (comma-separated) or all", default="all", parse=_models),
+             Option("--models", "gpt2, cl100k, o200k, tekken, bert (comma-separated) or all", default="all",
+                    parse=_models),
              Option("--regime-chunks", "distinct 8 KB chunks per regime (cold/warm and unseen)", default=1400,
                     type=int)])

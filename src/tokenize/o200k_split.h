@@ -1,0 +1,133 @@
+// o200k's pre-tokenizer (GPT-4o) and Tekken's (Mistral NeMo) as one
+// hand-written scanner; Tekken's pattern is o200k's with single digits and
+// no contractions. o200k's, with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and
+// L = [\p{Ll}\p{Lm}\p{Lo}\p{M}]:
+//   [^\r\n\p{L}\p{N}]?U*L+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+//   [^\r\n\p{L}\p{N}]?U+L*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+//   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// The regex backtracks; the scanner finds the same first match directly:
+// U*L+ ends after the L run that follows the U run, or else after the last
+// character of the U run that is in L too (Lm, Lo, M).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "tokenize/char_kind.h"
+
+namespace outboard::tokenize {
+
+/// How o200k-style patterns differ.
+struct O200kRules {
+  int max_digits;     ///< \p{N}{1,max_digits}
+  bool contractions;  ///< a contraction may end a word
+};
+inline constexpr O200kRules kO200kRules{3, true}, kTekkenRules{1, false};
+
+namespace detail {
+inline uint8_t case_at(const uint8_t* s, size_t i, int& len) {
+  if (s[i] < 0x80) {
+    len = 1;
+    return s[i] >= 'a' && s[i] <= 'z' ? kLowerish : s[i] >= 'A' && s[i] <= 'Z' ? kUpperish : 0;
+  }
+  return case_class(decode_valid(s + i, len));
+}
+
+// End of the run of characters in case class `bit` from i; `both_end` is set
+// to the end of the run's last character that is in both classes (else kept).
+inline size_t case_run(const uint8_t* s, size_t n, size_t i, uint8_t bit, size_t& both_end) {
+  while (i < n) {
+    if (bit == kLowerish && i + 8 <= n) {  // lower-case ASCII, eight bytes at a time
+      const uint64_t lower = ascii_lower(load8(s + i));
+      if (lower == kHigh) {
+        i += 8;
+        continue;
+      }
+      i += std::countr_zero(~lower & kHigh) / 8;
+    }
+    int len;
+    const uint8_t c = case_at(s, i, len);
+    if (!(c & bit)) break;
+    i += len;
+    if (c == (kUpperish | kLowerish)) both_end = i;
+  }
+  return i;
+}
+}  // namespace detail
+
+/// Calls emit(begin, end) with the byte offsets of each piece of `text`
+/// (which must be valid UTF-8), in order.
+template <const O200kRules& kRules, typename Emit>
+void split_o200k(std::string_view text, Emit&& emit) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  // U*L+ from q (0: no match), then U+L* (which, where U*L+ failed, is the U run).
+  auto upper_lower = [&](size_t q, bool lower_required) -> size_t {
+    size_t both_end = 0;
+    const size_t u = detail::case_run(s, n, q, kUpperish, both_end);
+    int len;
+    if (u < n && (detail::case_at(s, u, len) & kLowerish)) return detail::case_run(s, n, u, kLowerish, both_end);
+    if (lower_required) return both_end;
+    return u > q ? u : 0;
+  };
+  auto word = [&](size_t end) {
+    if (kRules.contractions && end < n && s[end] == '\'') end += contraction_length(s, n, end);
+    return end;
+  };
+  size_t i = 0;
+  auto piece = [&](size_t end) {
+    emit(i, end);
+    i = end;
+  };
+  while (i < n) {
+    int len;
+    const char32_t c = decode_valid(s + i, len);
+    const Kind kind = kind_of(c);
+    // [^\r\n\p{L}\p{N}]? before the word: taken first, then not.
+    const bool prefix = (kind == Kind::kOther || kind == Kind::kSpace) && c != '\r' && c != '\n';
+    const size_t j = i + len;
+    size_t end = 0;
+    for (bool lower_required : {true, false}) {
+      if (prefix && j < n && (end = upper_lower(j, lower_required))) break;
+      if ((end = upper_lower(i, lower_required))) break;
+    }
+    if (end) {
+      piece(word(end));
+      continue;
+    }
+    if (kind == Kind::kNumber) {
+      end = j;
+      for (int more = 1; more < kRules.max_digits && end < n; ++more) {
+        int l;
+        if (kind_at(s, end, l) != Kind::kNumber) break;
+        end += l;
+      }
+      piece(end);
+      continue;
+    }
+    // " ?[^\s\p{L}\p{N}]+[\r\n/]*"
+    int next_len;
+    if (kind == Kind::kOther || (c == ' ' && j < n && kind_at(s, j, next_len) == Kind::kOther)) {
+      end = run_of(s, n, kind == Kind::kOther ? i : j, Kind::kOther);
+      while (end < n && (s[end] == '\r' || s[end] == '\n' || s[end] == '/')) ++end;
+      piece(end);
+      continue;
+    }
+    // Whitespace: through its last line break (\s*[\r\n]+), else all but
+    // the last character before a non-space (\s+(?!\S)), else all (\s+).
+    size_t last = i, after_break = 0;
+    end = i;
+    while (end < n) {
+      int l;
+      if (kind_at(s, end, l) != Kind::kSpace) break;
+      if (s[end] == '\r' || s[end] == '\n') after_break = end + 1;
+      last = end;
+      end += l;
+    }
+    if (after_break) piece(after_break);
+    else piece(end < n && last > i ? last : end);
+  }
+}
+
+}  // namespace outboard::tokenize

@@ -1,0 +1,125 @@
+"""Exactness gate for the byte-level BPE families after GPT-2: cl100k_base and o200k_base against tiktoken,
+Tekken against mistral-common's Tekkenizer. Ids identical with the pre-token cache off, cold, warm and
+contended; 0 differences passes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import outboard
+from outboard import errors
+
+from .test_gpt2_exact import SKIP_SURROGATES, report
+
+# The traps sit where these patterns differ from r50k's and from each other: contractions in any case
+# (and LONG S, which (?i) folds to s), one non-letter before a word, digits in threes (Tekken: ones),
+# line breaks ending whitespace, o200k's and Tekken's upper/lower runs (Lu Lt vs Ll, with Lm Lo and
+# marks in both), and "/" after punctuation.
+CONTEXTS = [
+    lambda c: "a" + c + "a",
+    lambda c: " " + c + "A",
+    lambda c: c + "'s",
+    lambda c: "'" + c + "x",
+    lambda c: "1" + c + "\n",
+    lambda c: "\n" + c + "  " + c + "1234",
+]
+SWEPT_CONTEXTS = {"cl100k": 6, "o200k": 6, "tekken": 3}  # Tekken shares o200k's scanner but for digits and contractions
+TRAPS = [
+    "DON'T don't", "IT'S 'LL 'Ve 're 'D", "x'\u017fy '\u212a", "\t'modified", "\tword \u00a0word (foo) 'bar",
+    "12345 678901234567890", "\u00b2\u00b3\u00bc5x \u0661\u0662\u0663\u0664", "a   b", "x\n\n  y", "trailing \n  ",
+    "  \n  x", "!!!\n\nfoo", " !?\r\n", "hello\r\nworld\r\r\n", "a \t b", "\t\t1", "x \u0301y", "\u0085next\u2028line",
+    "HTMLParser getHTTPResponse ABC def", "\u01c5ungla \u02b0ab \u3042A a\u0903b", "!\u0301x \u0301 x/y !!/\n/",
+    "   ", "\n", "a" * 100_000, "9" * 50_000, "!?" * 30_000, "\n" * 10_000 + "x", "日本語" * 3000, "👍🏽" * 2000,
+    "x = {'a': [1, 2]}\n    return f'{x!r}'\n",
+]
+MIXTURE = "aZ9 '\t\n\r!.,/é日\u00a0\u0301\u0903\u017f\u01c5\u02b0\u3042\u2028-_(){}0sStT"
+
+
+def test_corpus_with_the_cache_off_cold_warm_and_contended(family, docs) -> None:
+    ours = family.ours
+    expected = [family.reference(d) for d in docs]
+    fresh, tiny = ours.with_cache(outboard.tokenizer.DEFAULT_CACHE_BYTES), ours.with_cache(4096)
+    runs = {"off": ours.with_cache(0).encode_batch(docs, num_threads=2), "cold": fresh.encode_batch(docs),
+            "warm": fresh.encode_batch(docs), "4 KiB, 2 threads": tiny.encode_batch(docs, num_threads=2)}
+    tokens = sum(len(t) for t in expected)
+    for name, mine in runs.items():
+        report(f"{family.name} corpus, cache {name} ({len(docs)} documents, {tokens} tokens)", len(docs),
+               [i for i in range(len(docs)) if mine[i].tolist() != expected[i]])
+
+
+def test_every_code_point_in_contexts(family) -> None:
+    cps = [chr(c) for c in range(0x110000) if c not in SKIP_SURROGATES]
+    contexts = CONTEXTS[:SWEPT_CONTEXTS[family.name]]
+    strings = [ctx(c) for ctx in contexts for c in cps]
+    mine = family.ours.encode_batch(strings, num_threads=2)
+    diff = [repr(s) for s, a in zip(strings, mine) if a.tolist() != family.reference_ordinary(s)]
+    report(f"{family.name}: all code points x {len(contexts)} contexts", len(strings), diff)
+
+
+def test_named_traps(family) -> None:
+    diff = [t[:30] for t in TRAPS if family.ours.encode_ordinary(t).tolist() != family.reference(t)]
+    report(f"{family.name}: named traps", len(TRAPS), diff)
+
+
+def test_random_mixtures_of_trap_characters_and_long_words(family) -> None:
+    rng = random.Random(7)
+    cases = ["".join(rng.choice(MIXTURE) for _ in range(rng.randint(1, 300))) for _ in range(20_000)]
+    cases += ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n)) for n in (64, 300, 5000, 1 << 20)]
+    diff = [c[:40] for c in cases if family.ours.encode_ordinary(c).tolist() != family.reference(c)]
+    report(f"{family.name}: random mixtures of its trap characters and long words", len(cases), diff)
+
+
+def test_invalid_utf8_replace_matches_python(family) -> None:
+    rng = random.Random(3)
+    pool = [b"\xff", b"\xc0", b"\xe0\x80", b"\xed\xa0\x80", b"\x80", b"a", b"A", b" ", b"'", b"S", b"\n", b"1",
+            "é".encode(), "😀".encode(), b"\xc5"]
+    cases = [b"".join(rng.choice(pool) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    diff = [c for c in cases
+            if family.ours.encode(c, utf8="replace").tolist() != family.reference(c.decode("utf-8", "replace"))]
+    report(f"{family.name}: invalid UTF-8 under 'replace' vs Python errors='replace'", len(cases), diff)
+
+
+@pytest.mark.parametrize("name", ["cl100k", "o200k"])
+def test_tiktoken_special_tokens(name: str) -> None:
+    from outboard import vocab
+    from outboard.bench import references
+
+    encoding = references.ENCODINGS[name]
+    path = vocab.path(encoding.vocab)
+    ours, tik = outboard.Tokenizer.from_file(path), references.tiktoken_encoding(name, references.load_ranks(path))
+    assert ours.vocab_size == tik.n_vocab and ours.eot_token == tik.eot_token
+    text = "a<|endofprompt|>b<|endoftext|>"
+    with pytest.raises(errors.InvalidArgument) as e:
+        ours.encode(text)
+    assert "'<|endofprompt|>' at byte offset 1" in str(e.value)
+    assert ours.encode(text, allowed_special="all").tolist() == tik.encode(text, allowed_special="all")
+    assert ours.encode_ordinary(text).tolist() == tik.encode_ordinary(text)
+    assert ours.decode(ours.encode(text, allowed_special="all")) == text
+
+
+def test_tekken_specials_are_mistral_commons() -> None:
+    from outboard import vocab
+    from outboard.bench import references
+
+    ours, ref = outboard.Tokenizer.tekken(), references.tekken(vocab.path("tekken"))
+    assert ours.vocab_size == ref.n_words == 131072
+    text = "[INST] hi [/INST]</s><SPECIAL_999>"  # special-token text is ordinary text in Tekkenizer.encode
+    assert ours.encode(text).tolist() == ref.encode(text, bos=False, eos=False)
+    assert ours.encode(text, add_special_tokens=True).tolist() == ref.encode(text, bos=True, eos=False)
+    with pytest.raises(errors.InvalidArgument, match="ordinary text"):
+        ours.encode(text, allowed_special="all")
+    ids = [ref.bos_id, *ref.encode("Hello", bos=False, eos=False), ref.eos_id, 999]
+    assert ours.decode(ids) == "<s>Hello</s><SPECIAL_999>"
+    assert ours.decode(ids[1:-2]) == ref.decode(ids[1:-2])
+
+
+def test_the_file_name_chooses_the_pattern(family, docs) -> None:
+    from outboard import vocab
+    from outboard.bench import references
+
+    name = "tekken" if family.name == "tekken" else references.ENCODINGS[family.name].vocab
+    sample = docs[::40]
+    by_name = outboard.Tokenizer.from_file(vocab.path(name))
+    assert [by_name.encode(d).tolist() for d in sample] == [family.reference(d) for d in sample]
