@@ -84,13 +84,22 @@ void split_o200k(std::string_view text, Emit&& emit) {
     int len;
     const char32_t c = decode_valid(s + i, len);
     const Kind kind = kind_of(c);
-    // [^\r\n\p{L}\p{N}]? before the word: taken first, then not.
+    // [^\r\n\p{L}\p{N}]? before the word: taken first, then not. A word
+    // starts only where a character has a case class.
     const bool prefix = (kind == Kind::kOther || kind == Kind::kSpace) && c != '\r' && c != '\n';
     const size_t j = i + len;
+    int next_len;
+    const uint8_t here = c < 0x80 ? detail::case_at(s, i, len) : case_class(c);
+    const uint8_t next = prefix && j < n ? detail::case_at(s, j, next_len) : 0;
+    if ((next == kLowerish && s[j] < 0x80) || (here == kLowerish && c < 0x80)) {  // most words: lower-case ASCII
+      size_t unused;
+      piece(word(detail::case_run(s, n, next == kLowerish ? j : i, kLowerish, unused)));
+      continue;
+    }
     size_t end = 0;
     for (bool lower_required : {true, false}) {
-      if (prefix && j < n && (end = upper_lower(j, lower_required))) break;
-      if ((end = upper_lower(i, lower_required))) break;
+      if (next && (end = upper_lower(j, lower_required))) break;
+      if (here && (end = upper_lower(i, lower_required))) break;
     }
     if (end) {
       piece(word(end));
@@ -107,7 +116,6 @@ void split_o200k(std::string_view text, Emit&& emit) {
       continue;
     }
     // " ?[^\s\p{L}\p{N}]+[\r\n/]*"
-    int next_len;
     if (kind == Kind::kOther || (c == ' ' && j < n && kind_at(s, j, next_len) == Kind::kOther)) {
       end = run_of(s, n, kind == Kind::kOther ? i : j, Kind::kOther);
       while (end < n && (s[end] == '\r' || s[end] == '\n' || s[end] == '/')) ++end;
