@@ -151,12 +151,39 @@ class Tokenizer {
   [[nodiscard]] size_t piece_cache_bytes() const;
 
   struct Model;
+  friend class DecodeStream;
   /// Takes a freshly loaded model (and orders its special tokens by id).
   explicit Tokenizer(std::shared_ptr<Model> model);
 
  private:
+  /// Appends the text of `ids`; `first`: nothing of this text came before.
+  Status decode_append(std::span<const int32_t> ids, std::string& out, bool first) const;
+
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const tokenize::PieceCache> cache_;
+};
+
+/// Decoding as ids stream in (a server generating text): each step gives the
+/// text its ids complete, holding back the bytes of a character that later
+/// ids may finish; every step's text and finish()'s together equal decoding
+/// all the ids at once as UTF-8 with errors="replace". One stream per
+/// sequence; thread mode: single.
+class DecodeStream {
+ public:
+  explicit DecodeStream(Tokenizer tokenizer);
+  /// Appends the text these ids complete to `out`. An unknown id is
+  /// kNotFound, and the stream is as it was.
+  [[nodiscard]] Status step(std::span<const int32_t> ids, std::string& out);
+  /// Appends what is held back (each ill-formed part as U+FFFD) and starts
+  /// a new sequence.
+  void finish(std::string& out);
+  /// Bytes held back: a character begun and not ended (at most 3).
+  [[nodiscard]] size_t pending_bytes() const { return pending_.size(); }
+
+ private:
+  Tokenizer tokenizer_;
+  std::string pending_;
+  bool started_ = false;
 };
 
 }  // namespace outboard

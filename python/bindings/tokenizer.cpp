@@ -238,6 +238,22 @@ void bind_tokenizer(nb::module_& m) {
       .def("special_id", &Tokenizer::special_id, "text"_a)
       .def_static("unicode_version", [] { return std::string(Tokenizer::unicode_version()); });
 
+  nb::class_<DecodeStream>(m, "DecodeStream")
+      .def(nb::init<Tokenizer>(), "tokenizer"_a)
+      .def("step",
+           [](DecodeStream& d, IdInput ids) {
+             std::string out;
+             check(d.step({ids.data(), ids.size()}, out));
+             return out;  // valid UTF-8: a str
+           },
+           "ids"_a)
+      .def("finish",
+           [](DecodeStream& d) {
+             std::string out;
+             d.finish(out);
+             return out;
+           })
+      .def_prop_ro("pending_bytes", &DecodeStream::pending_bytes);
   nb::class_<RemoteTokenizer>(m, "RemoteTokenizer")
       .def_static(
           "open",

@@ -12,8 +12,8 @@ from .client import Client, connect
 from .errors import Error
 from .graph import Executor, Graph, Instance
 from .offload import AutoPolicy, Batch, BatchQueue, OffloadTokenizer
-from .tokenizer import Tokenizer
+from .tokenizer import DecodeStream, Tokenizer
 
 __version__: str = _core.version()
 
-__all__ = ["AutoPolicy", "Batch", "BatchQueue", "Checkpointer", "Client", "Error", "Executor", "Graph", "Instance", "LocalAgent", "OffloadTokenizer", "Tokenizer", "agent_executable", "checkpoint", "connect", "errors", "__version__"]
+__all__ = ["AutoPolicy", "Batch", "BatchQueue", "Checkpointer", "Client", "DecodeStream", "Error", "Executor", "Graph", "Instance", "LocalAgent", "OffloadTokenizer", "Tokenizer", "agent_executable", "checkpoint", "connect", "errors", "__version__"]

@@ -154,6 +154,10 @@ class Tokenizer:
     def decode(self, ids: Sequence[int] | np.ndarray, *, errors: str = "replace") -> str:
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
 
+    def decode_stream(self) -> DecodeStream:
+        """Decoding as ids arrive (a server streaming generated text); see DecodeStream."""
+        return DecodeStream(self)
+
     def _allow(self, allowed: Literal["all"] | Collection[str]) -> bool:
         if allowed == "all":
             return True
@@ -161,3 +165,23 @@ class Tokenizer:
         if unknown:
             raise InvalidArgument(f"not special tokens of this vocabulary: {unknown}")
         return bool(allowed)
+
+
+class DecodeStream:
+    """Text as ids stream in: ``step(ids)`` returns what they complete, holding back the bytes of a
+    character later ids may finish; ``finish()`` returns the rest (ill-formed bytes as U+FFFD) and starts
+    a new sequence. All the steps and finish() together equal ``decode(all_ids)``. One per sequence."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._core = _core.DecodeStream(tokenizer._core)
+
+    def step(self, ids: Sequence[int] | np.ndarray | int) -> str:
+        return self._core.step(np.ascontiguousarray(np.atleast_1d(ids), dtype=np.int32))
+
+    def finish(self) -> str:
+        return self._core.finish()
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes held back: a character begun and not ended (at most 3)."""
+        return self._core.pending_bytes

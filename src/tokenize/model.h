@@ -16,7 +16,8 @@ struct Tokenizer::Model {
   /// `cache` (none if null) remembers pieces that took work.
   virtual Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                                  const tokenize::PieceCache* cache) const = 0;
-  virtual Status decode_one(int32_t id, std::string& out) const = 0;
+  /// Appends the text of `id`; `first`: nothing of this text came before it.
+  virtual Status decode_one(int32_t id, std::string& out, bool first) const = 0;
   /// Does encode_ordinary use a pre-token cache? (Tokenizers map one only then.)
   virtual bool uses_piece_cache() const { return false; }
   /// All ids, special ones included.
@@ -38,7 +39,7 @@ struct ByteBpe final : Tokenizer::Model {
   Pretokenizer pretokenizer = Pretokenizer::kR50k;
   Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                          const PieceCache* cache) const override;
-  Status decode_one(int32_t id, std::string& out) const override;
+  Status decode_one(int32_t id, std::string& out, bool first) const override;
   bool uses_piece_cache() const override { return true; }
   /// One past the largest id (tiktoken's n_vocab): cl100k leaves ids unused.
   size_t vocab_size() const override {

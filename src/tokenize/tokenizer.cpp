@@ -13,35 +13,57 @@ namespace {
 
 constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
 
-// Validates `text`; under kReplace returns a repaired copy in `repaired`.
-Status check_utf8(std::string_view text, Utf8Policy policy, std::string& repaired, bool& use_repaired) {
+// Offset of the first byte of `text` that starts no valid UTF-8 character
+// (text.size() if none).
+size_t first_invalid(std::string_view text) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  size_t n = text.size(), i = 0, valid_from = 0;  // text[valid_from, i) is valid and not yet copied
-  use_repaired = false;
+  const size_t n = text.size();
+  size_t i = 0;
   while (i < n) {
     if (s[i] < 0x80) {
       ++i;
       while (i + 8 <= n && (tokenize::load8(s + i) & 0x8080808080808080ull) == 0) i += 8;  // ASCII, 8 at a time
       continue;
     }
-    int bad;
-    int len = tokenize::utf8_sequence(s + i, n - i, bad);
-    if (len > 0) {
-      i += len;
-      continue;
-    }
-    if (policy == Utf8Policy::kStrict) {
-      char hex[8];
-      snprintf(hex, sizeof hex, "0x%02X", s[i]);
-      return {Code::kInvalidArgument, "invalid UTF-8 at byte offset " + std::to_string(i) + " (byte " + hex +
-                                          "); use the 'replace' policy to substitute U+FFFD"};
-    }
-    use_repaired = true;
-    repaired.append(text.substr(valid_from, i - valid_from)).append(kReplacement);
-    i += bad;
-    valid_from = i;
+    int bad, len = tokenize::utf8_sequence(s + i, n - i, bad);
+    if (len == 0) break;
+    i += len;
   }
-  if (use_repaired) repaired.append(text.substr(valid_from));
+  return i;
+}
+
+// Appends text[0, end) to out, each maximal ill-formed subpart as U+FFFD
+// (Python's errors="replace"), where `end` is where the valid prefix of a
+// character that more bytes may complete begins (text.size() if none, or
+// when `final`). Returns end.
+size_t append_utf8(std::string_view text, bool final, std::string& out) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0, copied = 0;
+  while ((i += first_invalid(text.substr(i))) < n) {
+    int bad;
+    tokenize::utf8_sequence(s + i, n - i, bad);
+    if (!final && i + bad == n && s[i] >= 0xC2 && s[i] <= 0xF4) break;  // a character begun, not ended
+    out.append(text.substr(copied, i - copied)).append(kReplacement);
+    i += bad;
+    copied = i;
+  }
+  out.append(text.substr(copied, i - copied));
+  return i;
+}
+
+// Validates `text`; under kReplace returns a repaired copy in `repaired`.
+Status check_utf8(std::string_view text, Utf8Policy policy, std::string& repaired, bool& use_repaired) {
+  const size_t at = first_invalid(text);
+  use_repaired = at < text.size();
+  if (!use_repaired) return {};
+  if (policy == Utf8Policy::kStrict) {
+    char hex[8];
+    snprintf(hex, sizeof hex, "0x%02X", static_cast<uint8_t>(text[at]));
+    return {Code::kInvalidArgument, "invalid UTF-8 at byte offset " + std::to_string(at) + " (byte " + hex +
+                                        "); use the 'replace' policy to substitute U+FFFD"};
+  }
+  append_utf8(text, true, repaired);
   return {};
 }
 
@@ -190,16 +212,38 @@ Status Tokenizer::encode_batch(std::span<const std::string_view> texts, std::vec
   return {};
 }
 
-Result<std::string> Tokenizer::decode(std::span<const int32_t> ids) const {
-  std::string out;
+Status Tokenizer::decode_append(std::span<const int32_t> ids, std::string& out, bool first) const {
   const auto& specials = model_->specials;  // sorted by id
   for (int32_t id : ids) {
     auto it = std::lower_bound(specials.begin(), specials.end(), id,
                                [](const auto& sp, int32_t v) { return sp.second < v; });
     if (it != specials.end() && it->second == id) out += it->first;
-    else OB_RETURN_IF_ERROR(model_->decode_one(id, out));
+    else OB_RETURN_IF_ERROR(model_->decode_one(id, out, first));
+    first = false;
   }
+  return {};
+}
+
+Result<std::string> Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  OB_RETURN_IF_ERROR(decode_append(ids, out, true));
   return out;
+}
+
+DecodeStream::DecodeStream(Tokenizer tokenizer) : tokenizer_(std::move(tokenizer)) {}
+
+Status DecodeStream::step(std::span<const int32_t> ids, std::string& out) {
+  std::string bytes = pending_;
+  OB_RETURN_IF_ERROR(tokenizer_.decode_append(ids, bytes, !started_));  // nothing changes on an unknown id
+  started_ = started_ || !ids.empty();
+  pending_ = bytes.substr(append_utf8(bytes, false, out));
+  return {};
+}
+
+void DecodeStream::finish(std::string& out) {
+  append_utf8(pending_, true, out);
+  pending_.clear();
+  started_ = false;
 }
 
 namespace tokenize {
@@ -250,7 +294,7 @@ Status ByteBpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out
   return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_gpt2(t, emit); }, out, cache);
 }
 
-Status ByteBpe::decode_one(int32_t id, std::string& out) const {
+Status ByteBpe::decode_one(int32_t id, std::string& out, bool) const {
   std::string_view b = vocab.bytes_of(id);
   if (b.empty()) return {Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary"};
   out += b;

@@ -162,7 +162,7 @@ Status BertWordPiece::encode_ordinary(std::string_view text, std::vector<int32_t
   return {};
 }
 
-Status BertWordPiece::decode_one(int32_t id, std::string& out) const {
+Status BertWordPiece::decode_one(int32_t id, std::string& out, bool first) const {
   if (id < 0 || static_cast<size_t>(id) >= tokens.size())
     return {Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary"};
   const std::string& t = tokens[id];
@@ -170,7 +170,7 @@ Status BertWordPiece::decode_one(int32_t id, std::string& out) const {
   if (!prefix.empty() && t.size() > prefix.size() && t.compare(0, prefix.size(), prefix) == 0) {
     out += t.substr(prefix.size());
   } else {
-    if (!out.empty()) out.push_back(' ');
+    if (!first) out.push_back(' ');
     out += t;
   }
   return {};

@@ -191,5 +191,51 @@ TEST(TokenizerTest, TekkenFilesLoadAndMalformedOnesNameTheField) {
   EXPECT_EQ(r.status().code(), Code::kUnsupported);
 }
 
+// Ids streamed one at a time give the text as decode() does, holding back
+// only a character's first bytes; ill-formed bytes become U+FFFD as soon as
+// no later byte can complete them.
+TEST(TokenizerTest, DecodeStreamHoldsBackOnlyUnfinishedCharacters) {
+  if (!fs::exists(gpt2_path())) GTEST_SKIP() << "run `outboard vocab fetch` first";
+  auto tok = Tokenizer::from_tiktoken(gpt2_path());
+  ASSERT_TRUE(tok.ok());
+  const std::string text = "naïve café — 日本語 🙂🙂 done";
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(tok->encode(text, ids).ok());
+  DecodeStream stream(*tok);
+  std::string out;
+  for (int32_t id : ids) {
+    ASSERT_TRUE(stream.step({&id, 1}, out).ok());
+    EXPECT_LE(stream.pending_bytes(), 3u);
+    EXPECT_LE(out.size() + stream.pending_bytes(), text.size());
+    EXPECT_EQ(text.compare(0, out.size(), out), 0) << out;  // a prefix of the text, never a broken character
+  }
+  const int32_t unknown = 1 << 20;
+  EXPECT_EQ(stream.step({&unknown, 1}, out).code(), Code::kNotFound);
+  stream.finish(out);
+  EXPECT_EQ(out, text);
+
+  // 0xFF (no character starts so), then E2 82 (a begun "€") broken by 'a'.
+  int32_t ff = -1, e2 = -1, x82 = -1;
+  for (int32_t id = 0; id < 50256; ++id) {
+    auto b = tok->decode(std::span<const int32_t>(&id, 1));
+    if (b->size() != 1) continue;
+    const auto c = static_cast<uint8_t>((*b)[0]);
+    if (c == 0xFF) ff = id;
+    if (c == 0xE2) e2 = id;
+    if (c == 0x82) x82 = id;
+  }
+  std::string broken;
+  ASSERT_TRUE(stream.step(std::vector<int32_t>{ff, e2, x82}, broken).ok());
+  EXPECT_EQ(broken, "\xEF\xBF\xBD");
+  EXPECT_EQ(stream.pending_bytes(), 2u);
+  std::vector<int32_t> a;
+  ASSERT_TRUE(tok->encode("a", a).ok());
+  ASSERT_TRUE(stream.step(a, broken).ok());
+  EXPECT_EQ(broken, "\xEF\xBF\xBD\xEF\xBF\xBD" "a");  // as Python: b"\xff\xe2\x82a".decode(errors="replace")
+  ASSERT_TRUE(stream.step(std::vector<int32_t>{e2}, broken).ok());
+  stream.finish(broken);
+  EXPECT_EQ(broken, "\xEF\xBF\xBD\xEF\xBF\xBD" "a" "\xEF\xBF\xBD");
+}
+
 }  // namespace
 }  // namespace outboard
