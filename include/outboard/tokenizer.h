@@ -1,5 +1,6 @@
-// Exact tokenizers: byte-level BPE (identical ids to tiktoken's r50k and
-// cl100k, and to HF's GPT-2) and BERT WordPiece (identical to HF's). Standalone: depends only
+// Exact tokenizers: byte-level BPE (identical ids to tiktoken's r50k, cl100k
+// and o200k, to HF's GPT-2 and to mistral-common's Tekken) and BERT WordPiece
+// (identical to HF's), and streaming decode. Standalone: depends only
 // on util, so the agent and the host link the same code.
 #pragma once
 
@@ -62,7 +63,7 @@ enum class Pretokenizer : uint8_t {
 
 /// The kinds of vocabulary file the loaders read.
 enum class VocabFormat : uint8_t {
-  kTiktoken = 1,        ///< base64 token, rank per line (GPT-2 pre-tokenizer)
+  kTiktoken = 1,        ///< base64 token, rank per line (r50k pre-tokenizer)
   kTokenizerJson = 2,   ///< an HF tokenizer.json
   kWordPieceVocab = 3,  ///< a BERT vocab.txt (uncased)
   kTiktokenCl100k = 4,  ///< a .tiktoken file with the cl100k pre-tokenizer

@@ -3,8 +3,8 @@
 
 #include "tokenize/cl100k_split.h"
 #include "tokenize/gpt2_split.h"
-#include "tokenize/o200k_split.h"
 #include "tokenize/model.h"
+#include "tokenize/o200k_split.h"
 #include "tokenize/small_load.h"
 #include "tokenize/unicode.h"
 
