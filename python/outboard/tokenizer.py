@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal, Union, get_args
 
 import numpy as np
 
@@ -33,8 +33,8 @@ class Tokenizer:
                       pattern: Pattern = "r50k") -> Tokenizer:
         """A ``.tiktoken`` rank file with tiktoken's r50k (GPT-2), cl100k or o200k pre-tokenizer; special
         tokens default to that encoding's."""
-        if pattern not in ("r50k", "cl100k", "o200k"):
-            raise InvalidArgument(f"pattern '{pattern}' is not r50k, cl100k or o200k")
+        if pattern not in get_args(Pattern):
+            raise InvalidArgument(f"pattern '{pattern}' is not one of {', '.join(get_args(Pattern))}")
         specials = list((special_tokens or {}).items())
         return cls(_core.Tokenizer.from_tiktoken(str(path), specials, getattr(_core.Pretokenizer, pattern)))
 

@@ -80,6 +80,31 @@ inline size_t run_of(const uint8_t* s, size_t n, size_t i, Kind kind) {
   return i;
 }
 
+/// End of at most `max` characters of \p{N} from i (the one at i is one).
+inline size_t number_run(const uint8_t* s, size_t n, size_t i, int max) {
+  int len;
+  kind_at(s, i, len);
+  size_t end = i + len;
+  for (int more = 1; more < max && end < n && kind_at(s, end, len) == Kind::kNumber; ++more) end += len;
+  return end;
+}
+
+/// The run of whitespace from s[i]: where it ends, where its last character
+/// starts, and where its last line break (\r or \n) ends (0: none).
+struct SpaceRun {
+  size_t end, last, after_break;
+};
+inline SpaceRun space_run(const uint8_t* s, size_t n, size_t i) {
+  SpaceRun r{i, i, 0};
+  int len;
+  while (r.end < n && kind_at(s, r.end, len) == Kind::kSpace) {
+    if (s[r.end] == '\r' || s[r.end] == '\n') r.after_break = r.end + 1;
+    r.last = r.end;
+    r.end += len;
+  }
+  return r;
+}
+
 /// Length of the contraction (?i:'s|'t|'re|'ve|'m|'ll|'d) at s[i] == '\''
 /// (0: none), as cl100k's and o200k's patterns match it. Case folds as the
 /// regexes' (?i): 's' also matches U+017F LATIN SMALL LETTER LONG S.

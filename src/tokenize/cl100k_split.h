@@ -41,13 +41,7 @@ void split_cl100k(std::string_view text, Emit&& emit) {
       continue;
     }
     if (kind == Kind::kNumber) {  // \p{N}{1,3}
-      size_t end = i + len;
-      for (int more = 0; more < 2 && end < n; ++more) {
-        int l;
-        if (kind_at(s, end, l) != Kind::kNumber) break;
-        end += l;
-      }
-      piece(end);
+      piece(number_run(s, n, i, 3));
       continue;
     }
     // A space or other character: [^\r\n\p{L}\p{N}]?+\p{L}++ first.
@@ -68,17 +62,10 @@ void split_cl100k(std::string_view text, Emit&& emit) {
     // Whitespace: to the end of the text (\s++$), else through its last line
     // break (\s*[\r\n]), else all but the last character when more than one
     // (\s+(?!\S)), else the one character (\s).
-    size_t end = i, last = i, after_break = 0;
-    while (end < n) {
-      int l;
-      if (kind_at(s, end, l) != Kind::kSpace) break;
-      if (s[end] == '\r' || s[end] == '\n') after_break = end + 1;
-      last = end;
-      end += l;
-    }
-    if (end == n) piece(n);
-    else if (after_break) piece(after_break);
-    else piece(last > i ? last : end);
+    const SpaceRun ws = space_run(s, n, i);
+    if (ws.end == n) piece(n);
+    else if (ws.after_break) piece(ws.after_break);
+    else piece(ws.last > i ? ws.last : ws.end);
   }
 }
 

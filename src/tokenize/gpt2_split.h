@@ -59,14 +59,8 @@ void split_gpt2(std::string_view text, Emit&& emit) {
     }
     // Whitespace: \s+(?!\S) keeps the last character for the next piece
     // when something other than whitespace follows.
-    size_t end = i, last = i;
-    while (end < n) {
-      int l;
-      if (kind_of(at(end, l)) != Kind::kSpace) break;
-      last = end;
-      end += l;
-    }
-    if (end < n && last > i) end = last;
+    const SpaceRun ws = space_run(s, n, i);
+    const size_t end = ws.end < n && ws.last > i ? ws.last : ws.end;
     emit(start, end);
     i = end;
   }

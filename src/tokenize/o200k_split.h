@@ -106,13 +106,7 @@ void split_o200k(std::string_view text, Emit&& emit) {
       continue;
     }
     if (kind == Kind::kNumber) {
-      end = j;
-      for (int more = 1; more < kRules.max_digits && end < n; ++more) {
-        int l;
-        if (kind_at(s, end, l) != Kind::kNumber) break;
-        end += l;
-      }
-      piece(end);
+      piece(number_run(s, n, i, kRules.max_digits));
       continue;
     }
     // " ?[^\s\p{L}\p{N}]+[\r\n/]*"
@@ -124,17 +118,9 @@ void split_o200k(std::string_view text, Emit&& emit) {
     }
     // Whitespace: through its last line break (\s*[\r\n]+), else all but
     // the last character before a non-space (\s+(?!\S)), else all (\s+).
-    size_t last = i, after_break = 0;
-    end = i;
-    while (end < n) {
-      int l;
-      if (kind_at(s, end, l) != Kind::kSpace) break;
-      if (s[end] == '\r' || s[end] == '\n') after_break = end + 1;
-      last = end;
-      end += l;
-    }
-    if (after_break) piece(after_break);
-    else piece(end < n && last > i ? last : end);
+    const SpaceRun ws = space_run(s, n, i);
+    if (ws.after_break) piece(ws.after_break);
+    else piece(ws.end < n && ws.last > i ? ws.last : ws.end);
   }
 }
 

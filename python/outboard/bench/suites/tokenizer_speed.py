@@ -307,8 +307,8 @@ def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]
     base = None
     for t in threads:
         t0 = time.perf_counter()
-        # Tekken reads special-token text as text and refuses to be asked otherwise.
-        ids, _ = ours.encode_batch(docs, num_threads=t, flat=True, allowed_special=() if model == "tekken" else "all")
+        # As _ours: BPE models encode the text as ordinary text, WordPiece with its special tokens.
+        ids, _ = ours.encode_batch(docs, num_threads=t, flat=True, allowed_special=() if model in BPE_MODELS else "all")
         dt = time.perf_counter() - t0
         base = base or dt
         results.add("batch-threads", "outboard", {"model": model, "threads": t, "documents": len(docs)},
