@@ -6,7 +6,7 @@ BUILD := build/py
 ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
 FUZZ_BUILD := build/fuzz
-FUZZ_TARGETS := bpe_encode tiktoken_loader vocab_merges_loader wordpiece_encode tokenizer_json_loader tekken_loader \
+FUZZ_TARGETS := bpe_encode tiktoken_loader vocab_merges_loader wordpiece_encode tokenizer_json_loader tekken_loader sentencepiece_loader \
   frame bootstrap descriptor config service_requests mpi_post tls_handshake checkpoint_save
 # A fixed seed and run count keep CI reproducible; `make fuzz FUZZ_SECONDS=N`
 # fuzzes every target for N seconds instead.

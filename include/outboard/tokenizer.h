@@ -1,6 +1,7 @@
 // Exact tokenizers: byte-level BPE (identical ids to tiktoken's r50k, cl100k
-// and o200k, to HF's GPT-2 and to mistral-common's Tekken) and BERT WordPiece
-// (identical to HF's), and streaming decode. Standalone: depends only
+// and o200k, to HF's GPT-2 and to mistral-common's Tekken), SentencePiece
+// BPE (identical to sentencepiece's) and BERT WordPiece (identical to HF's),
+// and streaming decode. Standalone: depends only
 // on util, so the agent and the host link the same code.
 #pragma once
 
@@ -69,6 +70,7 @@ enum class VocabFormat : uint8_t {
   kTiktokenCl100k = 4,  ///< a .tiktoken file with the cl100k pre-tokenizer
   kTiktokenO200k = 5,   ///< a .tiktoken file with the o200k pre-tokenizer
   kTekkenJson = 6,      ///< a Mistral Tekken tokenizer (tekken_*.json)
+  kSentencePieceModel = 7,  ///< a SentencePiece BPE .model with byte fallback
 };
 
 namespace tokenize {
@@ -106,10 +108,19 @@ class Tokenizer {
   /// text in the input is ordinary text, as there; add_special_tokens
   /// prepends BOS.
   static Result<Tokenizer> from_tekken_json(const std::string& path);
+  /// A SentencePiece BPE `.model` with byte fallback and the identity
+  /// normalizer (Llama 2, Mistral 7B): ids as sentencepiece's encode gives
+  /// them, control-token text ordinary text; add_special_tokens prepends
+  /// BOS. Decode as sentencepiece's: control ids are invisible and the
+  /// first "▁" is dropped; byte pieces that are not UTF-8 become U+FFFD per
+  /// maximal ill-formed part (Python's rule), where sentencepiece puts one
+  /// per byte.
+  static Result<Tokenizer> from_sentencepiece(const std::string& path);
   /// The format a vocabulary file's name implies: "*.tiktoken" (with cl100k's
   /// or o200k's pre-tokenizer when the name starts with "cl100k" or "o200k",
   /// r50k's otherwise), "tekken*.json" (Tekken), other "*.json"
-  /// (tokenizer.json) or "*.txt" (vocab.txt); nullopt otherwise.
+  /// (tokenizer.json), "*.txt" (vocab.txt), "*.model" or "*.model.v*"
+  /// (SentencePiece); nullopt otherwise.
   static std::optional<VocabFormat> vocab_format_of(std::string_view path);
   /// A vocabulary file's contents (one a client uploaded to an agent, say),
   /// read as the loaders above read a file; `label` names it in errors.
@@ -157,8 +168,9 @@ class Tokenizer {
   explicit Tokenizer(std::shared_ptr<Model> model);
 
  private:
-  /// Appends the text of `ids`; `first`: nothing of this text came before.
-  Status decode_append(std::span<const int32_t> ids, std::string& out, bool first) const;
+  /// Appends the text of `ids`. `at_start`: the models' leading-space rules
+  /// still apply (nothing of this text decoded yet); they clear it.
+  Status decode_append(std::span<const int32_t> ids, std::string& out, bool& at_start) const;
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const tokenize::PieceCache> cache_;
@@ -184,7 +196,7 @@ class DecodeStream {
  private:
   Tokenizer tokenizer_;
   std::string pending_;
-  bool started_ = false;
+  bool at_start_ = true;
 };
 
 }  // namespace outboard

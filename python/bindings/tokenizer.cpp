@@ -152,6 +152,8 @@ void bind_tokenizer(nb::module_& m) {
       .def_static("from_file", [](const std::string& path) { return unwrap(Tokenizer::from_file(path)); }, "path"_a)
       .def_static("from_tekken_json",
                   [](const std::string& path) { return unwrap(Tokenizer::from_tekken_json(path)); }, "path"_a)
+      .def_static("from_sentencepiece",
+                  [](const std::string& path) { return unwrap(Tokenizer::from_sentencepiece(path)); }, "path"_a)
       .def_static("from_vocab_merges",
                   [](const std::string& vocab, const std::string& merges) {
                     return unwrap(Tokenizer::from_vocab_merges(vocab, merges));

@@ -1,4 +1,4 @@
-"""Exact tokenizers (byte-level BPE as tiktoken's r50k, cl100k and o200k and Mistral's Tekken, BERT WordPiece),
+"""Exact tokenizers (byte-level BPE as tiktoken's r50k, cl100k and o200k and Mistral's Tekken, SentencePiece BPE, BERT WordPiece),
 numpy out, native speed.
 
     tok = outboard.Tokenizer.gpt2()
@@ -42,7 +42,7 @@ class Tokenizer:
     def from_file(cls, path: str | Path) -> Tokenizer:
         """A vocabulary file read as its name says: ``*.tiktoken`` (cl100k's or o200k's pre-tokenizer when the
         name starts with ``cl100k`` or ``o200k``, r50k's otherwise), ``tekken*.json``, another tokenizer
-        ``*.json`` or a WordPiece ``*.txt``."""
+        ``*.json``, a WordPiece ``*.txt`` or a SentencePiece ``*.model`` (``*.model.v3``)."""
         return cls(_core.Tokenizer.from_file(str(path)))
 
     @classmethod
@@ -50,6 +50,13 @@ class Tokenizer:
         """Mistral's Tekken (``tekken_*.json``): the ids of mistral-common's ``Tekkenizer.encode``. Special-token
         text is ordinary text, as there; ``add_special_tokens=True`` prepends BOS."""
         return cls(_core.Tokenizer.from_tekken_json(str(path)))
+
+    @classmethod
+    def from_sentencepiece(cls, path: str | Path) -> Tokenizer:
+        """A SentencePiece BPE ``.model`` with byte fallback (Llama 2, Mistral 7B): the ids of sentencepiece's
+        ``encode``. Control-token text is ordinary text, as there; ``add_special_tokens=True`` prepends BOS.
+        Decoding drops control ids and the first piece's leading space, as sentencepiece does."""
+        return cls(_core.Tokenizer.from_sentencepiece(str(path)))
 
     @classmethod
     def from_files(cls, vocab_json: str | Path, merges_txt: str | Path) -> Tokenizer:
@@ -88,6 +95,16 @@ class Tokenizer:
     def tekken(cls) -> Tokenizer:
         """Mistral NeMo's Tekken (tekken_240911.json) from the vocabulary cache."""
         return cls.from_tekken_json(vocab.path("tekken"))
+
+    @classmethod
+    def mistral_v1(cls) -> Tokenizer:
+        """Mistral 7B v0.1's SentencePiece BPE (tokenizer.model.v1) from the vocabulary cache."""
+        return cls.from_sentencepiece(vocab.path("mistral-v1"))
+
+    @classmethod
+    def mistral_v3(cls) -> Tokenizer:
+        """Mistral 7B v0.3's SentencePiece BPE with its control tokens (``[INST]``, tools) from the cache."""
+        return cls.from_sentencepiece(vocab.path("mistral-v3"))
 
     @classmethod
     def bert_base_uncased(cls) -> Tokenizer:

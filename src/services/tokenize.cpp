@@ -49,9 +49,10 @@ Status not_in_vocab_dir(std::string_view name) {
 }
 
 // A name the client gave, resolved in the vocabulary directory only: "gpt2",
-// "cl100k_base", "o200k_base", "tekken", "bert-base-uncased", or a file name
-// there (letters, digits, . _ -) ending in .tiktoken, .json or .txt. Nothing
-// outside the directory is opened.
+// "cl100k_base", "o200k_base", "tekken", "mistral-v1", "mistral-v3",
+// "bert-base-uncased", or a file name there (letters, digits, . _ -) whose
+// name says its format (Tokenizer::vocab_format_of). Nothing outside the
+// directory is opened.
 Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
   const bool plain = !name.empty() && name.size() <= kMaxVocabName && name[0] != '.' &&
                      std::all_of(name.begin(), name.end(), [](char c) {
@@ -62,6 +63,8 @@ Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
                            : name == "cl100k_base"       ? "cl100k_base.tiktoken"
                            : name == "o200k_base"        ? "o200k_base.tiktoken"
                            : name == "tekken"            ? "tekken_240911.json"
+                           : name == "mistral-v1"        ? "tokenizer.model.v1"
+                           : name == "mistral-v3"        ? "mistral_instruct_tokenizer_240323.model.v3"
                            : name == "bert-base-uncased" ? "bert-base-uncased-vocab.txt"
                                                          : name;
   std::error_code ec;
@@ -193,10 +196,11 @@ class Tokenize final : public Service {
     const uint64_t limit = core_->config.max_vocab_bytes;
     if (body.empty()) return r.responder.fail({Code::kInvalidArgument, "vocabulary upload names no format"});
     const uint8_t format = body[0];
-    if (format < static_cast<uint8_t>(VocabFormat::kTiktoken) || format > static_cast<uint8_t>(VocabFormat::kTekkenJson))
+    if (format < static_cast<uint8_t>(VocabFormat::kTiktoken) || format > static_cast<uint8_t>(VocabFormat::kSentencePieceModel))
       return r.responder.fail({Code::kInvalidArgument, "vocabulary format " + std::to_string(format) +
                                                            " is not 1 (tiktoken), 2 (tokenizer.json), 3 (vocab.txt), "
-                                                           "4 (tiktoken, cl100k), 5 (tiktoken, o200k) or 6 (Tekken)"});
+                                                           "4 (tiktoken, cl100k), 5 (tiktoken, o200k), 6 (Tekken) or "
+                                                           "7 (SentencePiece .model)"});
     const auto contents = body.subspan(1);
     if (contents.size() > limit)
       return r.responder.fail({Code::kTooBig, "uploaded vocabulary of " + std::to_string(contents.size()) +

@@ -102,7 +102,7 @@ class BpeVocab {
     if (slots_.empty()) return false;
     const auto h = static_cast<uint32_t>(full_hash);
     const size_t mask = slots_.size() - 1;
-    uint64_t key[2];
+    uint64_t key[2] = {0, 0};
     const bool inline_key = n <= kInlineKey;
     if (inline_key) load_key(p, n, key);
     for (size_t i = h & mask;; i = (i + 1) & mask) {
@@ -148,5 +148,34 @@ class BpeVocab {
   std::vector<uint32_t> length_;
   Trie reachable_;  // reachable tokens, for the longest match
 };
+
+// Pieces go through in small batches: hashing and prefetching a batch's
+// table slots first lets their cache misses overlap.
+template <typename Split>
+Status encode_split(const BpeVocab& vocab, std::string_view text, Split split, std::vector<int32_t>& out,
+                    const PieceCache* cache) {
+  constexpr size_t kBatch = 16;
+  struct Piece {
+    size_t begin, end;
+    uint64_t hash;
+  } batch[kBatch];
+  size_t k = 0;
+  Status st;
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  auto flush = [&] {
+    for (size_t i = 0; i < k && st.ok(); ++i)
+      st = vocab.encode_piece(s + batch[i].begin, batch[i].end - batch[i].begin, batch[i].hash, out, cache);
+    k = 0;
+  };
+  split(text, [&](size_t b, size_t e) {
+    uint64_t h = BpeVocab::hash(s + b, e - b);
+    vocab.prefetch(h);
+    if (cache) cache->prefetch(h);
+    batch[k++] = {b, e, h};
+    if (k == kBatch) flush();
+  });
+  flush();
+  return st;
+}
 
 }  // namespace outboard::tokenize

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenize/model.h"
+#include "tokenize/sentencepiece.h"
 #include "tokenize/wordpiece.h"
 #include "tokenize/unicode.h"
 
@@ -403,6 +404,11 @@ Result<Tokenizer> Tokenizer::from_tekken_json(const std::string& path) {
   return parse_tekken(text, "'" + path + "'");
 }
 
+Result<Tokenizer> Tokenizer::from_sentencepiece(const std::string& path) {
+  OB_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  return tokenize::parse_sentencepiece(bytes, "'" + path + "'");
+}
+
 Result<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& path) {
   OB_ASSIGN_OR_RETURN(std::string text, read_file(path));
   return parse_tokenizer_json(text, "'" + path + "'");
@@ -416,6 +422,8 @@ std::optional<VocabFormat> Tokenizer::vocab_format_of(std::string_view path) {
                                        : VocabFormat::kTiktoken;
   if (name.ends_with(".json")) return name.starts_with("tekken") ? VocabFormat::kTekkenJson : VocabFormat::kTokenizerJson;
   if (name.ends_with(".txt")) return VocabFormat::kWordPieceVocab;
+  if (name.ends_with(".model") || name.find(".model.v") != std::string_view::npos)
+    return VocabFormat::kSentencePieceModel;  // mistral-common ships "tokenizer.model.v1", "...model.v3"
   return std::nullopt;
 }
 
@@ -423,7 +431,7 @@ Result<Tokenizer> Tokenizer::from_file(const std::string& path) {
   const std::optional<VocabFormat> format = vocab_format_of(path);
   if (!format)
     return Status(Code::kInvalidArgument,
-                  "vocabulary file '" + path + "' is not a .tiktoken, tokenizer .json or vocab .txt");
+                  "vocabulary file '" + path + "' is not a .tiktoken, tokenizer .json, vocab .txt or SentencePiece .model");
   OB_ASSIGN_OR_RETURN(std::string text, read_file(path));
   return from_contents(*format, text, "'" + path + "'");
 }
@@ -436,6 +444,7 @@ Result<Tokenizer> Tokenizer::from_contents(VocabFormat format, std::string_view 
     case VocabFormat::kTekkenJson: return parse_tekken(contents, label);
     case VocabFormat::kTokenizerJson: return parse_tokenizer_json(contents, label);
     case VocabFormat::kWordPieceVocab: return parse_wordpiece_vocab(contents, label, {});
+    case VocabFormat::kSentencePieceModel: return tokenize::parse_sentencepiece(contents, label);
   }
   return Status(Code::kInvalidArgument, label + ": unknown vocabulary format " + std::to_string(static_cast<int>(format)));
 }

@@ -16,8 +16,8 @@ struct Tokenizer::Model {
   /// `cache` (none if null) remembers pieces that took work.
   virtual Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                                  const tokenize::PieceCache* cache) const = 0;
-  /// Appends the text of `id`; `first`: nothing of this text came before it.
-  virtual Status decode_one(int32_t id, std::string& out, bool first) const = 0;
+  /// Appends the text of `id`; `at_start` as in Tokenizer::decode_append.
+  virtual Status decode_one(int32_t id, std::string& out, bool& at_start) const = 0;
   /// Does encode_ordinary use a pre-token cache? (Tokenizers map one only then.)
   virtual bool uses_piece_cache() const { return false; }
   /// All ids, special ones included.
@@ -29,6 +29,16 @@ struct Tokenizer::Model {
   bool specials_in_text = true;
   int32_t cls_id = -1, sep_id = -1;  ///< added around a text when asked ([CLS] text [SEP])
   std::string config_report;         ///< what a loaded file asked for that we report (padding, ...)
+
+ protected:
+  /// Appends the text of special token `id`; false if `id` is not one.
+  bool decode_special(int32_t id, std::string& out) const {
+    auto it = std::lower_bound(specials.begin(), specials.end(), id,
+                               [](const auto& sp, int32_t v) { return sp.second < v; });
+    if (it == specials.end() || it->second != id) return false;
+    out += it->first;
+    return true;
+  }
 };
 
 namespace tokenize {
@@ -39,7 +49,7 @@ struct ByteBpe final : Tokenizer::Model {
   Pretokenizer pretokenizer = Pretokenizer::kR50k;
   Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                          const PieceCache* cache) const override;
-  Status decode_one(int32_t id, std::string& out, bool first) const override;
+  Status decode_one(int32_t id, std::string& out, bool& at_start) const override;
   bool uses_piece_cache() const override { return true; }
   /// One past the largest id (tiktoken's n_vocab): cl100k leaves ids unused.
   size_t vocab_size() const override {

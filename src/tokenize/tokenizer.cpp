@@ -212,21 +212,15 @@ Status Tokenizer::encode_batch(std::span<const std::string_view> texts, std::vec
   return {};
 }
 
-Status Tokenizer::decode_append(std::span<const int32_t> ids, std::string& out, bool first) const {
-  const auto& specials = model_->specials;  // sorted by id
-  for (int32_t id : ids) {
-    auto it = std::lower_bound(specials.begin(), specials.end(), id,
-                               [](const auto& sp, int32_t v) { return sp.second < v; });
-    if (it != specials.end() && it->second == id) out += it->first;
-    else OB_RETURN_IF_ERROR(model_->decode_one(id, out, first));
-    first = false;
-  }
+Status Tokenizer::decode_append(std::span<const int32_t> ids, std::string& out, bool& at_start) const {
+  for (int32_t id : ids) OB_RETURN_IF_ERROR(model_->decode_one(id, out, at_start));
   return {};
 }
 
 Result<std::string> Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
-  OB_RETURN_IF_ERROR(decode_append(ids, out, true));
+  bool at_start = true;
+  OB_RETURN_IF_ERROR(decode_append(ids, out, at_start));
   return out;
 }
 
@@ -234,8 +228,9 @@ DecodeStream::DecodeStream(Tokenizer tokenizer) : tokenizer_(std::move(tokenizer
 
 Status DecodeStream::step(std::span<const int32_t> ids, std::string& out) {
   std::string bytes = pending_;
-  OB_RETURN_IF_ERROR(tokenizer_.decode_append(ids, bytes, !started_));  // nothing changes on an unknown id
-  started_ = started_ || !ids.empty();
+  bool at_start = at_start_;
+  OB_RETURN_IF_ERROR(tokenizer_.decode_append(ids, bytes, at_start));  // nothing changes on an unknown id
+  at_start_ = at_start;
   pending_ = bytes.substr(append_utf8(bytes, false, out));
   return {};
 }
@@ -243,58 +238,26 @@ Status DecodeStream::step(std::span<const int32_t> ids, std::string& out) {
 void DecodeStream::finish(std::string& out) {
   append_utf8(pending_, true, out);
   pending_.clear();
-  started_ = false;
+  at_start_ = true;
 }
 
 namespace tokenize {
 
-namespace {
-
-// Pieces go through in small batches: hashing and prefetching a batch's
-// table slots first lets their cache misses overlap.
-template <typename Split>
-Status encode_pieces(const BpeVocab& vocab, std::string_view text, Split split, std::vector<int32_t>& out,
-                     const PieceCache* cache) {
-  constexpr size_t kBatch = 16;
-  struct Piece {
-    size_t begin, end;
-    uint64_t hash;
-  } batch[kBatch];
-  size_t k = 0;
-  Status st;
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  auto flush = [&] {
-    for (size_t i = 0; i < k && st.ok(); ++i)
-      st = vocab.encode_piece(s + batch[i].begin, batch[i].end - batch[i].begin, batch[i].hash, out, cache);
-    k = 0;
-  };
-  split(text, [&](size_t b, size_t e) {
-    uint64_t h = BpeVocab::hash(s + b, e - b);
-    vocab.prefetch(h);
-    if (cache) cache->prefetch(h);
-    batch[k++] = {b, e, h};
-    if (k == kBatch) flush();
-  });
-  flush();
-  return st;
-}
-
-}  // namespace
-
 Status ByteBpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out, const PieceCache* cache) const {
   switch (pretokenizer) {
     case Pretokenizer::kCl100k:
-      return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_cl100k(t, emit); }, out, cache);
+      return encode_split(vocab, text, [](auto t, auto&& emit) { split_cl100k(t, emit); }, out, cache);
     case Pretokenizer::kO200k:
-      return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_o200k<kO200kRules>(t, emit); }, out, cache);
+      return encode_split(vocab, text, [](auto t, auto&& emit) { split_o200k<kO200kRules>(t, emit); }, out, cache);
     case Pretokenizer::kTekken:
-      return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_o200k<kTekkenRules>(t, emit); }, out, cache);
+      return encode_split(vocab, text, [](auto t, auto&& emit) { split_o200k<kTekkenRules>(t, emit); }, out, cache);
     case Pretokenizer::kR50k: break;
   }
-  return encode_pieces(vocab, text, [](auto t, auto&& emit) { split_gpt2(t, emit); }, out, cache);
+  return encode_split(vocab, text, [](auto t, auto&& emit) { split_gpt2(t, emit); }, out, cache);
 }
 
-Status ByteBpe::decode_one(int32_t id, std::string& out, bool) const {
+Status ByteBpe::decode_one(int32_t id, std::string& out, bool&) const {
+  if (decode_special(id, out)) return {};
   std::string_view b = vocab.bytes_of(id);
   if (b.empty()) return {Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary"};
   out += b;

@@ -1,6 +1,7 @@
 #include "tokenize/wordpiece.h"
 
 #include <array>
+#include <utility>
 
 #include "tokenize/unicode.h"
 
@@ -162,7 +163,9 @@ Status BertWordPiece::encode_ordinary(std::string_view text, std::vector<int32_t
   return {};
 }
 
-Status BertWordPiece::decode_one(int32_t id, std::string& out, bool first) const {
+Status BertWordPiece::decode_one(int32_t id, std::string& out, bool& at_start) const {
+  const bool first = std::exchange(at_start, false);
+  if (decode_special(id, out)) return {};
   if (id < 0 || static_cast<size_t>(id) >= tokens.size())
     return {Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary"};
   const std::string& t = tokens[id];

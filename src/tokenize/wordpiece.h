@@ -33,7 +33,7 @@ struct BertWordPiece final : Tokenizer::Model {
   void normalize(std::string_view text, std::string& out) const;
   Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                          const PieceCache* cache) const override;
-  Status decode_one(int32_t id, std::string& out, bool first) const override;
+  Status decode_one(int32_t id, std::string& out, bool& at_start) const override;
   size_t vocab_size() const override { return tokens.size(); }
 
  private:

@@ -1,6 +1,7 @@
 // libFuzzer: arbitrary bytes through byte-level BPE with each pre-tokenizer
-// (r50k, cl100k, o200k, Tekken) under both UTF-8 policies. Never a crash or
-// hang; valid text decodes back to itself.
+// (r50k, cl100k, o200k, Tekken) and SentencePiece BPE (Mistral 7B's) under
+// both UTF-8 policies. Never a crash or hang; valid text decodes back to
+// itself (but SentencePiece's "▁", U+2581, which decodes as a space).
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -15,7 +16,8 @@ using namespace outboard;
 static std::vector<const Tokenizer*> tokenizers;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  for (const char* file : {"gpt2.tiktoken", "cl100k_base.tiktoken", "o200k_base.tiktoken", "tekken_240911.json"})
+  for (const char* file :
+       {"gpt2.tiktoken", "cl100k_base.tiktoken", "o200k_base.tiktoken", "tekken_240911.json", "tokenizer.model.v1"})
     tokenizers.push_back(&fuzz::load_or_abort(Tokenizer::from_file(fuzz::vocab_path(file))));
   return 0;
 }
@@ -32,7 +34,8 @@ static void check(const Tokenizer* tok, std::string_view text) {
   if (!tok->encode(text, ids, replace).ok()) abort();  // replace accepts any bytes
   auto back = tok->decode(ids);
   if (!back.ok()) abort();
-  if (st.ok() && back.value() != text) abort();  // valid input round-trips exactly
+  if (st.ok() && back.value() != text && text.find("\xE2\x96\x81") == std::string_view::npos)
+    abort();  // valid input round-trips exactly
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

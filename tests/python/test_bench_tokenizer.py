@@ -14,18 +14,18 @@ def test_quick_benchmark_writes_rows_meta_and_report(tmp_path) -> None:
     out = tmp_path / "run"
     # GPT-2 stands for the tiktoken families (cl100k and o200k take the same path with other peers).
     r = subprocess.run([OUTBOARD, "bench", "tokenizer", "--quick", "--rounds", "1", "--chunks", "8", "--threads", "1",
-                        "--models", "gpt2,tekken,bert", "--out", str(out)], capture_output=True, text=True, timeout=600)
+                        "--models", "gpt2,tekken,mistral,bert", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["pinned_core"] in range(64) and "load_after" in meta and meta["models"] == ["gpt2", "tekken", "bert"]
+    assert meta["pinned_core"] in range(64) and "load_after" in meta and meta["models"] == ["gpt2", "tekken", "mistral", "bert"]
     chunk_rows = [row for row in rows if row["case"] == "chunk-8k"]
     impls = {(row["params"]["model"], row["impl"]) for row in chunk_rows}
     assert {("gpt2", "outboard"), ("gpt2", "tiktoken"), ("tekken", "outboard"), ("tekken", "mistral-common"),
-            ("bert", "outboard"), ("bert", "hf-tokenizers")} <= impls
+            ("mistral", "outboard"), ("mistral", "sentencepiece"), ("bert", "outboard"), ("bert", "hf-tokenizers")} <= impls
     for row in chunk_rows:
         assert row["correctness"]["compared"] == 8
-        if row["impl"] in ("outboard", "tiktoken", "hf-tokenizers", "mistral-common"):
+        if row["impl"] in ("outboard", "tiktoken", "hf-tokenizers", "mistral-common", "sentencepiece"):
             assert row["correctness"]["mismatched_chunks"] == 0, row
         p = row["metrics"]["us_per_chunk"]
         assert 0 < p["min"] <= p["p50"] <= p["p90"] <= p["p99"] <= p["max"]
@@ -34,8 +34,10 @@ def test_quick_benchmark_writes_rows_meta_and_report(tmp_path) -> None:
             ("tekken", "outboard, no cache"), ("tekken", "mistral-common"), ("bert", "outboard")} <= set(regimes)
     for row in regimes.values():
         assert row["correctness"]["compared"] == 3 * row["params"]["chunks_per_regime"] > 0
-        if row["impl"] in ("outboard", "outboard, no cache", "tiktoken", "hf-tokenizers", "mistral-common"):
+        if row["impl"] in ("outboard", "outboard, no cache", "tiktoken", "hf-tokenizers", "mistral-common",
+                           "sentencepiece"):
             assert row["correctness"]["differing_chunks"] == 0, row
         assert all(row["metrics"][r]["mb_per_s"] > 0 for r in ("cold", "warm", "unseen"))
     report = (out / "report.md").read_text()
-    assert "## GPT-2" in report and "## Mistral Tekken" in report and "## BERT" in report and "### Regimes" in report
+    assert "## GPT-2" in report and "## Mistral Tekken" in report and "## Mistral 7B" in report and "## BERT" in report
+    assert "### Regimes" in report

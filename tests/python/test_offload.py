@@ -35,9 +35,9 @@ def test_every_placement_gives_the_in_process_ids(client: outboard.Client, model
         assert sum(tok.policy.routed.values()) == (len(texts) + 15) // 16
 
 
-@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "tekken"])
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base", "tekken", "mistral-v1", "mistral-v3"])
 def test_the_agent_serves_each_bpe_family_by_name_and_uploaded(client: outboard.Client, name: str) -> None:
-    """The pattern follows the vocabulary's name: the agent's own file, and the client's uploaded as
+    """The format follows the vocabulary's name: the agent's own file, and the client's uploaded as
     bytes (format by file name), give the host's ids."""
     from outboard import vocab
 

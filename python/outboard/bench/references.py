@@ -133,6 +133,13 @@ def tekken(path: Path) -> Any:
     return Tekkenizer.from_file(str(path))
 
 
+def sentencepiece(path: Path) -> Any:
+    """The sentencepiece library on a ``.model`` file (the reference for SentencePiece ids)."""
+    import sentencepiece
+
+    return sentencepiece.SentencePieceProcessor(model_file=str(path))
+
+
 def toktok_encoding(model: str) -> Any:
     """toktok-rs: cl100k and o200k compiled in."""
     import toktok

@@ -35,23 +35,20 @@ COLLECT_WAIT_S = 0.2
 AgentSender = Callable[[list[Text], Options, Finish], None]
 
 
+_NAMED = {"gpt2": Tokenizer.gpt2, "cl100k_base": Tokenizer.cl100k_base, "o200k_base": Tokenizer.o200k_base,
+          "tekken": Tokenizer.tekken, "mistral-v1": Tokenizer.mistral_v1, "mistral-v3": Tokenizer.mistral_v3,
+          "bert-base-uncased": Tokenizer.bert_base_uncased}
+
+
 def open_local(name: str | Path) -> Tokenizer:
     """The in-process tokenizer for a name the agent also understands."""
     name = str(name)
-    if name == "gpt2":
-        return Tokenizer.gpt2()
-    if name == "cl100k_base":
-        return Tokenizer.cl100k_base()
-    if name == "o200k_base":
-        return Tokenizer.o200k_base()
-    if name == "tekken":
-        return Tokenizer.tekken()
-    if name == "bert-base-uncased":
-        return Tokenizer.bert_base_uncased()
-    if name.endswith((".tiktoken", ".json", ".txt")):
+    if name in _NAMED:
+        return _NAMED[name]()
+    if name.endswith((".tiktoken", ".json", ".txt", ".model")) or ".model.v" in Path(name).name:
         return Tokenizer.from_file(name)
-    raise InvalidArgument(f"tokenizer '{name}' is neither gpt2, cl100k_base, o200k_base, tekken, bert-base-uncased "
-                          "nor a path to a .tiktoken, tokenizer .json or vocab.txt file")
+    raise InvalidArgument(f"tokenizer '{name}' is neither one of {', '.join(_NAMED)} "
+                          "nor a path to a .tiktoken, tokenizer .json, vocab.txt or SentencePiece .model file")
 
 
 class OffloadTokenizer:

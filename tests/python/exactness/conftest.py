@@ -1,4 +1,5 @@
-"""Reference tokenizers for the exactness gate: tiktoken, mistral-common and HF tokenizers (test-only)."""
+"""Reference tokenizers for the exactness gate: tiktoken, mistral-common, sentencepiece and HF tokenizers
+(test-only)."""
 
 from __future__ import annotations
 
@@ -43,11 +44,11 @@ def hf_gpt2(gpt2_files: tuple[Path, Path]):
 
 
 class Family:
-    """A byte-level BPE family next to its reference: ``ours`` and ``reference`` map text to ids."""
+    """A BPE family next to its reference: ``ours`` and ``reference`` map text to ids; ``vocab`` names its file."""
 
-    def __init__(self, name: str, ours: outboard.Tokenizer, reference: Callable[[str], list[int]],
+    def __init__(self, name: str, vocab: str, ours: outboard.Tokenizer, reference: Callable[[str], list[int]],
                  reference_ordinary: Callable[[str], list[int]]) -> None:
-        self.name, self.ours, self.reference = name, ours, reference
+        self.name, self.vocab, self.ours, self.reference = name, vocab, ours, reference
         self.reference_ordinary = reference_ordinary  # the same ids, cheaper per call (the code-point sweep)
 
 
@@ -55,15 +56,20 @@ def _family(name: str) -> Family:
     if name == "tekken":
         tekken = references.tekken(vocab.fetch("tekken", quiet=True)[0])
         inner, offset = tekken._model, tekken.num_special_tokens  # the tiktoken Encoding Tekkenizer.encode runs
-        return Family(name, outboard.Tokenizer.tekken(), lambda s: tekken.encode(s, bos=False, eos=False),
+        return Family(name, name, outboard.Tokenizer.tekken(), lambda s: tekken.encode(s, bos=False, eos=False),
                       lambda s: [t + offset for t in inner.encode_ordinary(s)])
+    if name.startswith("mistral-"):
+        path = vocab.fetch(name, quiet=True)[0]
+        sp = references.sentencepiece(path)
+        return Family(name, name, outboard.Tokenizer.from_sentencepiece(path), sp.encode, sp.encode)
     encoding = references.ENCODINGS[name]
     path = vocab.fetch(encoding.vocab, quiet=True)[0]
     tik = references.tiktoken_encoding(name, references.load_ranks(path))
-    return Family(name, outboard.Tokenizer.from_tiktoken(path, pattern=name), tik.encode_ordinary, tik.encode_ordinary)
+    return Family(name, encoding.vocab, outboard.Tokenizer.from_tiktoken(path, pattern=name), tik.encode_ordinary,
+                  tik.encode_ordinary)
 
 
-@pytest.fixture(scope="session", params=["cl100k", "o200k", "tekken"])
+@pytest.fixture(scope="session", params=["cl100k", "o200k", "tekken", "mistral-v1", "mistral-v3"])
 def family(request: pytest.FixtureRequest) -> Family:
     return _family(request.param)
 

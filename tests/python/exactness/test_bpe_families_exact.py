@@ -1,6 +1,6 @@
-"""Exactness gate for the byte-level BPE families after GPT-2: cl100k_base and o200k_base against tiktoken,
-Tekken against mistral-common's Tekkenizer. Ids identical with the pre-token cache off, cold, warm and
-contended; 0 differences passes."""
+"""Exactness gate for the BPE families after GPT-2: cl100k_base and o200k_base against tiktoken, Tekken
+against mistral-common's Tekkenizer, SentencePiece BPE (Mistral 7B v0.1 and v0.3) against sentencepiece.
+Ids identical with the pre-token cache off, cold, warm and contended; 0 differences passes."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ CONTEXTS = [
     lambda c: "1" + c + "\n",
     lambda c: "\n" + c + "  " + c + "1234",
 ]
-SWEPT_CONTEXTS = {"cl100k": 6, "o200k": 6, "tekken": 3}  # Tekken shares o200k's scanner but for digits and contractions
+# Tekken shares o200k's scanner but for digits and contractions; Mistral v0.3 shares v0.1's pieces, at other ids.
+SWEPT_CONTEXTS = {"cl100k": 6, "o200k": 6, "tekken": 3, "mistral-v1": 3, "mistral-v3": 1}
 TRAPS = [
     "DON'T don't", "IT'S 'LL 'Ve 're 'D", "x'\u017fy '\u212a", "\t'modified", "\tword \u00a0word (foo) 'bar",
     "12345 678901234567890", "\u00b2\u00b3\u00bc5x \u0661\u0662\u0663\u0664", "a   b", "x\n\n  y", "trailing \n  ",
@@ -33,6 +34,10 @@ TRAPS = [
     "HTMLParser getHTTPResponse ABC def", "\u01c5ungla \u02b0ab \u3042A a\u0903b", "!\u0301x \u0301 x/y !!/\n/",
     "   ", "\n", "a" * 100_000, "9" * 50_000, "!?" * 30_000, "\n" * 10_000 + "x", "日本語" * 3000, "👍🏽" * 2000,
     "x = {'a': [1, 2]}\n    return f'{x!r}'\n",
+    # SentencePiece: runs of spaces join last and from the left ("▁"x16 the longest piece), a literal "▁",
+    # control-token text, user-defined pieces, bytes no piece holds.
+    " " * 17 + "x", " " * 40, "x" + " " * 33 + "\n", "  " + " " * 64 + "1", "\u2581x \u2581\u2581 y\u2581",
+    "[INST] [REFERENCE_DOC_3]x[/INST]</s>", " leading", "\x00\x01\x7f control", "\U0010ffff\u0378\U000e0001",
 ]
 MIXTURE = "aZ9 '\t\n\r!.,/é日\u00a0\u0301\u0903\u017f\u01c5\u02b0\u3042\u2028-_(){}0sStT"
 
@@ -119,7 +124,42 @@ def test_the_file_name_chooses_the_pattern(family, docs) -> None:
     from outboard import vocab
     from outboard.bench import references
 
-    name = "tekken" if family.name == "tekken" else references.ENCODINGS[family.name].vocab
     sample = docs[::40]
-    by_name = outboard.Tokenizer.from_file(vocab.path(name))
+    by_name = outboard.Tokenizer.from_file(vocab.path(family.vocab))
     assert [by_name.encode(d).tolist() for d in sample] == [family.reference(d) for d in sample]
+
+
+@pytest.mark.parametrize("name", ["mistral-v1", "mistral-v3"])
+def test_sentencepiece_controls_bos_and_decode(name: str, docs) -> None:
+    from outboard import vocab
+    from outboard.bench import references
+
+    path = vocab.path(name)
+    ours, sp = outboard.Tokenizer.from_file(path), references.sentencepiece(path)
+    assert ours.vocab_size == sp.get_piece_size()
+    text = "[INST] hi [/INST]</s>[REFERENCE_DOC_1]"  # control-token text is ordinary text in sentencepiece
+    assert ours.encode(text).tolist() == sp.encode(text)
+    assert ours.encode(text, add_special_tokens=True).tolist() == sp.encode(text, add_bos=True)
+    with pytest.raises(errors.InvalidArgument, match="ordinary text"):
+        ours.encode(text, allowed_special="all")
+    sample = docs[::20]
+    diff = [i for i, d in enumerate(sample) if ours.decode(sp.encode(d)) != sp.decode(sp.encode(d))]
+    report(f"{name}: decode of the corpus ({len(sample)} documents)", len(sample), diff)
+    # Random ids: controls are invisible, <unk> shows " ⁇ ", the first "▁" goes, byte pieces spell whole
+    # characters (sentencepiece puts one U+FFFD per byte of a broken one, Python one per maximal part).
+    rng = random.Random(11)
+    plain = [i for i in range(sp.get_piece_size()) if not sp.is_byte(i)]
+    byte_of = {int(sp.id_to_piece(i)[3:5], 16): i for i in range(sp.get_piece_size()) if sp.is_byte(i)}
+    cases = []
+    for _ in range(3000):
+        ids = []
+        for _ in range(rng.randint(0, 8)):
+            if rng.random() < 0.2:
+                ids += [byte_of[b] for b in rng.choice(["é", "日", "😀", "\n", "\x00"]).encode()]
+            else:
+                ids.append(rng.choice(plain[:40] if rng.random() < 0.3 else plain))
+        cases.append(ids)
+    diff = [ids for ids in cases if ours.decode(ids) != sp.decode(ids)]
+    report(f"{name}: decode of random ids", len(cases), diff)
+    with pytest.raises(errors.NotFound):
+        ours.decode([sp.get_piece_size()])

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "../temp_file.h"
@@ -189,6 +191,86 @@ TEST(TokenizerTest, TekkenFilesLoadAndMalformedOnesNameTheField) {
   EXPECT_NE(r.status().message().find("is not valid JSON"), std::string::npos) << r.status().message();
   r = Tokenizer::from_tekken_json(write("tekken_t.json", R"({"config": {"pattern": 7}, "vocab": []})").string());
   EXPECT_EQ(r.status().code(), Code::kUnsupported);
+}
+
+// Protobuf wire bytes, for small SentencePiece models.
+std::string varint(uint64_t v) {
+  std::string s;
+  do {
+    const auto low = static_cast<uint8_t>(v & 0x7F);
+    v >>= 7;
+    s.push_back(static_cast<char>(low | (v ? 0x80 : 0)));
+  } while (v);
+  return s;
+}
+std::string number_field(uint32_t number, uint64_t v) { return varint(number << 3) + varint(v); }
+std::string bytes_field(uint32_t number, std::string_view b) {
+  return varint(number << 3 | 2) + varint(b.size()) + std::string(b);
+}
+std::string sp_piece(std::string_view text, float score, int type = 1) {
+  std::string f;
+  f.resize(4);
+  std::memcpy(f.data(), &score, 4);
+  return bytes_field(1, bytes_field(1, text) + varint(2 << 3 | 5) + f + number_field(3, type));
+}
+// <unk> <s> </s>, the 256 byte pieces (ids 3..258), then "▁" "a" "b" "▁a" "ab", and spaces joined last
+// ("▁▁" "▁▁▁" at -1e9, as Mistral's); `trainer` is appended to a BPE, byte-fallback trainer_spec.
+std::string sp_model(std::string_view trainer = "", std::string_view normal_extra = "", int bytes = 256) {
+  std::string m = sp_piece("<unk>", 0, 2) + sp_piece("<s>", 0, 3) + sp_piece("</s>", 0, 3);
+  for (int b = 0; b < bytes; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    m += sp_piece(name, 0, 6);
+  }
+  m += sp_piece("\u2581", -1e9f) + sp_piece("a", -100) + sp_piece("b", -101) + sp_piece("\u2581a", -1) +
+       sp_piece("ab", -2) + sp_piece("\u2581\u2581", -1e9f) + sp_piece("\u2581\u2581\u2581", -1e9f);
+  m += normal_extra;
+  m += bytes_field(2, number_field(3, 2) + number_field(35, 1) + std::string(trainer));
+  m += bytes_field(3, bytes_field(1, "identity") + number_field(3, 1) + number_field(4, 0) + number_field(5, 1));
+  return m;
+}
+
+TEST(TokenizerTest, SentencePieceModelsLoadAndMalformedOnesNameTheField) {
+  auto ok = Tokenizer::from_sentencepiece(write("sp_ok.model", sp_model()).string());
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->vocab_size(), 3u + 256 + 7);
+  auto encode = [&](std::string_view text) {
+    std::vector<int32_t> ids;
+    EXPECT_TRUE(ok->encode(text, ids).ok());
+    return ids;
+  };
+  const int32_t mark = 259, b = 261, a_ = 262, mark2 = 264, mark3 = 265;
+  EXPECT_EQ(encode("ab"), (std::vector<int32_t>{a_, b}));     // "▁a" outscores "ab"
+  EXPECT_EQ(encode("   a"), (std::vector<int32_t>{mark3, a_}));  // the word first, then its spaces from the left
+  EXPECT_EQ(encode("    "), (std::vector<int32_t>{mark3, mark2}));
+  EXPECT_EQ(encode("c\xC3\xA9"), (std::vector<int32_t>{mark, 3 + 'c', 3 + 0xC3, 3 + 0xA9}));  // byte fallback
+  EXPECT_EQ(encode("<s>"), (std::vector<int32_t>{mark, 3 + '<', 3 + 's', 3 + '>'}));  // control text is text
+  std::vector<int32_t> ids;
+  EncodeOptions bos;
+  bos.add_special_tokens = true;
+  ASSERT_TRUE(ok->encode("ab", ids, bos).ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, a_, b}));
+  ids.push_back(2);
+  EXPECT_EQ(ok->decode(ids).value(), "ab");  // control ids invisible, the first "▁" dropped
+  EXPECT_EQ(ok->decode(std::vector<int32_t>{mark, a_, 0}).value(), " a \xE2\x81\x87 ");
+  EXPECT_EQ(ok->special_id("<s>"), 1);
+  EXPECT_EQ(Tokenizer::vocab_format_of("dir/tokenizer.model.v3"), VocabFormat::kSentencePieceModel);
+
+  auto fails = [&](std::string_view name, const std::string& bytes, Code code, std::string_view says) {
+    auto r = Tokenizer::from_sentencepiece(write(name, bytes).string());
+    EXPECT_EQ(r.status().code(), code) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(name), std::string::npos) << r.status().message();
+  };
+  const std::string model = sp_model();
+  fails("sp_cut.model", model.substr(0, 1000), Code::kInvalidArgument, "past the end");
+  fails("sp_unigram.model", sp_model(number_field(3, 1)), Code::kUnsupported, "trainer_spec.model_type is 1");
+  fails("sp_bytes.model", sp_model("", "", 255), Code::kInvalidArgument, "lack the byte piece <0xFF>");
+  fails("sp_dup.model", sp_model("", sp_piece("ab", -3)), Code::kInvalidArgument, "pieces[266].piece 'ab' repeats pieces[263]");
+  fails("sp_tie.model", sp_model("", sp_piece("ba", -2)), Code::kUnsupported, "ties with");
+  fails("sp_wire.model", model + varint(1 << 3 | 0) + varint(5), Code::kInvalidArgument, "pieces has wire type 0");
+  fails("sp_type.model", sp_model("", sp_piece("zz", -5, 9)), Code::kInvalidArgument, "pieces[266].type is 9");
+  fails("sp_empty.model", "", Code::kInvalidArgument, "no pieces");
 }
 
 // Ids streamed one at a time give the text as decode() does, holding back

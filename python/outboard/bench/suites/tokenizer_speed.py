@@ -128,17 +128,39 @@ def _tekken_peers(tmp: Path) -> Peers:
     return impls, {}, "mistral-common"
 
 
+def _sentencepiece_peers(tmp: Path) -> Peers:
+    """Mistral 7B's SentencePiece BPE: outboard, sentencepiece (the reference) and gigatoken."""
+    from ... import vocab
+    from .. import references
+
+    path = vocab.path("mistral-v1")
+    impls: dict[str, Callable[[str], Any]] = {"outboard": _ours("mistral")}
+    missing: dict[str, str] = {}
+    try:
+        impls["sentencepiece"] = references.sentencepiece(path).encode
+    except ImportError:
+        missing["sentencepiece"] = "not installed (pip install sentencepiece)"
+    try:
+        import gigatoken
+
+        impls["gigatoken"] = gigatoken.Tokenizer.from_sentencepiece(str(path)).encode
+    except ImportError:
+        missing["gigatoken"] = "not installed (pip install gigatoken)"
+    return impls, missing, "sentencepiece" if "sentencepiece" in impls else "outboard"
+
+
 MODELS: dict[str, Callable[[Path], Peers]] = {
     "gpt2": functools.partial(_bpe_peers, "gpt2"), "cl100k": functools.partial(_bpe_peers, "cl100k"),
-    "o200k": functools.partial(_bpe_peers, "o200k"), "tekken": _tekken_peers, "bert": _bert_peers}
-BPE_MODELS = ("gpt2", "cl100k", "o200k", "tekken")  # the models with a pre-token cache
+    "o200k": functools.partial(_bpe_peers, "o200k"), "tekken": _tekken_peers, "mistral": _sentencepiece_peers,
+    "bert": _bert_peers}
+BPE_MODELS = ("gpt2", "cl100k", "o200k", "tekken", "mistral")  # the models with a pre-token cache
 
 
 def _tokenizer(model: str) -> Any:
     from ... import Tokenizer
 
     return {"gpt2": Tokenizer.gpt2, "cl100k": Tokenizer.cl100k_base, "o200k": Tokenizer.o200k_base,
-            "tekken": Tokenizer.tekken, "bert": Tokenizer.bert_base_uncased}[model]()
+            "tekken": Tokenizer.tekken, "mistral": Tokenizer.mistral_v1, "bert": Tokenizer.bert_base_uncased}[model]()
 
 
 def _ours(model: str, cache_bytes: int | None = None) -> Callable[[str], Any]:
@@ -199,8 +221,8 @@ def _run(run: Any, env: Any) -> None:
     if len(chunks) < need:
         raise BadConfig(f"corpus gives {len(chunks)} distinct chunks, {need} needed")
     versions = {}
-    for pkg in ("tiktoken", "tokenizers", "mistral-common", "fastokens", "tokie", "gigatoken", "riptoken", "toktok-rs",
-                "quicktok-v1"):
+    for pkg in ("tiktoken", "tokenizers", "mistral-common", "sentencepiece", "fastokens", "tokie", "gigatoken", "riptoken",
+                "toktok-rs", "quicktok-v1"):
         try:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
@@ -339,10 +361,11 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
              "A small noisy VM: compare ratios within this run, not absolute figures across machines.", "",
              f"Peers: {', '.join(f'{k} {v}' for k, v in meta['peers'].items()) or 'none installed'}"
              + (f"; missing: {meta['missing']}" if meta["missing"] else "") + ". Exactness: each implementation's ids "
-             "against the reference (tiktoken for GPT-2, cl100k and o200k, mistral-common for Tekken, HF tokenizers "
-             "for BERT) on the timed payloads."]
+             "against the reference (tiktoken for GPT-2, cl100k and o200k, mistral-common for Tekken, sentencepiece "
+             "for Mistral 7B, HF tokenizers for BERT) on the timed payloads."]
     titles = {"gpt2": "GPT-2 (r50k) byte-level BPE", "cl100k": "cl100k_base byte-level BPE",
               "o200k": "o200k_base byte-level BPE", "tekken": "Mistral Tekken (tekken_240911) byte-level BPE",
+              "mistral": "Mistral 7B v0.1 SentencePiece BPE (tokenizer.model.v1)",
               "bert": "BERT uncased WordPiece"}
     for model in meta["models"]:
         by = lambda case: [r for r in rows if r["case"] == case and r["params"].get("model") == model]  # noqa: E731
@@ -405,12 +428,13 @@ def _models(text: str) -> list[str]:
 
 SUITE = Suite(
     name="tokenizer", title="Tokenizer benchmark", body=_run, render=render, uses_agent=False,
-    help="byte-level BPE (GPT-2, cl100k, o200k, Tekken) and BERT WordPiece speed vs their exact and fastest peers", quick_help="a short run (about a minute)",
+    help="byte-level BPE (GPT-2, cl100k, o200k, Tekken), SentencePiece BPE (Mistral 7B) and BERT WordPiece speed vs "
+         "their exact and fastest peers", quick_help="a short run (about a minute)",
     options=[Option("--core", "core to pin to (default: the last one)", type=int),
              Option("--rounds", "rounds of fresh chunks", default=3, type=int),
              Option("--chunks", "distinct 8 KB chunks per round", default=200, type=int),
              Option("--threads", "thread counts for encode_batch scaling", default="1,2", parse=numbers("--threads", minimum=1)),
-             Option("--models", "gpt2, cl100k, o200k, tekken, bert (comma-separated) or all", default="all",
+             Option("--models", "gpt2, cl100k, o200k, tekken, mistral, bert (comma-separated) or all", default="all",
                     parse=_models),
              Option("--regime-chunks", "distinct 8 KB chunks per regime (cold/warm and unseen)", default=1400,
                     type=int)])
