@@ -2,6 +2,7 @@
 // RemoteTokenizer with its Completions (on an agent).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
@@ -136,6 +137,10 @@ class Completions {
 
 void bind_tokenizer(nb::module_& m) {
   m.attr("DEFAULT_PIECE_CACHE_BYTES") = kDefaultPieceCacheBytes;
+  m.def("vocab_format_of", [](std::string_view path) -> std::optional<int> {
+    const auto f = Tokenizer::vocab_format_of(path);
+    return f ? std::optional<int>(static_cast<int>(*f)) : std::nullopt;
+  }, "path"_a);
   nb::enum_<Pretokenizer>(m, "Pretokenizer")
       .value("r50k", Pretokenizer::kR50k)
       .value("cl100k", Pretokenizer::kCl100k)

@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _core
 from ._agent import LocalAgent
+from .detokenize import Detokenizer
 from .offload import AutoPolicy, OffloadTokenizer, Placement
 
 #: Default deadline of a blocking call, in seconds.
@@ -55,6 +56,11 @@ class Client:
         writes: into ``output`` they are emulated with messages this process copies, so pass it only
         when the ids must be in that memory (a GPU's pinned buffer)."""
         return OffloadTokenizer(self._conn, name, placement=placement, policy=policy, timeout=timeout, output=output)
+
+    def detokenizer(self, name: str | Path, *, timeout: float = DEFAULT_TIMEOUT_S) -> Detokenizer:
+        """Streaming detokenization on the agent (``name`` as for ``tokenizer``): each sequence's ids in, the
+        text they complete out, the decode state kept on the agent."""
+        return Detokenizer(self._conn, name, timeout=timeout)
 
     def stats(self) -> dict[str, Any]:
         return json.loads(self.request("stats"))

@@ -100,10 +100,13 @@ Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
   extra.push_back(services::make_stats([self] { return self->stats_json(); }));
   extra.push_back(services::make_memory(config.max_region_size));
   extra.push_back(services::make_sink());
-  extra.push_back(services::make_tokenize({config.tokenize_threads, config.tokenize_queue, config.max_batch_texts,
-                                           config.max_text_bytes, config.max_vocab_bytes,
-                                           config.vocab_dir.empty() ? default_vocab_dir() : config.vocab_dir,
-                                           config.tokenize_cache_bytes}));
+  // One set of loaded vocabularies for both directions of text.
+  auto vocabularies = std::make_shared<services::Vocabularies>(services::Vocabularies::Config{
+      config.vocab_dir.empty() ? default_vocab_dir() : config.vocab_dir, config.max_vocab_bytes,
+      config.tokenize_cache_bytes});
+  extra.push_back(services::make_tokenize(
+      {config.tokenize_threads, config.tokenize_queue, config.max_batch_texts, config.max_text_bytes}, vocabularies));
+  extra.push_back(services::make_detokenize(vocabularies));
   extra.push_back(services::make_graph({config.graph_threads, config.graph_max_instances, config.graph_max_memory}));
   extra.push_back(services::make_mpi({config.mpi_max_pending, config.channel.secure}));
   extra.push_back(services::make_checkpoint(

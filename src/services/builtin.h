@@ -7,6 +7,7 @@
 
 #include "outboard/service.h"
 #include "outboard/tokenizer.h"
+#include "services/vocabularies.h"
 
 namespace outboard::services {
 
@@ -49,13 +50,16 @@ struct TokenizeConfig {
   uint32_t max_queued = 1024;             ///< --tokenize-queue: batches waiting for a worker
   uint32_t max_batch_texts = 4096;        ///< --max-batch-texts
   uint64_t max_text_bytes = 16ull << 20;  ///< --max-text-bytes: longer texts fail alone
-  uint64_t max_vocab_bytes = 64ull << 20; ///< --max-vocab-bytes: largest vocabulary a client uploads
-  std::string vocab_dir;                  ///< --vocab-dir: the only place names are opened
-  uint64_t cache_bytes = kDefaultPieceCacheBytes;  ///< --tokenize-cache-bytes: each loaded vocabulary's pre-token cache
 };
 /// `tokenize`: exact tokenizers on the agent; ids are put into the client's
-/// registered buffer (wire format: services/tokenize_wire.h).
-std::unique_ptr<Service> make_tokenize(TokenizeConfig config);
+/// registered buffer (wire format: services/tokenize_wire.h). Its
+/// vocabularies are the session's (services/vocabularies.h).
+std::unique_ptr<Service> make_tokenize(TokenizeConfig config, std::shared_ptr<Vocabularies> vocabularies);
+
+/// `detokenize`: ids in, text out as each sequence's characters complete,
+/// the decode state of every sequence kept on the agent (wire format:
+/// services/detokenize_wire.h), with the session's vocabularies.
+std::unique_ptr<Service> make_detokenize(std::shared_ptr<Vocabularies> vocabularies);
 
 /// Limits of the `graph` service (agent options in the comments).
 struct GraphServiceConfig {

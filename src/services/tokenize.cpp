@@ -7,24 +7,15 @@
 // without taking the core from a worker, and a client never has to wake it.
 #include <algorithm>
 #include <atomic>
-#include <map>
-#include <mutex>
 #include <unordered_map>
 
-#include <sodium.h>
-
-#include <cctype>
-#include <filesystem>
-
 #include "outboard/clock.h"
-#include "outboard/log.h"
 #include "outboard/tokenizer.h"
 #include "services/builtin.h"
 #include "services/tokenize_wire.h"
+#include "services/vocabularies.h"
 #include "services/worker_queue.h"
 #include "util/text.h"
-
-OB_LOG_MODULE("tokenize");
 
 namespace outboard::services {
 namespace {
@@ -33,49 +24,9 @@ namespace wire = tokenize_wire;
 
 constexpr int64_t kPutDeadlineMs = 5000;  // a client that cannot take its ids in 5 s has failed
 
-// What a connection may hold: a client that opens or binds without end
+// Output buffers a connection may bind: a client that binds without end
 // runs out here, not the session's memory.
-constexpr size_t kMaxTokenizersPerConnection = 256;
 constexpr size_t kMaxOutputsPerConnection = 4096;
-// Longest vocabulary name a client may give.
-constexpr size_t kMaxVocabName = 128;
-
-// One answer for every name the directory does not serve, whatever is on
-// disk: a client learns nothing about the agent's files from it.
-Status not_in_vocab_dir(std::string_view name) {
-  return {Code::kNotFound, "vocabulary " + quote(name, kMaxVocabName) +
-                               " is not in the agent's vocabulary directory (`outboard vocab fetch` there fills it; "
-                               "a vocabulary file of the client's own is uploaded)"};
-}
-
-// A name the client gave, resolved in the vocabulary directory only: "gpt2",
-// "cl100k_base", "o200k_base", "tekken", "mistral-v1", "mistral-v3",
-// "bert-base-uncased", or a file name there (letters, digits, . _ -) whose
-// name says its format (Tokenizer::vocab_format_of). Nothing outside the
-// directory is opened.
-Result<Tokenizer> load(const std::string& name, const std::string& vocab_dir) {
-  const bool plain = !name.empty() && name.size() <= kMaxVocabName && name[0] != '.' &&
-                     std::all_of(name.begin(), name.end(), [](char c) {
-                       return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
-                     });
-  if (!plain) return not_in_vocab_dir(name);
-  const std::string file = name == "gpt2"                ? "gpt2.tiktoken"
-                           : name == "cl100k_base"       ? "cl100k_base.tiktoken"
-                           : name == "o200k_base"        ? "o200k_base.tiktoken"
-                           : name == "tekken"            ? "tekken_240911.json"
-                           : name == "mistral-v1"        ? "tokenizer.model.v1"
-                           : name == "mistral-v3"        ? "mistral_instruct_tokenizer_240323.model.v3"
-                           : name == "bert-base-uncased" ? "bert-base-uncased-vocab.txt"
-                                                         : name;
-  std::error_code ec;
-  const auto dir = std::filesystem::canonical(vocab_dir, ec);
-  if (ec) return not_in_vocab_dir(name);
-  const auto path = std::filesystem::canonical(dir / file, ec);
-  // A link in the directory may not lead out of it.
-  if (ec || path.parent_path() != dir || !std::filesystem::is_regular_file(path, ec)) return not_in_vocab_dir(name);
-  if (!Tokenizer::vocab_format_of(file)) return not_in_vocab_dir(name);
-  return Tokenizer::from_file(dir / file);  // its format by the name asked for, a link's too
-}
 
 struct Client {
   std::vector<std::shared_ptr<const Tokenizer>> tokenizers;
@@ -89,14 +40,15 @@ struct Core {
   std::atomic<bool> detached{false};  // the service is gone: posted closures do nothing
   std::unordered_map<uint32_t, Client> clients;  // progress thread only
   WorkerQueue workers;
-  // Loaded once per agent, shared by every client that opens the name.
-  std::mutex loaded_mu;
-  std::map<std::string, std::shared_ptr<const Tokenizer>> loaded;
+  std::shared_ptr<Vocabularies> vocabularies;
 };
 
 class Tokenize final : public Service {
  public:
-  explicit Tokenize(TokenizeConfig config) : core_(std::make_shared<Core>()) { core_->config = std::move(config); }
+  Tokenize(TokenizeConfig config, std::shared_ptr<Vocabularies> vocabularies) : core_(std::make_shared<Core>()) {
+    core_->config = std::move(config);
+    core_->vocabularies = std::move(vocabularies);
+  }
   ~Tokenize() override {
     core_->detached = true;
     core_->workers.stop();
@@ -117,9 +69,9 @@ class Tokenize final : public Service {
     in = in.subspan(1);
     switch (op) {
       case wire::kOpen:
-        return open(std::move(r), std::string(reinterpret_cast<const char*>(in.data()), in.size()));
+        return open(std::move(r), Vocabularies::Request{std::string(reinterpret_cast<const char*>(in.data()), in.size())});
       case wire::kUpload:
-        return upload(std::move(r), in);
+        return open(std::move(r), core_->vocabularies->upload(in));
       case wire::kBind:
         return bind(std::move(r), in);
       case wire::kEncode:
@@ -141,78 +93,13 @@ class Tokenize final : public Service {
                                       " batches (agent option --tokenize-queue)"});
   }
 
-  // A vocabulary the agent has in its directory (`name`), or one the client
-  // uploaded (`contents`, parsed by the same loaders, cached by its sha256):
-  // loaded once per session, on a worker.
-  void open(ServiceRequest r, std::string name, VocabFormat format = {}, std::span<const uint8_t> contents = {}) {
+  // A vocabulary the agent has in its directory, or one the client
+  // uploaded: loaded once per session, on a worker.
+  void open(ServiceRequest r, Result<Vocabularies::Request> request) {
     Responder responder = r.responder;
-    const uint32_t conn = r.peer->id();
-    if (core_->clients[conn].tokenizers.size() >= kMaxTokenizersPerConnection)
-      return responder.fail({Code::kTooBig, "connection has opened " + std::to_string(kMaxTokenizersPerConnection) +
-                                                " tokenizers, the limit kMaxTokenizersPerConnection"});
-    auto req = std::make_shared<ServiceRequest>(std::move(r));  // closures must be copyable; it owns `contents`
-    auto work = [core = core_, name, format, contents, req, conn]() -> std::function<void()> {
-      std::shared_ptr<const Tokenizer> tok;
-      Status st;
-      {
-        std::lock_guard lock(core->loaded_mu);
-        if (auto it = core->loaded.find(name); it != core->loaded.end()) tok = it->second;
-      }
-      if (!tok) {
-        const auto t0 = Clock::now();
-        auto loaded = contents.empty() ? load(name, core->config.vocab_dir)
-                                       : Tokenizer::from_contents(format, {reinterpret_cast<const char*>(contents.data()),
-                                                                           contents.size()},
-                                                                  "uploaded vocabulary " + name.substr(0, 19));
-        if (loaded.ok()) {
-          OB_LOG_INFO("loaded tokenizer %s (%zu ids) in %.0f ms", quote(name).c_str(), loaded.value().vocab_size(),
-                      std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-          std::lock_guard lock(core->loaded_mu);
-          auto& slot = core->loaded[name];
-          // A loaded tokenizer already has a default cache, unused: make another only for another size.
-          const uint64_t cache = core->config.cache_bytes;
-          if (!slot)
-            slot = std::make_shared<const Tokenizer>(cache == kDefaultPieceCacheBytes ? std::move(loaded).value()
-                                                                                      : loaded->with_piece_cache(cache));
-          tok = slot;
-        } else {
-          st = loaded.status();
-          OB_LOG_INFO("cannot open tokenizer: %s", st.to_string().c_str());
-        }
-      }
-      return [core, req, tok = std::move(tok), st, conn] {
-        if (core->detached) return;
-        if (!st.ok()) return req->responder.fail(st);
-        auto& tokenizers = core->clients[conn].tokenizers;
-        tokenizers.push_back(tok);
-        uint32_t reply[2] = {static_cast<uint32_t>(tokenizers.size() - 1), static_cast<uint32_t>(tok->vocab_size())};
-        req->responder.respond(Buffer::copy_of({reinterpret_cast<const uint8_t*>(reply), sizeof reply}));
-      };
-    };
-    enqueue(std::move(work), responder);
-  }
-
-  void upload(ServiceRequest r, std::span<const uint8_t> body) {
-    const uint64_t limit = core_->config.max_vocab_bytes;
-    if (body.empty()) return r.responder.fail({Code::kInvalidArgument, "vocabulary upload names no format"});
-    const uint8_t format = body[0];
-    if (format < static_cast<uint8_t>(VocabFormat::kTiktoken) || format > static_cast<uint8_t>(VocabFormat::kSentencePieceModel))
-      return r.responder.fail({Code::kInvalidArgument, "vocabulary format " + std::to_string(format) +
-                                                           " is not 1 (tiktoken), 2 (tokenizer.json), 3 (vocab.txt), "
-                                                           "4 (tiktoken, cl100k), 5 (tiktoken, o200k), 6 (Tekken) or "
-                                                           "7 (SentencePiece .model)"});
-    const auto contents = body.subspan(1);
-    if (contents.size() > limit)
-      return r.responder.fail({Code::kTooBig, "uploaded vocabulary of " + std::to_string(contents.size()) +
-                                                  " B exceeds max_vocab_bytes " + std::to_string(limit) +
-                                                  " (agent option --max-vocab-bytes)"});
-    unsigned char digest[crypto_hash_sha256_BYTES];
-    crypto_hash_sha256(digest, contents.data(), contents.size());
-    char hex[2 * sizeof digest + 1];
-    sodium_bin2hex(hex, sizeof hex, digest, sizeof digest);
-    // The same bytes read as another format are another tokenizer.
-    std::string key = "sha256:" + std::string(hex) + ":" + std::to_string(format);
-    open(std::move(r), std::move(key), static_cast<VocabFormat>(format), contents);
+    auto work = open_work(core_, std::move(request), r);
+    if (!work.ok()) return responder.fail(work.status());
+    enqueue(std::move(work).value(), responder);
   }
 
   void bind(ServiceRequest r, std::span<const uint8_t> descriptor) {
@@ -366,6 +253,8 @@ class Tokenize final : public Service {
 
 }  // namespace
 
-std::unique_ptr<Service> make_tokenize(TokenizeConfig config) { return std::make_unique<Tokenize>(std::move(config)); }
+std::unique_ptr<Service> make_tokenize(TokenizeConfig config, std::shared_ptr<Vocabularies> vocabularies) {
+  return std::make_unique<Tokenize>(std::move(config), std::move(vocabularies));
+}
 
 }  // namespace outboard::services

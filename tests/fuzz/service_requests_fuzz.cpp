@@ -1,9 +1,9 @@
 // libFuzzer: what a client may send to the agent's services, through a real
 // agent in this process (Isolation::kNone: one UCX worker, real endpoints).
 // The first byte picks the service and whether the rest goes as a request
-// or a one-way message. A tokenizer, an output buffer and a graph region
-// are opened first, so requests that name handle 0 reach the code behind
-// them. Every request is answered (or times out: a mirror waits for pings),
+// or a one-way message. A tokenizer, an output buffer, a graph region and
+// a detokenize stream are opened first, so requests that name handle 0
+// reach the code behind them. Every request is answered (or times out: a mirror waits for pings),
 // and no input closes the connection.
 #include <array>
 #include <cstdio>
@@ -19,7 +19,7 @@ using namespace outboard;
 
 namespace {
 
-constexpr std::array<const char*, 6> kServices = {"echo", "graph", "memory", "sink", "stats", "tokenize"};
+constexpr std::array<const char*, 7> kServices = {"echo", "graph", "memory", "sink", "stats", "tokenize", "detokenize"};
 
 struct World {
   std::unique_ptr<Agent> agent;
@@ -65,6 +65,13 @@ World& world() {
     std::vector<uint8_t> bind{'B'};
     bind.insert(bind.end(), w->region.descriptor().begin(), w->region.descriptor().end());
     if (auto r = w->conn->request("graph", bind, Deadline::after_ms(5000)); !r.ok()) fail("graph bind", r.status());
+    const std::string open = "Ogpt2";
+    if (auto r = w->conn->request("detokenize", {reinterpret_cast<const uint8_t*>(open.data()), open.size()},
+                                  Deadline::after_ms(30000));
+        !r.ok())
+      fail("detokenize open", r.status());
+    const uint8_t stream[] = {'S', 0, 0, 0, 0};
+    if (auto r = w->conn->request("detokenize", stream, Deadline::after_ms(5000)); !r.ok()) fail("detokenize stream", r.status());
     return w;
   }();
   return *w;

@@ -497,13 +497,14 @@ result = {{"lanes": c.connection.lanes, "mapped": mapped}}
 # --------------------------------------------------------------- paths
 
 
-def test_a_client_names_vocabularies_not_paths(client: outboard.Client, tmp_path: Path) -> None:
+@pytest.mark.parametrize("service", ["tokenize", "detokenize"])
+def test_a_client_names_vocabularies_not_paths(client: outboard.Client, tmp_path: Path, service: str) -> None:
     secret = tmp_path / "x.tokenizer.json"
     secret.write_text('{"model": {"type": "TOPSECRET-42"}}')
     answers = []
     for name in (str(secret), str(tmp_path / "missing.tokenizer.json"), "../../etc/passwd", "gpt5"):
         with pytest.raises(errors.NotFound) as e:
-            client.request("tokenize", b"O" + name.encode())
+            client.request(service, b"O" + name.encode())
         answers.append(e.value.message.replace(name, "NAME"))
         assert "TOPSECRET" not in e.value.message
     assert len(set(answers)) == 1, answers  # existing or not: the same answer

@@ -1,0 +1,195 @@
+// The `detokenize` service: a server streaming generated text sends each
+// sequence's new ids and gets back the text they complete — whole UTF-8
+// characters only, the bytes of one begun held on the agent until later ids
+// end it (Tokenizer's DecodeStream). One request steps any number of
+// sequences, so a serving loop pays one round trip per generation step.
+//
+// Decoding is a table read per id: steps run on the progress thread.
+// Opening a vocabulary parses a file (up to seconds): that runs on a worker.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+
+#include "outboard/tokenizer.h"
+#include "services/builtin.h"
+#include "services/detokenize_wire.h"
+#include "services/vocabularies.h"
+#include "services/worker_queue.h"
+#include "util/text.h"
+
+namespace outboard::services {
+namespace {
+
+namespace wire = detokenize_wire;
+
+// What a connection may hold and ask at once: a client that opens streams
+// without end, or sends a huge step, runs out here, not the session's memory.
+constexpr size_t kMaxStreamsPerConnection = 1 << 16;
+constexpr uint64_t kMaxStepIds = 1 << 20;
+constexpr size_t kOpensQueued = 64;  // vocabularies waiting for the loader thread
+
+struct Client {
+  std::vector<std::shared_ptr<const Tokenizer>> tokenizers;
+  std::vector<std::optional<DecodeStream>> streams;  // a closed one's slot is reused
+  size_t open_streams = 0;
+};
+
+struct Core {
+  std::atomic<bool> detached{false};
+  std::unordered_map<uint32_t, Client> clients;  // progress thread only
+  std::shared_ptr<Vocabularies> vocabularies;
+  WorkerQueue loader;
+};
+
+class Detokenize final : public Service {
+ public:
+  explicit Detokenize(std::shared_ptr<Vocabularies> vocabularies) : core_(std::make_shared<Core>()) {
+    core_->vocabularies = std::move(vocabularies);
+  }
+  ~Detokenize() override {
+    core_->detached = true;
+    core_->loader.stop();
+  }
+
+  std::string name() const override { return "detokenize"; }
+  void attach(ServiceHost& host) override { core_->loader.attach(host, 1); }
+  void on_disconnect(uint32_t id) override { core_->clients.erase(id); }
+
+  void handle(ServiceRequest r) override {
+    if (!r.responder.expects_response())
+      return r.responder.fail({Code::kInvalidArgument, "detokenize takes requests, not one-way messages"});
+    std::span<const uint8_t> in = r.payload.span();
+    if (in.empty()) return r.responder.fail({Code::kInvalidArgument, "empty detokenize request"});
+    const char op = static_cast<char>(in[0]);
+    in = in.subspan(1);
+    switch (op) {
+      case wire::kOpen:
+        return open(std::move(r), Vocabularies::Request{std::string(reinterpret_cast<const char*>(in.data()), in.size())});
+      case wire::kUpload:
+        return open(std::move(r), core_->vocabularies->upload(in));
+      case wire::kStream:
+        return stream(std::move(r), in);
+      case wire::kStep:
+        return step(std::move(r), in);
+      case wire::kClose:
+        return close(std::move(r), in);
+      default:
+        return r.responder.fail({Code::kInvalidArgument, "unknown detokenize request " + quote({&op, 1})});
+    }
+  }
+
+ private:
+  void open(ServiceRequest r, Result<Vocabularies::Request> request) {
+    Responder responder = r.responder;
+    auto work = open_work(core_, std::move(request), r);
+    if (!work.ok()) return responder.fail(work.status());
+    if (!core_->loader.push(std::move(work).value(), kOpensQueued))
+      responder.fail({Code::kAgain, "detokenize has " + std::to_string(kOpensQueued) +
+                                        " vocabularies waiting to load, the limit kOpensQueued"});
+  }
+
+  void stream(ServiceRequest r, std::span<const uint8_t> body) {
+    wire::Reader in{body};
+    uint32_t tokenizer = 0;
+    if (!in.get(tokenizer)) return r.responder.fail({Code::kInvalidArgument, "stream request is truncated"});
+    Client& client = core_->clients[r.peer->id()];
+    if (tokenizer >= client.tokenizers.size())
+      return r.responder.fail({Code::kNotFound, "tokenizer " + std::to_string(tokenizer) + " was not opened on this connection"});
+    if (client.open_streams >= kMaxStreamsPerConnection)
+      return r.responder.fail({Code::kTooBig, "connection has " + std::to_string(client.open_streams) +
+                                                  " open streams, the limit kMaxStreamsPerConnection"});
+    auto slot = std::find_if(client.streams.begin(), client.streams.end(), [](const auto& s) { return !s; });
+    if (slot == client.streams.end()) slot = client.streams.insert(slot, std::nullopt);
+    slot->emplace(*client.tokenizers[tokenizer]);
+    ++client.open_streams;
+    const auto handle = static_cast<uint32_t>(slot - client.streams.begin());
+    r.responder.respond(Buffer::copy_of({reinterpret_cast<const uint8_t*>(&handle), sizeof handle}));
+  }
+
+  DecodeStream* find(Client& client, uint32_t handle) {
+    return handle < client.streams.size() && client.streams[handle] ? &*client.streams[handle] : nullptr;
+  }
+
+  void release(Client& client, uint32_t handle) {
+    client.streams[handle].reset();
+    --client.open_streams;
+  }
+
+  void close(ServiceRequest r, std::span<const uint8_t> body) {
+    wire::Reader in{body};
+    uint32_t handle = 0;
+    if (!in.get(handle)) return r.responder.fail({Code::kInvalidArgument, "close request is truncated"});
+    Client& client = core_->clients[r.peer->id()];
+    if (!find(client, handle))
+      return r.responder.fail({Code::kNotFound, "stream " + std::to_string(handle) + " is not open on this connection"});
+    release(client, handle);
+    r.responder.respond(Buffer());
+  }
+
+  void step(ServiceRequest r, std::span<const uint8_t> body) {
+    wire::Reader in{body};
+    uint32_t n = 0;
+    if (!in.get(n)) return r.responder.fail({Code::kInvalidArgument, "step request is truncated (no count)"});
+    if (n > kMaxStreamsPerConnection)
+      return r.responder.fail({Code::kTooBig, "step of " + std::to_string(n) + " streams exceeds kMaxStreamsPerConnection " +
+                                                  std::to_string(kMaxStreamsPerConnection)});
+    std::vector<wire::Step> steps(n);
+    uint64_t total = 0;
+    for (auto& s : steps) {
+      if (!in.get(s)) return r.responder.fail({Code::kInvalidArgument, "step request is truncated (steps)"});
+      total += s.ids;
+    }
+    if (total > kMaxStepIds)
+      return r.responder.fail({Code::kTooBig, "step of " + std::to_string(total) + " ids exceeds kMaxStepIds " +
+                                                  std::to_string(kMaxStepIds)});
+    if (total * sizeof(int32_t) != in.in.size())
+      return r.responder.fail({Code::kInvalidArgument, "steps name " + std::to_string(total) + " ids but the request carries " +
+                                                           std::to_string(in.in.size()) + " B"});
+    Client& client = core_->clients[r.peer->id()];
+    std::vector<wire::StepResult> results(n);
+    std::string text;
+    std::vector<std::string> errors;
+    std::vector<int32_t> ids;
+    const uint8_t* next = in.in.data();
+    for (uint32_t i = 0; i < n; ++i) {
+      const wire::Step& s = steps[i];
+      ids.resize(s.ids);
+      std::memcpy(ids.data(), next, s.ids * sizeof(int32_t));  // the payload need not be aligned for int32
+      next += s.ids * sizeof(int32_t);
+      const size_t before = text.size();
+      Status st;
+      if (DecodeStream* stream = find(client, s.stream)) {
+        st = stream->step(ids, text);
+        if (st.ok() && (s.flags & wire::kFinish)) {
+          stream->finish(text);
+          release(client, s.stream);
+        }
+      } else {
+        st = {Code::kNotFound, "stream " + std::to_string(s.stream) + " is not open on this connection"};
+      }
+      if (!st.ok()) {
+        text.resize(before);
+        errors.push_back("step " + std::to_string(i) + ": " + st.message());
+      }
+      results[i] = {static_cast<uint32_t>(text.size() - before), static_cast<int32_t>(st.code())};
+    }
+    wire::Writer answer;
+    for (const auto& res : results) answer.put(res);
+    answer.put_bytes(text);
+    for (const auto& e : errors) answer.put_string(e);
+    r.responder.respond(Buffer::copy_of(answer.bytes));
+  }
+
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace
+
+std::unique_ptr<Service> make_detokenize(std::shared_ptr<Vocabularies> vocabularies) {
+  return std::make_unique<Detokenize>(std::move(vocabularies));
+}
+
+}  // namespace outboard::services

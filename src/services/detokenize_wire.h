@@ -1,0 +1,45 @@
+// Wire format of the `detokenize` service. Little-endian; every request
+// starts with an op byte.
+//
+//   'O' name bytes            -> u32 tokenizer, u32 vocab size (as tokenize's)
+//   'L' u8 format, the bytes  -> as 'O' (a vocabulary the client uploads)
+//   'S' u32 tokenizer         -> u32 stream: one sequence's decode state
+//   'D' u32 n, Step[n], then each step's ids (i32) back to back
+//       -> StepResult[n], each step's text back to back, then for each
+//          failed step a u32 length and its message. A step fails alone
+//          and leaves its stream as it was.
+//   'C' u32 stream            -> empty; the stream is closed, what it held dropped
+#pragma once
+
+#include <cstdint>
+
+#include "util/codec.h"
+
+namespace outboard::detokenize_wire {
+
+inline constexpr char kOpen = 'O';
+inline constexpr char kUpload = 'L';
+inline constexpr char kStream = 'S';
+inline constexpr char kStep = 'D';
+inline constexpr char kClose = 'C';
+
+enum StepFlags : uint8_t {
+  kFinish = 1,  ///< after the ids: the bytes held back (U+FFFD where broken), and the stream is closed
+};
+
+struct Step {
+  uint32_t stream = 0;
+  uint32_t ids = 0;
+  uint8_t flags = 0;
+  uint8_t pad[3] = {};
+};
+
+struct StepResult {
+  uint32_t length = 0;  ///< bytes of text (UTF-8, complete characters)
+  int32_t code = 0;     ///< outboard::Code; 0 = ok
+};
+
+using codec::Reader;
+using codec::Writer;
+
+}  // namespace outboard::detokenize_wire
