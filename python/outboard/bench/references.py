@@ -76,16 +76,19 @@ def load_ranks(path: Path) -> dict[bytes, int]:
     return load_tiktoken_bpe(str(path))
 
 
-def write_vocab_merges(ranks: dict[bytes, int], directory: Path) -> tuple[Path, Path]:
-    """GPT-2's vocab.json and merges.txt derived from the ranks (byte-identical to OpenAI's)."""
+def write_vocab_merges(ranks: dict[bytes, int], directory: Path, *, name: str = "",
+                       specials: dict[str, int] = ENDOFTEXT) -> tuple[Path, Path]:
+    """vocab.json and merges.txt (``name``-prefixed) derived from tiktoken ranks; for GPT-2's ranks and
+    special token, byte-identical to OpenAI's."""
     enc = bytes_to_unicode()
     to_text = lambda b: "".join(enc[x] for x in b)  # noqa: E731
     vocab = {to_text(t): r for t, r in ranks.items()}
-    vocab.update(ENDOFTEXT)
-    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    vocab.update(specials)
+    paths = directory / f"{name}vocab.json", directory / f"{name}merges.txt"
+    paths[0].write_text(json.dumps(vocab, ensure_ascii=False))
     lines = ["#version: 0.2"] + [f"{to_text(a)} {to_text(b)}" for a, b in derive_merges(ranks)]
-    (directory / "merges.txt").write_text("\n".join(lines) + "\n")
-    return directory / "vocab.json", directory / "merges.txt"
+    paths[1].write_text("\n".join(lines) + "\n")
+    return paths
 
 
 def tiktoken_encoding(model: str, ranks: dict[bytes, int]) -> Any:
@@ -101,6 +104,26 @@ def hf_gpt2(vocab_json: Path, merges_txt: Path) -> Any:
 
     tok = Tokenizer(models.BPE.from_file(str(vocab_json), str(merges_txt)))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # trap 1: the default is True
+    tok.decoder = decoders.ByteLevel()
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+def hf_tiktoken(model: str, ranks_path: Path, directory: Path) -> Any:
+    """HF tokenizers with a tiktoken encoding's pattern and its ranks as BPE merges (derived once into
+    ``directory``): the tokenizer.json a converter would build, offline."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab_json, merges_txt = directory / f"{model}-vocab.json", directory / f"{model}-merges.txt"
+    if not merges_txt.exists():
+        write_vocab_merges(load_ranks(ranks_path), directory, name=f"{model}-", specials={})
+    tok = Tokenizer(models.BPE.from_file(str(vocab_json), str(merges_txt)))
+    # Oniguruma reads "{1,3}+" as "{1,3}, one or more times", not possessive: the same pattern without it.
+    pattern = ENCODINGS[model].pattern.replace("{1,3}+", "{1,3}")
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     tok.no_padding()
     tok.no_truncation()

@@ -78,8 +78,9 @@ def _bert_peers(tmp: Path) -> Peers:
 
 
 def _bpe_peers(model: str, tmp: Path) -> Peers:
-    """A tiktoken encoding (gpt2, cl100k, o200k): outboard, tiktoken (the reference), HF tokenizers (GPT-2),
-    fastokens, gigatoken and riptoken, and for cl100k and o200k toktok and quicktok."""
+    """A tiktoken encoding (gpt2, cl100k, o200k): outboard, tiktoken (the reference), HF tokenizers (for
+    cl100k and o200k built from the ranks and pattern, as a converter would), fastokens, gigatoken and
+    riptoken, and for cl100k and o200k toktok and quicktok."""
     from ... import vocab
     from .. import references
 
@@ -94,7 +95,10 @@ def _bpe_peers(model: str, tmp: Path) -> Peers:
             missing[name] = f"not installed (pip install {package})"
 
     def hf() -> Callable[[str], Any]:
-        tok = references.hf_gpt2(*references.write_vocab_merges(references.load_ranks(path), tmp))
+        if model == "gpt2":
+            tok = references.hf_gpt2(*references.write_vocab_merges(references.load_ranks(path), tmp))
+        else:
+            tok = references.hf_tiktoken(model, path, tmp)
         return lambda t: tok.encode(t, add_special_tokens=False).ids
 
     def fastokens() -> Callable[[str], Any]:
@@ -102,8 +106,7 @@ def _bpe_peers(model: str, tmp: Path) -> Peers:
         return lambda t: tok.encode(t).ids
 
     peer("tiktoken", "tiktoken", lambda: references.tiktoken_encoding(model, references.load_ranks(path)).encode_ordinary)
-    if model == "gpt2":
-        peer("hf-tokenizers", "tokenizers", hf)
+    peer("hf-tokenizers", "tokenizers", hf)
     peer("fastokens", "fastokens", fastokens)
     # gigatoken, toktok and quicktok cache pre-tokens: their warm regime is what they publish.
     peer("gigatoken", "gigatoken", lambda: references.gigatoken_encoding(model, path).encode)
