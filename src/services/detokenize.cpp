@@ -157,7 +157,7 @@ class Detokenize final : public Service {
     for (uint32_t i = 0; i < n; ++i) {
       const wire::Step& s = steps[i];
       ids.resize(s.ids);
-      std::memcpy(ids.data(), next, s.ids * sizeof(int32_t));  // the payload need not be aligned for int32
+      if (s.ids != 0) std::memcpy(ids.data(), next, s.ids * sizeof(int32_t));  // the payload need not be aligned
       next += s.ids * sizeof(int32_t);
       const size_t before = text.size();
       Status st;
