@@ -62,13 +62,16 @@ class Detokenizer:
         answer = self._request(b"D" + struct.pack("<I", len(steps)) + head + b"".join(a.tobytes() for a in arrays))
         results = [_RESULT.unpack_from(answer, i * _RESULT.size) for i in range(len(steps))]
         at = len(steps) * _RESULT.size
-        out: list[str | Error] = []
-        for length, code in results:
-            out.append(answer[at:at + length].decode() if code == 0 else from_code(code, ""))
+        texts = []
+        for length, _ in results:
+            texts.append(answer[at:at + length].decode())
             at += length
-        for i, (_, code) in enumerate(results):
-            if code != 0:
-                (n,) = struct.unpack_from("<I", answer, at)
-                out[i] = from_code(code, answer[at + 4:at + 4 + n].decode(errors="replace"))
-                at += 4 + n
+        out: list[str | Error] = []
+        for text, (_, code) in zip(texts, results):  # failed steps' messages follow the texts, in order
+            if code == 0:
+                out.append(text)
+                continue
+            (n,) = struct.unpack_from("<I", answer, at)
+            out.append(from_code(code, answer[at + 4:at + 4 + n].decode(errors="replace")))
+            at += 4 + n
         return out
