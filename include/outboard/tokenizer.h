@@ -5,6 +5,7 @@
 // on util, so the agent and the host link the same code.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -145,6 +146,20 @@ class Tokenizer {
                                   const TextLimits& limits) const;
   /// The bytes the ids stand for; kNotFound naming an unknown id.
   [[nodiscard]] Result<std::string> decode(std::span<const int32_t> ids) const;
+
+  /// The vocabulary's spelling of `id`, as Hugging Face's
+  /// convert_ids_to_tokens shows it: byte-level BPE in GPT-2's byte-to-unicode
+  /// alphabet ("Ġworld"), SentencePiece pieces ("▁world", "<0x0A>"), WordPiece
+  /// entries ("##ing"), special tokens as their text. kNotFound for an id not
+  /// in the vocabulary.
+  [[nodiscard]] Result<std::string> token_text(int32_t id) const;
+  /// Where each of `ids`, an encoding of `text`, lies in it: [start, end) in
+  /// code points (Python's str indices), Hugging Face's offset_mapping. A
+  /// token holding part of a character spans all of it; an id the encoding
+  /// added (BOS) spans nothing where it stands. kInvalidArgument naming the
+  /// first id that does not spell the text there; kUnsupported for WordPiece.
+  [[nodiscard]] Result<std::vector<std::array<uint32_t, 2>>> char_offsets(std::string_view text,
+                                                                        std::span<const int32_t> ids) const;
 
   /// Number of ids (ordinary and special).
   [[nodiscard]] size_t vocab_size() const;

@@ -241,6 +241,26 @@ void bind_tokenizer(nb::module_& m) {
              return nb::bytes(s.data(), s.size());
            },
            "ids"_a)
+      .def("token_text", [](const Tokenizer& t, int32_t id) { return unwrap(t.token_text(id)); }, "id"_a)
+      .def("tokens",
+           [](const Tokenizer& t) {
+             nb::list out;
+             for (size_t id = 0; id < t.vocab_size(); ++id) {
+               auto r = t.token_text(static_cast<int32_t>(id));
+               out.append(r.ok() ? nb::object(nb::str(r->data(), r->size())) : nb::object(nb::none()));
+             }
+             return out;
+           },
+           "Every id's spelling (None for an id the vocabulary leaves unused).")
+      .def("char_offsets",
+           [](const Tokenizer& t, nb::handle text, IdInput ids) {
+             auto spans = unwrap(t.char_offsets(text_view(text), {ids.data(), ids.size()}));
+             std::vector<uint32_t> flat;
+             flat.reserve(2 * spans.size());
+             for (const auto& [begin, end] : spans) flat.push_back(begin), flat.push_back(end);
+             return to_numpy(std::move(flat));
+           },
+           "text"_a, "ids"_a, "[start, end) per id as a flat array (start0, end0, start1, ...).")
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def("special_id", &Tokenizer::special_id, "text"_a)
       .def_static("unicode_version", [] { return std::string(Tokenizer::unicode_version()); });

@@ -18,6 +18,17 @@ struct Tokenizer::Model {
                                  const tokenize::PieceCache* cache) const = 0;
   /// Appends the text of `id`; `at_start` as in Tokenizer::decode_append.
   virtual Status decode_one(int32_t id, std::string& out, bool& at_start) const = 0;
+  /// The vocabulary's spelling of ordinary `id` (Tokenizer::token_text).
+  virtual Result<std::string> token_text(int32_t id) const = 0;
+  /// How the ids' decoded bytes spell the text they encode (char_offsets):
+  /// after `prefix_spaces` spaces the encoding put before it (SentencePiece's
+  /// dummy prefix), byte for byte, but that a decoded space may stand for
+  /// "▁" where `space_is_mark`. kUnsupported where they do not spell it.
+  struct Spelling {
+    size_t prefix_spaces = 0;
+    bool space_is_mark = false;
+  };
+  virtual Result<Spelling> spelling() const { return Spelling{}; }
   /// Does encode_ordinary use a pre-token cache? (Tokenizers map one only then.)
   virtual bool uses_piece_cache() const { return false; }
   /// All ids, special ones included.
@@ -30,14 +41,19 @@ struct Tokenizer::Model {
   int32_t cls_id = -1, sep_id = -1;  ///< added around a text when asked ([CLS] text [SEP])
   std::string config_report;         ///< what a loaded file asked for that we report (padding, ...)
 
+  /// The text of special token `id`, or null if `id` is not one.
+  const std::string* special_text(int32_t id) const {
+    auto it = std::lower_bound(specials.begin(), specials.end(), id,
+                               [](const auto& sp, int32_t v) { return sp.second < v; });
+    return it == specials.end() || it->second != id ? nullptr : &it->first;
+  }
+
  protected:
   /// Appends the text of special token `id`; false if `id` is not one.
   bool decode_special(int32_t id, std::string& out) const {
-    auto it = std::lower_bound(specials.begin(), specials.end(), id,
-                               [](const auto& sp, int32_t v) { return sp.second < v; });
-    if (it == specials.end() || it->second != id) return false;
-    out += it->first;
-    return true;
+    const std::string* text = special_text(id);
+    if (text != nullptr) out += *text;
+    return text != nullptr;
   }
 };
 
@@ -50,6 +66,7 @@ struct ByteBpe final : Tokenizer::Model {
   Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                          const PieceCache* cache) const override;
   Status decode_one(int32_t id, std::string& out, bool& at_start) const override;
+  Result<std::string> token_text(int32_t id) const override;
   bool uses_piece_cache() const override { return true; }
   /// One past the largest id (tiktoken's n_vocab): cl100k leaves ids unused.
   size_t vocab_size() const override {

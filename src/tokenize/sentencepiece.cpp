@@ -288,6 +288,7 @@ Result<Tokenizer> build(const std::vector<Piece>& pieces, const Spec& spec, cons
         if (one_char) return unsupported(field + ".piece", "is a control piece of one character; not supported");
         model->kinds[id] = p.type == kControl ? SentencePieceBpe::Kind::kControl : SentencePieceBpe::Kind::kUnknown;
         if (p.type == kControl) model->specials.emplace_back(p.text, id);
+        else model->unknown_piece = p.text;
         break;
       case kUnused: return unsupported(field + ".type", "is UNUSED (5); not supported");
       default: return bad(field + ".type", "is " + std::to_string(p.type) + ", not a SentencePiece type (1..6)");
@@ -571,6 +572,26 @@ Status SentencePieceBpe::decode_one(int32_t id, std::string& out, bool& at_start
   out += t;
   at_start = false;  // text came, or the dummy prefix was dropped
   return {};
+}
+
+Result<std::string> SentencePieceBpe::token_text(int32_t id) const {
+  if (id < 0 || id >= pieces) return Status(Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary");
+  switch (kinds[id]) {
+    case Kind::kUnknown: return unknown_piece;
+    case Kind::kByte: {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", static_cast<uint8_t>(texts[id][0]));
+      return std::string(name);
+    }
+    case Kind::kControl:  // every control piece is a special token, spelled there
+    case Kind::kText: break;
+  }
+  std::string out;
+  for (char c : texts[id]) {
+    if (c == ' ') out += kMark;
+    else out.push_back(c);
+  }
+  return out;
 }
 
 }  // namespace outboard::tokenize

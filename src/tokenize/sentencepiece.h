@@ -52,12 +52,15 @@ struct SentencePieceBpe final : Tokenizer::Model {
   std::vector<Kind> kinds;         ///< per id
   std::vector<std::string> texts;  ///< per id: the decoded text ("▁" as " "), or the byte
   std::string unknown_surface;     ///< what <unk> decodes to
+  std::string unknown_piece;       ///< <unk>'s own spelling
   /// Pieces of m spaces by m ("▁" at 1, -1 where none) when they merge after
   /// all others (the encoder joins them); empty when they are ordinary.
   std::vector<int32_t> space_runs;
 
   Status encode_ordinary(std::string_view text, std::vector<int32_t>& out, const PieceCache* cache) const override;
   Status decode_one(int32_t id, std::string& out, bool& at_start) const override;
+  Result<std::string> token_text(int32_t id) const override;
+  Result<Spelling> spelling() const override { return Spelling{size_t{dummy_prefix}, true}; }
   bool uses_piece_cache() const override { return true; }
   size_t vocab_size() const override { return static_cast<size_t>(pieces); }
 

@@ -217,6 +217,52 @@ Status Tokenizer::decode_append(std::span<const int32_t> ids, std::string& out, 
   return {};
 }
 
+Result<std::string> Tokenizer::token_text(int32_t id) const {
+  if (const std::string* special = model_->special_text(id)) return *special;
+  return model_->token_text(id);
+}
+
+Result<std::vector<std::array<uint32_t, 2>>> Tokenizer::char_offsets(std::string_view text,
+                                                                     std::span<const int32_t> ids) const {
+  OB_ASSIGN_OR_RETURN(const Model::Spelling spelling, model_->spelling());
+  constexpr std::string_view kMark = "\xE2\x96\x81";  // "▁"
+  std::vector<uint32_t> chars_before(text.size() + 1, 0);  // code points before each byte
+  for (size_t i = 0; i < text.size(); ++i)
+    chars_before[i + 1] = chars_before[i] + ((static_cast<uint8_t>(text[i]) & 0xC0) != 0x80);
+  std::vector<std::array<uint32_t, 2>> out;
+  out.reserve(ids.size());
+  std::string piece;
+  size_t at = 0;                                                    // in the text
+  size_t prefix = text.empty() ? 0 : spelling.prefix_spaces;  // spaces still to come before it
+  for (size_t i = 0; i < ids.size(); ++i) {
+    piece.clear();
+    // A special id stands in the text only where special text is found there
+    // (tiktoken); elsewhere the encoding added it (BOS) and it spans nothing.
+    const bool added = !model_->specials_in_text && model_->special_text(ids[i]) != nullptr;
+    bool at_start = false;  // the dummy prefix is part of the spelling here
+    if (!added) OB_RETURN_IF_ERROR(model_->decode_one(ids[i], piece, at_start).with_context("ids[" + std::to_string(i) + "]"));
+    const size_t begin = at;
+    for (char c : piece) {
+      if (prefix > 0 && c == ' ') {
+        --prefix;
+      } else if (prefix == 0 && at < text.size() && text[at] == c) {
+        ++at;
+      } else if (prefix == 0 && c == ' ' && spelling.space_is_mark && text.substr(at).starts_with(kMark)) {
+        at += kMark.size();
+      } else {
+        return Status(Code::kInvalidArgument, "ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                                                  " does not spell the text at byte " + std::to_string(at));
+      }
+    }
+    const bool mid_char = begin < at && (static_cast<uint8_t>(text[begin]) & 0xC0) == 0x80;
+    out.push_back({chars_before[begin] - mid_char, chars_before[at]});
+  }
+  if (at != text.size() || prefix > 0)
+    return Status(Code::kInvalidArgument,
+                  "the ids spell " + std::to_string(at) + " of the text's " + std::to_string(text.size()) + " bytes");
+  return out;
+}
+
 Result<std::string> Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
   bool at_start = true;
@@ -254,6 +300,21 @@ Status ByteBpe::encode_ordinary(std::string_view text, std::vector<int32_t>& out
     case Pretokenizer::kR50k: break;
   }
   return encode_split(vocab, text, [](auto t, auto&& emit) { split_gpt2(t, emit); }, out, cache);
+}
+
+Result<std::string> ByteBpe::token_text(int32_t id) const {
+  std::string_view b = vocab.bytes_of(id);
+  if (b.empty()) return Status(Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary");
+  // GPT-2's byte-to-unicode alphabet: printable Latin-1 bytes stand for
+  // themselves, the others (controls, space, 0x7F..0xA0, 0xAD) for U+0100 on.
+  std::string out;
+  for (unsigned char c : b) {
+    const bool printable = (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c != 0xAD);
+    char32_t cp = c;
+    if (!printable) cp = 0x100 + (c <= 0x20 ? c : c <= 0xA0 ? c - 0x7F + 0x21 : 0x43);
+    append_utf8(cp, out);
+  }
+  return out;
 }
 
 Status ByteBpe::decode_one(int32_t id, std::string& out, bool&) const {

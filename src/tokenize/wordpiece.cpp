@@ -179,4 +179,10 @@ Status BertWordPiece::decode_one(int32_t id, std::string& out, bool& at_start) c
   return {};
 }
 
+Result<std::string> BertWordPiece::token_text(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= tokens.size())
+    return Status(Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary");
+  return tokens[id];
+}
+
 }  // namespace outboard::tokenize

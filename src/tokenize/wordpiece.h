@@ -34,6 +34,10 @@ struct BertWordPiece final : Tokenizer::Model {
   Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                          const PieceCache* cache) const override;
   Status decode_one(int32_t id, std::string& out, bool& at_start) const override;
+  Result<std::string> token_text(int32_t id) const override;
+  Result<Spelling> spelling() const override {
+    return Status(Code::kUnsupported, "WordPiece's normalizer rewrites the text (case, accents): its ids have no offsets in it");
+  }
   size_t vocab_size() const override { return tokens.size(); }
 
  private:

@@ -1,7 +1,8 @@
 // libFuzzer: arbitrary bytes through byte-level BPE with each pre-tokenizer
 // (r50k, cl100k, o200k, Tekken) and SentencePiece BPE (Mistral 7B's) under
 // both UTF-8 policies. Never a crash or hang; valid text decodes back to
-// itself (but SentencePiece's "▁", U+2581, which decodes as a space).
+// itself (but SentencePiece's "▁", U+2581, which decodes as a space),
+// and its ids' offsets cover it.
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +28,12 @@ static void check(const Tokenizer* tok, std::string_view text) {
   EncodeOptions strict;
   Status st = tok->encode(text, ids, strict);
   if (!st.ok() && ids.size() != 0) abort();  // failed encodes leave no partial output
+  if (st.ok()) {  // valid text: its ids' offsets cover it, in order
+    auto spans = tok->char_offsets(text, ids);
+    if (!spans.ok()) abort();
+    for (size_t i = 1; i < spans->size(); ++i)
+      if ((*spans)[i][0] < (*spans)[i - 1][0] || (*spans)[i][1] < (*spans)[i - 1][1]) abort();
+  }
   EncodeOptions replace;
   replace.utf8 = Utf8Policy::kReplace;
   replace.ordinary = true;

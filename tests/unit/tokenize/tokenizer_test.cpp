@@ -276,6 +276,55 @@ TEST(TokenizerTest, SentencePieceModelsLoadAndMalformedOnesNameTheField) {
 // Ids streamed one at a time give the text as decode() does, holding back
 // only a character's first bytes; ill-formed bytes become U+FFFD as soon as
 // no later byte can complete them.
+TEST(TokenizerTest, TokenTextAndOffsetsSpellTheText) {
+  using Spans = std::vector<std::array<uint32_t, 2>>;
+  auto sp = Tokenizer::from_sentencepiece(write("sp_offsets.model", sp_model()).string());
+  ASSERT_TRUE(sp.ok()) << sp.status().to_string();
+  const int32_t mark = 259, b = 261, a_ = 262, ab = 263;
+  EXPECT_EQ(sp->token_text(a_).value(), "\u2581a");
+  EXPECT_EQ(sp->token_text(3 + 0x0A).value(), "<0x0A>");
+  EXPECT_EQ(sp->token_text(0).value(), "<unk>");
+  EXPECT_EQ(sp->token_text(1).value(), "<s>");
+  EXPECT_EQ(sp->token_text(1 << 20).status().code(), Code::kNotFound);
+  // BOS spans nothing; the dummy prefix belongs to the first word; "é" (2 bytes, byte fallback) is one
+  // character that both its byte pieces span.
+  const std::vector<int32_t> ids{1, a_, b, mark, 3 + 0xC3, 3 + 0xA9, ab};
+  EXPECT_EQ(sp->char_offsets("ab \xC3\xA9" "ab", ids).value(), (Spans{{0, 0}, {0, 1}, {1, 2}, {2, 3}, {3, 4}, {3, 4}, {4, 6}}));
+  auto wrong = sp->char_offsets("ab", std::vector<int32_t>{a_, a_});
+  EXPECT_EQ(wrong.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("ids[1] = 262 does not spell the text at byte 1"), std::string::npos)
+      << wrong.status().to_string();
+  EXPECT_NE(sp->char_offsets("abab", std::vector<int32_t>{a_, b}).status().message().find("spell 2 of the text's 4"),
+            std::string::npos);
+  EXPECT_TRUE(sp->char_offsets("", std::vector<int32_t>{}).value().empty());
+  std::vector<int32_t> marked;  // a "▁" in the text is a space mark too: its pieces decode it as a space
+  ASSERT_TRUE(sp->encode("\xE2\x96\x81" "a b", marked).ok());
+  auto spans_marked = sp->char_offsets("\xE2\x96\x81" "a b", marked);
+  ASSERT_TRUE(spans_marked.ok()) << spans_marked.status().to_string();
+  EXPECT_EQ(spans_marked->front()[0], 0u);
+  EXPECT_EQ(spans_marked->back()[1], 4u);
+
+  if (!fs::exists(gpt2_path())) GTEST_SKIP() << "run `outboard vocab fetch` first";
+  auto gpt2 = Tokenizer::from_tiktoken(gpt2_path());
+  ASSERT_TRUE(gpt2.ok());
+  EXPECT_EQ(gpt2->token_text(995).value(), "\u0120world");  // "Ġworld": GPT-2's alphabet
+  EXPECT_EQ(gpt2->token_text(198).value(), "\u010A");       // "\n" is "Ċ"
+  EXPECT_EQ(gpt2->token_text(50256).value(), "<|endoftext|>");
+  std::vector<int32_t> g;
+  EncodeOptions all;
+  all.allow_special = true;
+  ASSERT_TRUE(gpt2->encode("Hi \xF0\x9F\x99\x82<|endoftext|>", g, all).ok());  // "🙂" splits over ids
+  auto spans = gpt2->char_offsets("Hi \xF0\x9F\x99\x82<|endoftext|>", g);
+  ASSERT_TRUE(spans.ok()) << spans.status().to_string();
+  EXPECT_EQ(spans->front(), (std::array<uint32_t, 2>{0, 2}));
+  EXPECT_EQ(spans->back(), (std::array<uint32_t, 2>{4, 17}));  // special text in the text spans it
+  for (size_t i = 1; i + 1 < spans->size(); ++i) EXPECT_EQ((*spans)[i][1], 4u) << i;  // each part spans all of "🙂"
+  auto wp = Tokenizer::bert_wordpiece(write("offsets_vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\na\n").string());
+  ASSERT_TRUE(wp.ok());
+  EXPECT_EQ(wp->char_offsets("a", std::vector<int32_t>{4}).status().code(), Code::kUnsupported);
+  EXPECT_EQ(wp->token_text(4).value(), "a");
+}
+
 TEST(TokenizerTest, DecodeStreamHoldsBackOnlyUnfinishedCharacters) {
   if (!fs::exists(gpt2_path())) GTEST_SKIP() << "run `outboard vocab fetch` first";
   auto tok = Tokenizer::from_tiktoken(gpt2_path());
