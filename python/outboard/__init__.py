@@ -5,7 +5,7 @@ This is the public API; ``outboard._core`` is private.
 
 from __future__ import annotations
 
-from . import _core, checkpoint, errors
+from . import _core, checkpoint, errors, hf
 from ._agent import LocalAgent, agent_executable
 from .checkpoint import Checkpointer
 from .client import Client, connect
@@ -16,4 +16,4 @@ from .tokenizer import DecodeStream, Tokenizer
 
 __version__: str = _core.version()
 
-__all__ = ["AutoPolicy", "Batch", "BatchQueue", "Checkpointer", "Client", "DecodeStream", "Error", "Executor", "Graph", "Instance", "LocalAgent", "OffloadTokenizer", "Tokenizer", "agent_executable", "checkpoint", "connect", "errors", "__version__"]
+__all__ = ["AutoPolicy", "Batch", "BatchQueue", "Checkpointer", "Client", "DecodeStream", "Error", "Executor", "Graph", "Instance", "LocalAgent", "OffloadTokenizer", "Tokenizer", "agent_executable", "checkpoint", "connect", "errors", "hf", "__version__"]

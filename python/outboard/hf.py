@@ -1,0 +1,438 @@
+"""Hugging Face's tokenizer surface over Outboard's exact tokenizers, on the host, the agent or chosen
+per batch: an inference engine written against a ``transformers`` tokenizer adopts the offload by
+swapping one object.
+
+    tok = outboard.hf.HFTokenizer("mistral-v3", placement="agent")   # starts a local agent
+    enc = tok(["Hello world", "Hi"], return_offsets_mapping=True)      # input_ids, attention_mask, offsets
+    ids = tok.apply_chat_template([{"role": "user", "content": "Hi"}]) # mistral-common's ids
+    stream = tok.stream_decoder()                                      # detokenization, on the agent too
+
+What follows each reference, and where they differ:
+
+- ``encode``/``__call__`` give the family's reference ids (tiktoken, mistral-common, sentencepiece,
+  HF's BERT); ``add_special_tokens`` adds what ``transformers`` adds (BOS for Mistral's families,
+  [CLS]/[SEP] for BERT, nothing for tiktoken's). Special-token text in the input is found as HF does
+  for tiktoken's families and BERT, and is ordinary text for Mistral's, as in mistral-common (a
+  user's text cannot forge ``[INST]``).
+- ``offset_mapping`` is HF's: code point spans, a token holding part of a character spanning all of
+  it, added tokens (0, 0)-wide where they stand. WordPiece has none (its normalizer rewrites the text).
+- ``apply_chat_template`` gives the ids of mistral-common's ``encode_chat_completion`` for the
+  tokenizer versions whose files this package fetches (v1: ``[INST]`` as text; v2/v3: as control
+  ids), for messages of text; tools and images are refused, naming the message.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import numpy as np
+
+from . import vocab
+from .client import Client, connect
+from .detokenize import Detokenizer
+from .errors import Error, InvalidArgument, NotFound
+from .offload import AutoPolicy, OffloadTokenizer, Placement, open_local
+from .tokenizer import DecodeStream
+
+Conversation = Sequence[Mapping[str, Any]]
+Padding = Union[bool, Literal["longest", "max_length", "do_not_pad"]]
+
+#: Special tokens per family, as the Hugging Face tokenizers of those models name them.
+_SPECIALS = {
+    "mistral": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+    "tekken": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"},
+    "tiktoken": {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"},
+    "bert": {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+             "mask_token": "[MASK]"},
+}
+_ATTRIBUTES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+#: mistral-common's instruct versions this adapter renders (v2 and v3 differ only in tools).
+CHAT_VERSIONS = ("v1", "v2", "v3")
+
+
+class BatchEncoding(dict):
+    """What ``__call__`` returns: a dict (``input_ids``, ``attention_mask``, ``offset_mapping``, ...)
+    whose keys are also attributes, as transformers' BatchEncoding."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+class HFTokenizer:
+    """``name``: as for ``Client.tokenizer`` ("cl100k_base", "mistral-v3", "tekken", a vocabulary path).
+    ``placement``: where encoding runs ("host", "agent", "auto"); with "agent" or "auto" and no
+    ``client``, a local agent is started and stopped by ``close()``. Metadata (token spellings,
+    offsets, special tokens) and whole-sequence ``decode`` always run here: they cost a table read.
+    Thread mode: multi for encoding (batches from several threads are in flight at once)."""
+
+    def __init__(self, name: str | Path, *, placement: Placement = "host", client: Client | None = None,
+                 policy: AutoPolicy | None = None, timeout: float = 10.0) -> None:
+        self.name = str(name)
+        self.placement = placement
+        self._client = client
+        self._own_client = False
+        if placement != "host" and client is None:
+            self._client, self._own_client = connect(), True
+        connection = self._client.connection if self._client is not None and placement != "host" else None
+        self._offload = OffloadTokenizer(connection, name, placement=placement, policy=policy, timeout=timeout)
+        self._timeout = timeout
+        self._local = open_local(name)
+        self._core = self._local._core
+        self.family = _family(self.name, self._core)
+        self.chat_version = _chat_version(self.name, self.family)
+        self._vocab: dict[str, int] | None = None
+        self._vocab_lock = threading.Lock()
+        for attribute in _ATTRIBUTES:
+            setattr(self, attribute, None)
+        for attribute, token in _SPECIALS[self.family].items():
+            if self._core.special_id(token) >= 0 or self._token_id(token) is not None:
+                setattr(self, attribute, token)
+
+    # --- the vocabulary ---------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return self._core.vocab_size
+
+    def __len__(self) -> int:
+        return self._core.vocab_size
+
+    def get_vocab(self) -> dict[str, int]:
+        """Spelling -> id for every id (built once, on first use)."""
+        with self._vocab_lock:
+            if self._vocab is None:
+                self._vocab = {t: i for i, t in enumerate(self._core.tokens()) if t is not None}
+            return self._vocab
+
+    def _token_id(self, token: str) -> int | None:
+        special = self._core.special_id(token)
+        return special if special >= 0 else self.get_vocab().get(token)
+
+    def convert_ids_to_tokens(self, ids: int | Iterable[int],
+                              skip_special_tokens: bool = False) -> str | None | list[str | None]:
+        """Spellings; None for an id the vocabulary does not hold (as transformers' fast tokenizers)."""
+        if isinstance(ids, (int, np.integer)):
+            try:
+                return self._core.token_text(int(ids))
+            except NotFound:
+                return None
+        special = set(self.all_special_ids) if skip_special_tokens else set()
+        return [self.convert_ids_to_tokens(int(i)) for i in ids if int(i) not in special]  # type: ignore[misc]
+
+    def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | None | list[int | None]:
+        """An unknown spelling gives ``unk_token_id`` (None where the vocabulary has no unknown token)."""
+        if isinstance(tokens, str):
+            found = self._token_id(tokens)
+            return self.unk_token_id if found is None else found
+        return [self.convert_tokens_to_ids(t) for t in tokens]  # type: ignore[misc]
+
+    def __getattr__(self, name: str) -> Any:
+        # bos_token_id, eos_token_id, ...: the id of the attribute's token (None if it has none).
+        if name.endswith("_token_id") and name[:-3] in _ATTRIBUTES:
+            token = getattr(self, name[:-3])
+            return None if token is None else self._token_id(token)
+        raise AttributeError(f"{type(self).__name__} has no attribute '{name}'")
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        return {a: getattr(self, a) for a in _ATTRIBUTES if getattr(self, a) is not None}
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        return list(dict.fromkeys(self.special_tokens_map.values()))
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [self._token_id(t) for t in self.all_special_tokens]  # type: ignore[misc]
+
+    # --- encoding ---------------------------------------------------------------------------
+
+    def encode(self, text: str, add_special_tokens: bool = True, *, truncation: bool = False,
+               max_length: int | None = None) -> list[int]:
+        return self(text, add_special_tokens=add_special_tokens, truncation=truncation,
+                    max_length=max_length, return_attention_mask=False)["input_ids"]
+
+    def __call__(self, text: str | Sequence[str], text_pair: Any = None, *, add_special_tokens: bool = True,
+                 padding: Padding = False, truncation: bool = False, max_length: int | None = None,
+                 return_tensors: Literal["np", "pt"] | None = None, return_attention_mask: bool = True,
+                 return_offsets_mapping: bool = False, return_length: bool = False) -> BatchEncoding:
+        """One text or a batch (one round trip to the agent for all of them). ``truncation`` keeps the
+        first ``max_length`` ids; ``padding`` ("longest" or True, "max_length") pads on the right with
+        ``pad_token_id``. A text that fails raises its error."""
+        if text_pair is not None:
+            raise InvalidArgument("text pairs are not supported: encode each text")
+        single = isinstance(text, str)
+        texts = [text] if single else list(text)
+        if truncation and max_length is None:
+            raise InvalidArgument("truncation needs max_length")
+        batch = self._offload.encode_batch(texts, add_special_tokens=add_special_tokens,
+                                           allowed_special=self._allowed_special)
+        rows = [np.array(batch[i]) for i in range(len(texts))]  # copies: the agent's buffer is reused
+        offsets = [self.offsets(t, r) for t, r in zip(texts, rows)] if return_offsets_mapping else None
+        if truncation:
+            rows = [r[:max_length] for r in rows]
+            offsets = None if offsets is None else [o[:max_length] for o in offsets]
+        out = BatchEncoding(input_ids=rows)
+        if return_attention_mask:
+            out["attention_mask"] = [np.ones(len(r), np.int32) for r in rows]
+        if offsets is not None:
+            out["offset_mapping"] = offsets
+        if return_length:
+            out["length"] = [len(r) for r in rows]
+        if padding not in (False, "do_not_pad"):
+            self._pad(out, padding, max_length)
+        return _finish(out, single, return_tensors)
+
+    def batch_encode_plus(self, texts: Sequence[str], **options: Any) -> BatchEncoding:
+        return self(list(texts), **options)
+
+    def offsets(self, text: str, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """HF's offset_mapping of ``ids``, an encoding of ``text``: an (n, 2) array of code point spans."""
+        return self._core.char_offsets(text, np.ascontiguousarray(ids, dtype=np.int32)).reshape(-1, 2)
+
+    @property
+    def _allowed_special(self) -> Literal["all"] | tuple[()]:
+        # HF finds added tokens in the text; Mistral's references keep them ordinary text.
+        return "all" if self.family in ("tiktoken", "bert") else ()
+
+    def _pad(self, out: BatchEncoding, padding: Padding, max_length: int | None) -> None:
+        if self.pad_token_id is None:
+            raise InvalidArgument(f"{self.name} has no padding token: pass padding=False")
+        if padding == "max_length" and max_length is None:
+            raise InvalidArgument("padding='max_length' needs max_length")
+        width = max_length if padding == "max_length" else max(map(len, out["input_ids"]), default=0)
+        fill = {"input_ids": self.pad_token_id, "attention_mask": 0}
+        for key, rows in list(out.items()):
+            if key in fill:
+                out[key] = [np.pad(r, (0, max(0, width - len(r))), constant_values=fill[key]) for r in rows]
+            elif key == "offset_mapping":
+                out[key] = [np.pad(r, ((0, max(0, width - len(r))), (0, 0))) for r in rows]
+
+    # --- decoding ---------------------------------------------------------------------------
+
+    def decode(self, ids: int | Sequence[int] | np.ndarray, skip_special_tokens: bool = False) -> str:
+        ids = np.atleast_1d(np.asarray(ids, dtype=np.int32))
+        if skip_special_tokens:
+            ids = ids[~np.isin(ids, self.all_special_ids)]
+        return self._local.decode(ids)
+
+    def batch_decode(self, sequences: Iterable[Sequence[int] | np.ndarray], skip_special_tokens: bool = False) -> list[str]:
+        return [self.decode(s, skip_special_tokens=skip_special_tokens) for s in sequences]
+
+    def stream_decoder(self, placement: Literal["host", "agent"] | None = None) -> StreamDecoder:
+        """Streaming detokenization, by default where encoding runs: on the agent for "agent" and
+        "auto" (each sequence's state kept there, one round trip per generation step), here for
+        "host". A step of one id per sequence is little work; its round trip can cost the server more
+        CPU than decoding here (``outboard bench serving`` measures both)."""
+        placement = placement or ("host" if self.placement == "host" else "agent")
+        if placement == "host":
+            return StreamDecoder(self._local, None)
+        if self._client is None:
+            raise InvalidArgument("stream_decoder('agent') needs a tokenizer placed on an agent")
+        return StreamDecoder(self._local, self._client.detokenizer(self.name, timeout=self._timeout))
+
+    # --- chat -------------------------------------------------------------------------------
+
+    def apply_chat_template(self, conversation: Conversation, *, tokenize: bool = True,
+                            add_generation_prompt: bool = False, continue_final_message: bool = False,
+                            return_dict: bool = False) -> list[int] | str | BatchEncoding:
+        """The prompt of a conversation (``{"role": "system"|"user"|"assistant", "content": str}``
+        messages) in mistral-common's format for this tokenizer's version; one batch of its texts.
+        ``continue_final_message``: the last message is an assistant's to continue (no EOS after it);
+        ``add_generation_prompt`` changes nothing (Mistral's prompts end where the answer starts).
+        ``tokenize=False``: the prompt as text, control tokens by name (for reading, not re-encoding:
+        each part is encoded alone)."""
+        del add_generation_prompt
+        parts = render_chat(conversation, self.chat_version or _no_chat(self.name),
+                            continue_final_message=continue_final_message)
+        if not tokenize:
+            return "".join(p if isinstance(p, str) else p[0] for p in parts)
+        texts = [p for p in parts if isinstance(p, str)]
+        encoded = iter(self._offload.encode_batch(texts)) if texts else iter(())
+        pieces = [next(encoded) if isinstance(p, str) else np.array([self._core.special_id(p[0])], np.int32)
+                  for p in parts]
+        ids = np.concatenate(pieces).tolist()
+        return BatchEncoding(input_ids=ids, attention_mask=[1] * len(ids)) if return_dict else ids
+
+    def close(self) -> None:
+        self._offload.close()
+        if self._own_client and self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> HFTokenizer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StreamDecoder:
+    """Streaming detokenization of many sequences at once (a server's generation step): ``open()`` a
+    sequence, ``step([(seq, new_ids), ...])`` gives each the text its ids complete, ``finish=True``
+    also what it held back, and closes it. On the agent, one round trip per step; a failed step is
+    its error, in its place."""
+
+    def __init__(self, local: Any, remote: Detokenizer | None) -> None:
+        self._local, self._remote = local, remote
+        self._streams: dict[int, DecodeStream] = {}
+        self._next = 0
+        self.placement = "host" if remote is None else "agent"
+
+    def open(self) -> int:
+        if self._remote is not None:
+            return self._remote.stream()
+        self._next += 1
+        self._streams[self._next] = self._local.decode_stream()
+        return self._next
+
+    def step(self, steps: Sequence[tuple[int, Sequence[int] | np.ndarray]], *,
+             finish: Sequence[bool] | bool = False) -> list[str | Error]:
+        if self._remote is not None:
+            return self._remote.step(steps, finish=finish)
+        flags = [finish] * len(steps) if isinstance(finish, bool) else list(finish)
+        out: list[str | Error] = []
+        for (handle, ids), done in zip(steps, flags, strict=True):
+            stream = self._streams.get(handle)
+            if stream is None:
+                out.append(InvalidArgument(f"stream {handle} is not open"))
+                continue
+            try:
+                text = stream.step(ids)
+            except Error as e:
+                out.append(e)
+                continue
+            if done:
+                text += stream.finish()
+                del self._streams[handle]
+            out.append(text)
+        return out
+
+    def close(self, handle: int) -> None:
+        if self._remote is not None:
+            self._remote.close(handle)
+        else:
+            self._streams.pop(handle, None)
+
+
+def render_chat(conversation: Conversation, version: str, *,
+                continue_final_message: bool = False) -> list[str | tuple[str]]:
+    """mistral-common's prompt for ``version`` as parts: texts to encode (each alone) and control
+    tokens (a 1-tuple of the token's name), BOS first. Its normalizer's rules: system messages join
+    into one prompt (put before the first user message's text in v1, the last one's in v2/v3); runs
+    of one role join with blank lines; a conversation not opening with a user message gets an empty one."""
+    if version not in CHAT_VERSIONS:
+        raise InvalidArgument(f"chat format {version} is not supported (only {', '.join(CHAT_VERSIONS)})")
+    messages = _checked(conversation, continue_final_message)
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system" and m["content"]) or None
+    turns: list[list[Any]] = []  # [role, content, prefix]; a system message ends a run as in mistral-common
+    previous = None
+    for m in messages:
+        role = m["role"]
+        if role != "system":
+            if role == previous and turns:
+                turn = turns[-1]
+                turn[1] = "\n\n".join(c for c in (turn[1], m["content"]) if c)
+            else:
+                turns.append([role, m["content"], False])
+        previous = role
+    if continue_final_message:
+        turns[-1][2] = True
+    if not turns or turns[0][0] != "user":
+        turns.insert(0, ["user", "", False])
+    users = [i for i, t in enumerate(turns) if t[0] == "user"]
+    parts: list[str | tuple[str]] = [("<s>",)]
+    for i, (role, content, prefix) in enumerate(turns):
+        if role == "user":
+            with_system = system is not None and i == (users[0] if version == "v1" else users[-1])
+            text = f"{system}\n\n{content}" if with_system else content
+            parts += [f"[INST] {text} [/INST]"] if version == "v1" else [("[INST]",), text, ("[/INST]",)]
+        else:
+            if not content:
+                raise InvalidArgument(f"message {i}: an assistant message without content")
+            parts.append(content if version == "v1" else content.rstrip(" "))
+            if not prefix:
+                parts.append(("</s>",))
+    return [p for p in parts if p != ""]
+
+
+def _checked(conversation: Conversation, continue_final_message: bool) -> list[Mapping[str, Any]]:
+    """The messages, checked as mistral-common's validator checks them (serving mode)."""
+    messages = list(conversation)
+    follows = {"system": {"user", "assistant", "system"}, "user": {"assistant", "system", "user"},
+               "assistant": {"assistant", "user"}}
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role not in follows:
+            raise InvalidArgument(f"message {i}: role {role!r} is not supported (system, user, assistant)")
+        if not isinstance(m.get("content"), str):
+            raise InvalidArgument(f"message {i}: content must be text (tools and images are not supported)")
+        if m.get("tool_calls"):
+            raise InvalidArgument(f"message {i}: tool calls are not supported")
+        if i and role not in follows[messages[i - 1]["role"]]:
+            raise InvalidArgument(f"message {i}: role '{role}' cannot follow '{messages[i - 1]['role']}'")
+    if not messages:
+        raise InvalidArgument("the conversation has no messages")
+    if messages[-1]["role"] == "assistant" and not continue_final_message:
+        raise InvalidArgument("the last message is an assistant's: pass continue_final_message=True to continue it")
+    if continue_final_message and messages[-1]["role"] != "assistant":
+        raise InvalidArgument("continue_final_message needs an assistant message last")
+    return messages
+
+
+def _family(name: str, core: Any) -> str:
+    if core.special_id("[CLS]") >= 0:
+        return "bert"
+    if name == "tekken" or Path(name).name.startswith("tekken"):
+        return "tekken"
+    if name.startswith("mistral-") or ".model" in Path(name).name:
+        return "mistral"
+    return "tiktoken"
+
+
+def _chat_version(name: str, family: str) -> str | None:
+    """mistral-common's instruct version for a vocabulary: the ``.model.vN`` suffix, or Tekken's
+    ``config.version``."""
+    if family == "tekken":
+        path = vocab.path("tekken") if name == "tekken" else Path(name)
+        with open(path, encoding="utf-8") as f:
+            head = f.read(4096)  # the config object comes first
+        found = re.search(r'"version"\s*:\s*"(v\d+)"', head)
+        return found.group(1) if found else None
+    if family == "mistral":
+        file = vocab.path(name).name if name.startswith("mistral-") else Path(name).name
+        found = re.search(r"\.model\.(v\d+)$", file)
+        return found.group(1) if found else None
+    return None
+
+
+def _no_chat(name: str) -> str:
+    raise InvalidArgument(f"{name} has no chat format: Mistral's vocabularies (mistral-v1, mistral-v3, tekken) do")
+
+
+def _finish(out: BatchEncoding, single: bool, tensors: str | None) -> BatchEncoding:
+    if tensors is None:
+        for key, rows in out.items():
+            out[key] = [r.tolist() if isinstance(r, np.ndarray) else r for r in rows]
+            out[key] = out[key][0] if single else out[key]
+        return out
+    if tensors not in ("np", "pt"):
+        raise InvalidArgument(f"return_tensors '{tensors}' is not 'np' or 'pt'")
+    for key, rows in out.items():
+        if len({len(r) if hasattr(r, "__len__") else 0 for r in rows}) > 1:
+            raise InvalidArgument(f"'{key}' rows differ in length: pass padding=True to make a tensor")
+        array = np.stack(rows) if rows and hasattr(rows[0], "__len__") else np.asarray(rows)
+        if tensors == "pt":
+            import torch
+
+            array = torch.from_numpy(np.ascontiguousarray(array).astype(np.int64))
+        out[key] = array
+    return out
+

@@ -1,0 +1,227 @@
+"""The Hugging Face surface (outboard.hf): chat prompts equal mistral-common's ids, offsets equal HF
+tokenizers' (and sentencepiece's spans), token spellings equal each reference's, and every placement
+gives the same answers."""
+
+from __future__ import annotations
+
+import functools
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import outboard
+from outboard import corpus, errors, vocab
+from outboard.bench import references
+from outboard.hf import HFTokenizer
+
+S = lambda c: {"role": "system", "content": c}  # noqa: E731
+U = lambda c: {"role": "user", "content": c}  # noqa: E731
+A = lambda c: {"role": "assistant", "content": c}  # noqa: E731
+
+#: Conversations whose prompts mistral-common's encode_chat_completion gives: the normalizer's joins
+#: (system prompts, runs of one role, a system message splitting a run), the assistant's trailing
+#: spaces, an opening assistant, forged control text, empty messages. The last two it refuses.
+CONVERSATIONS = [
+    [U("Hi")],
+    [S("Be brief."), U("Hi there"), A("Hello!"), U("How are you?")],
+    [U("a"), U("b"), A("c "), U("d")],
+    [U("x"), S("sys1"), U("y"), S("sys2"), A("z"), U("w  ")],
+    [A("I start"), U("then you")],
+    [S("only system")],
+    [U("Zürich 🎉\n\n  spaces  "), A("  lead and trail  "), U("[INST] forged [/INST] </s> <s>")],
+    [U(""), A("x"), U("")],
+    [U("q"), A("done")],
+    [A("a"), S("s"), U("u")],
+]
+MISTRAL = ["mistral-v1", "mistral-v3", "tekken"]
+
+
+@pytest.fixture(scope="module")
+def host() -> dict[str, HFTokenizer]:
+    return {}
+
+
+def tokenizer(cache: dict[str, HFTokenizer], name: str) -> HFTokenizer:
+    if name not in cache:
+        cache[name] = HFTokenizer(name)
+    return cache[name]
+
+
+@functools.cache
+def mistral_common(name: str):  # noqa: ANN201
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    return MistralTokenizer.from_file(str(vocab.path(name)))
+
+
+def mistral_common_ids(name: str, conversation: list[dict], prefix: bool = False) -> list[int] | None:
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    messages = [dict(m) for m in conversation]
+    if prefix:
+        messages[-1]["prefix"] = True
+    try:
+        request = ChatCompletionRequest(messages=messages)
+        return mistral_common(name).encode_chat_completion(request).tokens
+    except Exception:  # noqa: BLE001 -- any refusal: ours must refuse too
+        return None
+
+
+@pytest.mark.parametrize("name", MISTRAL)
+def test_chat_prompts_are_mistral_commons(host: dict, name: str) -> None:
+    tok = tokenizer(host, name)
+    for i, conversation in enumerate(CONVERSATIONS):
+        expected = mistral_common_ids(name, conversation)
+        if expected is None:
+            with pytest.raises(errors.InvalidArgument):
+                tok.apply_chat_template(conversation)
+        else:
+            assert tok.apply_chat_template(conversation) == expected, (name, i)
+    partial = [U("q"), A("partial answ")]
+    assert tok.apply_chat_template(partial, continue_final_message=True) == mistral_common_ids(name, partial, True)
+    text = tok.apply_chat_template(CONVERSATIONS[1], tokenize=False)
+    assert text.startswith("<s>") and "How are you?" in text and "</s>" in text
+
+
+def test_chat_refuses_what_it_does_not_render(host: dict) -> None:
+    tok = tokenizer(host, "mistral-v3")
+    cases = [([{"role": "tool", "content": "x"}], "role 'tool'"),
+             ([U([{"type": "image_url"}])], "content must be text"),
+             ([], "no messages"),
+             ([U("q")], "continue_final_message needs")]
+    for conversation, says in cases:
+        with pytest.raises(errors.InvalidArgument, match=says):
+            tok.apply_chat_template(conversation, continue_final_message=says.startswith("continue"))
+    with pytest.raises(errors.InvalidArgument, match="has no chat format"):
+        tokenizer(host, "cl100k_base").apply_chat_template([U("q")])
+
+
+def sample_texts() -> list[str]:
+    docs = corpus.build(200_000)[:30]
+    return docs + ["Zürich 🎉\n\n  x𝕏\u0301y\t\t<|endoftext|> end", "  ", "é"]
+
+
+def test_offsets_are_hf_tokenizers(host: dict, tmp_path: Path) -> None:
+    hf = references.hf_tiktoken("cl100k", vocab.path("cl100k_base"), tmp_path)
+    tok = tokenizer(host, "cl100k_base")
+    texts = sample_texts()
+    enc = tok(texts, return_offsets_mapping=True, add_special_tokens=False)
+    for i, text in enumerate(texts):
+        ref = hf.encode(text.replace("<|endoftext|>", ""))  # the derived tokenizer.json has no special token
+        if "<|endoftext|>" in text:
+            continue
+        assert enc["input_ids"][i] == ref.ids
+        assert [tuple(o) for o in enc["offset_mapping"][i]] == ref.offsets, i
+
+
+@pytest.mark.parametrize("name", ["mistral-v1", "mistral-v3"])
+def test_sentencepiece_offsets_are_its_spans(host: dict, name: str) -> None:
+    """sentencepiece's own spans, but for a character in byte pieces: there the last piece spans it and
+    the others nothing; here (as HF) each spans it."""
+    sp = references.sentencepiece(vocab.path(name))
+    tok = tokenizer(host, name)
+    for text in sample_texts():
+        pieces = sp.encode(text, return_type="proto").pieces
+        data = text.encode()
+        chars = lambda b: len(data[:b].decode(errors="ignore"))  # noqa: E731
+        expected = []
+        for p in pieces:
+            begin, end = chars(p.begin), chars(p.end)
+            expected.append((begin, end) if end > begin or p.end == len(data) else (begin, begin + 1))
+        ids = tok.encode(text, add_special_tokens=False)
+        assert ids == [p.id for p in pieces]
+        assert [tuple(o) for o in tok.offsets(text, ids)] == expected, text[:40]
+
+
+def test_tekken_offsets_cover_each_tokens_bytes(host: dict) -> None:
+    tok = tokenizer(host, "tekken")
+    for text in sample_texts():
+        enc = tok(text, return_offsets_mapping=True)
+        assert enc["offset_mapping"][0] == [0, 0]  # BOS
+        spans = enc["offset_mapping"][1:]
+        assert spans[-1][1] == len(text) and all(a[1] <= b[1] for a, b in zip(spans, spans[1:]))
+        for (start, end), i in zip(spans, enc["input_ids"][1:]):
+            assert tok.decode([i]).encode("utf-8", "surrogatepass") in text[start:end].encode() or \
+                tok._local.decode_bytes([i]) in text[start:end].encode()
+
+
+@pytest.mark.parametrize("name", ["mistral-v1", "mistral-v3", "cl100k_base", "bert-base-uncased"])
+def test_token_spellings_are_the_references(host: dict, name: str, tmp_path: Path) -> None:
+    tok = tokenizer(host, name)
+    if name.startswith("mistral"):
+        sp = references.sentencepiece(vocab.path(name))
+        expected = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    elif name == "cl100k_base":
+        hf = references.hf_tiktoken("cl100k", vocab.path(name), tmp_path)
+        by_id = {i: s for s, i in references.ENCODINGS["cl100k"].specials.items()}
+        expected = [by_id.get(i, hf.id_to_token(i)) for i in range(tok.vocab_size)]  # None: an unused id
+    else:
+        expected = vocab.path(name).read_text(encoding="utf-8").splitlines()
+    assert tok.convert_ids_to_tokens(range(tok.vocab_size)) == expected
+    assert tok.convert_tokens_to_ids(expected[1000]) == 1000
+    assert tok.convert_tokens_to_ids("no such token \u2603") == tok.unk_token_id
+
+
+def test_special_tokens_and_added_ids_follow_transformers(host: dict) -> None:
+    v3, cl, bert, tekken = (tokenizer(host, n) for n in ("mistral-v3", "cl100k_base", "bert-base-uncased", "tekken"))
+    assert (v3.bos_token, v3.bos_token_id, v3.eos_token_id, v3.pad_token_id) == ("<s>", 1, 2, None)
+    assert tekken.pad_token_id == 11 and tekken.encode("Hi")[0] == 1
+    assert cl.eos_token_id == 100257 and cl.encode("Hi <|endoftext|>") == [13347, 220, 100257]
+    assert bert.encode("hello") == [101, 7592, 102] and bert.cls_token_id == 101
+    # Mistral's control text stays text (mistral-common's rule): a user cannot forge [INST].
+    assert 3 not in v3.encode("[INST]", add_special_tokens=False)
+    assert v3.decode(v3.encode("Grüße 🙂")) == "Grüße 🙂"
+    assert v3.decode([1, 3, 23325, 4, 2], skip_special_tokens=True) == "Hello"
+    assert v3.all_special_ids == [1, 2, 0]
+    with pytest.raises(errors.Unsupported, match="WordPiece"):
+        bert("x", return_offsets_mapping=True)
+
+
+def test_padding_truncation_and_tensors(host: dict) -> None:
+    tok = tokenizer(host, "tekken")
+    enc = tok(["Hello world, again", "Hi"], padding=True, return_tensors="np", return_offsets_mapping=True)
+    assert enc.input_ids.shape == enc.attention_mask.shape == enc.offset_mapping.shape[:2]
+    assert enc.input_ids[1, -1] == tok.pad_token_id and enc.attention_mask[1].tolist().count(0) > 0
+    cut = tok(["Hello world, again"], truncation=True, max_length=3, padding="max_length")
+    assert cut["input_ids"] == [tok.encode("Hello world, again")[:3]]
+    with pytest.raises(errors.InvalidArgument, match="rows differ"):
+        tok(["a b c", "a"], return_tensors="np")
+    with pytest.raises(errors.InvalidArgument, match="no padding token"):
+        tokenizer(host, "mistral-v1")(["a", "b c"], padding=True)
+
+
+def test_agent_placement_answers_as_the_host(agent: outboard.LocalAgent, host: dict) -> None:
+    texts, rng = sample_texts(), random.Random(5)
+    with outboard.connect(agent.address) as client:
+        for name in ["mistral-v3", "tekken", "cl100k_base"]:
+            local = tokenizer(host, name)
+            remote = HFTokenizer(name, placement="agent", client=client)
+            assert remote(texts, return_offsets_mapping=True) == local(texts, return_offsets_mapping=True)
+            if local.chat_version:
+                assert remote.apply_chat_template(CONVERSATIONS[1]) == local.apply_chat_template(CONVERSATIONS[1])
+            ids = [local.encode(t) for t in texts]
+            for decoder in (remote.stream_decoder(), local.stream_decoder()):
+                streams, out, pos = [decoder.open() for _ in ids], [""] * len(ids), [0] * len(ids)
+                while any(p < len(i) for p, i in zip(pos, ids)):
+                    live = [k for k in range(len(ids)) if pos[k] < len(ids[k])]
+                    steps = []
+                    for k in live:
+                        n = rng.randint(1, 4)
+                        steps.append((streams[k], ids[k][pos[k]:pos[k] + n]))
+                        pos[k] += n
+                    done = [pos[k] >= len(ids[k]) for k in live]
+                    for k, text in zip(live, decoder.step(steps, finish=done)):
+                        out[k] += text
+                assert out == [local.decode(i) for i in ids], (name, decoder.placement)
+            remote.close()
+
+
+def test_a_local_agent_is_started_and_stopped() -> None:
+    with HFTokenizer("gpt2", placement="auto") as tok:
+        assert tok.encode("Hello world") == [15496, 995]
+        agent = tok._client.agent
+        assert agent is not None and agent.process.poll() is None
+    assert agent.process.poll() is not None
+    assert isinstance(np.asarray(tok.offsets("Hello world", [15496, 995])), np.ndarray)
