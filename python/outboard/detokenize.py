@@ -7,6 +7,7 @@ The host equivalent is ``Tokenizer.decode_stream()``: the same text, step for st
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,9 +17,9 @@ import numpy as np
 from . import _core
 from .errors import Error, InvalidArgument, from_code
 
-_STEP = struct.Struct("<IIB3x")
-_RESULT = struct.Struct("<Ii")
-_FINISH = 1
+_STEP = np.dtype({"names": ["stream", "count", "flags"], "formats": ["<u4", "<u4", "u1"], "offsets": [0, 4, 8],
+                  "itemsize": 12})
+_RESULT = np.dtype([("length", "<u4"), ("code", "<i4")])
 
 
 class Detokenizer:
@@ -54,24 +55,25 @@ class Detokenizer:
         step) also what the stream held back (U+FFFD for a broken character), and the stream is closed.
         A step that fails (an unknown id or stream) is its error, in its place, and leaves its stream as
         it was; the others go on."""
-        flags = [finish] * len(steps) if isinstance(finish, bool) else list(finish)
-        if len(flags) != len(steps):
-            raise InvalidArgument(f"{len(flags)} finish flags for {len(steps)} steps")
-        arrays = [np.ascontiguousarray(ids, dtype="<i4") for _, ids in steps]
-        head = b"".join(_STEP.pack(stream, len(a), _FINISH if f else 0) for (stream, _), a, f in zip(steps, arrays, flags))
-        answer = self._request(b"D" + struct.pack("<I", len(steps)) + head + b"".join(a.tobytes() for a in arrays))
-        results = [_RESULT.unpack_from(answer, i * _RESULT.size) for i in range(len(steps))]
-        at = len(steps) * _RESULT.size
-        texts = []
-        for length, _ in results:
-            texts.append(answer[at:at + length].decode())
-            at += length
+        n = len(steps)
+        flags = [finish] * n if isinstance(finish, bool) else list(finish)
+        if len(flags) != n:
+            raise InvalidArgument(f"{len(flags)} finish flags for {n} steps")
+        # Built column by column: a server steps every running sequence each generation step.
+        head = np.zeros(n, _STEP)
+        head["stream"] = [stream for stream, _ in steps]
+        head["count"] = counts = [len(ids) for _, ids in steps]
+        head["flags"] = flags
+        ids = np.fromiter(itertools.chain.from_iterable(ids for _, ids in steps), "<i4", sum(counts))
+        answer = self._request(b"D" + struct.pack("<I", n) + head.tobytes() + ids.tobytes())
+        results = np.frombuffer(answer, _RESULT, n)
+        at = results.nbytes
         out: list[str | Error] = []
-        for text, (_, code) in zip(texts, results):  # failed steps' messages follow the texts, in order
-            if code == 0:
-                out.append(text)
-                continue
-            (n,) = struct.unpack_from("<I", answer, at)
-            out.append(from_code(code, answer[at + 4:at + 4 + n].decode(errors="replace")))
-            at += 4 + n
+        for length in results["length"].tolist():
+            out.append(answer[at:at + length].decode())
+            at += length
+        for i in np.flatnonzero(results["code"]).tolist():  # failed steps' messages follow the texts, in order
+            (size,) = struct.unpack_from("<I", answer, at)
+            out[i] = from_code(int(results["code"][i]), answer[at + 4:at + 4 + size].decode(errors="replace"))
+            at += 4 + size
         return out
