@@ -10,7 +10,7 @@ from types import ModuleType
 
 #: Suite name (as after `outboard bench`, and in meta.json) -> its module in suites/.
 SUITES = {"channel": "channel", "rdma": "rdma", "graph": "graph", "mpi": "mpi", "tokenize": "tokenize_offload",
-          "tokenizer": "tokenizer_speed", "checkpoint": "checkpoint"}
+          "tokenizer": "tokenizer_speed", "checkpoint": "checkpoint", "serving": "serving"}
 
 
 def suite_module(name: str) -> ModuleType:
