@@ -22,7 +22,8 @@ def test_quick_benchmark_writes_rows_meta_and_report(tmp_path) -> None:
     chunk_rows = [row for row in rows if row["case"] == "chunk-8k"]
     impls = {(row["params"]["model"], row["impl"]) for row in chunk_rows}
     assert {("gpt2", "outboard"), ("gpt2", "tiktoken"), ("tekken", "outboard"), ("tekken", "mistral-common"),
-            ("mistral", "outboard"), ("mistral", "sentencepiece"), ("bert", "outboard"), ("bert", "hf-tokenizers")} <= impls
+            ("mistral", "outboard"), ("mistral", "sentencepiece"), ("bert", "outboard"), ("bert", "hf-tokenizers"),
+            ("tekken", "hf-tokenizers"), ("mistral", "hf-tokenizers")} <= impls
     for row in chunk_rows:
         assert row["correctness"]["compared"] == 8
         if row["impl"] in ("outboard", "tiktoken", "hf-tokenizers", "mistral-common", "sentencepiece"):

@@ -1,6 +1,7 @@
-"""The byte-level BPE encodings (GPT-2's r50k, cl100k, o200k, Tekken) as the peers load them: tiktoken, HF tokenizers
-(ByteLevel BPE, GPT-2 only), fastokens, gigatoken, riptoken, toktok and quicktok, built offline from the
-same cached ranks file. Used by the benchmark and the exactness tests."""
+"""The byte-level BPE encodings (GPT-2's r50k, cl100k, o200k, Tekken) and SentencePiece BPE as the peers load
+them: tiktoken, HF tokenizers (built offline as a converter would), sentencepiece, mistral-common, fastokens,
+gigatoken, riptoken, toktok and quicktok, from the same cached vocabulary file. Used by the benchmark and the
+exactness tests."""
 
 from __future__ import annotations
 
@@ -147,6 +148,56 @@ def riptoken_encoding(model: str, ranks: dict[bytes, int]) -> Any:
     import riptoken
 
     return riptoken.CoreBPE(ranks, {}, ENCODINGS[model].pattern)
+
+
+def hf_tekken(path: Path, directory: Path) -> Any:
+    """HF tokenizers with a Tekken file's pattern and ranks (its ids after the special ones, as many as
+    mistral-common keeps), derived once into ``directory``: the tokenizer.json a converter would build."""
+    import base64
+
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    config = json.loads(path.read_text(encoding="utf-8"))
+    settings, specials = config["config"], config["config"]["default_num_special_tokens"]
+    vocab_json, merges_txt = directory / "tekken-vocab.json", directory / "tekken-merges.txt"
+    if not merges_txt.exists():
+        kept = config["vocab"][:settings["default_vocab_size"] - specials]
+        ranks = {base64.b64decode(e["token_bytes"]): e["rank"] + specials for e in kept}
+        write_vocab_merges(ranks, directory, name="tekken-", specials={})
+    tok = Tokenizer(models.BPE.from_file(str(vocab_json), str(merges_txt)))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(settings["pattern"]), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+def hf_sentencepiece(path: Path) -> Any:
+    """HF tokenizers on a SentencePiece BPE ``.model`` as transformers' Llama converter builds it: the
+    pieces as the vocabulary, merges from every split of a piece into two pieces ordered by the merged
+    piece's score, byte fallback, and the "▁" normalizer (the dummy prefix, spaces as "▁")."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    sp = sentencepiece(path)
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    merges = []
+    for piece, i in vocab.items():
+        if sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i):
+            continue
+        local = [(piece[:k], piece[k:], sp.get_score(i)) for k in range(1, len(piece))
+                 if piece[:k] in vocab and piece[k:] in vocab]
+        merges += sorted(local, key=lambda m: (vocab[m[0]], vocab[m[1]]))
+    merges.sort(key=lambda m: m[2], reverse=True)
+    model = models.BPE(vocab, [(a, b) for a, b, _ in merges], unk_token="<unk>", fuse_unk=True, byte_fallback=True)
+    tok = Tokenizer(model)
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
 
 
 def tekken(path: Path) -> Any:

@@ -118,21 +118,29 @@ def _bpe_peers(model: str, tmp: Path) -> Peers:
 
 
 def _tekken_peers(tmp: Path) -> Peers:
-    """Mistral's Tekken: outboard and mistral-common's Tekkenizer (the reference)."""
+    """Mistral's Tekken: outboard, mistral-common's Tekkenizer (the reference) and HF tokenizers (built
+    from the file's ranks and pattern, as a converter would)."""
     from ... import vocab
     from .. import references
 
     impls: dict[str, Callable[[str], Any]] = {"outboard": _ours("tekken")}
+    missing: dict[str, str] = {}
+    try:
+        hf = references.hf_tekken(vocab.path("tekken"), tmp)
+        impls["hf-tokenizers"] = lambda t: hf.encode(t, add_special_tokens=False).ids
+    except ImportError:
+        missing["hf-tokenizers"] = "not installed (pip install tokenizers)"
     try:
         ref = references.tekken(vocab.path("tekken"))
         impls["mistral-common"] = lambda t: ref.encode(t, bos=False, eos=False)
     except ImportError:
-        return impls, {"mistral-common": "not installed (pip install mistral-common)"}, "outboard"
-    return impls, {}, "mistral-common"
+        missing["mistral-common"] = "not installed (pip install mistral-common)"
+    return impls, missing, "mistral-common" if "mistral-common" in impls else "outboard"
 
 
 def _sentencepiece_peers(tmp: Path) -> Peers:
-    """Mistral 7B's SentencePiece BPE: outboard, sentencepiece (the reference) and gigatoken."""
+    """Mistral 7B's SentencePiece BPE: outboard, sentencepiece (the reference), HF tokenizers (as
+    transformers' Llama converter builds it) and gigatoken."""
     from ... import vocab
     from .. import references
 
@@ -143,6 +151,11 @@ def _sentencepiece_peers(tmp: Path) -> Peers:
         impls["sentencepiece"] = references.sentencepiece(path).encode
     except ImportError:
         missing["sentencepiece"] = "not installed (pip install sentencepiece)"
+    try:
+        hf = references.hf_sentencepiece(path)
+        impls["hf-tokenizers"] = lambda t: hf.encode(t, add_special_tokens=False).ids
+    except ImportError:
+        missing["hf-tokenizers"] = "not installed (pip install tokenizers sentencepiece)"
     try:
         import gigatoken
 
