@@ -165,6 +165,8 @@ class Tokenizer {
   [[nodiscard]] size_t vocab_size() const;
   /// Id of a special token, or -1.
   [[nodiscard]] int32_t special_id(std::string_view text) const;
+  /// Every special (and control) token, (text, id) by id.
+  [[nodiscard]] const std::vector<std::pair<std::string, int32_t>>& special_tokens() const;
   /// Settings of the loaded file that are reported but not applied (JSON).
   [[nodiscard]] std::string_view config_report() const;
   /// The Unicode version of the character tables ("16.0.0").

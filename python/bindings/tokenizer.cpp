@@ -263,6 +263,7 @@ void bind_tokenizer(nb::module_& m) {
            "text"_a, "ids"_a, "[start, end) per id as a flat array (start0, end0, start1, ...).")
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def("special_id", &Tokenizer::special_id, "text"_a)
+      .def("special_tokens", &Tokenizer::special_tokens, "[(text, id)] of every special token, by id.")
       .def_static("unicode_version", [] { return std::string(Tokenizer::unicode_version()); });
 
   nb::class_<DecodeStream>(m, "DecodeStream")

@@ -83,8 +83,9 @@ class HFTokenizer:
         connection = self._client.connection if self._client is not None and placement != "host" else None
         self._offload = OffloadTokenizer(connection, name, placement=placement, policy=policy, timeout=timeout)
         self._timeout = timeout
-        self._local = open_local(name)
+        self._local = self._offload.local or open_local(name)
         self._core = self._local._core
+        self._specials = dict(self._core.special_tokens())  # text -> id
         self.family = _family(self.name, self._core)
         self.chat_version = _chat_version(self.name, self.family)
         self._vocab: dict[str, int] | None = None
@@ -145,8 +146,14 @@ class HFTokenizer:
         return {a: getattr(self, a) for a in _ATTRIBUTES if getattr(self, a) is not None}
 
     @property
+    def additional_special_tokens(self) -> list[str]:
+        """The vocabulary's other special and control tokens ([INST], tools, fillers), by id."""
+        named = set(self.special_tokens_map.values())
+        return [t for t in self._specials if t not in named]
+
+    @property
     def all_special_tokens(self) -> list[str]:
-        return list(dict.fromkeys(self.special_tokens_map.values()))
+        return list(dict.fromkeys([*self.special_tokens_map.values(), *self.additional_special_tokens]))
 
     @property
     def all_special_ids(self) -> list[int]:
@@ -298,8 +305,10 @@ class StreamDecoder:
         if self._remote is not None:
             return self._remote.step(steps, finish=finish)
         flags = [finish] * len(steps) if isinstance(finish, bool) else list(finish)
+        if len(flags) != len(steps):
+            raise InvalidArgument(f"{len(flags)} finish flags for {len(steps)} steps")
         out: list[str | Error] = []
-        for (handle, ids), done in zip(steps, flags, strict=True):
+        for (handle, ids), done in zip(steps, flags):
             stream = self._streams.get(handle)
             if stream is None:
                 out.append(InvalidArgument(f"stream {handle} is not open"))

@@ -90,6 +90,8 @@ size_t Tokenizer::vocab_size() const { return model_->vocab_size(); }
 
 std::string_view Tokenizer::config_report() const { return model_->config_report; }
 
+const std::vector<std::pair<std::string, int32_t>>& Tokenizer::special_tokens() const { return model_->specials; }
+
 int32_t Tokenizer::special_id(std::string_view text) const {
   for (const auto& [s, id] : model_->specials)
     if (s == text) return id;

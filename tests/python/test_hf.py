@@ -174,7 +174,10 @@ def test_special_tokens_and_added_ids_follow_transformers(host: dict) -> None:
     assert 3 not in v3.encode("[INST]", add_special_tokens=False)
     assert v3.decode(v3.encode("Grüße 🙂")) == "Grüße 🙂"
     assert v3.decode([1, 3, 23325, 4, 2], skip_special_tokens=True) == "Hello"
-    assert v3.all_special_ids == [1, 2, 0]
+    assert v3.all_special_ids[:3] == [1, 2, 0] and {3, 4} <= set(v3.all_special_ids)
+    assert "[INST]" in v3.additional_special_tokens and len(tekken.all_special_tokens) == 1000
+    hello = tekken.encode("Hello", add_special_tokens=False)
+    assert tekken.decode([1, 3, *hello, 4, 2], skip_special_tokens=True) == "Hello"
     with pytest.raises(errors.Unsupported, match="WordPiece"):
         bert("x", return_offsets_mapping=True)
 

@@ -92,6 +92,11 @@ class OffloadTokenizer:
     def vocab_size(self) -> int:
         return self._remote.vocab_size if self._remote is not None else self._local.vocab_size  # type: ignore[union-attr]
 
+    @property
+    def local(self) -> Tokenizer | None:
+        """The in-process tokenizer of the host and auto placements (None for "agent")."""
+        return self._local
+
     def encode_batch(self, texts: Sequence[Text], *, max_len: int | None = None,
                      allowed_special: Literal["all"] | Collection[str] = (), utf8: Utf8Policy = "strict",
                      add_special_tokens: bool = False, capacity: int | None = None) -> Batch:
