@@ -107,7 +107,7 @@ class Tokenizer {
   /// Mistral's Tekken (tekken_*.json of mistral-common): ids as its
   /// Tekkenizer.encode gives them (ranks after its special ids). Special-token
   /// text in the input is ordinary text, as there; add_special_tokens
-  /// prepends BOS.
+  /// prepends BOS; decode drops control ids (Tekkenizer.decode's default).
   static Result<Tokenizer> from_tekken_json(const std::string& path);
   /// A SentencePiece BPE `.model` with byte fallback and the identity
   /// normalizer (Llama 2, Mistral 7B): ids as sentencepiece's encode gives

@@ -81,7 +81,12 @@ class HFTokenizer:
         if placement != "host" and client is None:
             self._client, self._own_client = connect(), True
         connection = self._client.connection if self._client is not None and placement != "host" else None
-        self._offload = OffloadTokenizer(connection, name, placement=placement, policy=policy, timeout=timeout)
+        try:
+            self._offload = OffloadTokenizer(connection, name, placement=placement, policy=policy, timeout=timeout)
+        except BaseException:
+            if self._own_client:
+                self._client.close()  # type: ignore[union-attr]
+            raise
         self._timeout = timeout
         self._local = self._offload.local or open_local(name)
         self._core = self._local._core
@@ -93,7 +98,7 @@ class HFTokenizer:
         for attribute in _ATTRIBUTES:
             setattr(self, attribute, None)
         for attribute, token in _SPECIALS[self.family].items():
-            if self._core.special_id(token) >= 0 or self._token_id(token) is not None:
+            if self._token_id(token) is not None:
                 setattr(self, attribute, token)
 
     # --- the vocabulary ---------------------------------------------------------------------
@@ -113,8 +118,8 @@ class HFTokenizer:
             return self._vocab
 
     def _token_id(self, token: str) -> int | None:
-        special = self._core.special_id(token)
-        return special if special >= 0 else self.get_vocab().get(token)
+        special = self._specials.get(token)
+        return special if special is not None else self.get_vocab().get(token)
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int],
                               skip_special_tokens: bool = False) -> str | None | list[str | None]:
@@ -225,10 +230,17 @@ class HFTokenizer:
     # --- decoding ---------------------------------------------------------------------------
 
     def decode(self, ids: int | Sequence[int] | np.ndarray, skip_special_tokens: bool = False) -> str:
+        """Special tokens by their text (none with ``skip_special_tokens``); the ids between them as the
+        family's reference decodes them."""
         ids = np.atleast_1d(np.asarray(ids, dtype=np.int32))
-        if skip_special_tokens:
-            ids = ids[~np.isin(ids, self.all_special_ids)]
-        return self._local.decode(ids)
+        special = np.isin(ids, self.all_special_ids)
+        if skip_special_tokens or not special.any():
+            return self._local.decode(ids[~special] if skip_special_tokens else ids)
+        parts, start = [], 0
+        for k in np.flatnonzero(special).tolist():
+            parts += [self._local.decode(ids[start:k]), self._core.token_text(int(ids[k]))]
+            start = k + 1
+        return "".join(parts) + self._local.decode(ids[start:])
 
     def batch_decode(self, sequences: Iterable[Sequence[int] | np.ndarray], skip_special_tokens: bool = False) -> list[str]:
         return [self.decode(s, skip_special_tokens=skip_special_tokens) for s in sequences]
@@ -284,8 +296,9 @@ class HFTokenizer:
 class StreamDecoder:
     """Streaming detokenization of many sequences at once (a server's generation step): ``open()`` a
     sequence, ``step([(seq, new_ids), ...])`` gives each the text its ids complete, ``finish=True``
-    also what it held back, and closes it. On the agent, one round trip per step; a failed step is
-    its error, in its place."""
+    also what it held back, and closes it. The text is the family's decode (``Tokenizer.decode``:
+    control ids invisible for Mistral's families). On the agent, one round trip per step; a failed
+    step is its error, in its place."""
 
     def __init__(self, local: Any, remote: Detokenizer | None) -> None:
         self._local, self._remote = local, remote

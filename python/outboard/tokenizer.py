@@ -48,7 +48,8 @@ class Tokenizer:
     @classmethod
     def from_tekken_json(cls, path: str | Path) -> Tokenizer:
         """Mistral's Tekken (``tekken_*.json``): the ids of mistral-common's ``Tekkenizer.encode``. Special-token
-        text is ordinary text, as there; ``add_special_tokens=True`` prepends BOS."""
+        text is ordinary text, as there; ``add_special_tokens=True`` prepends BOS; decoding drops control
+        ids, as ``Tekkenizer.decode`` does by default."""
         return cls(_core.Tokenizer.from_tekken_json(str(path)))
 
     @classmethod

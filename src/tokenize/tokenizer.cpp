@@ -320,7 +320,12 @@ Result<std::string> ByteBpe::token_text(int32_t id) const {
 }
 
 Status ByteBpe::decode_one(int32_t id, std::string& out, bool&) const {
-  if (decode_special(id, out)) return {};
+  // Special text decodes as text where the input finds it as text (tiktoken);
+  // Tekken's control ids are invisible, as Tekkenizer.decode's default.
+  if (const std::string* special = special_text(id)) {
+    if (specials_in_text) out += *special;
+    return {};
+  }
   std::string_view b = vocab.bytes_of(id);
   if (b.empty()) return {Code::kNotFound, "token id " + std::to_string(id) + " is not in the vocabulary"};
   out += b;

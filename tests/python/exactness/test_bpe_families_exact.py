@@ -116,8 +116,7 @@ def test_tekken_specials_are_mistral_commons() -> None:
     with pytest.raises(errors.InvalidArgument, match="ordinary text"):
         ours.encode(text, allowed_special="all")
     ids = [ref.bos_id, *ref.encode("Hello", bos=False, eos=False), ref.eos_id, 999]
-    assert ours.decode(ids) == "<s>Hello</s><SPECIAL_999>"
-    assert ours.decode(ids[1:-2]) == ref.decode(ids[1:-2])
+    assert ours.decode(ids) == ref.decode(ids) == "Hello"  # control ids are invisible, as Tekkenizer.decode's default
 
 
 def test_the_file_name_chooses_the_pattern(family, docs) -> None:
