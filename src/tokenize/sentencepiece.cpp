@@ -181,16 +181,6 @@ Status read_spec(std::string_view bytes, size_t base, const std::string& where, 
   });
 }
 
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  for (size_t i = 0; i < s.size();) {
-    int bad, len = utf8_sequence(p + i, s.size() - i, bad);
-    if (len == 0) return false;
-    i += static_cast<size_t>(len);
-  }
-  return true;
-}
-
 size_t char_length(std::string_view s) {
   int len;
   decode_valid(reinterpret_cast<const uint8_t*>(s.data()), len);
@@ -251,7 +241,7 @@ Result<Tokenizer> build(const std::vector<Piece>& pieces, const Spec& spec, cons
     const Piece& p = pieces[id];
     const std::string field = "pieces[" + std::to_string(id) + "]";
     if (p.text.empty()) return bad(field + ".piece", "is empty");
-    if (!valid_utf8(p.text)) return bad(field + ".piece", "is not valid UTF-8");
+    if (first_invalid_utf8(p.text) != p.text.size()) return bad(field + ".piece", "is not valid UTF-8");
     if (std::isnan(p.score)) return bad(field + ".score", "is NaN");
     if (auto [it, fresh] = seen.emplace(p.text, id); !fresh)
       return bad(field + ".piece", "'" + std::string(p.text) + "' repeats pieces[" + std::to_string(it->second) + "]");

@@ -5,32 +5,12 @@
 #include "tokenize/gpt2_split.h"
 #include "tokenize/model.h"
 #include "tokenize/o200k_split.h"
-#include "tokenize/small_load.h"
 #include "tokenize/unicode.h"
 
 namespace outboard {
 namespace {
 
 constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
-
-// Offset of the first byte of `text` that starts no valid UTF-8 character
-// (text.size() if none).
-size_t first_invalid(std::string_view text) {
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    if (s[i] < 0x80) {
-      ++i;
-      while (i + 8 <= n && (tokenize::load8(s + i) & 0x8080808080808080ull) == 0) i += 8;  // ASCII, 8 at a time
-      continue;
-    }
-    int bad, len = tokenize::utf8_sequence(s + i, n - i, bad);
-    if (len == 0) break;
-    i += len;
-  }
-  return i;
-}
 
 // Appends text[0, end) to out, each maximal ill-formed subpart as U+FFFD
 // (Python's errors="replace"), where `end` is where the valid prefix of a
@@ -40,7 +20,7 @@ size_t append_utf8(std::string_view text, bool final, std::string& out) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const size_t n = text.size();
   size_t i = 0, copied = 0;
-  while ((i += first_invalid(text.substr(i))) < n) {
+  while ((i += tokenize::first_invalid_utf8(text.substr(i))) < n) {
     int bad;
     tokenize::utf8_sequence(s + i, n - i, bad);
     if (!final && i + bad == n && s[i] >= 0xC2 && s[i] <= 0xF4) break;  // a character begun, not ended
@@ -54,7 +34,7 @@ size_t append_utf8(std::string_view text, bool final, std::string& out) {
 
 // Validates `text`; under kReplace returns a repaired copy in `repaired`.
 Status check_utf8(std::string_view text, Utf8Policy policy, std::string& repaired, bool& use_repaired) {
-  const size_t at = first_invalid(text);
+  const size_t at = tokenize::first_invalid_utf8(text);
   use_repaired = at < text.size();
   if (!use_repaired) return {};
   if (policy == Utf8Policy::kStrict) {

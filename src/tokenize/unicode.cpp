@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "tokenize/small_load.h"
+
 namespace outboard::tokenize {
 namespace {
 struct MappingEntry {
@@ -96,6 +98,23 @@ int utf8_sequence(const uint8_t* p, size_t n, int& bad) {
     if (!ok) return bad = k, 0;
   }
   return need + 1;
+}
+
+size_t first_invalid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    if (s[i] < 0x80) {
+      ++i;
+      while (i + 8 <= n && (load8(s + i) & 0x8080808080808080ull) == 0) i += 8;  // ASCII, 8 at a time
+      continue;
+    }
+    int bad, len = utf8_sequence(s + i, n - i, bad);
+    if (len == 0) break;
+    i += len;
+  }
+  return i;
 }
 
 }  // namespace outboard::tokenize

@@ -62,4 +62,8 @@ inline char32_t decode_valid(const uint8_t* p, int& len) {
 /// subpart (what Python's errors="replace" turns into one U+FFFD).
 int utf8_sequence(const uint8_t* p, size_t n, int& bad);
 
+/// Offset of the first byte of `text` that starts no valid UTF-8 character
+/// (text.size() if none).
+size_t first_invalid_utf8(std::string_view text);
+
 }  // namespace outboard::tokenize
