@@ -14,10 +14,11 @@ if apt-cache show libclang-rt-14-dev >/dev/null 2>&1; then PACKAGES+=(libclang-r
 # safetensors. Tests only: pytest, build (the sdist test), unicodedata2 (its
 # version pins the Unicode version of the committed tokenizer tables, which a
 # test regenerates), the reference tokenizers the exactness gate compares
-# against, and faker for multi-script test text.
+# against (protobuf for sentencepiece's token spans), and faker for
+# multi-script test text.
 PY_DEPS=("nanobind>=2.0" "scikit-build-core>=0.10" "unicodedata2==16.0.0" "numpy>=1.22" "matplotlib>=3.5" "safetensors>=0.4"
          "pytest>=7" "pytest-timeout>=2" "build>=1" "tiktoken==0.14.0" "tokenizers==0.23.3" "mistral-common==1.13.1"
-         "sentencepiece==0.2.3"
+         "sentencepiece==0.2.3" "protobuf==7.36.2"
          "faker>=30")
 MIN_CMAKE=3.25
 # The aarch64 agent (make agent-aarch64, make test-aarch64): a cross compiler, qemu-user and the arm64
