@@ -117,7 +117,9 @@ def test_a_processes_connections_to_one_address_are_set_up_one_at_a_time() -> No
         first.close()
         second.close()
     assert len(gave_up) == 2
-    assert accepted_second >= min(gave_up)
+    # The first thread reads its clock after the error left connect(), which already let the second
+    # one in: allow that much. Connects at once would be accepted a whole timeout (0.5 s) apart.
+    assert accepted_second >= min(gave_up) - 0.1
 
 
 def test_closing_some_of_a_processes_connections_leaves_the_others_whole(agent: outboard.LocalAgent) -> None:
