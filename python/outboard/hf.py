@@ -91,6 +91,7 @@ class HFTokenizer:
         self._local = self._offload.local or open_local(name)
         self._core = self._local._core
         self._specials = dict(self._core.special_tokens())  # text -> id
+        self._special_ids = np.fromiter(self._specials.values(), np.int32, len(self._specials))
         self.family = _family(self.name, self._core)
         self.chat_version = _chat_version(self.name, self.family)
         self._vocab: dict[str, int] | None = None
@@ -233,7 +234,10 @@ class HFTokenizer:
         """Special tokens by their text (none with ``skip_special_tokens``); the ids between them as the
         family's reference decodes them."""
         ids = np.atleast_1d(np.asarray(ids, dtype=np.int32))
-        special = np.isin(ids, self.all_special_ids)
+        # all_special_ids without rebuilding Tekken's 1000 per call: the vocabulary's specials, fixed,
+        # and the named attributes' ids (an unknown token that is no special, say), which a user may set.
+        named = [self._token_id(t) for t in self.special_tokens_map.values()]
+        special = np.isin(ids, self._special_ids) | np.isin(ids, [i for i in named if i is not None])
         if skip_special_tokens or not special.any():
             return self._local.decode(ids[~special] if skip_special_tokens else ids)
         parts, start = [], 0
