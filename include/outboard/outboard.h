@@ -11,6 +11,7 @@
 #include "outboard/checksum.h"
 #include "outboard/clock.h"
 #include "outboard/config.h"
+#include "outboard/detokenize_client.h"
 #include "outboard/graph.h"
 #include "outboard/graph_offload.h"
 #include "outboard/log.h"

@@ -1,5 +1,5 @@
 // outboard._core tokenizer classes: Tokenizer (in this process), and
-// RemoteTokenizer with its Completions (on an agent).
+// RemoteTokenizer with its Completions and RemoteDetokenizer (on an agent).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -16,6 +16,7 @@
 
 #include "common.h"
 #include "outboard/channel.h"
+#include "outboard/detokenize_client.h"
 #include "outboard/tokenize_client.h"
 #include "outboard/tokenizer.h"
 
@@ -69,6 +70,51 @@ nb::dict timing_to_python(const AgentTiming& tm) {
   timing["cpu_ns"] = tm.cpu_ns;
   timing["put_ns"] = tm.put_ns;
   return timing;
+}
+
+// Each (stream, ids) of a Python list: an int32 array is viewed in place,
+// any other sequence of ints is copied (an id outside int32 is refused, not
+// wrapped into another id).
+nb::list step_streams(RemoteDetokenizer& d, nb::sequence steps, std::vector<bool> finish, double timeout) {
+  const size_t n = nb::len(steps);
+  if (finish.size() != n)
+    raise({Code::kInvalidArgument, std::to_string(finish.size()) + " finish flags for " + std::to_string(n) + " steps"});
+  std::vector<StreamStep> views(n);
+  std::vector<IdInput> arrays(n);
+  std::vector<std::vector<int32_t>> copies(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto step = nb::cast<nb::sequence>(steps[i]);
+    if (nb::len(step) != 2) raise({Code::kInvalidArgument, "step " + std::to_string(i) + " is not (stream, ids)"});
+    views[i].stream = nb::cast<uint32_t>(step[0]);
+    views[i].finish = finish[i];
+    if (nb::try_cast(step[1], arrays[i], /*convert=*/false)) {
+      views[i].ids = {arrays[i].data(), arrays[i].size()};
+      continue;
+    }
+    for (nb::handle id : nb::cast<nb::sequence>(step[1])) {
+      const auto v = nb::cast<int64_t>(id);
+      if (v < INT32_MIN || v > INT32_MAX)
+        raise({Code::kInvalidArgument, "step " + std::to_string(i) + ": id " + std::to_string(v) + " is not an int32"});
+      copies[i].push_back(static_cast<int32_t>(v));
+    }
+    views[i].ids = copies[i];
+  }
+  Result<SteppedText> r = Status();
+  {
+    nb::gil_scoped_release release;
+    r = d.step(views, deadline_in(timeout));
+  }
+  const SteppedText out = unwrap(std::move(r));
+  nb::list texts;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out.error(i).ok()) {
+      texts.append(status_tuple(out.error(i)));
+      continue;
+    }
+    const std::string_view t = out.text(i);
+    texts.append(nb::str(t.data(), t.size()));
+  }
+  return texts;
 }
 
 // Batches submitted without waiting, finished by whoever progresses the
@@ -341,6 +387,32 @@ void bind_tokenizer(nb::module_& m) {
           "wait_credit"_a = true,
           "encode_batch without waiting: the result is collected from `completions` under `token`. Without "
           "wait_credit, raises Again (nothing sent) when the agent's window is full.");
+
+  nb::class_<RemoteDetokenizer>(m, "RemoteDetokenizer")
+      .def_static(
+          "open",
+          [](Connection& c, const std::string& name, double timeout) {
+            nb::gil_scoped_release release;
+            return unwrap(RemoteDetokenizer::open(c, name, deadline_in(timeout)));
+          },
+          "connection"_a, "name"_a, "timeout"_a, nb::keep_alive<0, 1>())
+      .def_prop_ro("vocab_size", &RemoteDetokenizer::vocab_size)
+      .def(
+          "open_stream",
+          [](RemoteDetokenizer& d, double timeout) {
+            nb::gil_scoped_release release;
+            return unwrap(d.open_stream(deadline_in(timeout)));
+          },
+          "timeout"_a)
+      .def(
+          "close_stream",
+          [](RemoteDetokenizer& d, uint32_t stream, double timeout) {
+            nb::gil_scoped_release release;
+            check(d.close_stream(stream, deadline_in(timeout)));
+          },
+          "stream"_a, "timeout"_a)
+      .def("step", &step_streams, "steps"_a, "finish"_a, "timeout"_a,
+           "[(stream, ids)] and a finish flag per step -> per step its text, or (code, message) where it failed.");
 
   nb::class_<AgentBatch>(m, "AgentBatch", "A batch the agent tokenized; its arrays keep it (and its slots) alive.")
       .def_prop_ro("ids", [](nb::handle self) {

@@ -13,12 +13,13 @@
 
 #include <cstdint>
 
+#include "services/vocabulary_request.h"
 #include "util/codec.h"
 
 namespace outboard::detokenize_wire {
 
-inline constexpr char kOpen = 'O';
-inline constexpr char kUpload = 'L';
+inline constexpr char kOpen = services::kOpenByName;
+inline constexpr char kUpload = services::kOpenUpload;
 inline constexpr char kStream = 'S';
 inline constexpr char kStep = 'D';
 inline constexpr char kClose = 'C';

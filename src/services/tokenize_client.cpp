@@ -1,9 +1,7 @@
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 
 #include "outboard/log.h"
 #include "outboard/tokenize_client.h"
@@ -180,37 +178,11 @@ Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& conne
   return open(connection, name, deadline, std::move(output), ids);
 }
 
-namespace {
-
-// A vocabulary file of this machine goes to the agent as its bytes: the agent
-// opens names in its own vocabulary directory only (it may be on a DPU or
-// another node, which sees none of our files).
-Status put_upload(wire::Writer& w, const std::string& path) {
-  const std::optional<VocabFormat> format = Tokenizer::vocab_format_of(path);
-  if (!format)
-    return {Code::kInvalidArgument, "vocabulary file '" + path + "' is not a .tiktoken, tokenizer .json or vocab .txt"};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {Code::kNotFound, "cannot read vocabulary file '" + path + "'"};
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  w.put(wire::kUpload);
-  w.put(static_cast<uint8_t>(*format));
-  w.put_bytes(contents.view());
-  return {};
-}
-
-}  // namespace
-
 Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& connection, const std::string& name,
                                                                Deadline deadline, OutputMemory output,
                                                                uint64_t pool_ids) {
   wire::Writer w;
-  if (name.find('/') != std::string::npos) {
-    OB_RETURN_IF_ERROR(put_upload(w, name));
-  } else {
-    w.put(wire::kOpen);
-    w.put_bytes(name);
-  }
+  OB_RETURN_IF_ERROR(services::put_vocabulary_request(w, name));
   OB_ASSIGN_OR_RETURN(Buffer reply, call(connection, w.bytes, deadline));
   uint32_t handle = 0, vocab = 0;
   wire::Reader r{reply.span()};

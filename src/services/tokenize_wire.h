@@ -15,12 +15,13 @@
 
 #include <cstdint>
 
+#include "services/vocabulary_request.h"
 #include "util/codec.h"
 
 namespace outboard::tokenize_wire {
 
-inline constexpr char kOpen = 'O';
-inline constexpr char kUpload = 'L';
+inline constexpr char kOpen = services::kOpenByName;
+inline constexpr char kUpload = services::kOpenUpload;
 inline constexpr char kBind = 'B';
 inline constexpr char kEncode = 'E';
 inline constexpr char kUnbind = 'U';

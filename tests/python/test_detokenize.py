@@ -7,6 +7,7 @@ import random
 import re
 import struct
 
+import numpy as np
 import pytest
 
 import outboard
@@ -94,3 +95,17 @@ def test_malformed_requests_are_refused_by_name(client: outboard.Client, payload
     with pytest.raises(errors.Error, match=re.escape(says)):
         client.request("detokenize", payload)
     assert client.detokenizer("gpt2").step([(client.detokenizer("gpt2").stream(), [64])]) == ["a"]
+
+
+def test_ids_come_as_any_int_sequence_and_ids_outside_int32_are_refused(client: outboard.Client) -> None:
+    local, detok = outboard.Tokenizer.gpt2(), client.detokenizer("gpt2")
+    ids = local.encode("hello world, again")
+    strided = np.repeat(np.array(ids, np.int32), 2)[::2]
+    forms = [ids, tuple(ids), np.array(ids, np.int32), np.array(ids, np.int64), strided]
+    streams = [detok.stream() for _ in forms]
+    assert detok.step(list(zip(streams, forms))) == ["hello world, again"] * len(forms)
+    with pytest.raises(errors.InvalidArgument, match="step 0: id 4294967296 is not an int32"):
+        detok.step([(streams[0], [2 ** 32])])
+    with pytest.raises(errors.InvalidArgument, match="2 finish flags for 1 steps"):
+        detok.step([(streams[0], [64])], finish=[True, False])
+    assert detok.step([(streams[0], [64])], finish=True) == ["a"]  # refused calls sent nothing

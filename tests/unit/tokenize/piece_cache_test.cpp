@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "../temp_file.h"
+#include "../vocab_cache.h"
 #include "outboard/tokenizer.h"
 
 namespace outboard::tokenize {
@@ -68,12 +69,7 @@ TEST(PieceCacheTest, OnlyModelsThatUseOneMapOne) {
   EXPECT_EQ(bert->with_piece_cache(4096).piece_cache_bytes(), 0u);
 }
 
-std::string gpt2_path() {
-  const char* dir = std::getenv("OUTBOARD_CACHE_DIR");
-  const char* home = std::getenv("HOME");
-  fs::path p = dir ? fs::path(dir) : fs::path(home ? home : "/") / ".cache" / "outboard";
-  return (p / "gpt2.tiktoken").string();
-}
+std::string gpt2_path() { return testing::cached_vocab("gpt2.tiktoken"); }
 
 // Words of several scripts, most of them several tokens long, repeating.
 std::vector<std::string> texts(size_t count) {

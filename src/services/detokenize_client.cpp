@@ -1,0 +1,82 @@
+#include "outboard/detokenize_client.h"
+
+#include "services/detokenize_wire.h"
+
+namespace outboard {
+
+namespace wire = detokenize_wire;
+
+namespace {
+constexpr std::string_view kService = "detokenize";
+
+Status short_answer(std::string_view what, size_t bytes) {
+  return {Code::kIoError, "detokenize service answered " + std::string(what) + " with " + std::to_string(bytes) + " B"};
+}
+}  // namespace
+
+Result<std::unique_ptr<RemoteDetokenizer>> RemoteDetokenizer::open(Connection& connection, const std::string& name,
+                                                                   Deadline deadline) {
+  wire::Writer w;
+  OB_RETURN_IF_ERROR(services::put_vocabulary_request(w, name));
+  OB_ASSIGN_OR_RETURN(Buffer reply, connection.request(kService, w.bytes, deadline));
+  uint32_t handle = 0, vocab = 0;
+  wire::Reader r{reply.span()};
+  if (!r.get(handle) || !r.get(vocab)) return short_answer("an open", reply.size());
+  return std::unique_ptr<RemoteDetokenizer>(new RemoteDetokenizer(connection, handle, vocab));
+}
+
+Result<uint32_t> RemoteDetokenizer::open_stream(Deadline deadline) {
+  wire::Writer w;
+  w.put(wire::kStream);
+  w.put(handle_);
+  OB_ASSIGN_OR_RETURN(Buffer reply, connection_.request(kService, w.bytes, deadline));
+  uint32_t stream = 0;
+  wire::Reader r{reply.span()};
+  if (!r.get(stream)) return short_answer("a stream request", reply.size());
+  return stream;
+}
+
+Status RemoteDetokenizer::close_stream(uint32_t stream, Deadline deadline) {
+  wire::Writer w;
+  w.put(wire::kClose);
+  w.put(stream);
+  return connection_.request(kService, w.bytes, deadline).status();
+}
+
+Result<SteppedText> RemoteDetokenizer::step(std::span<const StreamStep> steps, Deadline deadline) {
+  wire::Writer w;
+  w.put(wire::kStep);
+  w.put(static_cast<uint32_t>(steps.size()));
+  size_t ids = 0;
+  for (const StreamStep& s : steps) {
+    w.put(wire::Step{.stream = s.stream,
+                     .ids = static_cast<uint32_t>(s.ids.size()),
+                     .flags = static_cast<uint8_t>(s.finish ? wire::kFinish : 0)});
+    ids += s.ids.size();
+  }
+  w.bytes.reserve(w.bytes.size() + ids * sizeof(int32_t));
+  for (const StreamStep& s : steps) w.put_bytes({reinterpret_cast<const uint8_t*>(s.ids.data()), s.ids.size_bytes()});
+  OB_ASSIGN_OR_RETURN(Buffer reply, connection_.request(kService, w.bytes, deadline));
+
+  // The agent's answer is checked like any peer's bytes: lengths must add up.
+  wire::Reader r{reply.span()};
+  std::vector<wire::StepResult> results(steps.size());
+  std::vector<uint64_t> offsets(steps.size() + 1, 0);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!r.get(results[i])) return short_answer("a step", reply.size());
+    offsets[i + 1] = offsets[i] + results[i].length;
+  }
+  std::span<const uint8_t> text;
+  if (!r.take(offsets.back(), text)) return short_answer("a step", reply.size());
+  std::vector<Status> errors(steps.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].code == 0) continue;
+    std::string message;
+    if (!r.get_string(message)) return short_answer("a step", reply.size());
+    errors[i] = Status(known_code(results[i].code) ? static_cast<Code>(results[i].code) : Code::kIoError, message);
+  }
+  return SteppedText(std::string(reinterpret_cast<const char*>(text.data()), text.size()), std::move(offsets),
+                     std::move(errors));
+}
+
+}  // namespace outboard
