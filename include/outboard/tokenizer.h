@@ -156,8 +156,10 @@ class Tokenizer {
   /// Where each of `ids`, an encoding of `text`, lies in it: [start, end) in
   /// code points (Python's str indices), Hugging Face's offset_mapping. A
   /// token holding part of a character spans all of it; an id the encoding
-  /// added (BOS) spans nothing where it stands. kInvalidArgument naming the
-  /// first id that does not spell the text there; kUnsupported for WordPiece.
+  /// added (BOS) spans nothing where it stands, [CLS] and [SEP] (0, 0).
+  /// WordPiece's ids lie where the normalized text's pieces came from: they
+  /// must be the text's encoding (special text allowed or ordinary).
+  /// kInvalidArgument naming the first id that does not fit the text there.
   [[nodiscard]] Result<std::vector<std::array<uint32_t, 2>>> char_offsets(std::string_view text,
                                                                         std::span<const int32_t> ids) const;
 
@@ -185,6 +187,12 @@ class Tokenizer {
   explicit Tokenizer(std::shared_ptr<Model> model);
 
  private:
+  /// encode(), and with `spans`, where each id lies in the text ([begin, end) bytes; strict UTF-8).
+  Status encode_spans(std::string_view text, std::vector<int32_t>& out, const EncodeOptions& options,
+                      std::vector<std::array<size_t, 2>>* spans) const;
+  /// char_offsets' byte spans for a model whose ids do not spell the text.
+  Status encoded_spans(std::string_view text, std::span<const int32_t> ids,
+                       std::vector<std::array<size_t, 2>>& spans) const;
   /// Appends the text of `ids`. `at_start`: the models' leading-space rules
   /// still apply (nothing of this text decoded yet); they clear it.
   Status decode_append(std::span<const int32_t> ids, std::string& out, bool& at_start) const;

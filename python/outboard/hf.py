@@ -15,7 +15,8 @@ What follows each reference, and where they differ:
   for tiktoken's families and BERT, and is ordinary text for Mistral's, as in mistral-common (a
   user's text cannot forge ``[INST]``).
 - ``offset_mapping`` is HF's: code point spans, a token holding part of a character spanning all of
-  it, added tokens (0, 0)-wide where they stand. WordPiece has none (its normalizer rewrites the text).
+  it, added tokens (0, 0)-wide where they stand; WordPiece's point into the text as given, through
+  its normalizer (case, accents, controls).
 - ``apply_chat_template`` gives the ids of mistral-common's ``encode_chat_completion`` for the
   tokenizer versions whose files this package fetches (v1: ``[INST]`` as text; v2/v3: as control
   ids), for messages of text; tools and images are refused, naming the message.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,13 @@ struct Tokenizer::Model {
     bool space_is_mark = false;
   };
   virtual Result<Spelling> spelling() const { return Spelling{}; }
+  /// [begin, end) bytes of the text.
+  using ByteSpans = std::vector<std::array<size_t, 2>>;
+  /// encode_ordinary that also says where each id lies in `text`, for the
+  /// models whose ids do not spell it (spelling() is kUnsupported).
+  virtual Status encode_spans(std::string_view /*text*/, std::vector<int32_t>& /*out*/, ByteSpans& /*spans*/) const {
+    return {Code::kUnsupported, "this vocabulary's ids spell their text: see spelling()"};
+  }
   /// Does encode_ordinary use a pre-token cache? (Tokenizers map one only then.)
   virtual bool uses_piece_cache() const { return false; }
   /// All ids, special ones included.

@@ -79,6 +79,11 @@ int32_t Tokenizer::special_id(std::string_view text) const {
 }
 
 Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const EncodeOptions& options) const {
+  return encode_spans(text, out, options, nullptr);
+}
+
+Status Tokenizer::encode_spans(std::string_view text, std::vector<int32_t>& out, const EncodeOptions& options,
+                               std::vector<std::array<size_t, 2>>* spans) const {
   std::string repaired;
   bool use_repaired = false;
   OB_RETURN_IF_ERROR(check_utf8(text, options.utf8, repaired, use_repaired));
@@ -92,7 +97,9 @@ Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const
     return {Code::kInvalidArgument, "this vocabulary reads special-token text as ordinary text (as mistral-common "
                                     "does); add control ids to the ids instead of allowing special tokens"};
   const bool wrap = options.add_special_tokens && model_->cls_id >= 0;
+  // [CLS] and [SEP] stand nowhere in the text: Hugging Face spans them (0, 0).
   if (wrap) out.push_back(model_->cls_id);
+  if (wrap && spans) spans->push_back({0, 0});
   auto fail = [&](Status st) {
     out.resize(mark);
     return st;
@@ -118,12 +125,19 @@ Status Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, const
                                                "; allow special tokens to encode it as id " +
                                                std::to_string(which->second) + ", or encode it as ordinary text"});
     std::string_view segment = text.substr(pos, which ? found - pos : std::string_view::npos);
-    if (Status st = model_->encode_ordinary(segment, out, cache_.get()); !st.ok()) return fail(st);
+    const size_t first = spans ? spans->size() : 0;
+    if (Status st = spans ? model_->encode_spans(segment, out, *spans) : model_->encode_ordinary(segment, out, cache_.get());
+        !st.ok())
+      return fail(st);
+    if (spans)
+      for (size_t k = first; k < spans->size(); ++k) (*spans)[k] = {(*spans)[k][0] + pos, (*spans)[k][1] + pos};
     if (!which) {
       if (wrap && model_->sep_id >= 0) out.push_back(model_->sep_id);
+      if (wrap && model_->sep_id >= 0 && spans) spans->push_back({0, 0});
       return {};
     }
     out.push_back(which->second);
+    if (spans) spans->push_back({found, found + which->first.size()});
     pos = found + which->first.size();
   }
 }
@@ -204,15 +218,14 @@ Result<std::string> Tokenizer::token_text(int32_t id) const {
   return model_->token_text(id);
 }
 
-Result<std::vector<std::array<uint32_t, 2>>> Tokenizer::char_offsets(std::string_view text,
-                                                                     std::span<const int32_t> ids) const {
-  OB_ASSIGN_OR_RETURN(const Model::Spelling spelling, model_->spelling());
+namespace {
+
+using ByteSpans = Tokenizer::Model::ByteSpans;
+
+// Where each id lies in `text` when the ids' decoded bytes spell it.
+Status spelled_spans(const Tokenizer::Model& model, const Tokenizer::Model::Spelling& spelling, std::string_view text,
+                     std::span<const int32_t> ids, ByteSpans& spans) {
   constexpr std::string_view kMark = "\xE2\x96\x81";  // "▁"
-  std::vector<uint32_t> chars_before(text.size() + 1, 0);  // code points before each byte
-  for (size_t i = 0; i < text.size(); ++i)
-    chars_before[i + 1] = chars_before[i] + ((static_cast<uint8_t>(text[i]) & 0xC0) != 0x80);
-  std::vector<std::array<uint32_t, 2>> out;
-  out.reserve(ids.size());
   std::string piece;
   size_t at = 0;                                                    // in the text
   size_t prefix = text.empty() ? 0 : spelling.prefix_spaces;  // spaces still to come before it
@@ -220,9 +233,9 @@ Result<std::vector<std::array<uint32_t, 2>>> Tokenizer::char_offsets(std::string
     piece.clear();
     // A special id stands in the text only where special text is found there
     // (tiktoken); elsewhere the encoding added it (BOS) and it spans nothing.
-    const bool added = !model_->specials_in_text && model_->special_text(ids[i]) != nullptr;
+    const bool added = !model.specials_in_text && model.special_text(ids[i]) != nullptr;
     bool at_start = false;  // the dummy prefix is part of the spelling here
-    if (!added) OB_RETURN_IF_ERROR(model_->decode_one(ids[i], piece, at_start).with_context("ids[" + std::to_string(i) + "]"));
+    if (!added) OB_RETURN_IF_ERROR(model.decode_one(ids[i], piece, at_start).with_context("ids[" + std::to_string(i) + "]"));
     const size_t begin = at;
     for (char c : piece) {
       if (prefix > 0 && c == ' ') {
@@ -232,16 +245,67 @@ Result<std::vector<std::array<uint32_t, 2>>> Tokenizer::char_offsets(std::string
       } else if (prefix == 0 && c == ' ' && spelling.space_is_mark && text.substr(at).starts_with(kMark)) {
         at += kMark.size();
       } else {
-        return Status(Code::kInvalidArgument, "ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
-                                                  " does not spell the text at byte " + std::to_string(at));
+        return {Code::kInvalidArgument, "ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                                            " does not spell the text at byte " + std::to_string(at)};
       }
     }
-    const bool mid_char = begin < at && (static_cast<uint8_t>(text[begin]) & 0xC0) == 0x80;
-    out.push_back({chars_before[begin] - mid_char, chars_before[at]});
+    spans.push_back({begin, at});
   }
   if (at != text.size() || prefix > 0)
-    return Status(Code::kInvalidArgument,
-                  "the ids spell " + std::to_string(at) + " of the text's " + std::to_string(text.size()) + " bytes");
+    return {Code::kInvalidArgument,
+            "the ids spell " + std::to_string(at) + " of the text's " + std::to_string(text.size()) + " bytes"};
+  return {};
+}
+
+}  // namespace
+
+// Where the encoding put each id, for models whose ids do not spell the text
+// (WordPiece normalizes it): `ids` must be what encoding `text` gives, with
+// special text allowed or as ordinary text, with [CLS] and [SEP] or without.
+Status Tokenizer::encoded_spans(std::string_view text, std::span<const int32_t> ids,
+                                std::vector<std::array<size_t, 2>>& spans) const {
+  EncodeOptions options{.allow_special = true};
+  options.add_special_tokens = !ids.empty() && ids.front() == model_->cls_id;
+  std::vector<int32_t> got;
+  OB_RETURN_IF_ERROR(encode_spans(text, got, options, &spans));
+  if (std::ranges::equal(got, ids)) return {};
+  std::vector<int32_t> ordinary;
+  ByteSpans ordinary_spans;
+  options.ordinary = true;
+  OB_RETURN_IF_ERROR(encode_spans(text, ordinary, options, &ordinary_spans));
+  if (std::ranges::equal(ordinary, ids)) {
+    spans = std::move(ordinary_spans);
+    return {};
+  }
+  const size_t i = std::ranges::mismatch(got, ids).in2 - ids.begin();
+  if (i == ids.size())
+    return {Code::kInvalidArgument, "the ids end after " + std::to_string(ids.size()) + " of the text's " +
+                                        std::to_string(got.size()) + " ids"};
+  return {Code::kInvalidArgument, "ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                                      " is not the text's encoding there" +
+                                      (i < got.size() ? " (" + std::to_string(got[i]) + ")" : std::string(" (no more ids)"))};
+}
+
+Result<std::vector<std::array<uint32_t, 2>>> Tokenizer::char_offsets(std::string_view text,
+                                                                     std::span<const int32_t> ids) const {
+  ByteSpans spans;
+  spans.reserve(ids.size());
+  if (Result<Model::Spelling> spelling = model_->spelling(); spelling.ok()) {
+    OB_RETURN_IF_ERROR(spelled_spans(*model_, *spelling, text, ids, spans));
+  } else if (spelling.status().code() == Code::kUnsupported) {
+    OB_RETURN_IF_ERROR(encoded_spans(text, ids, spans));
+  } else {
+    return spelling.status();
+  }
+  std::vector<uint32_t> chars_before(text.size() + 1, 0);  // code points before each byte
+  for (size_t i = 0; i < text.size(); ++i)
+    chars_before[i + 1] = chars_before[i] + ((static_cast<uint8_t>(text[i]) & 0xC0) != 0x80);
+  std::vector<std::array<uint32_t, 2>> out;
+  out.reserve(spans.size());
+  for (const auto& [begin, end] : spans) {
+    const bool mid_char = begin < end && (static_cast<uint8_t>(text[begin]) & 0xC0) == 0x80;
+    out.push_back({chars_before[begin] - mid_char, chars_before[end]});
+  }
   return out;
 }
 

@@ -74,48 +74,52 @@ void BertWordPiece::normalize_char(char32_t c, std::string& out) const {
   if (cjk) out.push_back(' ');
 }
 
-void BertWordPiece::normalize(std::string_view text, std::string& out) const {
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  out.reserve(out.size() + text.size() + text.size() / 8);
-  for (size_t i = 0; i < text.size();) {
-    if (s[i] < 0x80) {  // ASCII: no decomposition, no CJK, lowercase by arithmetic
-      uint8_t c = s[i++];
-      if (c == '\t' || c == '\n' || c == '\r' || c == ' ') {
-        out.push_back(options.clean_text ? ' ' : static_cast<char>(c));
-      } else if (options.clean_text && (c < 0x20 || c == 0x7F)) {
-        continue;  // control
-      } else {
-        out.push_back(static_cast<char>(options.lowercase && c >= 'A' && c <= 'Z' ? c + 32 : c));
-      }
-      continue;
+// One character of valid UTF-8 at s[i], normalized onto `out`; i moves past it.
+inline void BertWordPiece::normalize_next(const uint8_t* s, size_t& i, std::string& out) const {
+  if (s[i] < 0x80) {  // ASCII: no decomposition, no CJK, lowercase by arithmetic
+    const uint8_t c = s[i++];
+    if (c == '\t' || c == '\n' || c == '\r' || c == ' ') {
+      out.push_back(options.clean_text ? ' ' : static_cast<char>(c));
+    } else if (!options.clean_text || (c >= 0x20 && c != 0x7F)) {  // else a control: dropped
+      out.push_back(static_cast<char>(options.lowercase && c >= 'A' && c <= 'Z' ? c + 32 : c));
     }
-    int len;
-    char32_t c = decode_valid(s + i, len);
-    i += static_cast<size_t>(len);
-    if (c < bmp_.size()) {
-      out.append(bmp_bytes_, bmp_[c] >> 8, bmp_[c] & 0xFF);
-    } else {
-      normalize_char(c, out);
-    }
+    return;
+  }
+  int len;
+  const char32_t c = decode_valid(s + i, len);
+  i += static_cast<size_t>(len);
+  if (c < bmp_.size()) {
+    out.append(bmp_bytes_, bmp_[c] >> 8, bmp_[c] & 0xFF);
+  } else {
+    normalize_char(c, out);
   }
 }
 
-void BertWordPiece::encode_word(const uint8_t* p, size_t n, size_t chars, std::vector<int32_t>& out) const {
-  if (chars > options.max_input_chars_per_word) {
+void BertWordPiece::normalize(std::string_view text, std::string& out) const {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  out.reserve(out.size() + text.size() + text.size() / 8);
+  for (size_t i = 0; i < text.size();) normalize_next(s, i, out);
+}
+
+void BertWordPiece::encode_word(const uint8_t* p, size_t n, size_t chars, std::vector<int32_t>& out,
+                                ByteSpans* spans, size_t at) const {
+  const size_t mark = out.size();
+  auto unknown = [&] {  // the whole word becomes [UNK]
+    out.resize(mark);
     out.push_back(unk_id);
-    return;
-  }
-  size_t mark = out.size();
+    if (spans) {
+      spans->resize(mark);
+      spans->push_back({at, at + n});
+    }
+  };
+  if (chars > options.max_input_chars_per_word) return unknown();
   const uint8_t* end = p + n;
   for (const uint8_t* q = p; q < end;) {
     int32_t id = -1;
     size_t len = (q == p ? initial : continuing).longest(q, end, id);
-    if (len == 0) {  // one unmatched part turns the whole word into [UNK]
-      out.resize(mark);
-      out.push_back(unk_id);
-      return;
-    }
+    if (len == 0) return unknown();  // one unmatched part spoils the word
     out.push_back(id);
+    if (spans) spans->push_back({at + (q - p), at + (q - p) + len});
     q += len;
   }
 }
@@ -123,11 +127,32 @@ void BertWordPiece::encode_word(const uint8_t* p, size_t n, size_t chars, std::v
 Status BertWordPiece::encode_ordinary(std::string_view text, std::vector<int32_t>& out, const PieceCache*) const {
   std::string norm;
   normalize(text, norm);
+  encode_normalized(norm, out, nullptr);
+  return {};
+}
+
+Status BertWordPiece::encode_spans(std::string_view text, std::vector<int32_t>& out, ByteSpans& spans) const {
+  // Each normalized byte keeps the text's character it came from.
+  std::string norm;
+  std::vector<std::array<size_t, 2>> source;
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    const size_t begin = i;
+    normalize_next(s, i, norm);
+    source.resize(norm.size(), {begin, i});
+  }
+  const size_t mark = spans.size();
+  encode_normalized(norm, out, &spans);
+  for (size_t k = mark; k < spans.size(); ++k) spans[k] = {source[spans[k][0]][0], source[spans[k][1] - 1][1]};
+  return {};
+}
+
+void BertWordPiece::encode_normalized(std::string_view norm, std::vector<int32_t>& out, ByteSpans* spans) const {
   // BertPreTokenizer: split on whitespace (dropped) and punctuation (kept alone).
   const auto* s = reinterpret_cast<const uint8_t*>(norm.data());
   size_t word = 0, chars = 0;
   auto flush = [&](size_t end) {
-    if (end > word) encode_word(s + word, end - word, chars, out);
+    if (end > word) encode_word(s + word, end - word, chars, out, spans, word);
     chars = 0;
   };
   enum Kind : uint8_t { kOther, kWhitespace, kPunctuation };
@@ -160,7 +185,6 @@ Status BertWordPiece::encode_ordinary(std::string_view text, std::vector<int32_t
     i += static_cast<size_t>(len);
   }
   flush(norm.size());
-  return {};
 }
 
 Status BertWordPiece::decode_one(int32_t id, std::string& out, bool& at_start) const {

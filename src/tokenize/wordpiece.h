@@ -33,10 +33,11 @@ struct BertWordPiece final : Tokenizer::Model {
   void normalize(std::string_view text, std::string& out) const;
   Status encode_ordinary(std::string_view text, std::vector<int32_t>& out,
                          const PieceCache* cache) const override;
+  Status encode_spans(std::string_view text, std::vector<int32_t>& out, ByteSpans& spans) const override;
   Status decode_one(int32_t id, std::string& out, bool& at_start) const override;
   Result<std::string> token_text(int32_t id) const override;
   Result<Spelling> spelling() const override {
-    return Status(Code::kUnsupported, "WordPiece's normalizer rewrites the text (case, accents): its ids have no offsets in it");
+    return Status(Code::kUnsupported, "WordPiece's normalizer rewrites the text (case, accents): see encode_spans");
   }
   size_t vocab_size() const override { return tokens.size(); }
 
@@ -47,7 +48,13 @@ struct BertWordPiece final : Tokenizer::Model {
   // computed once at load: entry = offset << 8 | length into bmp_bytes_.
   std::vector<uint32_t> bmp_;
   std::string bmp_bytes_;
-  void encode_word(const uint8_t* p, size_t n, size_t chars, std::vector<int32_t>& out) const;
+  void normalize_next(const uint8_t* s, size_t& i, std::string& out) const;
+  /// Pre-tokenizes normalized text and encodes its words; with `spans`,
+  /// where each id lies in `norm`.
+  void encode_normalized(std::string_view norm, std::vector<int32_t>& out, ByteSpans* spans) const;
+  /// One word of `n` bytes at byte `at` of the normalized text.
+  void encode_word(const uint8_t* p, size_t n, size_t chars, std::vector<int32_t>& out, ByteSpans* spans,
+                   size_t at) const;
 };
 
 }  // namespace outboard::tokenize

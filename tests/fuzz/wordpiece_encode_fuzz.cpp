@@ -1,4 +1,5 @@
-// libFuzzer: arbitrary bytes through BERT WordPiece under both UTF-8 policies.
+// libFuzzer: arbitrary bytes through BERT WordPiece under both UTF-8 policies,
+// and the offsets of what encodes.
 #include <cstdlib>
 
 #include "fuzz_common.h"
@@ -20,6 +21,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   strict.allow_special = true;
   Status st = tok->encode(text, ids, strict);
   if (!st.ok() && !ids.empty()) abort();
+  if (st.ok()) {  // valid text: each id lies in it, in order (pieces of one character, a Hangul syllable's jamo, share it)
+    auto spans = tok->char_offsets(text, ids);
+    if (!spans.ok() || spans->size() != ids.size()) abort();
+    size_t chars = 0;
+    for (size_t i = 0; i < text.size(); ++i) chars += (static_cast<uint8_t>(text[i]) & 0xC0) != 0x80;
+    for (size_t i = 0; i < spans->size(); ++i) {
+      const auto [begin, end] = (*spans)[i];
+      if (begin > end || end > chars) abort();
+      if (i > 0 && (begin < (*spans)[i - 1][0] || end < (*spans)[i - 1][1])) abort();
+    }
+  }
   EncodeOptions replace = strict;
   replace.utf8 = Utf8Policy::kReplace;
   replace.add_special_tokens = true;

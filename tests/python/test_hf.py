@@ -116,6 +116,24 @@ def test_offsets_are_hf_tokenizers(host: dict, tmp_path: Path) -> None:
         assert [tuple(o) for o in enc["offset_mapping"][i]] == ref.offsets, i
 
 
+def test_wordpiece_offsets_are_hf_tokenizers(host: dict) -> None:
+    """BERT's normalizer lowercases, strips accents, drops controls and pads CJK: offsets still point
+    into the text as given, as HF's do, [CLS]/[SEP] and special text included."""
+    from tokenizers import Tokenizer as HFTokenizers
+
+    hf = HFTokenizers.from_file(str(vocab.path("bert-base-uncased-json")))
+    hf.no_truncation()  # the file truncates and pads to 128 ids
+    hf.no_padding()
+    tok = tokenizer(host, "bert-base-uncased")
+    texts = sample_texts() + ["Ĳssel CAFÉ naïve ﬁne İstanbul 東京タワー 한국어 x\x07y [MASK] [sep]",  # [UNK]s too
+                              "ÀÉÎ " * 40, "a" * 150]
+    enc = tok(texts, return_offsets_mapping=True)
+    for i, text in enumerate(texts):
+        ref = hf.encode(text)
+        assert enc["input_ids"][i] == ref.ids, i
+        assert [tuple(o) for o in enc["offset_mapping"][i]] == ref.offsets, i
+
+
 @pytest.mark.parametrize("name", ["mistral-v1", "mistral-v3"])
 def test_sentencepiece_offsets_are_its_spans(host: dict, name: str) -> None:
     """sentencepiece's own spans, but for a character in byte pieces: there the last piece spans it and
@@ -181,8 +199,6 @@ def test_special_tokens_and_added_ids_follow_transformers(host: dict) -> None:
     assert tekken.decode([1, 3, *hello, 4, 2], skip_special_tokens=True) == "Hello"
     assert tekken.decode([1, 3, *hello, 4, 2]) == "<s>[INST]Hello[/INST]</s>"  # as transformers shows them
     assert cl.decode(cl.encode("a<|endoftext|>b")) == "a<|endoftext|>b"
-    with pytest.raises(errors.Unsupported, match="WordPiece"):
-        bert("x", return_offsets_mapping=True)
 
 
 def test_padding_truncation_and_tensors(host: dict) -> None:

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "../temp_file.h"
+#include "../vocab_cache.h"
 
 namespace outboard {
 namespace {
@@ -16,13 +17,7 @@ namespace fs = std::filesystem;
 
 testing::TempFile write(std::string_view name, std::string_view content) { return {name, content}; }
 
-// The real GPT-2 ranks, from the cache `make test` fills (outboard vocab fetch).
-std::string gpt2_path() {
-  const char* dir = std::getenv("OUTBOARD_CACHE_DIR");
-  const char* home = std::getenv("HOME");
-  fs::path p = dir ? fs::path(dir) : fs::path(home ? home : "/") / ".cache" / "outboard";
-  return (p / "gpt2.tiktoken").string();
-}
+std::string gpt2_path() { return testing::cached_vocab("gpt2.tiktoken"); }
 
 TEST(TokenizerTest, Gpt2KnownAnswers) {
   if (!fs::exists(gpt2_path())) GTEST_SKIP() << "run `outboard vocab fetch` first";
@@ -319,10 +314,24 @@ TEST(TokenizerTest, TokenTextAndOffsetsSpellTheText) {
   EXPECT_EQ(spans->front(), (std::array<uint32_t, 2>{0, 2}));
   EXPECT_EQ(spans->back(), (std::array<uint32_t, 2>{4, 17}));  // special text in the text spans it
   for (size_t i = 1; i + 1 < spans->size(); ++i) EXPECT_EQ((*spans)[i][1], 4u) << i;  // each part spans all of "🙂"
-  auto wp = Tokenizer::bert_wordpiece(write("offsets_vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\na\n").string());
+  // WordPiece: ids placed by the characters their normalized pieces came from,
+  // in code points; [CLS]/[SEP] at (0, 0); special text where it stands.
+  auto wp = Tokenizer::bert_wordpiece(
+      write("offsets_vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n##b\ncafe\n!\n").string());
   ASSERT_TRUE(wp.ok());
-  EXPECT_EQ(wp->char_offsets("a", std::vector<int32_t>{4}).status().code(), Code::kUnsupported);
-  EXPECT_EQ(wp->token_text(4).value(), "a");
+  EXPECT_EQ(wp->token_text(5).value(), "a");
+  std::vector<int32_t> w;
+  const std::string text = "Café AB [MASK] ab!";
+  ASSERT_TRUE(wp->encode(text, w, EncodeOptions{.allow_special = true, .add_special_tokens = true}).ok());
+  ASSERT_EQ(w, (std::vector<int32_t>{2, 7, 5, 6, 4, 5, 6, 8, 3}));
+  using Spans = std::vector<std::array<uint32_t, 2>>;
+  EXPECT_EQ(wp->char_offsets(text, w).value(),
+            (Spans{{0, 0}, {0, 4}, {5, 6}, {6, 7}, {8, 14}, {15, 16}, {16, 17}, {17, 18}, {0, 0}}));
+  const std::vector<int32_t> plain(w.begin() + 1, w.end() - 1);  // without [CLS] and [SEP]
+  EXPECT_EQ(wp->char_offsets(text, plain)->size(), plain.size());
+  std::vector<int32_t> misplaced = plain;
+  misplaced[2] = 5;
+  EXPECT_EQ(wp->char_offsets(text, misplaced).status().message(), "ids[2] = 5 is not the text's encoding there (6)");
 }
 
 TEST(TokenizerTest, DecodeStreamHoldsBackOnlyUnfinishedCharacters) {

@@ -30,6 +30,27 @@ TEST(WordPieceTest, GreedyLongestMatchAndUnk) {
   EXPECT_EQ(ids(m, "中中"), (std::vector<int32_t>{14, 14}));     // CJK padded into words
 }
 
+// Where each id came from in the text, in bytes: the normalizer lowercases,
+// strips accents and drops controls, so ids are placed by the characters
+// their normalized pieces came from.
+TEST(WordPieceTest, SpansPointAtTheCharactersEachPieceCameFrom) {
+  auto m = fake_model();
+  auto spans = [&](std::string_view text) {
+    std::vector<int32_t> out;
+    Tokenizer::Model::ByteSpans s;
+    EXPECT_TRUE(m.encode_spans(text, out, s).ok());
+    EXPECT_EQ(out, ids(m, text));
+    return s;
+  };
+  using S = Tokenizer::Model::ByteSpans;
+  EXPECT_EQ(spans("UNAFFABLE!"), (S{{0, 2}, {2, 5}, {5, 9}, {9, 10}}));
+  // "Ü" (2 bytes) strips to "u"; the control byte \x01 is dropped between pieces' words.
+  EXPECT_EQ(spans("\xC3\x9Cnaff \x01" "able"), (S{{0, 3}, {3, 6}, {8, 12}}));
+  EXPECT_EQ(spans(" hellox  a"), (S{{1, 7}, {9, 10}}));  // an [UNK] spans its whole word
+  EXPECT_EQ(spans("a中中"), (S{{0, 1}, {1, 4}, {4, 7}}));
+  EXPECT_EQ(spans("ωω"), (S{{0, 2}, {2, 4}}));
+}
+
 TEST(WordPieceTest, HundredCharacterLimitCountsCharacters) {
   auto m = fake_model();
   std::string word100, word101;
