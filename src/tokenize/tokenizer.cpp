@@ -264,19 +264,23 @@ Status spelled_spans(const Tokenizer::Model& model, const Tokenizer::Model::Spel
 // special text allowed or as ordinary text, with [CLS] and [SEP] or without.
 Status Tokenizer::encoded_spans(std::string_view text, std::span<const int32_t> ids,
                                 std::vector<std::array<size_t, 2>>& spans) const {
-  EncodeOptions options{.allow_special = true};
-  options.add_special_tokens = !ids.empty() && ids.front() == model_->cls_id;
+  // The likelier forms first: special text allowed; [CLS] ... [SEP] when the ids begin with
+  // [CLS] (which may also be "[CLS]" found in the text).
+  const bool may_wrap = !ids.empty() && ids.front() == model_->cls_id;
+  std::optional<std::vector<int32_t>> likeliest;  // its ids name where the given ones differ
   std::vector<int32_t> got;
-  OB_RETURN_IF_ERROR(encode_spans(text, got, options, &spans));
-  if (std::ranges::equal(got, ids)) return {};
-  std::vector<int32_t> ordinary;
-  ByteSpans ordinary_spans;
-  options.ordinary = true;
-  OB_RETURN_IF_ERROR(encode_spans(text, ordinary, options, &ordinary_spans));
-  if (std::ranges::equal(ordinary, ids)) {
-    spans = std::move(ordinary_spans);
-    return {};
+  for (const bool ordinary : {false, true}) {
+    for (const bool wrap : {true, false}) {
+      if (wrap && !may_wrap) continue;
+      got.clear();
+      spans.clear();
+      const EncodeOptions options{.allow_special = !ordinary, .ordinary = ordinary, .add_special_tokens = wrap};
+      OB_RETURN_IF_ERROR(encode_spans(text, got, options, &spans));
+      if (std::ranges::equal(got, ids)) return {};
+      if (!likeliest) likeliest = got;
+    }
   }
+  got = std::move(*likeliest);
   const size_t i = std::ranges::mismatch(got, ids).in2 - ids.begin();
   if (i == ids.size())
     return {Code::kInvalidArgument, "the ids end after " + std::to_string(ids.size()) + " of the text's " +

@@ -329,6 +329,9 @@ TEST(TokenizerTest, TokenTextAndOffsetsSpellTheText) {
             (Spans{{0, 0}, {0, 4}, {5, 6}, {6, 7}, {8, 14}, {15, 16}, {16, 17}, {17, 18}, {0, 0}}));
   const std::vector<int32_t> plain(w.begin() + 1, w.end() - 1);  // without [CLS] and [SEP]
   EXPECT_EQ(wp->char_offsets(text, plain)->size(), plain.size());
+  std::vector<int32_t> cls_text;  // "[CLS]" in the text, not added: it spans itself
+  ASSERT_TRUE(wp->encode("[CLS] a", cls_text, EncodeOptions{.allow_special = true}).ok());
+  EXPECT_EQ(wp->char_offsets("[CLS] a", cls_text).value(), (Spans{{0, 5}, {6, 7}}));
   std::vector<int32_t> misplaced = plain;
   misplaced[2] = 5;
   EXPECT_EQ(wp->char_offsets(text, misplaced).status().message(), "ids[2] = 5 is not the text's encoding there (6)");
