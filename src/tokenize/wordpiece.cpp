@@ -103,12 +103,12 @@ void BertWordPiece::normalize(std::string_view text, std::string& out) const {
 
 void BertWordPiece::encode_word(const uint8_t* p, size_t n, size_t chars, std::vector<int32_t>& out,
                                 ByteSpans* spans, size_t at) const {
-  const size_t mark = out.size();
+  const size_t mark = out.size(), span_mark = spans ? spans->size() : 0;
   auto unknown = [&] {  // the whole word becomes [UNK]
     out.resize(mark);
     out.push_back(unk_id);
     if (spans) {
-      spans->resize(mark);
+      spans->resize(span_mark);
       spans->push_back({at, at + n});
     }
   };

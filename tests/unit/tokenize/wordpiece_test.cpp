@@ -49,6 +49,11 @@ TEST(WordPieceTest, SpansPointAtTheCharactersEachPieceCameFrom) {
   EXPECT_EQ(spans(" hellox  a"), (S{{1, 7}, {9, 10}}));  // an [UNK] spans its whole word
   EXPECT_EQ(spans("a中中"), (S{{0, 1}, {1, 4}, {4, 7}}));
   EXPECT_EQ(spans("ωω"), (S{{0, 2}, {2, 4}}));
+  // Appending to ids a caller already holds: the spans are the new ids' alone.
+  std::vector<int32_t> held = {12, 12, 12};
+  S s;
+  ASSERT_TRUE(m.encode_spans("hellox a", held, s).ok());
+  EXPECT_EQ(s, (S{{0, 6}, {7, 8}}));
 }
 
 TEST(WordPieceTest, HundredCharacterLimitCountsCharacters) {
