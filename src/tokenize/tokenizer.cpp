@@ -132,8 +132,10 @@ Status Tokenizer::encode_spans(std::string_view text, std::vector<int32_t>& out,
     if (spans)
       for (size_t k = first; k < spans->size(); ++k) (*spans)[k] = {(*spans)[k][0] + pos, (*spans)[k][1] + pos};
     if (!which) {
-      if (wrap && model_->sep_id >= 0) out.push_back(model_->sep_id);
-      if (wrap && model_->sep_id >= 0 && spans) spans->push_back({0, 0});
+      if (wrap && model_->sep_id >= 0) {
+        out.push_back(model_->sep_id);
+        if (spans) spans->push_back({0, 0});
+      }
       return {};
     }
     out.push_back(which->second);
