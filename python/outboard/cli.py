@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .bench import harness
 
     suite = suite_module(MAIN_JOB).SUITE
-    harness.run(suite, harness.Options(quick=True, out=args.out, agent=args.agent, log_level=str(args.log_level),
+    harness.run(suite, harness.Options(quick=True, smoke=args.smoke, out=args.out, agent=args.agent, log_level=str(args.log_level),
                                        extra=suite.defaults()))
     return 0
 
@@ -161,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "against a local agent")
     p.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
     p.add_argument("--out", metavar="DIR", help="output directory (default results/tokenize-<time>/)")
+    p.add_argument("--smoke", action="store_true", help="check that the job runs and answers right, measuring "
+                                                        "nothing (what the tests run)")
     p.set_defaults(func=cmd_run)
 
     p = command("mpirun", "run an unmodified MPI program with Outboard's interposer preloaded (the MPI it "

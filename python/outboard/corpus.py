@@ -9,6 +9,7 @@ document is distinct; nothing is repeated to pad the size.
 
 from __future__ import annotations
 
+import functools
 import random
 import sysconfig
 from pathlib import Path
@@ -28,7 +29,8 @@ def _chunks(text: str) -> list[str]:
     return out
 
 
-def _multiscript(seed: int, docs: int) -> list[str]:
+@functools.cache  # Faker takes seconds, and a run builds several corpora
+def _multiscript(seed: int, docs: int) -> tuple[str, ...]:
     from faker import Faker
 
     out = []
@@ -49,7 +51,7 @@ def _multiscript(seed: int, docs: int) -> list[str]:
             else:
                 parts.append(" ".join(fake.emoji() for _ in range(rng.randint(1, 6))) + " " + fake.word())
         out.append(rng.choice(["\n", "\n\n", " ", "\t", "\r\n"]).join(parts))
-    return out
+    return tuple(out)
 
 
 def build(min_bytes: int = MIN_BYTES) -> list[str]:

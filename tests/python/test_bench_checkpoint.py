@@ -1,4 +1,4 @@
-"""Suite ``checkpoint``: the quick run end to end (a trainer process per placement, every checkpoint
+"""Suite ``checkpoint``: a smoke run end to end (a trainer process per placement, every checkpoint
 read back and compared, the report)."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from outboard.bench.suites import checkpoint
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("checkpoint") / "quick"
-    assert cli.main(["bench", "checkpoint", "--quick", "--out", str(out), "--no-progress"]) == 0
+def smoke_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("checkpoint") / "smoke"
+    assert cli.main(["bench", "checkpoint", "--smoke", "--out", str(out), "--no-progress"]) == 0
     return out
 
 
-def test_every_placement_ran_and_every_checkpoint_read_back_equal(quick_run: Path) -> None:
-    rows, meta = report.load(quick_run)
+def test_every_placement_ran_and_every_checkpoint_read_back_equal(smoke_run: Path) -> None:
+    rows, meta = report.load(smoke_run)
     assert meta["failed"] == {} and meta["training_model"].startswith("numpy MLP")
     assert {r["impl"] for r in rows} == {"none", "sync", "thread", "outboard"}
     for r in rows:
@@ -34,10 +34,10 @@ def test_every_placement_ran_and_every_checkpoint_read_back_equal(quick_run: Pat
     assert all(r["metrics"]["agent_cpu_ms_per_ckpt"] > 0 for r in rows if r["impl"] == "outboard")
 
 
-def test_ratios_and_report(quick_run: Path) -> None:
-    rows, _ = report.load(quick_run)
+def test_ratios_and_report(smoke_run: Path) -> None:
+    rows, _ = report.load(smoke_run)
     (case,) = checkpoint.SUITE.cases
     r = stats.ratios(rows, case)
     assert r and all(v > 0 for v in r.values())
-    text = (quick_run / "report.md").read_text()
+    text = (smoke_run / "report.md").read_text()
     assert "ratio / none" in text and "numpy MLP" in text

@@ -1,4 +1,4 @@
-"""Suite ``graph``: the quick run end to end (the native binary, every runtime, checks, report)."""
+"""Suite ``graph``: a smoke run end to end (the native binary, every runtime, checks, report)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from outboard.bench.suites import graph
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("graph") / "quick"
-    assert cli.main(["bench", "graph", "--quick", "--out", str(out), "--no-progress"]) == 0
+def smoke_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("graph") / "smoke"
+    assert cli.main(["bench", "graph", "--smoke", "--out", str(out), "--no-progress"]) == 0
     return out
 
 
-def test_every_runtime_ran_and_every_run_was_checked(quick_run: Path) -> None:
-    rows, meta = report.load(quick_run)
+def test_every_runtime_ran_and_every_run_was_checked(smoke_run: Path) -> None:
+    rows, meta = report.load(smoke_run)
     assert meta["failed"] == {}
     assert {r["impl"] for r in rows} == {*graph.RUNTIMES, "offload"}
     assert {r["case"] for r in rows} == {"overhead", "seed_modes", "seed_instances", "bodies", "timeline", "offload"}
@@ -28,7 +28,7 @@ def test_every_runtime_ran_and_every_run_was_checked(quick_run: Path) -> None:
         if r["case"] == "timeline":
             continue  # one run, its own metrics (below)
         m = r["metrics"]
-        assert m["repetitions"] == 1  # in-process, per harness repetition (3 with a reference)
+        assert m["repetitions"] == 1  # in-process, per harness repetition
         assert 0 < m["per_task_ns"]["min"] <= m["per_task_ns"]["p50"]
         assert r["correctness"]["tasks_per_rep"] == r["params"]["K"] * (3 if r["params"]["pattern"] == "seed" else r["params"]["n"])
     ours = [r for r in rows if r["impl"] == "outboard" and r["case"] != "timeline"]
@@ -37,18 +37,18 @@ def test_every_runtime_ran_and_every_run_was_checked(quick_run: Path) -> None:
     assert any("threads 1 only" in why for why in meta["skipped"].values())
 
 
-def test_ratios_and_report(quick_run: Path) -> None:
-    rows, _ = report.load(quick_run)
+def test_ratios_and_report(smoke_run: Path) -> None:
+    rows, _ = report.load(smoke_run)
     for case in (c for c in graph.SUITE.cases if c.reference):
         r = stats.ratios(rows, case)
         assert r and all(v > 0 for v in r.values()), case.name
-    text = (quick_run / "report.md").read_text()
+    text = (smoke_run / "report.md").read_text()
     assert "outboard / tbb" in text and "outboard / pthread" in text
-    assert (quick_run / "charts" / "overhead-per_task_ns-p50.png").stat().st_size > 0
+    assert (smoke_run / "charts" / "overhead-per_task_ns-p50.png").stat().st_size > 0
 
 
-def test_the_timeline_has_every_node_of_every_instance_after_its_predecessors(quick_run: Path) -> None:
-    rows, _ = report.load(quick_run)
+def test_the_timeline_has_every_node_of_every_instance_after_its_predecessors(smoke_run: Path) -> None:
+    rows, _ = report.load(smoke_run)
     (row,) = [r for r in rows if r["case"] == "timeline"]
     p, m = row["params"], row["metrics"]
     spans = row["series"]["timeline"]
@@ -62,16 +62,16 @@ def test_the_timeline_has_every_node_of_every_instance_after_its_predecessors(qu
     assert all(s[3] > s[2] for s in spans)
     assert m["busy_us"] > 0
     assert 0 < m["parallelism"] <= p["threads"] + 0.05
-    png = quick_run / "charts" / "timeline-timeline.png"
+    png = smoke_run / "charts" / "timeline-timeline.png"
     assert png.stat().st_size > 0
     png.unlink()
-    report.write(quick_run)  # `outboard report DIR` redraws it from results.jsonl
+    report.write(smoke_run)  # `outboard report DIR` redraws it from results.jsonl
     assert png.stat().st_size > 0
 
 
 def test_offload_runs_the_seed_graph_on_a_real_agent_with_latencies(tmp_path: Path) -> None:
     out = tmp_path / "offload"
-    assert cli.main(["bench", "graph", "--offload", "--quick", "--out", str(out), "--no-progress"]) == 0
+    assert cli.main(["bench", "graph", "--offload", "--smoke", "--out", str(out), "--no-progress"]) == 0
     rows, meta = report.load(out)
     assert meta["failed"] == {} and meta["graph_agent"] != "none"
     assert {r["case"] for r in rows} == {"offload"}

@@ -7,6 +7,7 @@ the others; the statistics alone in test_bench_stats.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import subprocess
@@ -297,6 +298,25 @@ def test_more_repeats_than_the_minimum_are_honoured(tmp_path: Path) -> None:
     _run(_recording_suite(log), Options(quick=True, out=str(tmp_path / "r"), repeat=5, progress=False,
                                                cases=["ratio"]))
     assert log.count(("A", 1)) == log.count(("B", 1)) == 5 and ("C", 7) not in log
+
+
+def test_a_smoke_run_measures_each_cell_once_waits_for_nothing_and_judges_no_goal(tmp_path: Path) -> None:
+    log: list[tuple[str, int]] = []
+    probes: list[None] = []
+    suite = _recording_suite(log)
+    suite = dataclasses.replace(suite, cases=[dataclasses.replace(suite.cases[0], goal=Goal(2.0)), suite.cases[1]])
+    parser = argparse.ArgumentParser()
+    suite.add_arguments(parser)
+    options = suite.parse(parser.parse_args(["--smoke", "--out", str(tmp_path / "s"), "--no-progress"]))
+    assert options.quick and options.smoke
+    # A watch that would wait every time: a smoke run must not consult it.
+    d = harness.run(suite, options, harness.MachineWatch(lambda: probes.append(None) or 1e9))
+    assert log == [("A", 1), ("B", 1), ("A", 2), ("B", 2), ("C", 7)] and probes == []
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["smoke"] is True and meta["ratio_repeats"] == 1 and meta["command"] == "outboard bench fake --smoke"
+    text = (d / "report.md").read_text()
+    assert text.startswith(f"# Fake\n\n{report.SMOKE_NOTE}\n") and "| 1 | A | 1.00 | ok | **1.00×** |" in text
+    assert not any(mark in text for mark in report.GOAL_MARKS.values())
 
 
 def test_the_report_marks_a_goal_the_repetitions_straddle(tmp_path: Path) -> None:

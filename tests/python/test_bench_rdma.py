@@ -1,4 +1,4 @@
-"""Suite ``rdma`` against a real agent and a real ucx_perftest: quick run, TCP, verification."""
+"""Suite ``rdma`` against a real agent and a real ucx_perftest: a smoke run, TCP, verification."""
 
 from __future__ import annotations
 
@@ -20,15 +20,15 @@ def _rows(directory: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("rdma") / "quick"
-    assert cli.main(["bench", "rdma", "--quick", "--out", str(out), "--no-progress"]) == 0
+def smoke_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("rdma") / "smoke"
+    assert cli.main(["bench", "rdma", "--smoke", "--out", str(out), "--no-progress"]) == 0
     return out
 
 
-def test_quick_run_measures_and_verifies_every_operation(quick_run: Path) -> None:
-    rows = _rows(quick_run)
-    meta = json.loads((quick_run / "meta.json").read_text())
+def test_smoke_run_measures_and_verifies_every_operation(smoke_run: Path) -> None:
+    rows = _rows(smoke_run)
+    meta = json.loads((smoke_run / "meta.json").read_text())
     assert meta["failed"] == {}
     ours = [r for r in rows if r["impl"].startswith("outboard")]
     assert {r["case"] for r in ours} == {"write_bw", "read_bw", "endpoints", "write_lat", "read_lat"}
@@ -45,22 +45,22 @@ def test_quick_run_measures_and_verifies_every_operation(quick_run: Path) -> Non
     assert {r["params"]["endpoints"] for r in rows if r["case"] == "endpoints"} == {1, 2}
 
 
-def test_gpu_memory_is_skipped_with_the_reason(quick_run: Path) -> None:
-    meta = json.loads((quick_run / "meta.json").read_text())
+def test_gpu_memory_is_skipped_with_the_reason(smoke_run: Path) -> None:
+    meta = json.loads((smoke_run / "meta.json").read_text())
     reasons = [why for where, why in meta["skipped"].items() if where.startswith("gpu/")]
     assert reasons and reasons[0] == rdma.gpu_unavailable(None, {})
-    report = (quick_run / "report.md").read_text()
+    report = (smoke_run / "report.md").read_text()
     assert "GPU-initiated path" in report and reasons[0] in report
 
 
 @pytest.mark.skipif(ucx_perftest.unavailable() is not None, reason="ucx_perftest missing")
-def test_peer_columns_and_ratios(quick_run: Path) -> None:
-    rows = _rows(quick_run)
+def test_peer_columns_and_ratios(smoke_run: Path) -> None:
+    rows = _rows(smoke_run)
     for case, metric in (("write_bw", "bw_avg_mib_s"), ("read_bw", "bw_avg_mib_s"), ("write_lat", "t_us.p50")):
         peer = [r for r in rows if r["case"] == case and r["impl"] == "ucx_perftest"]
         assert peer and all(stats.get(r["metrics"], metric) > 0 for r in peer), case
     assert stats.ratios(rows, rdma.WRITE_BW) and stats.ratios(rows, rdma.WRITE_LAT)
-    report = (quick_run / "report.md").read_text()
+    report = (smoke_run / "report.md").read_text()
     assert "| size | transport | impl | #iterations | t_min µs | t_max µs | t_typical µs | t_avg µs | 99% µs | 99.9% µs |" \
         in report
     assert "BW peak MiB/s | BW average MiB/s | MsgRate Mpps" in report
@@ -71,7 +71,7 @@ def test_tcp_transport(tmp_path: Path) -> None:
     suite = dataclasses.replace(rdma.SUITE, cases=[dataclasses.replace(rdma.WRITE_BW, quick=small),
                                                    dataclasses.replace(rdma.WRITE_LAT, quick=small),
                                                    dataclasses.replace(rdma.READ_LAT, quick=small)])
-    d = harness.run(suite, Options(quick=True, out=str(tmp_path / "tcp"), progress=False))
+    d = harness.run(suite, Options(quick=True, smoke=True, out=str(tmp_path / "tcp"), progress=False))
     meta = json.loads((d / "meta.json").read_text())
     assert meta["failed"] == {} and meta["transports"]["tcp"] == "tcp"
     assert all(r["correctness"]["ok"] for r in _rows(d))

@@ -1,4 +1,4 @@
-"""Suite ``serving``: the quick run end to end (every placement serves distinct requests, each
+"""Suite ``serving``: a smoke run end to end (every placement serves distinct requests, each
 request's prompt ids and streamed text checked), and the loop itself on a tokenizer that fails a step."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from outboard.hf import HFTokenizer
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("serving") / "quick"
-    assert cli.main(["bench", "serving", "--quick", "--out", str(out), "--no-progress"]) == 0
+def smoke_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("serving") / "smoke"
+    assert cli.main(["bench", "serving", "--smoke", "--out", str(out), "--no-progress"]) == 0
     return out
 
 
-def test_every_placement_served_every_request_right(quick_run: Path) -> None:
-    rows, meta = report.load(quick_run)
+def test_every_placement_served_every_request_right(smoke_run: Path) -> None:
+    rows, meta = report.load(smoke_run)
     assert meta["failed"] == {} and meta["tokenizer"] == "mistral-v3"
     assert {r["impl"] for r in rows} == {"host", "outboard", "outboard-encode", "outboard-sleep"}
     for r in rows:
@@ -34,7 +34,7 @@ def test_every_placement_served_every_request_right(quick_run: Path) -> None:
         assert (m["agent_cpu_us_per_request"] > 0) == (r["impl"] != "host")
     (case,) = serving.SUITE.cases
     assert all(v > 0 for v in stats.ratios(rows, case).values())
-    assert "outboard-encode" in (quick_run / "report.md").read_text()
+    assert "outboard-encode" in (smoke_run / "report.md").read_text()
 
 
 def test_the_loop_streams_openai_chunks() -> None:

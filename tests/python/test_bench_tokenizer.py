@@ -13,7 +13,7 @@ OUTBOARD = str(Path(sys.executable).parent / "outboard")
 def test_quick_benchmark_writes_rows_meta_and_report(tmp_path) -> None:
     out = tmp_path / "run"
     # GPT-2 stands for the tiktoken families (cl100k and o200k take the same path with other peers).
-    r = subprocess.run([OUTBOARD, "bench", "tokenizer", "--quick", "--rounds", "1", "--chunks", "8", "--threads", "1",
+    r = subprocess.run([OUTBOARD, "bench", "tokenizer", "--smoke", "--threads", "1",
                         "--models", "gpt2,tekken,mistral,bert", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]

@@ -165,6 +165,10 @@ def numbers(flag: str, kind: type = int, minimum: float = 0) -> Callable[[str], 
 @dataclass
 class Options:
     quick: bool = False
+    #: Checks that every cell runs and answers right, measuring nothing: the quick sweep, each cell
+    #: once (no ratio repetitions), no waiting out the VM's slow states; suites with a body of their
+    #: own shorten it too. What the tests run; its report says its figures are not measurements.
+    smoke: bool = False
     out: str | None = None
     agent: str | None = None
     repeat: int = 1
@@ -211,6 +215,8 @@ class Suite:
         """Registers the harness's options and the suite's own on its `outboard bench` parser."""
         _options.add_common(parser)
         parser.add_argument("--quick", action="store_true", help=self.quick_help)
+        parser.add_argument("--smoke", action="store_true",
+                            help="check that every cell runs and is right, measuring nothing (what the tests run)")
         parser.add_argument("--out", metavar="DIR", help=f"output directory (default results/{self.name}-<time>/)")
         if self.uses_agent:
             parser.add_argument("--agent", metavar="HOST:PORT", help="agent address (default: start a local agent)")
@@ -234,8 +240,8 @@ class Suite:
         repeat = getattr(args, "repeat", 1)
         if repeat < 1:
             raise BadConfig(f"--repeat is {repeat}; it must be at least 1")
-        return Options(quick=args.quick, out=args.out, agent=getattr(args, "agent", None), repeat=repeat,
-                       log_level=str(args.log_level), progress=not args.no_progress, cases=cases,
+        return Options(quick=args.quick or args.smoke, smoke=args.smoke, out=args.out, agent=getattr(args, "agent", None),
+                       repeat=repeat, log_level=str(args.log_level), progress=not args.no_progress, cases=cases,
                        extra={o.dest: o.value(getattr(args, o.dest)) for o in self.options})
 
     def defaults(self) -> dict[str, Any]:

@@ -4,7 +4,8 @@ one: README.md) and writes what it measured.
 For a suite of cases it runs every cell for every implementation, interleaved: all repetitions of a
 cell back to back, the order rotating on each (A B, B A, A B, ...), so that each ratio is taken
 between two measurements made moments apart, and every case with a reference at least
-MIN_RATIO_REPEATS times, ``--quick`` included (one pair decides nothing on a noisy VM). A suite with
+MIN_RATIO_REPEATS times, ``--quick`` included (one pair decides nothing on a noisy VM); ``--smoke``
+measures each cell once and waits for nothing, since it checks and does not measure. A suite with
 a body of its own runs that instead, with the same progress bar, results and report. Each run writes
 one row per measurement to results.jsonl, the machine and run context to meta.json, and report.md
 with charts (report.py); the terminal gets the report's tables, or the suite's brief.
@@ -108,13 +109,15 @@ class Run:
 
 def repeats(case: Case, options: Options) -> int:
     """How many times each cell of the case is measured."""
+    if options.smoke:
+        return 1
     return max(options.repeat, MIN_RATIO_REPEATS) if case.reference else options.repeat
 
 
 def command_line(suite: Suite, options: Options) -> str:
     """The command that reproduces a run (its output directory aside)."""
     parts = ["outboard", "bench", suite.name]
-    parts += ["--quick"] if options.quick else []
+    parts += ["--smoke"] if options.smoke else ["--quick"] if options.quick else []
     parts += ["--repeat", str(options.repeat)] if options.repeat != 1 else []
     parts += ["--cases", ",".join(options.cases)] if options.cases else []
     parts += ["--agent", options.agent] if options.agent else []
@@ -133,15 +136,19 @@ def run(suite: Suite, options: Options, watch: MachineWatch | None = None) -> Pa
     directory = run_dir(suite.name, options.out)
     cases = [c for c in suite.cases if not options.cases or c.name in options.cases]
     results = Results(directory, suite.name, {
-        "command": command_line(suite, options), "quick": options.quick, "repeat": options.repeat,
-        "ratio_repeats": max(options.repeat, MIN_RATIO_REPEATS),
+        "command": command_line(suite, options), "quick": options.quick, "smoke": options.smoke,
+        "repeat": options.repeat,
+        "ratio_repeats": 1 if options.smoke else max(options.repeat, MIN_RATIO_REPEATS),
         "cases": [c.name for c in cases], "skipped": {}, "failed": {},
     })
     given = {o.sweep: options.extra[o.dest] for o in suite.options
              if o.sweep is not None and options.extra.get(o.dest) is not None}
     plan = [(case, params) for case in cases for params in case.cells(options.quick, given)]
     bar = Progress(sum(len(c.impls) * repeats(c, options) for c, _ in plan), options.progress)
-    watch = watch or MachineWatch(_core_to_core_ns)
+    if options.smoke:  # a check, not a measurement: no state of the machine to wait out
+        watch = MachineWatch(lambda: None)
+    elif watch is None:
+        watch = MachineWatch(_core_to_core_ns)
     try:
         with suite.setup(options) as env:
             try:

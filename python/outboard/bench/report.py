@@ -62,7 +62,8 @@ def _median_metric(rows: Sequence[Mapping[str, Any]], metric: str) -> float | No
     return median(values) if values else None
 
 
-def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def case_table(case: Case, rows: Sequence[Mapping[str, Any]], verdicts: bool = True) -> list[str]:
+    """The case's table; ``verdicts``: whether its goal's ratios say if they meet it (not in a smoke run)."""
     cells = _cells(rows, case)
     if not cells:
         return []
@@ -83,23 +84,27 @@ def case_table(case: Case, rows: Sequence[Mapping[str, Any]]) -> list[str]:
             extra = []
             if case.reference:
                 r = ratio.get(impl, {}).get(key)
-                extra = ["" if r is None else _ratio_text(case, r, params, impl == case.ours)]
+                extra = ["" if r is None else _ratio_text(case, r, params, impl == case.ours, verdicts)]
             lines.append("| " + " | ".join([*(_param(params[k]) for k in swept), impl, *values,
                                              "ok" if ok else "**FAILED**", *extra]) + " |")
     return lines
 
 
+SMOKE_NOTE = ("**A smoke run** (`--smoke`): every cell ran once, to check that it works and answers right. Its "
+              "figures are not measurements: nothing was repeated, no slow state of the VM was waited out, and no "
+              "goal is judged.")
+
 #: How the report marks a goal's ratio, by its verdict (stats.Ratio.verdict).
 GOAL_MARKS = {"met": "meets", "missed": "**misses**", "straddles": "**straddles**"}
 
 
-def _ratio_text(case: Case, r: Ratio, params: Mapping[str, Any], goals: bool) -> str:
+def _ratio_text(case: Case, r: Ratio, params: Mapping[str, Any], goals: bool, verdicts: bool) -> str:
     """"**1.12×** (0.95–1.31)", and for the goal's ratio in a cell the goal covers, whether the
     repetitions meet it, miss it or straddle it (this run does not decide it)."""
     text = f"**{r.median:.2f}×**" if goals else f"{r.median:.2f}×"
     if r.repetitions > 1:
         text += f" ({r.low:.2f}–{r.high:.2f})"
-    if goals and case.goal is not None and case.goal.applies(params):
+    if goals and verdicts and case.goal is not None and case.goal.applies(params):
         verdict = r.verdict(case.goal.ratio, case.lower_is_better)
         text += f" {GOAL_MARKS[verdict]} goal {'≤' if case.lower_is_better else '≥'} {case.goal.ratio:g}×"
     return text
@@ -115,14 +120,18 @@ def render(suite: Suite, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, A
     """The report's text (charts drawn into DIRECTORY/charts; none when it is None): the suite's own
     renderer where it has one, else a table per case."""
     if suite.render is not None:
-        return suite.render(rows, meta, directory)
-    lines = [f"# {suite.title}", "", _machine_line(meta), ""]
+        text = suite.render(rows, meta, directory)
+        if meta.get("smoke"):
+            title, _, rest = text.partition("\n")
+            text = f"{title}\n\n{SMOKE_NOTE}\n{rest}"
+        return text
+    lines = [f"# {suite.title}", "", *([SMOKE_NOTE, ""] if meta.get("smoke") else []), _machine_line(meta), ""]
     if meta.get("transports"):
         lines += [f"Transports in use: {meta['transports']}.", ""]
     if suite.notes:
         lines += [suite.notes, ""]
     for case in suite.cases:
-        table = case_table(case, rows)
+        table = case_table(case, rows, verdicts=not meta.get("smoke"))
         if not table:
             continue
         lines += [f"## {case.title}", ""]

@@ -163,7 +163,8 @@ def single_requests(results: Any, pipe: Pipeline, model: str, workload: str, pay
 
 
 def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: int, rates: list[float],
-              capacity: dict[str, float], seconds: float, texts_for: Any, progress: Any) -> None:
+              capacity: dict[str, float], seconds: float, texts_for: Any, progress: Any,
+              repeats: int = LOAD_REPEATS) -> None:
     """Open loop, each request submitted at its Poisson arrival time, whatever is still running (a
     server does not wait for one request before taking the next); latency runs from the scheduled
     arrival to the ids in hand. Texts arrive as UTF-8 bytes, as off a socket. Three server shapes:
@@ -177,8 +178,8 @@ def load_test(results: Any, client: Any, pipe: Pipeline, model: str, payload: in
     submit, wait (the sleep and wake-up of the thread that takes answers) and completion, in the
     first repetition only (its ~5 clock reads cost ~3 µs a request, which the others do not pay); each cell
     says which side, if any, was saturated (``capacity``: requests/s of each, measured before).
-    Every cell runs LOAD_REPEATS times, interleaved."""
-    for repeat, rate in [(r, rate) for r in range(LOAD_REPEATS) for rate in rates]:
+    Every cell runs ``repeats`` times, interleaved."""
+    for repeat, rate in [(r, rate) for r in range(repeats) for rate in rates]:
         _load_rate(results, client, pipe, model, payload, rate, repeat, capacity, seconds, texts_for, progress)
 
 
@@ -453,10 +454,12 @@ def _run(run: Any, env: Any) -> None:
     payloads = _payloads(quick)
     load_payloads = run.options.extra["load_payloads"] or [8192]
     batches = [1, 8] if quick else [1, 4, 8, 16, 32]
-    requests = 40 if quick else 300
+    smoke = run.options.smoke  # every cell once and short: a check, not a measurement
+    requests = 20 if smoke else 40 if quick else 300
     rates_frac = [0.25, 0.5, 1.0] if quick else [0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
-    seconds = 0.4 if quick else 3.0  # per cell and repetition
-    command = ("outboard bench tokenize" + (" --quick" if quick else "") + f" --models {','.join(models)}"
+    seconds = 0.2 if smoke else 0.4 if quick else 3.0  # per cell and repetition
+    repeats = 1 if smoke else LOAD_REPEATS
+    command = ("outboard bench tokenize" + (" --smoke" if smoke else " --quick" if quick else "") + f" --models {','.join(models)}"
                + (f" --embed {embed}" if embed != "auto" else "")
                + (f" --load-payloads {','.join(map(str, load_payloads))}" if load_payloads != [8192] else "")
                + f" --agent-cores {','.join(map(str, agent_side))} --consumer-cores {','.join(map(str, consumer))}")
@@ -489,7 +492,7 @@ def _run(run: Any, env: Any) -> None:
     try:
         client = connect(agent)  # default settings: what a user gets is what is measured
         cells = len(models) * (len(payloads) + len(batches) + 1) + len(models) * len(load_payloads) * len(
-            rates_frac) * LOAD_REPEATS * (len(PLACEMENTS) + len(ASYNCIO_PLACEMENTS) + len(ENGINE_PLACEMENTS) + len(NATIVE_PLACEMENTS))
+            rates_frac) * repeats * (len(PLACEMENTS) + len(ASYNCIO_PLACEMENTS) + len(ENGINE_PLACEMENTS) + len(NATIVE_PLACEMENTS))
         bar = run.progress
         bar.expect(cells)
         for model in models:
@@ -513,7 +516,7 @@ def _run(run: Any, env: Any) -> None:
                 for side, rps in capacity.items():
                     results.meta.setdefault(f"{side}_capacity_rps", {}).setdefault(model, {})[str(size)] = rps
                 load_test(results, client, pipe, model, size, [f * capacity["host"] for f in rates_frac], capacity,
-                          seconds, corpus_texts, bar.step)
+                          seconds, corpus_texts, bar.step, repeats)
             for t in pipe.tok.values():
                 t.close()
         client.close()
@@ -556,6 +559,7 @@ def _single(rows: list[dict[str, Any]], model: str, workload: str = "corpus", pa
 
 def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | None = None) -> str:
     stages = ("acquire", "tokenize", "transfer", "embed")
+    judge = not meta.get("smoke")
     lines = ["# Tokenization offload (`outboard bench tokenize`)", "",
              f"{meta.get('cpu', '?')}, {meta.get('cores', '?')} cores, {meta.get('virtualization', '?')}; "
              f"consumer cores {meta.get('consumer_cores')}, agent cores {meta.get('agent_cores')}; "
@@ -607,7 +611,7 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
                       "", _rates_note(meta, model, size),
                       "Consumer CPU is the whole process's (getrusage); *net* takes out the load generator's own "
                       "cost per arrival (its sleep and wake-up), measured at each rate on the first part of the same "
-                      "schedule with nothing submitted.", ""] + _load_table(load)
+                      "schedule with nothing submitted.", ""] + _load_table(load, judge)
             for case, server in (
                     ("load_asyncio", "an asyncio server (a task per request awaits `encode_batch_async()`; agent "
                      "batches finish on the loop, host ones on the pool; a timerfd wakes the loop at each arrival, "
@@ -621,7 +625,7 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
                 if shaped:
                     server = server.format(threads=shaped[0]["params"].get("host_threads"),
                                            step_ms=shaped[0]["params"].get("step_s", ENGINE_STEP_S) * 1e3)
-                    lines += ["", f"### The same {size // 1024} KB load from {server}", ""] + _load_table(shaped)
+                    lines += ["", f"### The same {size // 1024} KB load from {server}", ""] + _load_table(shaped, judge)
         if directory is not None:
             charts += _charts(rows, model, directory)
         lines.append("")
@@ -682,7 +686,8 @@ def _saturated(rows: list[dict[str, Any]]) -> list[str]:
     return sorted({side for r in rows for side in r["metrics"].get("saturated", [])})
 
 
-def _load_table(load: list[dict[str, Any]]) -> list[str]:
+def _load_table(load: list[dict[str, Any]], judge: bool = True) -> list[str]:
+    """The load cells of one shape; ``judge``: whether the ratios are judged against the goal (not in a smoke run)."""
     lines = ["| offered req/s | placement | throughput req/s | p50 µs | p99 µs | consumer CPU µs/req | arrival | "
              + " | ".join(CPU_PHASES) + " | rest | ÷ host: raw (net) | agent CPU µs/req | doorbells / req | saturated | routed (auto) | "
              "failed | ids differ |", "|" + "---|" * (15 + len(CPU_PHASES))]
@@ -722,10 +727,13 @@ def _load_table(load: list[dict[str, Any]]) -> list[str]:
               f"in the first repetition, an agent request's *submit* (sending it), *wait* (the sleep and wake-up of the thread that takes "
               f"answers), *completion* (the answer to the caller) and the *rest* (Python's routing and futures, "
               f"the event loop). *Doorbells / req*: how often the agent woke a sleeping consumer, per request (one "
-              f"wake-up takes every answer that came meanwhile). Ratios: median of {LOAD_REPEATS} interleaved "
+              f"wake-up takes every answer that came meanwhile). Ratios: median of "
+              f"{max(len(rows) for _, _, rows in cells)} interleaved "
               f"repetitions [lowest–highest]; judged "
               f"only where neither side is saturated (offered ≥ {SATURATED_SHARE:.0%} of its capacity, or "
               f"throughput {SHORTFALL_SHARE:.0%} short of the offered rate)."]
+    if not judge:
+        return lines
     for p in dict.fromkeys(p for _, p, _ in cells if p != "host"):
         points = judged.get(p)
         if not points:

@@ -19,9 +19,11 @@ import json
 import multiprocessing
 import os
 import random
+import string
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from ...errors import BadConfig
@@ -29,6 +31,8 @@ from ..declare import Option, Suite, numbers
 from ..stats import summarize
 
 CHUNK_BYTES = 8192
+#: The worst case's sizes (a smoke run takes the first): linear time keeps µs/KiB flat across them.
+WORST_CASE_BYTES = (256 << 10, 512 << 10, 1 << 20)
 REGIMES = ("cold", "warm", "unseen")
 NO_CACHE = "outboard, no cache"  # the regimes' before/after: the same tokenizer with its pre-token cache off
 
@@ -227,10 +231,11 @@ def _run(run: Any, env: Any) -> None:
     all_cores = sorted(os.sched_getaffinity(0))
     pin = core if core is not None else all_cores[-1]
     os.sched_setaffinity(0, {pin})
+    smoke = run.options.smoke  # a check that every figure comes and is right: the least text that makes one
     if quick:
-        rounds, chunks_per_round = min(rounds, 2), min(chunks_per_round, 60)
-    regime_chunks_wanted = min(extra["regime_chunks"], 60) if quick else extra["regime_chunks"]
-    docs = corpus.build(2_000_000 if quick else corpus.MIN_BYTES)
+        rounds, chunks_per_round = min(rounds, 1 if smoke else 2), min(chunks_per_round, 8 if smoke else 60)
+    regime_chunks_wanted = min(extra["regime_chunks"], 8 if smoke else 60) if quick else extra["regime_chunks"]
+    docs = corpus.build(300_000 if smoke else 2_000_000 if quick else corpus.MIN_BYTES)
     chunks = _chunks(docs, CHUNK_BYTES)
     random.Random(1).shuffle(chunks)
     need = rounds * chunks_per_round
@@ -251,7 +256,7 @@ def _run(run: Any, env: Any) -> None:
     run.progress.expect(len(models) * (rounds + 4))
     # Regimes: distinct chunks of a larger corpus (documents shuffled); the first half is seen (cold, then
     # warm), the second unseen. Each implementation runs them in a fresh process of its own.
-    regime_docs = corpus.build(3_000_000 if quick else 24_000_000)
+    regime_docs = corpus.build(600_000 if smoke else 3_000_000 if quick else 24_000_000)
     random.Random(2).shuffle(regime_docs)
     regime_chunks = _chunks(regime_docs, CHUNK_BYTES)
     per_regime = min(regime_chunks_wanted, len(regime_chunks) // 2)
@@ -264,7 +269,7 @@ def _run(run: Any, env: Any) -> None:
             impls, missing, reference = MODELS[model](Path(tmp))
             results.meta["missing"].update({f"{model}/{k}": v for k, v in missing.items()})
             _bench_model(results, model, impls, reference, docs, chunks[:need], rounds, chunks_per_round, pin,
-                         all_cores, threads, run.progress.step)
+                         all_cores, threads, run.progress.step, WORST_CASE_BYTES[:1] if smoke else WORST_CASE_BYTES)
             names = list(impls) + ([NO_CACHE] if model in BPE_MODELS else [])
             _bench_regimes(results, model, names, reference, str(texts), pin, tmp, run.progress.step)
 
@@ -291,7 +296,8 @@ def _bench_regimes(results: Any, model: str, names: list[str], reference: str, t
 
 def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]], reference: str,
                  docs: list[str], chunks: list[str], rounds: int, chunks_per_round: int, pin: int,
-                 all_cores: list[int], threads: list[int], progress: Callable[[str], None]) -> None:
+                 all_cores: list[int], threads: list[int], progress: Callable[[str], None],
+                 worst_sizes: Sequence[int] = WORST_CASE_BYTES) -> None:
     # 1. 8 KB chunks: fresh chunks every round, implementations interleaved.
     samples: dict[str, list[float]] = {n: [] for n in impls}
     wall: dict[str, list[float]] = {n: [] for n in impls}
@@ -357,8 +363,8 @@ def _bench_model(results: Any, model: str, impls: dict[str, Callable[[str], Any]
 
     # 4. Worst case: no spaces at all, growing sizes (linear means time/KiB stays flat).
     rng = random.Random(5)
-    for size in (256 << 10, 512 << 10, 1 << 20):
-        text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(size))
+    for size in worst_sizes:
+        text = "".join(rng.choices(string.ascii_lowercase, k=size))
         outs = {}
         for name, f in impls.items():
             t0 = time.perf_counter()
@@ -420,16 +426,19 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
         lines += ["", "### encode_batch scaling (outboard)", "", "| threads | MB/s | speed-up |", "|---|---|---|"]
         for r in by("batch-threads"):
             lines.append(f"| {r['params']['threads']} | {r['metrics']['mb_per_s']} | {r['metrics']['speedup']}× |")
-        lines += ["", "### Worst case: random letters, no spaces", "",
-                  "| implementation | 256 KiB ms | 512 KiB ms | 1 MiB ms | µs/KiB at 1 MiB | equal to reference |",
-                  "|---|---|---|---|---|---|"]
         worst: dict[str, dict[int, dict[str, Any]]] = {}
         for r in by("worst-case"):
             worst.setdefault(r["impl"], {})[r["params"]["bytes"]] = {**r["metrics"], **r["correctness"]}
+        sizes_run = sorted({b for sizes in worst.values() for b in sizes})
+        if sizes_run:
+            top = sizes_run[-1]
+            lines += ["", "### Worst case: random letters, no spaces", "",
+                      "| implementation | " + " | ".join(f"{b >> 10} KiB ms" for b in sizes_run)
+                      + f" | µs/KiB at {top >> 10} KiB | equal to reference |", "|---|" + "---|" * (len(sizes_run) + 2)]
         for name, sizes in worst.items():
-            ms = [sizes.get(b, {}).get("ms", float("nan")) for b in (256 << 10, 512 << 10, 1 << 20)]
+            ms = [sizes.get(b, {}).get("ms", float("nan")) for b in sizes_run]
             eq = all(v.get("equal_to_reference") for v in sizes.values())
-            lines.append(f"| {name} | {ms[0]} | {ms[1]} | {ms[2]} | {sizes.get(1 << 20, {}).get('us_per_kb')} | "
+            lines.append(f"| {name} | " + " | ".join(map(str, ms)) + f" | {sizes.get(top, {}).get('us_per_kb')} | "
                          f"{'yes' if eq else 'NO'} |")
     lines += ["", f"Reproduce: `{meta['command']}` (git {meta['git']})."]
     return "\n".join(lines)
