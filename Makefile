@@ -68,8 +68,8 @@ test-tsan: bootstrap
 # every input that once failed is kept in tests/fuzz/corpus as a regression seed.
 fuzz-build: vocab
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DOUTBOARD_FUZZ=ON -DOUTBOARD_TESTS=OFF -DOUTBOARD_PYTHON=OFF -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
-	  -DOUTBOARD_SANITIZE=address,undefined > /dev/null
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DOUTBOARD_FUZZ=ON -DOUTBOARD_TESTS=OFF -DOUTBOARD_PYTHON=OFF \
+	  -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DOUTBOARD_SANITIZE=address,undefined > /dev/null
 	cmake --build $(FUZZ_BUILD) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 
 test-fuzz: fuzz-build
@@ -145,7 +145,7 @@ bench-deps: bootstrap
 	$(PY) -m pip install -q "torch>=2.4"
 
 test-python: build
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 clean:
 	rm -rf build
