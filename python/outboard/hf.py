@@ -18,8 +18,9 @@ What follows each reference, and where they differ:
   it, added tokens (0, 0)-wide where they stand; WordPiece's point into the text as given, through
   its normalizer (case, accents, controls).
 - ``apply_chat_template`` gives the ids of mistral-common's ``encode_chat_completion`` for the
-  tokenizer versions whose files this package fetches (v1: ``[INST]`` as text; v2/v3: as control
-  ids), for messages of text; tools and images are refused, naming the message.
+  instruct versions v1 (``[INST]`` as text), v2/v3 (as control ids; the files this package fetches)
+  and v7 (each system message a ``[SYSTEM_PROMPT]`` block where it stands; a ``.model.v7`` file
+  given by path), for messages of text; tools and images are refused, naming the message.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ _SPECIALS = {
              "mask_token": "[MASK]"},
 }
 _ATTRIBUTES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-#: mistral-common's instruct versions this adapter renders (v2 and v3 differ only in tools).
-CHAT_VERSIONS = ("v1", "v2", "v3")
+#: mistral-common's instruct versions this adapter renders (v2 and v3 differ only in tools; v7 gives
+#: each system message its own [SYSTEM_PROMPT] block where it stands).
+CHAT_VERSIONS = ("v1", "v2", "v3", "v7")
 
 
 class BatchEncoding(dict):
@@ -352,18 +354,24 @@ class StreamDecoder:
 def render_chat(conversation: Conversation, version: str, *,
                 continue_final_message: bool = False) -> list[str | tuple[str]]:
     """mistral-common's prompt for ``version`` as parts: texts to encode (each alone) and control
-    tokens (a 1-tuple of the token's name), BOS first. Its normalizer's rules: system messages join
-    into one prompt (put before the first user message's text in v1, the last one's in v2/v3); runs
-    of one role join with blank lines; a conversation not opening with a user message gets an empty one."""
+    tokens (a 1-tuple of the token's name), BOS first. Its normalizer's rules: up to v3 system
+    messages join into one prompt (put before the first user message's text in v1, the last one's in
+    v2/v3) and a conversation not opening with a user message gets an empty one; from v7 each system
+    message is a block of its own where it stands. Runs of user or assistant messages join with blank
+    lines."""
     if version not in CHAT_VERSIONS:
         raise InvalidArgument(f"chat format {version} is not supported (only {', '.join(CHAT_VERSIONS)})")
-    messages = _checked(conversation, continue_final_message)
-    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system" and m["content"]) or None
+    blocks = version == "v7"
+    messages = _checked(conversation, continue_final_message, each_answer_has_text=not blocks)  # system messages as blocks, not one prompt
+    system = None if blocks else "\n\n".join(
+        m["content"] for m in messages if m["role"] == "system" and m["content"]) or None
     turns: list[list[Any]] = []  # [role, content, prefix]; a system message ends a run as in mistral-common
     previous = None
     for m in messages:
         role = m["role"]
-        if role != "system":
+        if role == "system" and blocks:
+            turns.append([role, m["content"], False])
+        elif role != "system":
             if role == previous and turns:
                 turn = turns[-1]
                 turn[1] = "\n\n".join(c for c in (turn[1], m["content"]) if c)
@@ -372,12 +380,14 @@ def render_chat(conversation: Conversation, version: str, *,
         previous = role
     if continue_final_message:
         turns[-1][2] = True
-    if not turns or turns[0][0] != "user":
+    if not blocks and (not turns or turns[0][0] != "user"):
         turns.insert(0, ["user", "", False])
     users = [i for i, t in enumerate(turns) if t[0] == "user"]
     parts: list[str | tuple[str]] = [("<s>",)]
     for i, (role, content, prefix) in enumerate(turns):
-        if role == "user":
+        if role == "system":
+            parts += [("[SYSTEM_PROMPT]",), content, ("[/SYSTEM_PROMPT]",)]
+        elif role == "user":
             with_system = system is not None and i == (users[0] if version == "v1" else users[-1])
             text = f"{system}\n\n{content}" if with_system else content
             parts += [f"[INST] {text} [/INST]"] if version == "v1" else [("[INST]",), text, ("[/INST]",)]
@@ -390,8 +400,10 @@ def render_chat(conversation: Conversation, version: str, *,
     return [p for p in parts if p != ""]
 
 
-def _checked(conversation: Conversation, continue_final_message: bool) -> list[Mapping[str, Any]]:
-    """The messages, checked as mistral-common's validator checks them (serving mode)."""
+def _checked(conversation: Conversation, continue_final_message: bool,
+             each_answer_has_text: bool) -> list[Mapping[str, Any]]:
+    """The messages, checked as mistral-common's validator checks them (serving mode).
+    ``each_answer_has_text``: every assistant message needs content, not only each run of them (up to v3)."""
     messages = list(conversation)
     follows = {"system": {"user", "assistant", "system"}, "user": {"assistant", "system", "user"},
                "assistant": {"assistant", "user"}}
@@ -403,10 +415,14 @@ def _checked(conversation: Conversation, continue_final_message: bool) -> list[M
             raise InvalidArgument(f"message {i}: content must be text (tools and images are not supported)")
         if m.get("tool_calls"):
             raise InvalidArgument(f"message {i}: tool calls are not supported")
+        if role == "assistant" and each_answer_has_text and not m["content"]:
+            raise InvalidArgument(f"message {i}: an assistant message without content")
         if i and role not in follows[messages[i - 1]["role"]]:
             raise InvalidArgument(f"message {i}: role '{role}' cannot follow '{messages[i - 1]['role']}'")
     if not messages:
         raise InvalidArgument("the conversation has no messages")
+    if len(messages) == 1 and messages[0]["role"] == "assistant":
+        raise InvalidArgument("a conversation of one message must be a user's or a system's, not an assistant's")
     if messages[-1]["role"] == "assistant" and not continue_final_message:
         raise InvalidArgument("the last message is an assistant's: pass continue_final_message=True to continue it")
     if continue_final_message and messages[-1]["role"] != "assistant":
