@@ -121,8 +121,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .bench import harness
 
     suite = suite_module(MAIN_JOB).SUITE
-    harness.run(suite, harness.Options(quick=True, smoke=args.smoke, out=args.out, agent=args.agent, log_level=str(args.log_level),
-                                       extra=suite.defaults()))
+    harness.run(suite, harness.Options(quick=True, smoke=args.smoke, out=args.out, agent=args.agent,
+                                       log_level=str(args.log_level), extra=suite.defaults()))
     return 0
 
 

@@ -459,7 +459,8 @@ def _run(run: Any, env: Any) -> None:
     rates_frac = [0.25, 0.5, 1.0] if quick else [0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
     seconds = 0.2 if smoke else 0.4 if quick else 3.0  # per cell and repetition
     repeats = 1 if smoke else LOAD_REPEATS
-    command = ("outboard bench tokenize" + (" --smoke" if smoke else " --quick" if quick else "") + f" --models {','.join(models)}"
+    command = ("outboard bench tokenize" + (" --smoke" if smoke else " --quick" if quick else "")
+               + f" --models {','.join(models)}"
                + (f" --embed {embed}" if embed != "auto" else "")
                + (f" --load-payloads {','.join(map(str, load_payloads))}" if load_payloads != [8192] else "")
                + f" --agent-cores {','.join(map(str, agent_side))} --consumer-cores {','.join(map(str, consumer))}")

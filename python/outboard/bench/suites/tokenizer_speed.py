@@ -22,8 +22,8 @@ import random
 import string
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import BadConfig
