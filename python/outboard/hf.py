@@ -361,8 +361,8 @@ def render_chat(conversation: Conversation, version: str, *,
     lines."""
     if version not in CHAT_VERSIONS:
         raise InvalidArgument(f"chat format {version} is not supported (only {', '.join(CHAT_VERSIONS)})")
-    blocks = version == "v7"
-    messages = _checked(conversation, continue_final_message, each_answer_has_text=not blocks)  # system messages as blocks, not one prompt
+    blocks = version == "v7"  # system messages as blocks, not one prompt
+    messages = _checked(conversation, continue_final_message, each_answer_has_text=not blocks)
     system = None if blocks else "\n\n".join(
         m["content"] for m in messages if m["role"] == "system" and m["content"]) or None
     turns: list[list[Any]] = []  # [role, content, prefix]; a system message ends a run as in mistral-common
