@@ -19,7 +19,7 @@ SANITIZER_ENV := UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
 
 .PHONY: bench-deps run test check bootstrap build vocab test-cpp asan-build test-asan test-tsan test-fuzz fuzz fuzz-build ucx122-wheel test-ucx122 \
-  agent-aarch64 test-aarch64 test-python clean
+  wheel agent-aarch64 test-aarch64 test-python clean
 
 run: build vocab
 	$(VENV)/bin/outboard run
@@ -97,6 +97,10 @@ UCX122_BUILD := build/ucx122
 UCX122_LIB = $(shell $(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')/lib
 ucx122-wheel: build
 	$(PY) -m pip install -q "libucx-cu13==1.22.0"
+
+# The manylinux_2_28 wheel that needs no apt (UCX from the libucx-cu13 wheel): dist/outboard-*.whl.
+wheel: bootstrap
+	PY=$(PY) scripts/manylinux-wheel.sh dist
 
 test-ucx122: ucx122-wheel asan-build
 	cmake -S . -B $(UCX122_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTBOARD_PYTHON=OFF -DOUTBOARD_TESTS=OFF \

@@ -145,7 +145,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="outboard", description=__doc__)
+    # Raw: the version line names a file, whose path argparse would otherwise wrap at the terminal's width.
+    parser = argparse.ArgumentParser(prog="outboard", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"outboard {_core.version()}, {_core.transport_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 

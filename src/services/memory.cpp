@@ -42,8 +42,10 @@ struct Mirror {
   bool poll() {
     if (over) return false;
     const uint64_t signal_at = mirror_signal_at(slot, size);
-    const uint64_t signal = std::atomic_ref<const uint64_t>(*reinterpret_cast<const uint64_t*>(base + signal_at))
-                                .load(std::memory_order_acquire);
+    // atomic_ref<const T> is C++26 (libc++ refuses it): the region is ours and writable, only read here.
+    const uint64_t signal =
+        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(base + signal_at)))
+            .load(std::memory_order_acquire);
     if (signal < next) return (++polls % 1024 != 0) || still_waiting();
     if (signal > next) {
       return finish({Code::kInvalidArgument, "mirror: ping " + std::to_string(signal) + " came before ping " +

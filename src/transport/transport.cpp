@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 #include <dlfcn.h>
 #include <sys/uio.h>
@@ -712,7 +713,8 @@ std::string ucx_version() {
   std::string v = ucp_get_version_string();
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&ucp_get_version_string), &info) != 0 && info.dli_fname != nullptr) {
-    v += " (" + std::string(info.dli_fname) + ")";
+    // Normal form: a library found through an RPATH such as $ORIGIN/../lib is named without the "..".
+    v += " (" + std::filesystem::path(info.dli_fname).lexically_normal().string() + ")";
   }
   return v;
 }

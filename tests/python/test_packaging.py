@@ -1,13 +1,17 @@
-"""Outboard as a Python package: what builds it from a fresh clone or an sdist."""
+"""Outboard as a Python package: what builds it from a fresh clone or an sdist, and the manylinux wheel."""
 
 from __future__ import annotations
 
 import json
+import platform
 import re
 import subprocess
 import sys
+import sysconfig
 import tarfile
+import zipfile
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -105,10 +109,17 @@ def test_the_sdist_alone_installs_into_a_fresh_venv_whose_agent_runs_a_smoke_job
     _run([sys.executable, "-m", "venv", venv], tmp_path, 120)
     # pip builds the sdist in isolation: scikit-build-core and nanobind from the index, nothing from this tree.
     _run([venv / "bin" / "python", "-m", "pip", "install", "-q", sdist], tmp_path, 1500)
+    _check_smoke(_smoke(venv, tmp_path), venv)
+
+
+def _smoke(venv: Path, tmp_path: Path, wrap: Sequence[str] = ()) -> dict:
+    """SMOKE's findings, run by `venv`'s Python (inside `wrap`, a command that runs the rest)."""
     smoke = tmp_path / "smoke.py"
     smoke.write_text(SMOKE)
-    out = json.loads(_run([venv / "bin" / "python", smoke, json.dumps(TEXTS)], tmp_path, 300).stdout)
+    return json.loads(_run([*wrap, venv / "bin" / "python", smoke, json.dumps(TEXTS)], tmp_path, 300).stdout)
 
+
+def _check_smoke(out: dict, venv: Path) -> None:
     assert Path(out["module"]).is_relative_to(venv) and Path(out["agent"]).is_relative_to(venv), out
     assert out["version"] == outboard.__version__
     assert _version_line_problem(out["agent_version"], "outboard-agent") is None
@@ -117,3 +128,48 @@ def test_the_sdist_alone_installs_into_a_fresh_venv_whose_agent_runs_a_smoke_job
     for model in ("gpt2", "bert-base-uncased"):
         local = outboard.offload.open_local(model)
         assert out[model] == [local.encode(t).tolist() for t in TEXTS], model
+
+
+# The system's own copies of what the wheel must not need: UCX (its libraries and modules), libsodium, xxhash.
+SYSTEM_LIBS = Path("/usr/lib") / (sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu")
+HIDDEN = ["libucp.so*", "libucs.so*", "libuct.so*", "libucm.so*", "libsodium.so*", "libxxhash.so*"]
+
+
+def _without_system_libraries() -> list[str]:
+    """A command prefix that runs the rest in a mount namespace where HIDDEN are empty files; [] where
+    namespaces cannot be made (not root): the version lines still show which libucp was loaded."""
+    hide = " ".join(f"mount --bind /dev/null {f};" for pattern in HIDDEN for f in map(str, SYSTEM_LIBS.glob(pattern))
+                    if not Path(f).is_symlink())
+    script = f'{hide} if [ -d {SYSTEM_LIBS}/ucx ]; then mount -t tmpfs none {SYSTEM_LIBS}/ucx; fi; exec "$@"'
+    wrap = ["unshare", "--mount", "sh", "-c", script, "hidden"]
+    try:
+        ok = subprocess.run([*wrap, "true"], capture_output=True, timeout=30).returncode == 0
+    except FileNotFoundError:
+        ok = False
+    return wrap if ok else []
+
+
+@pytest.mark.slow  # a whole build with zig, about 3 minutes on 2 cores
+def test_the_manylinux_wheel_installs_and_runs_on_the_libucx_wheel_alone(tmp_path: Path) -> None:
+    if platform.machine() != "x86_64":
+        pytest.skip(f"the manylinux wheel is built on x86_64, this is {platform.machine()}")
+    done = _run(["bash", REPO / "scripts" / "manylinux-wheel.sh", tmp_path / "dist"], REPO, 1500)
+    wheel = Path(done.stdout.strip().splitlines()[-1])
+    assert wheel.name.startswith(f"outboard-{outboard.__version__}-") and wheel.name.endswith("manylinux_2_28_x86_64.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Requires-Dist: libucx-cu13>=1.22.0,<1.23" in meta.splitlines()
+    assert any(n.endswith("/scripts/outboard-agent") for n in names)
+    assert not any("libucp" in n or n.endswith((".a", ".h")) for n in names), "UCX comes from libucx-cu13"
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", venv], tmp_path, 120)
+    _run([venv / "bin" / "python", "-m", "pip", "install", "-q", wheel], tmp_path, 600)
+    wrap = _without_system_libraries()
+    out = _smoke(venv, tmp_path, wrap)
+    _check_smoke(out, venv)
+    # Both the agent and the extension loaded the libucx wheel's libucp (the version lines name the file).
+    ucx = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages" / "libucx" / "lib"
+    for line in (out["agent_version"], out["cli_version"]):
+        assert ", UCX 1.22." in line and f"({ucx}/libucp.so" in line, (line, ucx)
