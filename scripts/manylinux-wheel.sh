@@ -8,10 +8,14 @@
 # libc++ statically. Debian's static libssl/libcrypto/libsodium/libxxhash link in as they are: archives
 # carry no symbol versions, so the link binds them to 2.28's, and auditwheel checks the result.
 #
-# Usage: scripts/manylinux-wheel.sh [OUTDIR]   (default dist/; `make wheel`)
+# Usage: scripts/manylinux-wheel.sh [OUTDIR [SOURCE]]   OUTDIR: dist/ by default; SOURCE: this tree (the
+# default) or an sdist (tests/python/test_packaging.py builds the wheel from one). `make wheel`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(realpath -m "${1:-dist}")
+SOURCE=$(realpath "${2:-.}")
+# The tree's build is kept between runs (incremental); an sdist unpacks somewhere new each time.
+BUILD_DIR=(); [[ -d $SOURCE ]] && BUILD_DIR=(-Cbuild-dir="$PWD/build/manylinux/build")
 PY=${PY:-.venv/bin/python}
 WORK=$PWD/build/manylinux
 PLAT=manylinux_2_28_x86_64
@@ -50,15 +54,16 @@ for tool in cc:cc c++:c++ ar:ar ranlib:ranlib; do
 done
 
 rm -rf "$WORK/raw" "$WORK/repaired" && mkdir -p "$OUT"
-# scikit-build-core as `pip install .` uses it, with the zig compilers and the prefix; no MPI
-# interposer (it belongs to the MPI a machine has) and no graph benchmark (oneTBB).
-CC=$DEPS/bin/cc CXX=$DEPS/bin/c++ "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/raw" \
-  -Cbuild-dir="$WORK/build" \
+# scikit-build-core as `pip install .` uses it (in isolation: the build requirements from the index),
+# with the zig compilers and the prefix; no MPI interposer (it belongs to the MPI a machine has) and
+# no graph benchmark (oneTBB).
+CC=$DEPS/bin/cc CXX=$DEPS/bin/c++ "$PY" -m pip wheel -q --no-deps -w "$WORK/raw" \
+  "${BUILD_DIR[@]}" \
   -Ccmake.define.CMAKE_AR="$DEPS/bin/ar" -Ccmake.define.CMAKE_RANLIB="$DEPS/bin/ranlib" \
   -Ccmake.define.CMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" \
   -Ccmake.define.OUTBOARD_DEPS_PREFIX="$DEPS" -Ccmake.define.OUTBOARD_UCX_ROOT="$UCX_ROOT" \
   -Ccmake.define.OUTBOARD_UCX_WHEEL=ON -Ccmake.define.Python_INCLUDE_DIR="$DEPS/include/$PYVER" \
-  -Ccmake.define.OUTBOARD_MPI=OFF -Ccmake.define.CMAKE_DISABLE_FIND_PACKAGE_TBB=ON .
+  -Ccmake.define.OUTBOARD_MPI=OFF -Ccmake.define.CMAKE_DISABLE_FIND_PACKAGE_TBB=ON "$SOURCE"
 raw=$(ls "$WORK"/raw/outboard-*.whl)
 
 # The dependency on the UCX wheel goes into this wheel's metadata only: an apt build uses the system's.
