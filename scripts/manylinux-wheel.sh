@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds dist/outboard-VERSION-cpXY-cpXY-manylinux_2_28_x86_64.whl: a wheel that needs no apt. It
-# carries the agent and the extension, takes UCX from the libucx-cu13 wheel (a dependency it declares,
-# found through RPATHs into that wheel's libucx/lib), and links everything else statically.
+# Builds dist/outboard-VERSION-cpXY-cpXY-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl (auditwheel
+# adds 2_27: nothing in it needs more), a wheel that needs no apt. It carries the agent and the
+# extension, takes UCX from the libucx-cu13 wheel (a dependency it declares, found through RPATHs into
+# that wheel's libucx/lib), and links everything else statically.
 #
 # Why zig: manylinux_2_28 means glibc 2.28, and Debian 12 builds against its own 2.36. `zig c++ -target
 # x86_64-linux-gnu.2.28` (the ziglang package on PyPI) links against 2.28's symbol versions and links
@@ -47,10 +48,10 @@ cp -rp "$PYINC" "$DEPS/include/$PYVER"
 if [[ -f /usr/include/$MA/$PYVER/pyconfig.h && $PYINC == /usr/include/* ]]; then
   cp -p "/usr/include/$MA/$PYVER/pyconfig.h" "$DEPS/include/$PYVER/pyconfig.h"
 fi
-for tool in cc:cc c++:c++ ar:ar ranlib:ranlib; do
-  name=${tool%%:*}; target=(); [[ $name == cc || $name == c++ ]] && target=(-target x86_64-linux-gnu.2.28)
-  printf '#!/bin/sh\nexec %q %s %s "$@"\n' "$ZIG" "${tool##*:}" "${target[*]}" > "$DEPS/bin/$name"
-  chmod +x "$DEPS/bin/$name"
+for tool in cc c++ ar ranlib; do
+  target=""; [[ $tool == cc || $tool == c++ ]] && target="-target x86_64-linux-gnu.2.28"
+  printf '#!/bin/sh\nexec %q %s %s "$@"\n' "$ZIG" "$tool" "$target" > "$DEPS/bin/$tool"
+  chmod +x "$DEPS/bin/$tool"
 done
 
 rm -rf "$WORK/raw" "$WORK/repaired" && mkdir -p "$OUT"
