@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -23,6 +25,41 @@ namespace {
 constexpr int kHeapKeepBytes = 64 << 20;
 constexpr int kHeapMmapBytes = 4 << 20;
 
+// --keys-init DIR [NAME] [--agent-host H]..., --keys-issue DIR NAME
+// [--agent [--agent-host H]...], --keys-revoke DIR CERT: keys for a quick
+// start of the secure channel (see --cert, --key, --ca, --crl, --psk-file).
+int keys_command(int argc, char** argv) {
+  const std::string command = argv[1];
+  std::vector<std::string> args, hosts;
+  bool agent = false;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--agent-host") == 0 && i + 1 < argc) hosts.push_back(argv[++i]);
+    else if (std::strcmp(argv[i], "--agent") == 0) agent = true;
+    else args.push_back(argv[i]);
+  }
+  outboard::Status st;
+  std::string done;
+  if (command == "--keys-init" && (args.size() == 1 || args.size() == 2) && !agent) {
+    st = outboard::init_keys(args[0], args.size() == 2 ? args[1] : "outboard agent", hosts);
+    done = "keys in " + args[0] + ": ca.pem (ca.key), crl.pem, agent.pem agent.key, client.pem client.key, psk.txt";
+  } else if (command == "--keys-issue" && args.size() == 2 && (agent || hosts.empty())) {
+    st = outboard::issue_keys(args[0], args[1], agent, hosts);
+    done = "keys in " + args[0] + ": " + args[1] + ".pem " + args[1] + ".key";
+  } else if (command == "--keys-revoke" && args.size() == 2 && !agent && hosts.empty()) {
+    st = outboard::revoke_certificate(args[0], args[1]);
+    done = args[1] + " is revoked in " + args[0] + "/crl.pem";
+  } else {
+    std::fprintf(stderr, "outboard-agent: %s: wrong arguments (see --help)\n", command.c_str());
+    return 2;
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "outboard-agent: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  std::printf("%s\n", done.c_str());
+  return 0;
+}
+
 outboard::Agent* g_agent = nullptr;
 void on_signal(int) {
   if (g_agent) g_agent->stop();
@@ -40,23 +77,20 @@ int main(int argc, char** argv) {
   }
   // A session process, started by the agent for the clients of one token.
   if (argc == 3 && std::strcmp(argv[1], "--session-fd") == 0) return outboard::run_agent_session(std::atoi(argv[2]));
-  // Keys for a quick start of the secure channel (see --cert, --key, --ca, --psk-file).
-  if ((argc == 3 || argc == 4) && std::strcmp(argv[1], "--keys-init") == 0) {
-    outboard::Status made = outboard::init_keys(argv[2], argc == 4 ? argv[3] : "outboard agent");
-    if (!made.ok()) {
-      std::fprintf(stderr, "outboard-agent: %s\n", made.to_string().c_str());
-      return 1;
-    }
-    std::printf("keys in %s: ca.pem (ca.key), agent.pem agent.key, client.pem client.key, psk.txt\n", argv[2]);
-    return 0;
-  }
+  if (argc >= 2 && (std::strcmp(argv[1], "--keys-init") == 0 || std::strcmp(argv[1], "--keys-issue") == 0 ||
+                    std::strcmp(argv[1], "--keys-revoke") == 0))
+    return keys_command(argc, argv);
   auto options = outboard::agent_options();
   outboard::Status st = options.parse(argc, argv);
   if (options.help_requested()) {
     std::fputs(options.usage().c_str(), stdout);
     std::fputs("\nalone on the command line:\n  --version\n      Outboard's version and the UCX library loaded (its file)\n"
-               "  --keys-init DIR [NAME]\n      a CA and agent and client keys in DIR (NAME: the agent certificate's "
-               "common name)\n",
+               "  --keys-init DIR [NAME] [--agent-host H]...\n      a CA, an empty CRL and agent and client keys in DIR "
+               "(NAME: the agent certificate's common name; H: each host name or IP address it lists, default "
+               "loopback and this host's)\n"
+               "  --keys-issue DIR NAME [--agent [--agent-host H]...]\n      DIR/NAME.pem and NAME.key signed by DIR's "
+               "CA, for a client (or an agent)\n"
+               "  --keys-revoke DIR CERT\n      adds CERT to DIR/crl.pem, which agents given --crl read again\n",
                stdout);
     return 0;
   }

@@ -79,10 +79,20 @@ std::string default_vocab_dir();
 /// The agent's option table (shared by outboard-agent and tests), with
 /// `defaults` as the defaults.
 config::Options agent_options(const AgentConfig& defaults = {});
-/// A small CA (Ed25519) in `dir`, and signed by it an agent certificate
-/// named `agent_name` (for TLS servers) and a client certificate (for TLS
-/// clients), plus a PSK file; private keys mode 600. Never overwrites a file.
-Status init_keys(const std::string& dir, const std::string& agent_name);
+/// A small CA (Ed25519) in `dir` with an empty CRL (crl.pem), and signed
+/// by it an agent certificate named `agent_name` (for TLS servers) listing
+/// `agent_hosts` (none: localhost, 127.0.0.1, ::1, this host's name and
+/// IPv4 addresses) and a client certificate (for TLS clients), plus a PSK
+/// file; private keys mode 600. Never overwrites a file.
+Status init_keys(const std::string& dir, const std::string& agent_name,
+                 const std::vector<std::string>& agent_hosts = {});
+/// DIR/NAME.pem and NAME.key, signed by DIR's CA: a client's certificate
+/// named NAME, or with `agent` an agent's listing `agent_hosts` (as above).
+Status issue_keys(const std::string& dir, const std::string& name, bool agent,
+                  const std::vector<std::string>& agent_hosts = {});
+/// Adds the certificate in `cert_file` to DIR/crl.pem (replaced atomically):
+/// agents started with --crl DIR/crl.pem refuse it from their next handshake.
+Status revoke_certificate(const std::string& dir, const std::string& cert_file);
 /// The secure-channel options (--secure, --cert, --key, --ca, --psk-file), for the agent and clients.
 Result<SecureConfig> secure_config_from(const config::Options& options);
 /// Reads AgentConfig from parsed options.

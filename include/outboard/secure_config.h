@@ -34,6 +34,12 @@ struct SecureConfig {
   /// at the next full handshake, at most this much later. 0: every
   /// connection makes a full handshake.
   uint32_t session_lifetime_s = 600;
+  /// --crl: certificates revoked by the CA (PEM, `outboard keys revoke`);
+  /// a peer showing one is refused. The agent reads it again when it changes.
+  std::string crl;
+  /// --agent-host (clients): the DNS name or IP address the agent's
+  /// certificate must list (subjectAltName); default: the host dialed.
+  std::string agent_host;
 };
 
 }  // namespace outboard

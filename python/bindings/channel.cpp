@@ -100,8 +100,8 @@ void bind_channel(nb::module_& m) {
           [](const std::string& address, uint64_t max_msg_size, double connect_timeout, uint64_t keepalive_ms,
              uint32_t spin_us, bool adaptive_spin, bool map_peer_regions, uint32_t ring_slots,
              const std::string& session, const std::string& secure, const std::string& cert, const std::string& key,
-             const std::string& ca, const std::string& psk_file, uint64_t rekey_bytes,
-             uint32_t tls_session_lifetime_s) {
+             const std::string& ca, const std::string& psk_file, const std::string& crl, const std::string& agent_host,
+             uint64_t rekey_bytes, uint32_t tls_session_lifetime_s) {
             ChannelConfig cfg;
             if (secure == "always") cfg.secure.mode = SecureConfig::Mode::kAlways;
             else if (secure != "auto")
@@ -110,6 +110,8 @@ void bind_channel(nb::module_& m) {
             cfg.secure.key = key;
             cfg.secure.ca = ca;
             cfg.secure.psk_file = psk_file;
+            cfg.secure.crl = crl;
+            cfg.secure.agent_host = agent_host;
             cfg.secure.rekey_bytes = rekey_bytes;
             cfg.secure.session_lifetime_s = tls_session_lifetime_s;
             cfg.session = session;
@@ -128,7 +130,7 @@ void bind_channel(nb::module_& m) {
           "adaptive_spin"_a = ChannelConfig{}.adaptive_spin,
           "map_peer_regions"_a = ChannelConfig{}.map_peer_regions, "ring_slots"_a = ChannelConfig{}.ring_slots,
           "session"_a = "", "secure"_a = "auto", "cert"_a = "", "key"_a = "", "ca"_a = "", "psk_file"_a = "",
-          "rekey_bytes"_a = SecureConfig{}.rekey_bytes,
+          "crl"_a = "", "agent_host"_a = "", "rekey_bytes"_a = SecureConfig{}.rekey_bytes,
           "tls_session_lifetime_s"_a = SecureConfig{}.session_lifetime_s)
       .def("request",
            [](Connection& c, std::string_view service, nb::bytes payload, double timeout) {

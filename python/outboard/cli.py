@@ -93,15 +93,32 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 def cmd_keys(args: argparse.Namespace) -> int:
     import subprocess
 
+    hosts = [a for h in args.agent_host for a in ("--agent-host", h)]
+    if args.action == "init":
+        if args.what:
+            raise BadConfig(f"keys init takes DIR only, not {args.what!r} (--agent-name names the agent)")
+        argv = ["--keys-init", args.dir, args.agent_name, *hosts]
+    elif args.action == "issue":
+        if not args.what:
+            raise BadConfig("keys issue DIR NAME: the certificate's name is missing")
+        if hosts and not args.agent:
+            raise BadConfig("--agent-host lists an agent's names: add --agent")
+        argv = ["--keys-issue", args.dir, args.what, *(["--agent"] if args.agent else []), *hosts]
+    else:
+        if not args.what or hosts or args.agent:
+            raise BadConfig("keys revoke DIR CERT: one certificate file, no other option")
+        argv = ["--keys-revoke", args.dir, args.what]
     # The agent makes them (OpenSSL): it runs where no Python does, on a DPU.
-    done = subprocess.run([agent_executable(), "--keys-init", args.dir, args.agent_name], capture_output=True, text=True)
+    done = subprocess.run([agent_executable(), *argv], capture_output=True, text=True)
     if done.returncode != 0:
         raise BadConfig(done.stderr.strip().removeprefix("outboard-agent: ").removeprefix("bad config: "))
     print(done.stdout.strip())
     d = shlex.quote(args.dir)
-    print(f"agent:  outboard agent -- --listen 0.0.0.0:7000 --cert {d}/agent.pem --key {d}/agent.key --ca {d}/ca.pem")
-    print(f"client: outboard.connect(addr, cert='{args.dir}/client.pem', key='{args.dir}/client.key', "
-          f"ca='{args.dir}/ca.pem')   (or --psk-file {d}/psk.txt on both sides)")
+    if args.action == "init":
+        print(f"agent:  outboard agent -- --listen 0.0.0.0:7000 --cert {d}/agent.pem --key {d}/agent.key "
+              f"--ca {d}/ca.pem --crl {d}/crl.pem")
+        print(f"client: outboard.connect(addr, cert='{args.dir}/client.pem', key='{args.dir}/client.key', "
+              f"ca='{args.dir}/ca.pem')   (or --psk-file {d}/psk.txt on both sides)")
     return 0
 
 
@@ -211,10 +228,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", help="vocabularies (default: all)")
     p.set_defaults(func=cmd_vocab)
 
-    p = command("keys", "make keys for the secure channel: a small CA, an agent and a client certificate, a PSK")
-    p.add_argument("action", choices=["init"])
-    p.add_argument("dir", help="directory for the keys (created mode 700; existing keys are never overwritten)")
-    p.add_argument("--agent-name", default="outboard agent", help="the agent certificate's common name")
+    p = command("keys", "keys for the secure channel: init (a small CA, its CRL, agent and client certificates, "
+                        "a PSK), issue DIR NAME (one more certificate), revoke DIR CERT (into DIR/crl.pem)")
+    p.add_argument("action", choices=["init", "issue", "revoke"])
+    p.add_argument("dir", help="directory of the keys (created mode 700; existing keys are never overwritten)")
+    p.add_argument("what", nargs="?", help="issue: the new certificate's name; revoke: the certificate file")
+    p.add_argument("--agent-name", default="outboard agent", help="init: the agent certificate's common name")
+    p.add_argument("--agent", action="store_true", help="issue: an agent's certificate (default: a client's)")
+    p.add_argument("--agent-host", action="append", default=[], metavar="HOST",
+                   help="a DNS name or IP address the agent's certificate lists, which clients check (repeat; "
+                        "default: localhost, 127.0.0.1, ::1, this host's name and IPv4 addresses)")
     p.set_defaults(func=cmd_keys)
 
     p = command("stats", "print an agent's counters")

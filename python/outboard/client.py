@@ -94,6 +94,8 @@ def connect(
     key: str = "",
     ca: str = "",
     psk_file: str = "",
+    crl: str = "",
+    agent_host: str = "",
     rekey_bytes: int | None = None,
     tls_session_lifetime_s: int | None = None,
     agent_args: tuple[str, ...] = (),
@@ -111,13 +113,16 @@ def connect(
     ``cert``/``key``/``ca`` (PEM files) or ``psk_file``: keys for TLS 1.3 with the agent (``outboard keys
     init DIR`` makes a set), used for an agent on another host, or on any with ``secure="always"``;
     the connection then seals every frame (under a new key every ``rekey_bytes``), and refuses
-    one-sided access. With certificates, a later connect to the same agent from this process
+    one-sided access. The agent's certificate must list ``agent_host`` (a DNS name or IP address),
+    by default the host in ``addr``; ``crl``: a CRL (PEM, ``outboard keys revoke``) whose
+    certificates are refused. With certificates, a later connect to the same agent from this process
     resumes the TLS session (no certificates, a new X25519 exchange) for ``tls_session_lifetime_s``
     (0: a full handshake every time)."""
     agent = LocalAgent(*agent_args).start() if addr is None else None
     kwargs: dict[str, Any] = {"connect_timeout": connect_timeout, "map_peer_regions": map_peer_regions,
                               "adaptive_spin": adaptive_spin, "session": session, "secure": secure,
-                              "cert": cert, "key": key, "ca": ca, "psk_file": psk_file}
+                              "cert": cert, "key": key, "ca": ca, "psk_file": psk_file, "crl": crl,
+                              "agent_host": agent_host}
     if max_msg_size is not None:
         kwargs["max_msg_size"] = max_msg_size
     if keepalive_ms is not None:

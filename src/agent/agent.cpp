@@ -44,6 +44,9 @@ config::Options agent_options(const AgentConfig& a) {
           {"cert", Type::kString, c.secure.cert, "the agent's certificate chain (PEM), for TLS with --key and --ca"},
           {"key", Type::kString, c.secure.key, "its private key (PEM, mode 600)"},
           {"ca", Type::kString, c.secure.ca, "the CA that clients' certificates must chain to (PEM)"},
+          {"crl", Type::kString, c.secure.crl,
+           "certificates revoked by the CA (PEM; outboard keys revoke): clients showing one are refused; read "
+           "again when it changes"},
           {"psk-file", Type::kString, c.secure.psk_file,
            "a TLS 1.3 pre-shared key instead of certificates: one line identity:64 hex digits (mode 600)"},
           {"rekey-bytes", Type::kSize, std::to_string(c.secure.rekey_bytes),
@@ -116,7 +119,18 @@ config::Options agent_options(const AgentConfig& a) {
       });
 }
 
-Status init_keys(const std::string& dir, const std::string& agent_name) { return secure::init_keys(dir, agent_name); }
+Status init_keys(const std::string& dir, const std::string& agent_name, const std::vector<std::string>& agent_hosts) {
+  return secure::init_keys(dir, agent_name, agent_hosts);
+}
+
+Status issue_keys(const std::string& dir, const std::string& name, bool agent,
+                  const std::vector<std::string>& agent_hosts) {
+  return secure::issue_keys(dir, name, agent ? secure::Role::kAgent : secure::Role::kClient, agent_hosts);
+}
+
+Status revoke_certificate(const std::string& dir, const std::string& cert_file) {
+  return secure::revoke(dir, cert_file);
+}
 
 Result<SecureConfig> secure_config_from(const config::Options& o) {
   SecureConfig c;
@@ -128,6 +142,7 @@ Result<SecureConfig> secure_config_from(const config::Options& o) {
   c.key = o.str("key");
   c.ca = o.str("ca");
   c.psk_file = o.str("psk-file");
+  c.crl = o.str("crl");
   c.rekey_bytes = o.size("rekey-bytes");
   if (c.rekey_bytes == 0) return Status(Code::kBadConfig, "option 'rekey-bytes' must be > 0");
   const int64_t lifetime = o.integer("tls-session-lifetime-s");
@@ -407,6 +422,7 @@ std::string Agent::stats_json() {
     j["refused_hello"] = c.refused_hello;
     j["refused_tls"] = c.refused_tls;
     j["resumed_tls"] = c.resumed_tls;
+    j["keys_reloaded"] = c.keys_reloaded;
     j["handshake_timeouts"] = c.handshake_timeouts;
     j["accept_errors"] = c.accept_errors;
   }

@@ -122,6 +122,11 @@ bool Listener::decide(int fd, Pending& p, uint8_t first) {
                                     "--ca, or --psk-file)"});
       return false;
     }
+    if (Status keys = reload_keys(); !keys.ok()) {
+      ++counters_.refused_tls;
+      drop(fd, {keys.code(), keys.message()});
+      return false;
+    }
     auto tls = secure::Tls::create(tls_);
     if (!tls.ok()) {
       drop(fd, {tls.status().code(), tls.status().message()});
@@ -138,6 +143,27 @@ bool Listener::decide(int fd, Pending& p, uint8_t first) {
     return false;
   }
   return true;
+}
+
+Status Listener::reload_keys() {
+  // A stat of each file per TLS client: a revocation or a replaced
+  // certificate counts from the next handshake, and a new context starts
+  // with no sessions to resume, so none outlives a revocation either.
+  if (!tls_->changed_on_disk()) return {};
+  auto fresh = secure::Context::create(tls_->config(), secure::Role::kAgent);
+  if (!fresh.ok()) {
+    // Refuse rather than go on with keys that may revoke less.
+    const Status why(fresh.status().code(), "the agent's keys changed on disk and do not load: " +
+                                                fresh.status().message());
+    if (why.message() != keys_error_) OB_LOG_ERR("%s; refusing TLS clients until they do", why.message().c_str());
+    keys_error_ = why.message();
+    return why;
+  }
+  tls_ = std::move(fresh).value();
+  keys_error_.clear();
+  ++counters_.keys_reloaded;
+  OB_LOG_INFO("keys read again: --cert, --key, --ca, --crl or --psk-file changed on disk");
+  return {};
 }
 
 void Listener::fail_tls(int fd, const Status& why) {

@@ -43,6 +43,7 @@ struct ListenerCounters {
   uint64_t handshake_timeouts = 0;
   uint64_t refused_tls = 0;        ///< a TLS handshake that failed, or plaintext where TLS is required
   uint64_t resumed_tls = 0;        ///< clients handed on after resuming a TLS session (no certificates)
+  uint64_t keys_reloaded = 0;      ///< key files read again after they changed on disk (a new CRL)
   uint64_t accept_errors = 0;      ///< out of file descriptors, say
 };
 
@@ -82,6 +83,8 @@ class Listener {
   void on_tls(int fd, Pending& p);
   /// Whether it may go on in plaintext or TLS, by its first byte.
   bool decide(int fd, Pending& p, uint8_t first);
+  /// The keys as they are on disk now: an error (logged once) while changed files do not load.
+  Status reload_keys();
   void fail_tls(int fd, const Status& why);
   void finish(int fd);
   void drop(int fd, const channel::Refusal& why);
@@ -90,6 +93,7 @@ class Listener {
   net::Poller& poller_;
   SessionDispatch& dispatch_;
   std::shared_ptr<secure::Context> tls_;
+  std::string keys_error_;  // why changed key files do not load (logged once)
   SecureConfig::Mode mode_ = SecureConfig::Mode::kAuto;
   ListenerLimits limits_;
   net::Fd socket_;

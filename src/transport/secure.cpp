@@ -8,15 +8,19 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <sodium.h>
+#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "util/net.h"
 
@@ -29,6 +33,11 @@ constexpr size_t kPskBytes = 32;
 // TLS_AES_128_GCM_SHA256: the cipher a PSK is bound to (its hash must be the handshake's).
 constexpr unsigned char kPskCipher[] = {0x13, 0x01};
 constexpr int kCertificateDays = 365;
+// A CRL names its next update; OpenSSL refuses every certificate after it.
+// `keys revoke` writes one that lasts as long as the certificates it covers.
+constexpr int kCrlDays = kCertificateDays;
+// A name an agent certificate lists (a DNS name is at most 253 characters).
+constexpr size_t kMaxHostName = 253;
 
 // OpenSSL's error queue as one line, emptied.
 std::string openssl_errors() {
@@ -84,6 +93,106 @@ Status read_psk(const std::string& file, std::string& identity, std::vector<uint
 }
 
 Context& context_of(SSL* ssl) { return *static_cast<Context*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl))); }
+
+bool is_ip(const std::string& host) {
+  uint8_t addr[16];
+  return ::inet_pton(AF_INET, host.c_str(), addr) == 1 || ::inet_pton(AF_INET6, host.c_str(), addr) == 1;
+}
+
+// The certificate's subject and serial, for errors and logs.
+std::string describe(X509* cert) {
+  char name[256];
+  X509_NAME_oneline(X509_get_subject_name(cert), name, sizeof name);
+  std::string out = std::string("certificate ") + name;
+  if (BIGNUM* serial = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), nullptr)) {
+    if (char* hex = BN_bn2hex(serial)) out += std::string(" (serial ") + hex + ")", OPENSSL_free(hex);
+    BN_free(serial);
+  }
+  return out;
+}
+
+// The DNS names and IP addresses a certificate lists, as "DNS:a, IP:b".
+std::string names_of(X509* cert) {
+  auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  std::string out;
+  for (int i = 0; names && i < sk_GENERAL_NAME_num(names); ++i) {
+    const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
+    std::string one;
+    if (n->type == GEN_DNS) {
+      one = "DNS:" + std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.dNSName)),
+                                 static_cast<size_t>(ASN1_STRING_length(n->d.dNSName)));
+    } else if (n->type == GEN_IPADD) {
+      char text[INET6_ADDRSTRLEN] = "?";
+      const int len = ASN1_STRING_length(n->d.iPAddress);
+      ::inet_ntop(len == 16 ? AF_INET6 : AF_INET, ASN1_STRING_get0_data(n->d.iPAddress), text, sizeof text);
+      one = std::string("IP:") + text;
+    }
+    if (!one.empty()) out += (out.empty() ? "" : ", ") + one;
+  }
+  GENERAL_NAMES_free(names);
+  return out.empty() ? "no DNS name or IP address" : out;
+}
+
+// Every PEM object of `type` in `file`, read with `read`; empty when the
+// file does not open or an object in it does not parse (then `why` says so).
+template <class T, T* (*Read)(BIO*, T**, pem_password_cb*, void*)>
+std::vector<T*> read_pems(const std::string& file, std::string& why) {
+  std::vector<T*> out;
+  BIO* in = BIO_new_file(file.c_str(), "r");
+  if (!in) {
+    why = openssl_errors();
+    return out;
+  }
+  ERR_clear_error();
+  while (T* item = Read(in, nullptr, nullptr, nullptr)) out.push_back(item);
+  BIO_free(in);
+  // The loop ends at the file's end (no start line), or at an object that does not parse.
+  const unsigned long e = ERR_peek_last_error();
+  if (e && ERR_GET_REASON(e) != PEM_R_NO_START_LINE) why = openssl_errors();
+  ERR_clear_error();
+  return out;
+}
+
+// Loads --crl into the context's store: every certificate a peer shows is
+// then checked against it (a one-level CA, so the peer's own). Each CRL
+// must be signed by a CA of --ca, else every handshake would fail later
+// with "unable to get certificate CRL".
+Status load_crl(SSL_CTX* ctx, const SecureConfig& config) {
+  std::string why;
+  auto crls = read_pems<X509_CRL, PEM_read_bio_X509_CRL>(config.crl, why);
+  auto cas = read_pems<X509, PEM_read_bio_X509>(config.ca, why);
+  Status st;
+  if (!why.empty()) st = bad_key("--crl", config.crl, why);
+  else if (crls.empty()) st = bad_key("--crl", config.crl, "holds no CRL (PEM \"X509 CRL\")");
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  for (size_t i = 0; st.ok() && i < crls.size(); ++i) {
+    const bool signed_by_ca = std::any_of(cas.begin(), cas.end(), [&](X509* ca) {
+      return X509_NAME_cmp(X509_CRL_get_issuer(crls[i]), X509_get_subject_name(ca)) == 0 &&
+             X509_CRL_verify(crls[i], X509_get0_pubkey(ca)) == 1;
+    });
+    if (!signed_by_ca) st = bad_key("--crl", config.crl, "CRL " + std::to_string(i) + " is not signed by a CA of --ca " +
+                                                            config.ca);
+    else if (X509_STORE_add_crl(store, crls[i]) != 1) st = bad_key("--crl", config.crl, openssl_errors());
+  }
+  for (X509_CRL* c : crls) X509_CRL_free(c);
+  for (X509* c : cas) X509_free(c);
+  ERR_clear_error();
+  if (st.ok()) X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);
+  return st;
+}
+
+// The files a context is made from as they are on disk now.
+std::string files_of(const SecureConfig& config) {
+  std::string id;
+  for (const std::string* file : {&config.cert, &config.key, &config.ca, &config.psk_file, &config.crl}) {
+    struct stat st {};
+    id += "|" + *file;
+    if (!file->empty() && ::stat(file->c_str(), &st) == 0)
+      id += ":" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
+            std::to_string(st.st_size) + ":" + std::to_string(st.st_mode) + ":" + std::to_string(st.st_ino);
+  }
+  return id;
+}
 }  // namespace
 
 // OpenSSL's callbacks that reach into a Tls (its SSL's app data).
@@ -91,6 +200,24 @@ struct Callbacks {
   static Tls& tls_of(SSL* ssl) { return *static_cast<Tls*>(SSL_get_app_data(ssl)); }
   // What a callback learnt of a failure, for the error the handshake returns.
   static void note(SSL* ssl, std::string why) { tls_of(ssl).note_ = std::move(why); }
+  // Names the certificate that failed verification, and why, for both sides' errors.
+  static int verify(int ok, X509_STORE_CTX* store) {
+    if (ok) return ok;
+    auto* ssl = static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+    X509* cert = X509_STORE_CTX_get_current_cert(store);
+    if (!ssl || !cert || !tls_of(ssl).note_.empty()) return ok;
+    const int error = X509_STORE_CTX_get_error(store);
+    std::string why = "the peer's " + describe(cert);
+    if (error == X509_V_ERR_HOSTNAME_MISMATCH || error == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+      const std::string& host = tls_of(ssl).host_;
+      why += " lists " + names_of(cert) + ", not " + host + ": make the agent's certificate with --agent-host " +
+             host + ", or connect with agent_host set to a name it lists";
+    } else if (error == X509_V_ERR_CERT_REVOKED) {
+      why += " is revoked by --crl " + context_of(ssl).config().crl;
+    }
+    note(ssl, std::move(why));
+    return ok;
+  }
   // A client got a session to resume (TLS 1.3: after the handshake).
   static int new_session(SSL* ssl, SSL_SESSION* session) {
     Tls& t = tls_of(ssl);
@@ -144,7 +271,8 @@ int find_psk(SSL* ssl, const unsigned char* id, size_t idlen, SSL_SESSION** sess
 }  // namespace
 
 bool has_keys(const SecureConfig& config) {
-  return !config.cert.empty() || !config.key.empty() || !config.ca.empty() || !config.psk_file.empty();
+  return !config.cert.empty() || !config.key.empty() || !config.ca.empty() || !config.psk_file.empty() ||
+         !config.crl.empty();
 }
 
 bool wants_tls(const SecureConfig& config, const std::string& host) {
@@ -156,13 +284,16 @@ Result<std::shared_ptr<Context>> Context::create(const SecureConfig& config, Rol
   const bool psk = !config.psk_file.empty();
   if (certs && psk)
     return Status(Code::kBadConfig, "--psk-file excludes --cert, --key and --ca: give one or the other");
+  if (psk && !config.crl.empty())
+    return Status(Code::kBadConfig, "--crl revokes certificates: it goes with --cert, --key and --ca, not --psk-file");
   if (!certs && !psk) return Status(Code::kBadConfig, "no keys: give --cert, --key and --ca, or --psk-file");
   if (certs && (config.cert.empty() || config.key.empty() || config.ca.empty()))
     return Status(Code::kBadConfig, std::string("--cert, --key and --ca go together; missing: ") +
                                         (config.cert.empty() ? "--cert" : config.key.empty() ? "--key" : "--ca"));
   SSL_CTX* raw = SSL_CTX_new(role == Role::kAgent ? TLS_server_method() : TLS_client_method());
   if (!raw) return Status(Code::kNoMemory, "SSL_CTX_new: " + openssl_errors());
-  std::shared_ptr<Context> c(new Context(raw, role));
+  std::shared_ptr<Context> c(new Context(raw, config, role));
+  c->files_ = files_of(config);  // before reading them: a change while we do is seen later
   SSL_CTX_set_app_data(raw, c.get());
   SSL_CTX_set_min_proto_version(raw, TLS1_3_VERSION);
   // Nothing follows the handshake in TLS records but the Hello, and with
@@ -191,7 +322,8 @@ Result<std::shared_ptr<Context>> Context::create(const SecureConfig& config, Rol
     return bad_key("--key", config.key, openssl_errors() + " (with --cert " + config.cert + ")");
   if (SSL_CTX_load_verify_locations(raw, config.ca.c_str(), nullptr) != 1)
     return bad_key("--ca", config.ca, openssl_errors());
-  SSL_CTX_set_verify(raw, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  if (!config.crl.empty()) OB_RETURN_IF_ERROR(load_crl(raw, config));
+  SSL_CTX_set_verify(raw, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, Callbacks::verify);
   // The peer's certificate must be made for its side: a client's cannot stand in for an agent's.
   SSL_CTX_set_purpose(raw, role == Role::kAgent ? X509_PURPOSE_SSL_CLIENT : X509_PURPOSE_SSL_SERVER);
   if (config.session_lifetime_s > 0) {
@@ -238,16 +370,12 @@ void Context::keep_session(const std::string& peer, SSL_SESSION* session) {
   slot = session;
 }
 
+bool Context::changed_on_disk() const { return files_of(config_) != files_; }
+
 Result<std::shared_ptr<Context>> Context::cached(const SecureConfig& config, Role role) {
   // The files as they are now: keys replaced on disk make a new context.
-  std::string id = std::to_string(static_cast<int>(role)) + "|" + std::to_string(config.session_lifetime_s);
-  for (const std::string* file : {&config.cert, &config.key, &config.ca, &config.psk_file}) {
-    struct stat st {};
-    id += "|" + *file;
-    if (!file->empty() && ::stat(file->c_str(), &st) == 0)
-      id += ":" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
-            std::to_string(st.st_size) + ":" + std::to_string(st.st_mode);
-  }
+  const std::string id = std::to_string(static_cast<int>(role)) + "|" + std::to_string(config.session_lifetime_s) +
+                         "|" + config.agent_host + files_of(config);
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<Context>> made;
   constexpr size_t kMaxCached = 16;
@@ -273,14 +401,30 @@ Result<std::unique_ptr<Tls>> Tls::create(std::shared_ptr<Context> context, std::
   SSL_set_bio(ssl, in, out);
   if (context->role() == Role::kAgent) SSL_set_accept_state(ssl);
   else SSL_set_connect_state(ssl);
+  std::unique_ptr<Tls> t(new Tls(context, ssl, peer));
+  SSL_set_app_data(ssl, t.get());
+  if (context->role() == Role::kClient && context->psk().empty()) {
+    // The agent's certificate must list the host we meant, as a browser's
+    // must: a certificate of the same CA made for another agent is refused.
+    t->host_ = context->config().agent_host;
+    if (t->host_.empty() && !peer.empty()) {
+      if (auto where = net::parse_host_port(peer); where.ok()) t->host_ = where->host;
+    }
+    if (t->host_.empty())
+      return Status(Code::kBadConfig, "a TLS client with certificates needs the agent's host (agent_host) to check "
+                                      "its certificate against");
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS | X509_CHECK_FLAG_NEVER_CHECK_SUBJECT);
+    if ((is_ip(t->host_) ? X509_VERIFY_PARAM_set1_ip_asc(param, t->host_.c_str())
+                         : X509_VERIFY_PARAM_set1_host(param, t->host_.c_str(), t->host_.size())) != 1)
+      return Status(Code::kBadConfig, "agent host '" + t->host_ + "': " + openssl_errors());
+  }
   if (!peer.empty() && context->role() == Role::kClient) {
     if (SSL_SESSION* s = context->take_session(peer)) {
       SSL_set_session(ssl, s);  // its own reference
       SSL_SESSION_free(s);
     }
   }
-  std::unique_ptr<Tls> t(new Tls(std::move(context), ssl, std::move(peer)));
-  SSL_set_app_data(ssl, t.get());
   return t;
 }
 
@@ -468,29 +612,36 @@ Status Sealer::open(Stream stream, uint64_t number, std::span<const uint8_t> ad,
   return open(stream, number, ad, sealed.first(n), sealed.data() + n, sealed.data());
 }
 
-// ---- outboard-agent --keys-init
+// ---- outboard-agent --keys-init, --keys-issue, --keys-revoke
 
 namespace {
 template <class T, void (*Free)(T*)>
 struct Owned {
   T* p = nullptr;
+  Owned() = default;
+  explicit Owned(T* q) : p(q) {}
+  Owned(Owned&& o) noexcept : p(std::exchange(o.p, nullptr)) {}
+  Owned& operator=(Owned&&) = delete;
   ~Owned() { Free(p); }
 };
 using OwnedKey = Owned<EVP_PKEY, EVP_PKEY_free>;
 using OwnedCert = Owned<X509, X509_free>;
+using OwnedCrl = Owned<X509_CRL, X509_CRL_free>;
 
-bool add_extension(X509* cert, X509* issuer, int nid, const char* value) {
+bool add_extension(X509* cert, X509* issuer, int nid, const std::string& value) {
   X509V3_CTX v3;
   X509V3_set_ctx_nodb(&v3);
   X509V3_set_ctx(&v3, issuer ? issuer : cert, cert, nullptr, nullptr, 0);
-  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &v3, nid, value);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &v3, nid, value.c_str());
   const bool ok = ext && X509_add_ext(cert, ext, -1) == 1;
   X509_EXTENSION_free(ext);
   return ok;
 }
 
-// A certificate for `key` named `cn`, signed by `issuer` (self-signed when null).
-X509* make_certificate(EVP_PKEY* key, const char* cn, X509* issuer, EVP_PKEY* issuer_key, const char* usage) {
+// A certificate for `key` named `cn`, signed by `issuer` (self-signed when
+// null), for `usage` (extended key usage) and listing `names` (subjectAltName).
+X509* make_certificate(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* issuer_key, const char* usage,
+                       const std::string& names = {}) {
   X509* cert = X509_new();
   uint64_t serial = 0;
   randombytes_buf(&serial, sizeof serial);
@@ -500,13 +651,14 @@ X509* make_certificate(EVP_PKEY* key, const char* cn, X509* issuer, EVP_PKEY* is
   X509_NAME* name = cert ? X509_get_subject_name(cert) : nullptr;
   auto text = [](const char* s) { return reinterpret_cast<const unsigned char*>(s); };
   ok = ok && X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, text("outboard"), -1, -1, 0) &&
-       X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, text(cn), -1, -1, 0) &&
+       X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, text(cn.c_str()), -1, -1, 0) &&
        X509_set_issuer_name(cert, issuer ? X509_get_subject_name(issuer) : name) &&
        add_extension(cert, issuer, NID_basic_constraints, issuer ? "critical,CA:FALSE" : "critical,CA:TRUE") &&
        add_extension(cert, issuer, NID_key_usage,
                      issuer ? "critical,digitalSignature" : "critical,keyCertSign,cRLSign") &&
        add_extension(cert, issuer, NID_subject_key_identifier, "hash") &&
        (!usage || add_extension(cert, issuer, NID_ext_key_usage, usage)) &&
+       (names.empty() || add_extension(cert, issuer, NID_subject_alt_name, names)) &&
        X509_sign(cert, issuer_key ? issuer_key : key, nullptr) > 0;
   if (!ok) X509_free(cert), cert = nullptr;
   return cert;
@@ -526,42 +678,128 @@ Status write_new(const std::string& path, mode_t mode, Write&& write) {
   if (std::fclose(f) != 0 || !ok) return {Code::kIoError, path + ": not written (" + openssl_errors() + ")"};
   return {};
 }
+
+Status refuse_existing(const std::string& dir, std::initializer_list<std::string> files) {
+  for (const std::string& f : files)
+    if (::access((dir + "/" + f).c_str(), F_OK) == 0)
+      return {Code::kBadConfig, dir + "/" + f + " exists: keys are never overwritten (use another name or directory)"};
+  return {};
+}
+
+// "DNS:a,IP:b" for an agent certificate's subjectAltName; kBadConfig naming
+// a host that is neither an IP address nor a DNS name.
+Result<std::string> alt_names(const std::vector<std::string>& hosts) {
+  std::string out;
+  for (const std::string& h : hosts.empty() ? default_agent_hosts() : hosts) {
+    const bool dns = !h.empty() && h.size() <= kMaxHostName && h.front() != '-' && h.front() != '.' &&
+                     std::all_of(h.begin(), h.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+                     });
+    if (!is_ip(h) && !dns)
+      return Status(Code::kBadConfig, "--agent-host '" + h + "' is neither an IP address nor a DNS name");
+    out += (out.empty() ? "" : ",") + std::string(is_ip(h) ? "IP:" : "DNS:") + h;
+  }
+  return out;
+}
+
+struct Ca {
+  OwnedCert cert;
+  OwnedKey key;
+};
+
+Result<Ca> load_ca(const std::string& dir) {
+  Ca ca;
+  std::string why;
+  auto certs = read_pems<X509, PEM_read_bio_X509>(dir + "/ca.pem", why);
+  auto keys = read_pems<EVP_PKEY, PEM_read_bio_PrivateKey>(dir + "/ca.key", why);
+  if (!certs.empty()) ca.cert.p = certs[0];
+  if (!keys.empty()) ca.key.p = keys[0];
+  for (size_t i = 1; i < certs.size(); ++i) X509_free(certs[i]);
+  for (size_t i = 1; i < keys.size(); ++i) EVP_PKEY_free(keys[i]);
+  if (!ca.cert.p || !ca.key.p || X509_check_private_key(ca.cert.p, ca.key.p) != 1)
+    return Status(Code::kBadConfig, dir + " holds no CA made by keys init (ca.pem and its ca.key): " +
+                                        (why.empty() ? openssl_errors() : why));
+  return ca;
+}
+
+// Writes DIR/crl.pem anew: `revoked` (taken over) and the CRL number
+// `number`, signed by the CA, replacing the old file only once written.
+Status write_crl(const std::string& dir, const Ca& ca, std::vector<X509_REVOKED*> revoked, uint64_t number) {
+  OwnedCrl crl{X509_CRL_new()};
+  Owned<ASN1_TIME, ASN1_TIME_free> now{X509_gmtime_adj(nullptr, 0)};
+  Owned<ASN1_TIME, ASN1_TIME_free> next{X509_gmtime_adj(nullptr, 86400L * kCrlDays)};
+  Owned<ASN1_INTEGER, ASN1_INTEGER_free> n{ASN1_INTEGER_new()};
+  bool ok = crl.p && now.p && next.p && n.p && X509_CRL_set_version(crl.p, 1) &&
+            X509_CRL_set_issuer_name(crl.p, X509_get_subject_name(ca.cert.p)) &&
+            X509_CRL_set1_lastUpdate(crl.p, now.p) && X509_CRL_set1_nextUpdate(crl.p, next.p) &&
+            ASN1_INTEGER_set_uint64(n.p, number) && X509_CRL_add1_ext_i2d(crl.p, NID_crl_number, n.p, 0, 0) == 1;
+  for (X509_REVOKED* r : revoked) {
+    if (ok && X509_CRL_add0_revoked(crl.p, r) == 1) continue;
+    X509_REVOKED_free(r);
+    ok = false;
+  }
+  ok = ok && X509_CRL_sort(crl.p) && X509_CRL_sign(crl.p, ca.key.p, nullptr) > 0;
+  if (!ok) return {Code::kIoError, "a CRL: " + openssl_errors()};
+  const std::string path = dir + "/crl.pem", tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  OB_RETURN_IF_ERROR(write_new(tmp, 0644, [&](FILE* f) { return PEM_write_X509_CRL(f, crl.p) == 1; }));
+  // rename: an agent reading it (--crl) sees the old list or the new, never half.
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return {Code::kIoError, path + ": " + std::strerror(errno)};
+  return {};
+}
+
+Status write_keys(const std::string& dir, const std::string& stem, EVP_PKEY* key, X509* cert) {
+  OB_RETURN_IF_ERROR(write_new(dir + "/" + stem + ".key", 0600, [&](FILE* f) {
+    return PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
+  }));
+  return write_new(dir + "/" + stem + ".pem", 0644, [&](FILE* f) { return PEM_write_X509(f, cert) == 1; });
+}
+
+// DIR/STEM.pem and .key: a certificate named `cn` signed by `ca`, for `role`.
+Status issue(const std::string& dir, const std::string& stem, const std::string& cn, Role role,
+             const std::vector<std::string>& agent_hosts, const Ca& ca) {
+  std::string names;
+  if (role == Role::kAgent) {
+    OB_ASSIGN_OR_RETURN(names, alt_names(agent_hosts));
+  }
+  OwnedKey key{EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519")};
+  // An agent also dials other hosts' agents (the mpi service): its certificate serves both sides.
+  OwnedCert cert{key.p ? make_certificate(key.p, cn, ca.cert.p, ca.key.p,
+                                          role == Role::kAgent ? "serverAuth,clientAuth" : "clientAuth", names)
+                       : nullptr};
+  if (!cert.p) return {Code::kIoError, "a certificate: " + openssl_errors()};
+  return write_keys(dir, stem, key.p, cert.p);
+}
 }  // namespace
 
-Status init_keys(const std::string& dir, const std::string& agent_name) {
+std::vector<std::string> default_agent_hosts() {
+  std::vector<std::string> hosts = {"localhost", "127.0.0.1", "::1"};
+  char name[kMaxHostName + 1] = {};
+  if (::gethostname(name, sizeof name - 1) == 0 && name[0] && std::string(name) != "localhost") hosts.push_back(name);
+  for (const std::string& ip : net::ipv4_addresses())
+    if (!net::is_loopback(ip)) hosts.push_back(ip);
+  return hosts;
+}
+
+Status init_keys(const std::string& dir, const std::string& agent_name, const std::vector<std::string>& agent_hosts) {
+  OB_RETURN_IF_ERROR(alt_names(agent_hosts).status());
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return {Code::kIoError, dir + ": " + std::strerror(errno)};
-  for (const char* f : {"ca.pem", "ca.key", "agent.pem", "agent.key", "client.pem", "client.key", "psk.txt"})
-    if (::access((dir + "/" + f).c_str(), F_OK) == 0)
-      return {Code::kBadConfig, dir + "/" + f + " exists: keys init never overwrites keys (use another directory)"};
-  OwnedKey ca_key{EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519")};
-  OwnedKey agent_key{EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519")};
-  OwnedKey client_key{EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519")};
-  if (!ca_key.p || !agent_key.p || !client_key.p) return {Code::kNoMemory, "Ed25519 keys: " + openssl_errors()};
+  OB_RETURN_IF_ERROR(refuse_existing(
+      dir, {"ca.pem", "ca.key", "crl.pem", "agent.pem", "agent.key", "client.pem", "client.key", "psk.txt"}));
+  Ca ca;
+  ca.key.p = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
+  if (!ca.key.p) return {Code::kNoMemory, "Ed25519 keys: " + openssl_errors()};
   // A CA name of its own: a certificate of another deployment's CA is then "unknown ca", not a bad signature.
   uint8_t tag[4];
   randombytes_buf(tag, sizeof tag);
   char hex[2 * sizeof tag + 1];
   sodium_bin2hex(hex, sizeof hex, tag, sizeof tag);
-  OwnedCert ca{make_certificate(ca_key.p, (std::string("outboard CA ") + hex).c_str(), nullptr, nullptr, nullptr)};
-  // An agent also dials other hosts' agents (the mpi service): its certificate serves both sides.
-  OwnedCert agent{ca.p ? make_certificate(agent_key.p, agent_name.c_str(), ca.p, ca_key.p, "serverAuth,clientAuth")
-                       : nullptr};
-  OwnedCert client{ca.p ? make_certificate(client_key.p, "outboard client", ca.p, ca_key.p, "clientAuth") : nullptr};
-  if (!agent.p || !client.p) return {Code::kIoError, "certificates: " + openssl_errors()};
-  auto key_file = [&](const char* name, EVP_PKEY* key) {
-    return write_new(dir + "/" + name, 0600, [&](FILE* f) {
-      return PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
-    });
-  };
-  auto cert_file = [&](const char* name, X509* cert) {
-    return write_new(dir + "/" + name, 0644, [&](FILE* f) { return PEM_write_X509(f, cert) == 1; });
-  };
-  OB_RETURN_IF_ERROR(key_file("ca.key", ca_key.p));
-  OB_RETURN_IF_ERROR(cert_file("ca.pem", ca.p));
-  OB_RETURN_IF_ERROR(key_file("agent.key", agent_key.p));
-  OB_RETURN_IF_ERROR(cert_file("agent.pem", agent.p));
-  OB_RETURN_IF_ERROR(key_file("client.key", client_key.p));
-  OB_RETURN_IF_ERROR(cert_file("client.pem", client.p));
+  ca.cert.p = make_certificate(ca.key.p, std::string("outboard CA ") + hex, nullptr, nullptr, nullptr);
+  if (!ca.cert.p) return {Code::kIoError, "certificates: " + openssl_errors()};
+  OB_RETURN_IF_ERROR(write_keys(dir, "ca", ca.key.p, ca.cert.p));
+  OB_RETURN_IF_ERROR(write_crl(dir, ca, {}, 1));
+  OB_RETURN_IF_ERROR(issue(dir, "agent", agent_name, Role::kAgent, agent_hosts, ca));
+  OB_RETURN_IF_ERROR(issue(dir, "client", "outboard client", Role::kClient, {}, ca));
   uint8_t psk[kPskBytes];
   randombytes_buf(psk, sizeof psk);
   char psk_hex[2 * kPskBytes + 1];
@@ -570,6 +808,68 @@ Status init_keys(const std::string& dir, const std::string& agent_name) {
   Status st = write_new(dir + "/psk.txt", 0600, [&](FILE* f) { return std::fprintf(f, "outboard:%s\n", psk_hex) > 0; });
   sodium_memzero(psk_hex, sizeof psk_hex);
   return st;
+}
+
+Status issue_keys(const std::string& dir, const std::string& name, Role role,
+                  const std::vector<std::string>& agent_hosts) {
+  const bool plain = !name.empty() && name.size() <= 64 && name != "ca" && name != "crl" &&
+                     std::all_of(name.begin(), name.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+                     }) && name.front() != '.';
+  if (!plain)
+    return {Code::kBadConfig, "certificate name '" + name + "': expected 1-64 letters, digits, '-', '_' or '.' "
+                              "(not starting with '.'; not ca or crl)"};
+  OB_ASSIGN_OR_RETURN(Ca ca, load_ca(dir));
+  OB_RETURN_IF_ERROR(refuse_existing(dir, {name + ".pem", name + ".key"}));
+  return issue(dir, name, name, role, agent_hosts, ca);
+}
+
+Status revoke(const std::string& dir, const std::string& cert_file) {
+  OB_ASSIGN_OR_RETURN(Ca ca, load_ca(dir));
+  std::string why;
+  auto certs = read_pems<X509, PEM_read_bio_X509>(cert_file, why);
+  OwnedCert cert{certs.empty() ? nullptr : certs[0]};
+  for (size_t i = 1; i < certs.size(); ++i) X509_free(certs[i]);
+  if (!cert.p) return {Code::kBadConfig, cert_file + ": no certificate (" + (why.empty() ? "no PEM" : why) + ")"};
+  if (X509_check_issued(ca.cert.p, cert.p) != X509_V_OK || X509_verify(cert.p, X509_get0_pubkey(ca.cert.p)) != 1) {
+    ERR_clear_error();
+    return {Code::kBadConfig, cert_file + ": not issued by the CA of " + dir + "/ca.pem"};
+  }
+  // What the old list revoked stays revoked; its number goes up by one (RFC 5280 §5.2.3).
+  std::vector<X509_REVOKED*> revoked;
+  uint64_t number = 1;
+  const std::string path = dir + "/crl.pem";
+  if (::access(path.c_str(), F_OK) == 0) {
+    auto old = read_pems<X509_CRL, PEM_read_bio_X509_CRL>(path, why);
+    OwnedCrl crl{old.empty() ? nullptr : old[0]};
+    for (size_t i = 1; i < old.size(); ++i) X509_CRL_free(old[i]);
+    if (!crl.p || X509_CRL_verify(crl.p, X509_get0_pubkey(ca.cert.p)) != 1) {
+      ERR_clear_error();
+      return {Code::kBadConfig, path + ": not a CRL signed by the CA of " + dir + "/ca.pem; move it away first"};
+    }
+    STACK_OF(X509_REVOKED)* entries = X509_CRL_get_REVOKED(crl.p);
+    for (int i = 0; i < sk_X509_REVOKED_num(entries); ++i) {
+      X509_REVOKED* r = sk_X509_REVOKED_value(entries, i);
+      if (ASN1_INTEGER_cmp(X509_REVOKED_get0_serialNumber(r), X509_get0_serialNumber(cert.p)) == 0) {
+        for (X509_REVOKED* kept : revoked) X509_REVOKED_free(kept);
+        return {};  // already revoked
+      }
+      revoked.push_back(X509_REVOKED_dup(r));
+    }
+    auto* n = static_cast<ASN1_INTEGER*>(X509_CRL_get_ext_d2i(crl.p, NID_crl_number, nullptr, nullptr));
+    if (n && ASN1_INTEGER_get_uint64(&number, n) == 1) ++number;
+    ASN1_INTEGER_free(n);
+  }
+  X509_REVOKED* entry = X509_REVOKED_new();
+  Owned<ASN1_TIME, ASN1_TIME_free> now{X509_gmtime_adj(nullptr, 0)};
+  if (!entry || !now.p || X509_REVOKED_set_serialNumber(entry, X509_get_serialNumber(cert.p)) != 1 ||
+      X509_REVOKED_set_revocationDate(entry, now.p) != 1) {
+    X509_REVOKED_free(entry);
+    for (X509_REVOKED* kept : revoked) X509_REVOKED_free(kept);
+    return {Code::kNoMemory, "a CRL entry: " + openssl_errors()};
+  }
+  revoked.push_back(entry);
+  return write_crl(dir, ca, std::move(revoked), number);
 }
 
 }  // namespace outboard::secure

@@ -65,6 +65,10 @@ class Context {
   /// disk (a client connects often; making an SSL_CTX takes milliseconds).
   static Result<std::shared_ptr<Context>> cached(const SecureConfig& config, Role role);
   ~Context();
+  [[nodiscard]] const SecureConfig& config() const { return config_; }
+  /// Whether a file it was made from changed on disk since (a CRL that
+  /// revokes more, a certificate replaced): the agent then makes a new one.
+  [[nodiscard]] bool changed_on_disk() const;
   [[nodiscard]] Role role() const { return role_; }
   [[nodiscard]] SSL_CTX* get() const { return ctx_; }
   /// PSK mode: the identity and the key (empty in certificate mode).
@@ -77,8 +81,10 @@ class Context {
   void keep_session(const std::string& peer, SSL_SESSION* session);
 
  private:
-  Context(SSL_CTX* ctx, Role role) : ctx_(ctx), role_(role) {}
+  Context(SSL_CTX* ctx, const SecureConfig& config, Role role) : ctx_(ctx), config_(config), role_(role) {}
   SSL_CTX* ctx_;
+  SecureConfig config_;
+  std::string files_;  // the files' stat when they were read: changed_on_disk()
   Role role_;
   std::string psk_identity_;
   std::vector<uint8_t> psk_;
@@ -104,6 +110,8 @@ class Tls {
  public:
   /// `peer`: a client's name for the agent ("host:port"), under which its
   /// session is kept and resumed (none: a full handshake, nothing kept).
+  /// A certificate client checks that the agent's certificate lists the
+  /// config's agent_host, or else peer's host; kBadConfig without either.
   static Result<std::unique_ptr<Tls>> create(std::shared_ptr<Context> context, std::string peer = {});
   ~Tls();
 
@@ -138,7 +146,8 @@ class Tls {
   std::string peer_;
   size_t fed_ = 0;
   bool done_ = false;
-  std::string note_;  // what a callback learnt of a failure (an unknown PSK identity)
+  std::string host_;  // a certificate client's: the name the agent's certificate must list
+  std::string note_;  // what a callback learnt of a failure (an unknown PSK identity, a certificate refused)
 };
 
 /// Seals and opens one direction's messages with its key. The nonce is the
@@ -202,10 +211,26 @@ struct FrameSeal {
   uint64_t sealed = 0;  // since the last key change
 };
 
+/// The names an agent certificate lists when none are given: loopback
+/// (localhost, 127.0.0.1, ::1), this host's name and its IPv4 addresses.
+std::vector<std::string> default_agent_hosts();
+
 /// `outboard-agent --keys-init DIR`: a small CA and an agent and a client
-/// certificate signed by it (Ed25519; the agent's for TLS servers, the
-/// client's for clients), and a PSK file; keys readable by their owner only.
+/// certificate signed by it (Ed25519; the agent's for TLS servers, listing
+/// `agent_hosts` or default_agent_hosts(); the client's for clients), an
+/// empty CRL (crl.pem) and a PSK file; keys readable by their owner only.
 /// Refuses a DIR that already holds any of the files.
-Status init_keys(const std::string& dir, const std::string& agent_name);
+Status init_keys(const std::string& dir, const std::string& agent_name, const std::vector<std::string>& agent_hosts = {});
+
+/// `--keys-issue`: DIR/NAME.pem and NAME.key, a certificate signed by DIR's
+/// CA for a client named NAME, or for an agent (`agent_hosts` as above).
+/// Never overwrites a file.
+Status issue_keys(const std::string& dir, const std::string& name, Role role,
+                  const std::vector<std::string>& agent_hosts = {});
+
+/// `--keys-revoke`: adds the certificate in `cert_file` (issued by DIR's CA)
+/// to DIR/crl.pem, written anew (signed, replaced atomically). Agents given
+/// --crl DIR/crl.pem refuse it from their next handshake on.
+Status revoke(const std::string& dir, const std::string& cert_file);
 
 }  // namespace outboard::secure

@@ -74,6 +74,20 @@ Result<HostPort> parse_host_port(const std::string& text) {
   return hp;
 }
 
+std::vector<std::string> ipv4_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN];
+    if (::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text))
+      out.emplace_back(text);
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
 std::string interface_of(const std::string& host) {
   in_addr want{};
   if (host == "localhost") return "lo";

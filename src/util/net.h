@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "outboard/clock.h"
 #include "outboard/status.h"
@@ -53,6 +54,9 @@ Result<HostPort> parse_host_port(const std::string& text);
 /// Whether `host` (a numeric IPv4 address or "localhost") is on the loopback
 /// network, 127.0.0.0/8.
 bool is_loopback(const std::string& host);
+
+/// This host's IPv4 addresses (every interface's, loopback too), dotted.
+std::vector<std::string> ipv4_addresses();
 
 /// The network interface that has IPv4 address `host` ("lo" for
 /// 127.0.0.1); empty for 0.0.0.0 or an address of no interface here.

@@ -25,7 +25,8 @@ const Contexts& contexts() {
     std::filesystem::remove_all(dir);
     if (!secure::init_keys(dir, "fuzz agent").ok()) std::abort();
     SecureConfig certs{.cert = dir + "/agent.pem", .key = dir + "/agent.key", .ca = dir + "/ca.pem"};
-    SecureConfig client{.cert = dir + "/client.pem", .key = dir + "/client.key", .ca = dir + "/ca.pem"};
+    SecureConfig client{
+        .cert = dir + "/client.pem", .key = dir + "/client.key", .ca = dir + "/ca.pem", .agent_host = "localhost"};
     SecureConfig psk{.psk_file = dir + "/psk.txt"};
     Contexts made{secure::Context::create(certs, secure::Role::kAgent).value(),
                   secure::Context::create(psk, secure::Role::kAgent).value(),

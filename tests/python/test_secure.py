@@ -25,8 +25,10 @@ MARKER = b"OUTBOARD-PLAINTEXT-MARKER-"
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("keys")
+    # The agent's certificate lists the addresses these tests dial: loopback's and the namespace's.
+    hosts = [a for h in ("localhost", "127.0.0.1", netns.SERVER_IP) for a in ("--agent-host", h)]
     for deployment in ("a", "b"):
-        assert cli.main(["keys", "init", str(root / deployment)]) == 0
+        assert cli.main(["keys", "init", str(root / deployment), *hosts]) == 0
     return root
 
 
@@ -49,15 +51,20 @@ def test_keys_init_makes_keys_for_their_owner_only_and_never_overwrites(tmp_path
     assert cli.main(["keys", "init", str(d), "--agent-name", "dpu0"]) == 0
     assert "--cert" in capsys.readouterr().out
     assert sorted(p.name for p in d.iterdir()) == ["agent.key", "agent.pem", "ca.key", "ca.pem", "client.key",
-                                                   "client.pem", "psk.txt"]
+                                                   "client.pem", "crl.pem", "psk.txt"]
     for private in ("ca.key", "agent.key", "client.key", "psk.txt"):
         assert (d / private).stat().st_mode & 0o777 == 0o600, private
     agent_pem = subprocess.run(["openssl", "x509", "-in", str(d / "agent.pem"), "-noout", "-subject", "-ext",
-                                "extendedKeyUsage"], capture_output=True, text=True, check=True).stdout
+                                "extendedKeyUsage,subjectAltName"], capture_output=True, text=True, check=True).stdout
     assert "CN = dpu0" in agent_pem and "TLS Web Server Authentication" in agent_pem
+    # By default it lists loopback's names and this host's.
+    assert f"DNS:localhost, IP Address:127.0.0.1, IP Address:0:0:0:0:0:0:0:1, DNS:{socket.gethostname()}" in agent_pem
+    crl = subprocess.run(["openssl", "crl", "-in", str(d / "crl.pem"), "-CAfile", str(d / "ca.pem"), "-noout", "-text"],
+                         capture_output=True, text=True, check=True)
+    assert "verify OK" in crl.stderr + crl.stdout and "No Revoked Certificates" in crl.stdout
     before = (d / "agent.key").read_bytes()
     assert cli.main(["keys", "init", str(d)]) == 2
-    assert "never overwrites keys" in capsys.readouterr().err
+    assert "exists: keys are never overwritten" in capsys.readouterr().err
     assert (d / "agent.key").read_bytes() == before
 
 
@@ -108,12 +115,72 @@ def test_listening_wide_takes_keys_or_an_explicit_insecure_that_is_logged(keys: 
     with pytest.raises(errors.BadConfig, match="wider than loopback and the agent has no keys"):
         outboard.LocalAgent(listen="0.0.0.0:0").start()
     with outboard.LocalAgent(*agent_args(keys), listen="0.0.0.0:0") as agent:
-        with outboard.connect(agent.address, **certs(keys, "client")) as c:  # not loopback: TLS, unasked
+        # Not loopback: TLS, unasked. No certificate names 0.0.0.0: the client says whom it expects.
+        with outboard.connect(agent.address, agent_host="localhost", **certs(keys, "client")) as c:
             assert c.request("echo", b"wide") == b"wide"
     log = tmp_path / "agent.log"
     with outboard.LocalAgent("--insecure", listen="0.0.0.0:0", prefix=logging_to(log)):
         pass
     assert "--insecure: listening on 0.0.0.0:0 without keys; anyone who reaches it can use this agent" in log.read_text()
+
+
+def test_a_client_refuses_an_agent_whose_certificate_lists_another_host(tmp_path: Path, capsys) -> None:
+    d = tmp_path / "k"
+    assert cli.main(["keys", "init", str(d), "--agent-host", "dpu0.example", "--agent-host", "10.1.2.3"]) == 0
+    mine = {"cert": str(d / "client.pem"), "key": str(d / "client.key"), "ca": str(d / "ca.pem")}
+    with outboard.LocalAgent("--secure", "always", "--cert", str(d / "agent.pem"), "--key", str(d / "agent.key"),
+                             "--ca", str(d / "ca.pem")) as agent:
+        with pytest.raises(errors.Authentication, match="lists DNS:dpu0.example, IP:10.1.2.3, not 127.0.0.1"):
+            outboard.connect(agent.address, secure="always", **mine)
+        with outboard.connect(agent.address, secure="always", agent_host="dpu0.example", **mine) as c:
+            assert c.request("echo", b"named") == b"named"
+    assert cli.main(["keys", "init", str(tmp_path / "k2"), "--agent-host", "a b"]) == 2
+    assert "--agent-host 'a b' is neither an IP address nor a DNS name" in capsys.readouterr().err
+
+
+def test_a_revoked_client_is_refused_from_its_next_handshake_and_others_are_served(tmp_path: Path, capsys) -> None:
+    d = tmp_path / "k"
+    assert cli.main(["keys", "init", str(d)]) == 0
+    for tenant in ("tenant1", "tenant2"):
+        assert cli.main(["keys", "issue", str(d), tenant]) == 0
+    tenant = {t: {"cert": str(d / f"{t}.pem"), "key": str(d / f"{t}.key"), "ca": str(d / "ca.pem")}
+              for t in ("tenant1", "tenant2")}
+    log = tmp_path / "agent.log"
+    with outboard.LocalAgent("--secure", "always", "--cert", str(d / "agent.pem"), "--key", str(d / "agent.key"),
+                             "--ca", str(d / "ca.pem"), "--crl", str(d / "crl.pem"), prefix=logging_to(log), log_level="info") as agent:
+        with outboard.connect(agent.address, secure="always", **tenant["tenant1"]) as c:
+            assert c.request("echo", b"before") == b"before"
+        open_one = outboard.connect(agent.address, secure="always", **tenant["tenant2"])
+        assert cli.main(["keys", "revoke", str(d), str(d / "tenant1.pem")]) == 0
+        # tenant1 holds a session to resume; the agent's new keys know none, so it shows its certificate.
+        with pytest.raises(errors.Authentication, match="alert certificate revoked"):
+            outboard.connect(agent.address, secure="always", **tenant["tenant1"])
+        with outboard.connect(agent.address, secure="always", **tenant["tenant2"]) as c:
+            assert c.request("echo", b"after") == b"after"
+        assert open_one.request("echo", b"still") == b"still"
+        open_one.close()
+    text = log.read_text()
+    assert "keys read again" in text and "/O=outboard/CN=tenant1 (serial " in text, text
+    assert f"is revoked by --crl {d / 'crl.pem'} (certificate verify failed: certificate revoked)" in text, text
+    other = tmp_path / "other"
+    assert cli.main(["keys", "init", str(other)]) == 0
+    assert cli.main(["keys", "revoke", str(d), str(other / "client.pem")]) == 2
+    assert f"{other / 'client.pem'}: not issued by the CA of {d / 'ca.pem'}" in capsys.readouterr().err
+
+
+def test_a_crl_that_stops_loading_refuses_tls_clients_until_it_loads(tmp_path: Path) -> None:
+    d = tmp_path / "k"
+    assert cli.main(["keys", "init", str(d)]) == 0
+    mine = {"cert": str(d / "client.pem"), "key": str(d / "client.key"), "ca": str(d / "ca.pem")}
+    good = (d / "crl.pem").read_bytes()
+    with outboard.LocalAgent("--secure", "always", "--cert", str(d / "agent.pem"), "--key", str(d / "agent.key"),
+                             "--ca", str(d / "ca.pem"), "--crl", str(d / "crl.pem")) as agent:
+        (d / "crl.pem").write_bytes(b"not a CRL\n")
+        with pytest.raises(errors.BadConfig, match="keys changed on disk and do not load: --crl .* holds no CRL"):
+            outboard.connect(agent.address, secure="always", **mine)
+        (d / "crl.pem").write_bytes(good)
+        with outboard.connect(agent.address, secure="always", **mine) as c:
+            assert c.request("echo", b"back") == b"back"
 
 
 def test_a_key_that_others_may_read_stops_the_agent_with_its_name(keys: Path, tmp_path: Path) -> None:

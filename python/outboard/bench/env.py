@@ -66,7 +66,9 @@ class Env:
             if not self.keys:
                 self.keys = os.path.join(self.stack.enter_context(tempfile.TemporaryDirectory(prefix="outboard-")),
                                          "keys")
-                subprocess.run([agent_executable(), "--keys-init", self.keys], check=True, capture_output=True)
+                # The agent's certificate lists the address clients dial: loopback's, and the namespace's.
+                subprocess.run([agent_executable(), "--keys-init", self.keys, "outboard agent", "--agent-host",
+                                "127.0.0.1", "--agent-host", netns.SERVER_IP], check=True, capture_output=True)
             keys = (["--psk-file", f"{self.keys}/psk.txt"] if kind == "psk" else
                     ["--cert", f"{self.keys}/agent.pem", "--key", f"{self.keys}/agent.key", "--ca", f"{self.keys}/ca.pem"])
             args = [*_agent_args(self.cores), "--secure", "always", *keys]

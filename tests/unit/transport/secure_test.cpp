@@ -34,6 +34,7 @@ class SecureTest : public ::testing::Test {
     c.cert = dir(d) + "/" + who + ".pem";
     c.key = dir(d) + "/" + who + ".key";
     c.ca = dir(ca_of.empty() ? d : ca_of) + "/ca.pem";
+    c.agent_host = "localhost";  // clients check the agent's certificate lists it (init_keys' default does)
     return c;
   }
   static SecureConfig psk(const std::string& file) {
@@ -116,7 +117,7 @@ TEST_F(SecureTest, KeysInitWritesKeysForTheirOwnerOnlyAndNeverOverwrites) {
   }
   Status again = init_keys(dir("a"), "agent a");
   EXPECT_EQ(again.code(), Code::kBadConfig);
-  EXPECT_TRUE(has(again, "exists: keys init never overwrites keys")) << again.to_string();
+  EXPECT_TRUE(has(again, "exists: keys are never overwritten")) << again.to_string();
 }
 
 TEST_F(SecureTest, CertificatesGiveBothSidesTheSameKeysOverAnEphemeralExchange) {
@@ -195,6 +196,90 @@ TEST_F(SecureTest, CertificatesOutsideTheirValidityAreRefusedOnBothSides) {
   EXPECT_EQ(o.client.code(), Code::kAuthentication);
   EXPECT_TRUE(has(o.client, "certificate has expired")) << o.client.to_string();
   EXPECT_EQ(o.agent.code(), Code::kAuthentication);
+}
+
+TEST_F(SecureTest, TheAgentsCertificateMustListTheHostTheClientDialed) {
+  // init_keys' default: loopback's names, which these tests dial.
+  for (const char* host : {"localhost", "127.0.0.1", "::1"}) {
+    SecureConfig c = certs("a", "client");
+    c.agent_host = host;
+    Outcome o = handshake(c, certs("a", "agent"));
+    EXPECT_TRUE(o.client.ok() && o.agent.ok()) << host << ": " << o.client.to_string();
+  }
+  SecureConfig other = certs("a", "client");
+  other.agent_host = "10.9.8.7";
+  Outcome o = handshake(other, certs("a", "agent"));
+  EXPECT_EQ(o.client.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(o.client, "lists DNS:localhost, IP:127.0.0.1, IP:::1")) << o.client.to_string();
+  EXPECT_TRUE(has(o.client, "not 10.9.8.7: make the agent's certificate with --agent-host 10.9.8.7")) << o.client.to_string();
+  EXPECT_TRUE(has(o.client, "IP address mismatch")) << o.client.to_string();
+  other.agent_host = "elsewhere.example";
+  EXPECT_TRUE(has(handshake(other, certs("a", "agent")).client, "hostname mismatch"));
+  // An agent certificate issued for its own names only.
+  ASSERT_TRUE(issue_keys(dir("a"), "dpu0", Role::kAgent, {"dpu0.example", "10.1.2.3"}).ok());
+  for (const char* host : {"dpu0.example", "10.1.2.3"}) {
+    other.agent_host = host;
+    EXPECT_TRUE(handshake(other, certs("a", "dpu0")).client.ok()) << host;
+  }
+  other.agent_host = "localhost";
+  EXPECT_TRUE(has(handshake(other, certs("a", "dpu0")).client, "lists DNS:dpu0.example, IP:10.1.2.3, not localhost"));
+  // Without agent_host the host comes from the address dialed; with neither, nothing to check against.
+  other.agent_host.clear();
+  auto cc = std::move(Context::create(other, Role::kClient)).value();
+  auto ac = std::move(Context::create(certs("a", "dpu0"), Role::kAgent)).value();
+  EXPECT_TRUE(handshake(cc, ac, "10.1.2.3:7000").client.ok());
+  EXPECT_TRUE(has(handshake(cc, ac, "10.1.2.4:7000").client, "not 10.1.2.4"));
+  EXPECT_EQ(Tls::create(cc).status().code(), Code::kBadConfig);
+  Status bad = issue_keys(dir("a"), "dpu1", Role::kAgent, {"a b"});
+  EXPECT_EQ(bad.message(), "--agent-host 'a b' is neither an IP address nor a DNS name");
+}
+
+TEST_F(SecureTest, ARevokedCertificateIsRefusedOnBothSidesAndOthersAreNot) {
+  ASSERT_TRUE(issue_keys(dir("b"), "tenant1", Role::kClient).ok());
+  ASSERT_TRUE(issue_keys(dir("b"), "tenant2", Role::kClient).ok());
+  EXPECT_TRUE(has(issue_keys(dir("b"), "tenant1", Role::kClient), "tenant1.pem exists"));
+  EXPECT_TRUE(has(issue_keys(dir("b"), "../x", Role::kClient), "certificate name '../x'"));
+  SecureConfig agent = certs("b", "agent");
+  agent.crl = dir("b") + "/crl.pem";  // init_keys' empty one
+  auto before = std::move(Context::create(agent, Role::kAgent)).value();
+  EXPECT_TRUE(handshake(certs("b", "tenant1"), agent).agent.ok());
+  EXPECT_FALSE(before->changed_on_disk());
+
+  ASSERT_TRUE(revoke(dir("b"), dir("b") + "/tenant1.pem").ok());
+  ASSERT_TRUE(revoke(dir("b"), dir("b") + "/tenant1.pem").ok());  // again: no change
+  EXPECT_TRUE(before->changed_on_disk());
+  Outcome o = handshake(certs("b", "tenant1"), agent);
+  EXPECT_EQ(o.agent.code(), Code::kAuthentication);
+  EXPECT_TRUE(has(o.agent, "the peer's certificate /O=outboard/CN=tenant1 (serial ")) << o.agent.to_string();
+  EXPECT_TRUE(has(o.agent, "is revoked by --crl " + agent.crl + " (certificate verify failed: certificate revoked)"))
+      << o.agent.to_string();
+  EXPECT_TRUE(has(o.client, "alert certificate revoked")) << o.client.to_string();
+  Outcome other = handshake(certs("b", "tenant2"), agent);
+  EXPECT_TRUE(other.client.ok() && other.agent.ok()) << other.agent.to_string();
+  EXPECT_EQ(other.agent_sees, "/O=outboard/CN=tenant2");
+
+  // A client with the CRL refuses a revoked agent just the same.
+  ASSERT_TRUE(issue_keys(dir("b"), "old-agent", Role::kAgent).ok());
+  ASSERT_TRUE(revoke(dir("b"), dir("b") + "/old-agent.pem").ok());
+  SecureConfig client = certs("b", "tenant2");
+  client.crl = agent.crl;
+  EXPECT_TRUE(has(handshake(client, certs("b", "old-agent")).client, "certificate revoked"));
+  EXPECT_TRUE(handshake(client, agent).client.ok());
+}
+
+TEST_F(SecureTest, ACrlMustComeFromTheCaAndOnlyWithCertificates) {
+  SecureConfig agent = certs("a", "agent");
+  agent.crl = dir("b") + "/crl.pem";
+  EXPECT_EQ(Context::create(agent, Role::kAgent).status().message(),
+            "--crl " + agent.crl + ": CRL 0 is not signed by a CA of --ca " + agent.ca);
+  agent.crl = dir("a") + "/ca.pem";
+  EXPECT_EQ(Context::create(agent, Role::kAgent).status().message(),
+            "--crl " + agent.crl + ": holds no CRL (PEM \"X509 CRL\")");
+  SecureConfig with_psk = psk(dir("a") + "/psk.txt");
+  with_psk.crl = dir("a") + "/crl.pem";
+  EXPECT_TRUE(has(Context::create(with_psk, Role::kAgent).status(), "--crl revokes certificates"));
+  Status foreign = revoke(dir("a"), dir("b") + "/client.pem");
+  EXPECT_EQ(foreign.message(), dir("b") + "/client.pem: not issued by the CA of " + dir("a") + "/ca.pem");
 }
 
 TEST_F(SecureTest, AClientCertificateCannotServeAsAnAgents) {

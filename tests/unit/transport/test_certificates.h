@@ -9,13 +9,15 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 namespace outboard::testing {
 
 /// Writes `out`.pem and `out`.key: an Ed25519 key and a certificate for it
 /// named `cn`, valid from now + `from_s` to now + `to_s`, with extended key
-/// usage `usage`, signed by `ca_dir`'s CA. False if any step failed.
+/// usage `usage` (an agent's, with serverAuth, lists localhost), signed by
+/// `ca_dir`'s CA. False if any step failed.
 inline bool issue_certificate(const std::string& ca_dir, const std::string& out, const char* cn, const char* usage,
                               long from_s, long to_s) {
   FILE* f = std::fopen((ca_dir + "/ca.key").c_str(), "r");
@@ -44,6 +46,7 @@ inline bool issue_certificate(const std::string& ca_dir, const std::string& out,
                                        0) &&
             X509_set_issuer_name(cert, X509_get_subject_name(ca)) && ext(NID_basic_constraints, "critical,CA:FALSE") &&
             ext(NID_key_usage, "critical,digitalSignature") && ext(NID_ext_key_usage, usage) &&
+            (!std::strstr(usage, "serverAuth") || ext(NID_subject_alt_name, "DNS:localhost")) &&
             X509_sign(cert, ca_key, nullptr) > 0;
   if (ok && (f = std::fopen((out + ".pem").c_str(), "w"))) {
     ok = PEM_write_X509(f, cert) == 1;
