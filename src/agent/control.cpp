@@ -33,6 +33,7 @@ std::vector<uint8_t> encode_adopt(const channel::PeerInfo& peer, std::span<const
 
 std::vector<uint8_t> encode_closed() { return just(ControlKind::kClosed); }
 std::vector<uint8_t> encode_end() { return just(ControlKind::kEnd); }
+std::vector<uint8_t> encode_revoked() { return just(ControlKind::kRevoked); }
 
 Result<Adopt> decode_adopt(std::span<const uint8_t> body) {
   codec::Reader r{body};

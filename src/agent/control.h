@@ -19,6 +19,7 @@ enum class ControlKind : uint8_t {
   kAdopt = 2,   ///< listener -> session, with the client's socket: PeerInfo, then the hello's payload
   kClosed = 3,  ///< session -> listener: one of its clients left
   kEnd = 4,     ///< listener -> session: tell your clients the agent is shutting down, and exit
+  kRevoked = 5,  ///< listener -> session: a certificate of your clients is no longer accepted: end them, and exit
 };
 
 /// Largest control message (a config, or an adopt carrying a hello).
@@ -28,6 +29,7 @@ std::vector<uint8_t> encode_config(const std::string& json);
 std::vector<uint8_t> encode_adopt(const channel::PeerInfo& peer, std::span<const uint8_t> hello);
 std::vector<uint8_t> encode_closed();
 std::vector<uint8_t> encode_end();
+std::vector<uint8_t> encode_revoked();
 
 struct Adopt {
   channel::PeerInfo peer;

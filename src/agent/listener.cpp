@@ -20,6 +20,8 @@ constexpr int kBacklog = 1024;
 // a listener woken by the same pending connection would spin.
 constexpr int64_t kAcceptBackoffMs = 100;
 constexpr int kMaxTickMs = 100;
+// How often an idle listener looks at its key files (a TLS handshake also does).
+constexpr int kKeysCheckMs = 1000;
 constexpr unsigned kAcceptsPerWake = 64;
 }  // namespace
 
@@ -146,9 +148,10 @@ bool Listener::decide(int fd, Pending& p, uint8_t first) {
 }
 
 Status Listener::reload_keys() {
-  // A stat of each file per TLS client: a revocation or a replaced
-  // certificate counts from the next handshake, and a new context starts
-  // with no sessions to resume, so none outlives a revocation either.
+  // A stat of each file per TLS client and once a second: a revocation or
+  // a replaced certificate counts from the next handshake, a new context
+  // starts with no TLS sessions to resume, and the sessions serving a
+  // certificate it refuses end.
   if (!tls_->changed_on_disk()) return {};
   auto fresh = secure::Context::create(tls_->config(), secure::Role::kAgent);
   if (!fresh.ok()) {
@@ -162,7 +165,9 @@ Status Listener::reload_keys() {
   tls_ = std::move(fresh).value();
   keys_error_.clear();
   ++counters_.keys_reloaded;
-  OB_LOG_INFO("keys read again: --cert, --key, --ca, --crl or --psk-file changed on disk");
+  // Connections already open: the sessions of a certificate now refused end.
+  const size_t ended = dispatch_.end_refused([&](const std::string& cert) { return !tls_->accepts_client(cert); });
+  OB_LOG_INFO("keys read again: --cert, --key, --ca, --crl or --psk-file changed on disk; %zu sessions ended", ended);
   return {};
 }
 
@@ -233,6 +238,7 @@ void Listener::finish(int fd) {
     auto keys = p.tls->keys();
     if (!keys.ok()) return channel::refuse(fd, {keys.status().code(), keys.status().message()});
     peer.keys = *keys;
+    peer.certificate = p.tls->peer_certificate();
     const bool resumed = p.tls->resumed();
     peer.name = net::peer_address(fd) + " pid " + std::to_string(hello->pid) + " (TLS: " +
                 p.tls->peer_identity() + (resumed ? ", resumed" : "") + ")";
@@ -265,6 +271,11 @@ int Listener::tick() {
     ++counters_.handshake_timeouts;
     drop(fd, {Code::kTimedOut, "no hello within " + std::to_string(limits_.handshake_timeout_ms) +
                                    " ms (agent option --handshake-timeout-ms)"});
+  }
+  // A revocation also ends the sessions of clients already connected, without waiting for a new one.
+  if (tls_ && keys_checked_.expired_at(now)) {
+    keys_checked_ = Deadline::after_ms(kKeysCheckMs);
+    (void)reload_keys();
   }
   if (!accepting_ && resume_.expired_at(now)) {
     if (poller_.add(socket_.get(), [this] { on_accept(); }).ok()) accepting_ = true;

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -32,6 +33,13 @@ class SessionDispatch {
   /// Takes the client; reports its end through Listener::closed(), once.
   virtual void hand_off(net::Fd socket, const channel::Hello& hello, std::vector<uint8_t> hello_bytes,
                         const channel::PeerInfo& peer) = 0;
+  /// Ends the sessions serving a certificate `refused` says the agent no
+  /// longer accepts (PeerInfo::certificate); how many. None by default: one
+  /// process's clients cannot be ended apart (Isolation::kNone).
+  virtual size_t end_refused(const std::function<bool(const std::string& certificate)>& refused) {
+    (void)refused;
+    return 0;
+  }
 };
 
 /// What the listener has seen, for the agent's logs and stats.
@@ -94,6 +102,7 @@ class Listener {
   SessionDispatch& dispatch_;
   std::shared_ptr<secure::Context> tls_;
   std::string keys_error_;  // why changed key files do not load (logged once)
+  Deadline keys_checked_ = Deadline::now();  // when tick() looks at the key files next
   SecureConfig::Mode mode_ = SecureConfig::Mode::kAuto;
   ListenerLimits limits_;
   net::Fd socket_;

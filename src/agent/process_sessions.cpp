@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -134,6 +135,21 @@ void ProcessSessions::hand_off(net::Fd socket, const channel::Hello& hello, std:
     return;
   }
   ++p->clients;
+  if (!peer.certificate.empty()) p->certificates.insert(peer.certificate);
+}
+
+size_t ProcessSessions::end_refused(const std::function<bool(const std::string& certificate)>& refused) {
+  size_t ended = 0;
+  for (auto& [fd, p] : by_fd_) {
+    if (std::none_of(p.certificates.begin(), p.certificates.end(), refused)) continue;
+    // It tells its clients why and exits; its control socket's end then counts them gone.
+    OB_LOG_WARN("session process %d: a certificate of its clients is no longer accepted: ending it",
+                static_cast<int>(p.pid));
+    (void)net::send_message(fd, encode_revoked());
+    p.certificates.clear();
+    ++ended;
+  }
+  return ended;
 }
 
 void ProcessSessions::on_control(int fd) {

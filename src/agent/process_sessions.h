@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -31,6 +32,7 @@ class ProcessSessions final : public SessionDispatch {
 
   void hand_off(net::Fd socket, const channel::Hello& hello, std::vector<uint8_t> hello_bytes,
                 const channel::PeerInfo& peer) override;
+  size_t end_refused(const std::function<bool(const std::string& certificate)>& refused) override;
   /// Collects the sessions that exited (logging any that did not end well).
   void reap();
   /// Ends every session (each tells its clients the agent is shutting
@@ -44,6 +46,7 @@ class ProcessSessions final : public SessionDispatch {
     net::Fd control;
     std::string key;
     size_t clients = 0;
+    std::set<std::string> certificates;  // of its TLS clients, distinct (DER)
   };
   Result<Proc*> spawn(const std::string& key, bool shared_memory);
   void on_control(int fd);

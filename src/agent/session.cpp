@@ -150,15 +150,15 @@ void Session::adopt(net::Fd socket, std::span<const uint8_t> hello_bytes, const 
   (void)server_->adopt(std::move(socket), hello.value(), peer);  // a failure is the client's, logged there
 }
 
-void Session::run(const std::atomic<bool>& stop) {
+void Session::run(const std::atomic<bool>& stop, const Status& why) {
   auto& hub = server_->hub();
   {
     channel::Lock lock(hub.mutex());
     hub.wait_until(Deadline::after(std::chrono::hours(24 * 365 * 100)), channel::spin_of(impl_->config.channel),
                    [&stop] { return stop.load(std::memory_order_relaxed); });
   }
-  OB_LOG_INFO("shutting down: %zu clients connected", server_->connections());
-  server_->shut_down(Status(Code::kShutDown, "agent is shutting down"), Deadline::after_ms(kShutdownFlushMs));
+  OB_LOG_INFO("shutting down: %zu clients connected (%s)", server_->connections(), why.to_string().c_str());
+  server_->shut_down(why, Deadline::after_ms(kShutdownFlushMs));
 }
 
 std::string Session::stats_json() {
@@ -238,6 +238,7 @@ Status serve_session(net::Fd control) {
   OB_ASSIGN_OR_RETURN(SessionSetup setup, decode_setup({reinterpret_cast<const char*>(buf.data()) + 1, n.value() - 1}));
   log::set_level(setup.log_level);
   std::atomic<bool> stop{false};
+  Status end_reason(Code::kShutDown, "agent is shutting down");
   g_session_stop = &stop;
   struct sigaction sa {};
   sa.sa_handler = on_session_signal;
@@ -265,7 +266,10 @@ Status serve_session(net::Fd control) {
                       s.connections());
         std::_Exit(0);
       }
-      if (buf[0] == static_cast<uint8_t>(ControlKind::kEnd)) {
+      if (buf[0] == static_cast<uint8_t>(ControlKind::kEnd) || buf[0] == static_cast<uint8_t>(ControlKind::kRevoked)) {
+        if (buf[0] == static_cast<uint8_t>(ControlKind::kRevoked))
+          end_reason = Status(Code::kAuthentication, "the agent no longer accepts a certificate this session's clients "
+                                                     "came with (revoked by its --crl, or expired): session ended");
         s.hub().unwatch(fd);
         stop.store(true, std::memory_order_relaxed);
         return;
@@ -283,7 +287,7 @@ Status serve_session(net::Fd control) {
     channel::Lock lock(s.hub().mutex());
     OB_RETURN_IF_ERROR(s.hub().watch(fd, on_control));
   }
-  s.run(stop);
+  s.run(stop, end_reason);
   g_session_stop = nullptr;
   return {};
 }

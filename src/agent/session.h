@@ -34,9 +34,9 @@ class Session {
   void adopt(net::Fd socket, std::span<const uint8_t> hello, const channel::PeerInfo& peer);
   [[nodiscard]] channel::Hub& hub() { return server_->hub(); }
   [[nodiscard]] size_t connections() { return server_->connections(); }
-  /// Serves until `stop`; then fails requests in flight with kShutDown and
-  /// closes every connection.
-  void run(const std::atomic<bool>& stop);
+  /// Serves until `stop`; then fails requests in flight with `why` (read
+  /// then: kShutDown unless changed meanwhile) and closes every connection.
+  void run(const std::atomic<bool>& stop, const Status& why = Status(Code::kShutDown, "agent is shutting down"));
   /// Counters as a JSON object (the `stats` service's answer).
   [[nodiscard]] std::string stats_json();
 

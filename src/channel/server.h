@@ -19,6 +19,9 @@ struct PeerInfo {
   transport::DescriptorPolicy policy;
   /// A client that came through TLS: the keys its frames are sealed with.
   std::optional<secure::Keys> keys;
+  /// And its certificate (DER; none with a PSK), which the listener checks
+  /// again when the agent's keys change (a CRL revoking it). Not sent to sessions.
+  std::string certificate;
 };
 
 class Server {

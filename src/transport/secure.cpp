@@ -27,6 +27,17 @@
 namespace outboard::secure {
 namespace {
 
+// An OpenSSL object, freed with it.
+template <class T, void (*Free)(T*)>
+struct Owned {
+  T* p = nullptr;
+  Owned() = default;
+  explicit Owned(T* q) : p(q) {}
+  Owned(Owned&& o) noexcept : p(std::exchange(o.p, nullptr)) {}
+  Owned& operator=(Owned&&) = delete;
+  ~Owned() { Free(p); }
+};
+
 // A PSK identity longer than this is refused (TLS allows 64 KiB).
 constexpr size_t kMaxPskIdentity = 128;
 constexpr size_t kPskBytes = 32;
@@ -372,6 +383,17 @@ void Context::keep_session(const std::string& peer, SSL_SESSION* session) {
 
 bool Context::changed_on_disk() const { return files_of(config_) != files_; }
 
+bool Context::accepts_client(const std::string& certificate) const {
+  const auto* der = reinterpret_cast<const unsigned char*>(certificate.data());
+  Owned<X509, X509_free> cert{d2i_X509(nullptr, &der, static_cast<long>(certificate.size()))};
+  Owned<X509_STORE_CTX, X509_STORE_CTX_free> check{X509_STORE_CTX_new()};
+  // The store's flags come along: CRL checks where --crl is given.
+  const bool ok = cert.p && check.p && X509_STORE_CTX_init(check.p, SSL_CTX_get_cert_store(ctx_), cert.p, nullptr) == 1 &&
+                  X509_STORE_CTX_set_purpose(check.p, X509_PURPOSE_SSL_CLIENT) == 1 && X509_verify_cert(check.p) == 1;
+  ERR_clear_error();
+  return ok;
+}
+
 Result<std::shared_ptr<Context>> Context::cached(const SecureConfig& config, Role role) {
   // The files as they are now: keys replaced on disk make a new context.
   const std::string id = std::to_string(static_cast<int>(role)) + "|" + std::to_string(config.session_lifetime_s) +
@@ -524,6 +546,15 @@ std::string Tls::key_exchange() const {
 // An external PSK also counts as "reused" to OpenSSL: only certificates' sessions resume.
 bool Tls::resumed() const { return context_->psk().empty() && SSL_session_reused(ssl_) == 1; }
 
+std::string Tls::peer_certificate() const {
+  X509* cert = SSL_get0_peer_certificate(ssl_);
+  unsigned char* der = nullptr;
+  const int n = cert ? i2d_X509(cert, &der) : 0;
+  std::string out = n > 0 ? std::string(reinterpret_cast<const char*>(der), static_cast<size_t>(n)) : std::string();
+  OPENSSL_free(der);
+  return out;
+}
+
 std::string Tls::peer_identity() const {
   X509* cert = SSL_get0_peer_certificate(ssl_);
   if (!cert) return "psk:" + context_->psk_identity();
@@ -615,15 +646,6 @@ Status Sealer::open(Stream stream, uint64_t number, std::span<const uint8_t> ad,
 // ---- outboard-agent --keys-init, --keys-issue, --keys-revoke
 
 namespace {
-template <class T, void (*Free)(T*)>
-struct Owned {
-  T* p = nullptr;
-  Owned() = default;
-  explicit Owned(T* q) : p(q) {}
-  Owned(Owned&& o) noexcept : p(std::exchange(o.p, nullptr)) {}
-  Owned& operator=(Owned&&) = delete;
-  ~Owned() { Free(p); }
-};
 using OwnedKey = Owned<EVP_PKEY, EVP_PKEY_free>;
 using OwnedCert = Owned<X509, X509_free>;
 using OwnedCrl = Owned<X509_CRL, X509_CRL_free>;

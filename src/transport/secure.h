@@ -69,6 +69,9 @@ class Context {
   /// Whether a file it was made from changed on disk since (a CRL that
   /// revokes more, a certificate replaced): the agent then makes a new one.
   [[nodiscard]] bool changed_on_disk() const;
+  /// Whether a client's certificate (DER, Tls::peer_certificate()) would
+  /// pass a handshake with this context now: chain, dates and CRL.
+  [[nodiscard]] bool accepts_client(const std::string& certificate) const;
   [[nodiscard]] Role role() const { return role_; }
   [[nodiscard]] SSL_CTX* get() const { return ctx_; }
   /// PSK mode: the identity and the key (empty in certificate mode).
@@ -133,6 +136,8 @@ class Tls {
   [[nodiscard]] std::string key_exchange() const;
   /// Who the peer authenticated as: its certificate's subject or "psk:<identity>".
   [[nodiscard]] std::string peer_identity() const;
+  /// The peer's certificate (DER); empty with a PSK.
+  [[nodiscard]] std::string peer_certificate() const;
   /// Whether the handshake resumed an earlier session (certificates not sent again).
   [[nodiscard]] bool resumed() const;
 

@@ -150,8 +150,17 @@ def test_a_revoked_client_is_refused_from_its_next_handshake_and_others_are_serv
                              "--ca", str(d / "ca.pem"), "--crl", str(d / "crl.pem"), prefix=logging_to(log), log_level="info") as agent:
         with outboard.connect(agent.address, secure="always", **tenant["tenant1"]) as c:
             assert c.request("echo", b"before") == b"before"
-        open_one = outboard.connect(agent.address, secure="always", **tenant["tenant2"])
+        # Sessions of their own, as two tenants' processes would have.
+        held = outboard.connect(agent.address, secure="always", session="new", **tenant["tenant1"])
+        open_one = outboard.connect(agent.address, secure="always", session="new", **tenant["tenant2"])
         assert cli.main(["keys", "revoke", str(d), str(d / "tenant1.pem")]) == 0
+        # Its open connection ends too, within the agent's next look at its key files (once a second).
+        deadline = time.monotonic() + 10
+        with pytest.raises(errors.Authentication, match="no longer accepts a certificate"):
+            while time.monotonic() < deadline:
+                held.request("echo", b"still there?", timeout=5)
+                time.sleep(0.1)
+        held.close()
         # tenant1 holds a session to resume; the agent's new keys know none, so it shows its certificate.
         with pytest.raises(errors.Authentication, match="alert certificate revoked"):
             outboard.connect(agent.address, secure="always", **tenant["tenant1"])
@@ -160,7 +169,7 @@ def test_a_revoked_client_is_refused_from_its_next_handshake_and_others_are_serv
         assert open_one.request("echo", b"still") == b"still"
         open_one.close()
     text = log.read_text()
-    assert "keys read again" in text and "/O=outboard/CN=tenant1 (serial " in text, text
+    assert "keys read again" in text and "1 sessions ended" in text and "/O=outboard/CN=tenant1 (serial " in text, text
     assert f"is revoked by --crl {d / 'crl.pem'} (certificate verify failed: certificate revoked)" in text, text
     other = tmp_path / "other"
     assert cli.main(["keys", "init", str(other)]) == 0

@@ -47,6 +47,7 @@ class SecureTest : public ::testing::Test {
     Status client, agent;
     Keys client_keys, agent_keys;
     std::string client_sees, agent_sees, group;
+    std::string agent_got;  // the client's certificate (DER), as the agent saw it
     bool client_resumed = false, agent_resumed = false;
   };
   // Runs one handshake, moving each side's output to the other, then lets
@@ -97,7 +98,8 @@ class SecureTest : public ::testing::Test {
       o.client_resumed = c->resumed();
     }
     if (a_done && o.agent.ok())
-      o.agent_keys = a->keys().value(), o.agent_sees = a->peer_identity(), o.agent_resumed = a->resumed();
+      o.agent_keys = a->keys().value(), o.agent_sees = a->peer_identity(), o.agent_resumed = a->resumed(),
+      o.agent_got = a->peer_certificate();
     return o;
   }
   static bool same(const Keys& x, const Keys& y) {
@@ -242,12 +244,19 @@ TEST_F(SecureTest, ARevokedCertificateIsRefusedOnBothSidesAndOthersAreNot) {
   SecureConfig agent = certs("b", "agent");
   agent.crl = dir("b") + "/crl.pem";  // init_keys' empty one
   auto before = std::move(Context::create(agent, Role::kAgent)).value();
-  EXPECT_TRUE(handshake(certs("b", "tenant1"), agent).agent.ok());
+  const std::string tenant1 = handshake(certs("b", "tenant1"), agent).agent_got;
+  ASSERT_FALSE(tenant1.empty());
+  EXPECT_TRUE(before->accepts_client(tenant1));
   EXPECT_FALSE(before->changed_on_disk());
 
   ASSERT_TRUE(revoke(dir("b"), dir("b") + "/tenant1.pem").ok());
   ASSERT_TRUE(revoke(dir("b"), dir("b") + "/tenant1.pem").ok());  // again: no change
   EXPECT_TRUE(before->changed_on_disk());
+  // What the listener asks of the clients it already serves, with the new CRL.
+  auto after = std::move(Context::create(agent, Role::kAgent)).value();
+  EXPECT_FALSE(after->accepts_client(tenant1));
+  EXPECT_FALSE(after->accepts_client("not DER"));
+  EXPECT_TRUE(after->accepts_client(handshake(certs("b", "tenant2"), agent).agent_got));
   Outcome o = handshake(certs("b", "tenant1"), agent);
   EXPECT_EQ(o.agent.code(), Code::kAuthentication);
   EXPECT_TRUE(has(o.agent, "the peer's certificate /O=outboard/CN=tenant1 (serial ")) << o.agent.to_string();
