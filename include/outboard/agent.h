@@ -37,6 +37,10 @@ struct AgentConfig {
   Isolation isolation = Isolation::kProcess;  ///< --isolation process|none
   uint32_t max_connections = 4096;           ///< --max-connections: served and in their handshake, agent-wide
   uint32_t max_handshakes = 64;              ///< --max-handshakes: connections that have not sent their hello yet
+  /// --max-client-connections: connections one TLS identity (a certificate's
+  /// subject, a PSK's identity) holds at once, so that one tenant cannot
+  /// take every one of --max-connections (process isolation).
+  uint32_t max_client_connections = 512;
   int64_t handshake_timeout_ms = 5000;       ///< --handshake-timeout-ms: the time a client has to send its hello
   /// The program a session process runs (`outboard-agent`); empty: this
   /// process's own executable, which must then be outboard-agent.

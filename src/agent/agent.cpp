@@ -59,6 +59,9 @@ config::Options agent_options(const AgentConfig& a) {
            "its session); none: every client in the agent's process"},
           {"max-connections", Type::kInt, std::to_string(a.max_connections),
            "connections the agent serves at once, handshakes included"},
+          {"max-client-connections", Type::kInt, std::to_string(a.max_client_connections),
+           "connections one TLS client identity (certificate subject, PSK identity) holds at once, of "
+           "--max-connections"},
           {"max-handshakes", Type::kInt, std::to_string(a.max_handshakes),
            "connections that have not sent their hello yet"},
           {"handshake-timeout-ms", Type::kInt, std::to_string(a.handshake_timeout_ms),
@@ -192,6 +195,8 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t ring_slots, in_range("ring-slots", 0, channel::kMaxRingSlots));
   OB_ASSIGN_OR_RETURN(int64_t max_connections, positive("max-connections"));
   OB_ASSIGN_OR_RETURN(int64_t max_handshakes, positive("max-handshakes"));
+  OB_ASSIGN_OR_RETURN(int64_t max_client_connections, positive("max-client-connections"));
+  a.max_client_connections = static_cast<uint32_t>(max_client_connections);
   OB_ASSIGN_OR_RETURN(a.handshake_timeout_ms, in_range("handshake-timeout-ms", 1, INT32_MAX));
   a.max_connections = static_cast<uint32_t>(max_connections);
   a.max_handshakes = static_cast<uint32_t>(max_handshakes);

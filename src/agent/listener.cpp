@@ -238,6 +238,7 @@ void Listener::finish(int fd) {
     auto keys = p.tls->keys();
     if (!keys.ok()) return channel::refuse(fd, {keys.status().code(), keys.status().message()});
     peer.keys = *keys;
+    peer.identity = p.tls->peer_identity();
     peer.certificate = p.tls->peer_certificate();
     const bool resumed = p.tls->resumed();
     peer.name = net::peer_address(fd) + " pid " + std::to_string(hello->pid) + " (TLS: " +

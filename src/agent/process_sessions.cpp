@@ -28,10 +28,15 @@ constexpr int kSessionControlFd = 3;
 constexpr int kReapPollMs = 10;
 
 // The key of a token's session: a digest, so the table holds no tokens and
-// a lookup's timing says nothing about one.
-std::string session_key(const channel::SessionToken& token, bool shared_memory) {
+// a lookup's timing says nothing about one. The TLS identity is in it: a
+// token that leaked to another tenant does not take it into the session.
+std::string session_key(const channel::SessionToken& token, bool shared_memory, const std::string& identity) {
   unsigned char digest[crypto_generichash_BYTES];
-  crypto_generichash(digest, sizeof digest, token.data(), token.size(), nullptr, 0);
+  crypto_generichash_state state;
+  crypto_generichash_init(&state, nullptr, 0, sizeof digest);
+  crypto_generichash_update(&state, token.data(), token.size());
+  crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(identity.data()), identity.size());
+  crypto_generichash_final(&state, digest, sizeof digest);
   std::string key(reinterpret_cast<const char*>(digest), sizeof digest);
   key.push_back(shared_memory ? 's' : 'n');
   return key;
@@ -113,14 +118,19 @@ Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bo
 
 void ProcessSessions::hand_off(net::Fd socket, const channel::Hello& hello, std::vector<uint8_t> hello_bytes,
                                const channel::PeerInfo& peer) {
-  const std::string key = session_key(hello.token, peer.policy.shared_memory);
+  const std::string key = session_key(hello.token, peer.policy.shared_memory, peer.identity);
   Proc* p = nullptr;
   Status st;
-  if (auto it = by_key_.find(key); it != by_key_.end()) {
+  const auto counted = clients_of_.find(peer.identity);
+  const size_t held = counted == clients_of_.end() ? 0 : counted->second;
+  if (!peer.identity.empty() && held >= config_.max_client_connections) {
+    st = Status(Code::kAgain, "client " + peer.identity + " holds " + std::to_string(held) + " connections, its limit " +
+                                  "(agent option --max-client-connections)");
+  } else if (auto it = by_key_.find(key); it != by_key_.end()) {
     p = &by_fd_.at(it->second);
   } else {
     auto started = spawn(key, peer.policy.shared_memory);
-    if (started.ok()) p = started.value();
+    if (started.ok()) p = started.value(), p->identity = peer.identity;
     else st = started.status();
   }
   if (p) {
@@ -135,6 +145,7 @@ void ProcessSessions::hand_off(net::Fd socket, const channel::Hello& hello, std:
     return;
   }
   ++p->clients;
+  if (!p->identity.empty()) ++clients_of_[p->identity];
   if (!peer.certificate.empty()) p->certificates.insert(peer.certificate);
 }
 
@@ -164,16 +175,21 @@ void ProcessSessions::on_control(int fd) {
       // The session ended on its own: crashed, killed, or failed to start.
       if (p.clients != 0)
         OB_LOG_WARN("session process %d ended with %zu clients", static_cast<int>(p.pid), p.clients);
-      closed_(p.clients);
-      p.clients = 0;
+      left(p, p.clients);
       return end(fd);
     }
-    if (buf[0] == static_cast<uint8_t>(ControlKind::kClosed) && p.clients != 0) {
-      --p.clients;
-      closed_(1);
-    }
+    if (buf[0] == static_cast<uint8_t>(ControlKind::kClosed) && p.clients != 0) left(p, 1);
     if (p.clients == 0) return end(fd);  // its last client left: closing its control ends it
   }
+}
+
+void ProcessSessions::left(Proc& p, size_t n) {
+  p.clients -= n;
+  if (!p.identity.empty()) {
+    auto it = clients_of_.find(p.identity);
+    if ((it->second -= n) == 0) clients_of_.erase(it);
+  }
+  closed_(n);
 }
 
 void ProcessSessions::end(int fd) {

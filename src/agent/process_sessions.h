@@ -45,10 +45,13 @@ class ProcessSessions final : public SessionDispatch {
     pid_t pid = 0;
     net::Fd control;
     std::string key;
+    std::string identity;  // of its TLS clients ("": plaintext), one per session
     size_t clients = 0;
     std::set<std::string> certificates;  // of its TLS clients, distinct (DER)
   };
   Result<Proc*> spawn(const std::string& key, bool shared_memory);
+  /// `p` has `n` clients fewer.
+  void left(Proc& p, size_t n);
   void on_control(int fd);
   void end(int fd);
 
@@ -62,6 +65,7 @@ class ProcessSessions final : public SessionDispatch {
   std::unordered_map<std::string, int> by_key_;  // token digest -> control fd
   std::unordered_map<int, Proc> by_fd_;
   std::unordered_set<pid_t> children_;  // started, not yet reaped
+  std::unordered_map<std::string, size_t> clients_of_;  // TLS identity -> its connections, in every session
 };
 
 }  // namespace outboard::agent

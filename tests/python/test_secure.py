@@ -177,6 +177,39 @@ def test_a_revoked_client_is_refused_from_its_next_handshake_and_others_are_serv
     assert f"{other / 'client.pem'}: not issued by the CA of {d / 'ca.pem'}" in capsys.readouterr().err
 
 
+def test_a_tenant_holds_at_most_its_connections_and_never_joins_anothers_session(tmp_path: Path) -> None:
+    d = tmp_path / "k"
+    assert cli.main(["keys", "init", str(d)]) == 0
+    for t in ("tenant1", "tenant2"):
+        assert cli.main(["keys", "issue", str(d), t]) == 0
+    tenant = {t: {"secure": "always", "cert": str(d / f"{t}.pem"), "key": str(d / f"{t}.key"), "ca": str(d / "ca.pem")}
+              for t in ("tenant1", "tenant2")}
+    token = "ab" * 32  # one session token, as if tenant1's had leaked to tenant2
+    with outboard.LocalAgent("--secure", "always", "--cert", str(d / "agent.pem"), "--key", str(d / "agent.key"),
+                             "--ca", str(d / "ca.pem"), "--max-client-connections", "2") as agent:
+        held = [outboard.connect(agent.address, session=token, **tenant["tenant1"]) for _ in range(2)]
+        with pytest.raises(errors.Again, match=r"client /O=outboard/CN=tenant1 holds 2 connections, its limit "
+                                               r"\(agent option --max-client-connections\)"):
+            outboard.connect(agent.address, **tenant["tenant1"])
+        pids = {c.stats()["pid"] for c in held}
+        assert len(pids) == 1
+        with outboard.connect(agent.address, session=token, **tenant["tenant2"]) as other:
+            assert other.request("echo", b"not held back") == b"not held back"
+            assert other.stats()["pid"] not in pids  # the token alone does not join tenant1's session
+        held.pop().close()
+        deadline = time.monotonic() + 10
+        while True:  # the session reports the close to the listener: soon, not at once
+            try:
+                with outboard.connect(agent.address, **tenant["tenant1"]) as again:
+                    assert again.request("echo", b"again") == b"again"
+                break
+            except errors.Again:
+                assert time.monotonic() < deadline, "a closed connection still counts against its tenant"
+                time.sleep(0.05)
+        for c in held:
+            c.close()
+
+
 def test_a_crl_that_stops_loading_refuses_tls_clients_until_it_loads(tmp_path: Path) -> None:
     d = tmp_path / "k"
     assert cli.main(["keys", "init", str(d)]) == 0
