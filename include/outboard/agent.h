@@ -54,6 +54,8 @@ struct AgentConfig {
   uint64_t max_memory = 8ull << 30;
   /// --max-session-memory: of it, what one session may hold (with --isolation none: all clients).
   uint64_t max_session_memory = 2ull << 30;
+  /// --max-client-memory: of it, what one TLS identity's sessions hold together.
+  uint64_t max_client_memory = 2ull << 30;
   // The tokenize service.
   uint32_t tokenize_threads = 1;          ///< --tokenize-threads: workers tokenizing batches (0: the progress thread)
   uint32_t tokenize_queue = 1024;         ///< --tokenize-queue: batches waiting for a worker

@@ -104,6 +104,9 @@ config::Options agent_options(const AgentConfig& a) {
            "graph instances a connection may hold"},
           {"max-session-memory", Type::kSize, std::to_string(a.max_session_memory),
            "of --max-memory, what one session (a client's connections) may hold: one cannot starve the others"},
+          {"max-client-memory", Type::kSize, std::to_string(a.max_client_memory),
+           "of --max-memory, what the sessions of one TLS identity (certificate subject, PSK identity) hold "
+           "together"},
           {"graph-max-memory", Type::kSize, std::to_string(a.graph_max_memory),
            "agent memory a connection's graph instances may hold"},
           {"mpi-max-pending", Type::kInt, std::to_string(a.mpi_max_pending),
@@ -173,6 +176,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.max_region_size = o.size("max-region-size");
   a.max_memory = o.size("max-memory");
   a.max_session_memory = o.size("max-session-memory");
+  a.max_client_memory = o.size("max-client-memory");
   a.channel.recv_window_bytes = o.size("recv-window-bytes");
   auto in_range = [&](const char* name, int64_t lo, int64_t hi) -> Result<int64_t> {
     int64_t v = o.integer(name);
@@ -341,7 +345,7 @@ Status Agent::start() {
   agent::ListenerLimits limits{im.config.max_connections, im.config.max_handshakes, im.config.handshake_timeout_ms};
   auto closed = [&listener_slot = im.listener](size_t n) { listener_slot->closed(n); };
   if (im.config.isolation == Isolation::kNone) {
-    OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::create(im.config.max_memory, im.config.max_session_memory, 1));
+    OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::create(im.config.max_memory, agent::budget_quotas(im.config), 1));
     OB_ASSIGN_OR_RETURN(im.session, agent::Session::create(im.config, std::move(im.extra), std::move(budget),
                                                            [closed] { closed(1); }));
     im.dispatch = std::make_unique<InProcessSessions>(*im.session);
@@ -356,7 +360,7 @@ Status Agent::start() {
     }
     if (::access(program.c_str(), X_OK) != 0)
       return {Code::kBadConfig, "session program '" + program + "' is not executable: " + std::strerror(errno)};
-    OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::create(im.config.max_memory, im.config.max_session_memory,
+    OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::create(im.config.max_memory, agent::budget_quotas(im.config),
                                                                  im.config.max_connections));
     auto processes = std::make_unique<agent::ProcessSessions>(im.config, program, std::move(budget), *im.poller, closed);
     im.processes = processes.get();

@@ -47,13 +47,15 @@ ProcessSessions::ProcessSessions(const AgentConfig& config, std::string program,
                                  net::Poller& poller, std::function<void(size_t)> closed)
     : config_(config), program_(std::move(program)), budget_(std::move(budget)), poller_(poller), closed_(std::move(closed)) {
   for (uint32_t slot = config_.max_connections; slot-- > 0;) free_slots_.push_back(slot);
+  free_groups_ = free_slots_;
 }
 
 ProcessSessions::~ProcessSessions() {
   for (auto& [fd, p] : by_fd_) poller_.remove(fd);
 }
 
-Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bool shared_memory) {
+Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bool shared_memory,
+                                                      const std::string& identity) {
   // Never more sessions than connections: a slot is free for each.
   if (free_slots_.empty()) return Status(Code::kAgain, "every session slot is taken (agent option --max-connections)");
   OB_ASSIGN_OR_RETURN(auto ends, net::seqpacket_pair());
@@ -85,7 +87,15 @@ Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bo
   children_.insert(pid);
   const uint32_t slot = free_slots_.back();
   free_slots_.pop_back();
-  slot_of_[pid] = slot;
+  held_[pid] = {slot, identity};
+  // A session is never without a group slot: there are as many as sessions.
+  uint32_t group = MemoryBudget::kNoGroup;
+  if (!identity.empty()) {
+    auto [it, added] = groups_.try_emplace(identity);
+    if (added) it->second.index = free_groups_.back(), free_groups_.pop_back();
+    ++it->second.sessions;
+    group = it->second.index;
+  }
 
   // What the session's UCX may use: shared memory (posix only: a client's
   // segments are reached through /proc/<its pid>, which is checked) for a
@@ -94,6 +104,7 @@ Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bo
   setup.config = config_;
   setup.log_level = log::level();
   setup.budget_slot = slot;
+  setup.budget_group = group;
   OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(config_.listen));
   setup.transport.net_devices = net::interface_of(where.host);
   // A UCX_TLS in the agent's environment that names no shared memory (to
@@ -129,7 +140,7 @@ void ProcessSessions::hand_off(net::Fd socket, const channel::Hello& hello, std:
   } else if (auto it = by_key_.find(key); it != by_key_.end()) {
     p = &by_fd_.at(it->second);
   } else {
-    auto started = spawn(key, peer.policy.shared_memory);
+    auto started = spawn(key, peer.policy.shared_memory, peer.identity);
     if (started.ok()) p = started.value(), p->identity = peer.identity;
     else st = started.status();
   }
@@ -206,10 +217,16 @@ void ProcessSessions::reap() {
     if (::waitpid(pid, &status, WNOHANG) != pid) continue;
     children_.erase(pid);
     // Only now: a session's slot is its own until it can no longer write it.
-    if (auto it = slot_of_.find(pid); it != slot_of_.end()) {
-      budget_->release_slot(it->second);
-      free_slots_.push_back(it->second);
-      slot_of_.erase(it);
+    if (auto it = held_.find(pid); it != held_.end()) {
+      const Held& h = it->second;
+      auto group = groups_.find(h.identity);
+      budget_->release_slot(h.slot, group == groups_.end() ? MemoryBudget::kNoGroup : group->second.index);
+      free_slots_.push_back(h.slot);
+      if (group != groups_.end() && --group->second.sessions == 0) {
+        free_groups_.push_back(group->second.index);
+        groups_.erase(group);
+      }
+      held_.erase(it);
     }
     if (WIFSIGNALED(status))
       OB_LOG_WARN("session process %d ended by signal %d (%s)", static_cast<int>(pid), WTERMSIG(status),

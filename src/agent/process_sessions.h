@@ -49,7 +49,7 @@ class ProcessSessions final : public SessionDispatch {
     size_t clients = 0;
     std::set<std::string> certificates;  // of its TLS clients, distinct (DER)
   };
-  Result<Proc*> spawn(const std::string& key, bool shared_memory);
+  Result<Proc*> spawn(const std::string& key, bool shared_memory, const std::string& identity);
   /// `p` has `n` clients fewer.
   void left(Proc& p, size_t n);
   void on_control(int fd);
@@ -58,8 +58,20 @@ class ProcessSessions final : public SessionDispatch {
   const AgentConfig& config_;
   std::string program_;
   std::shared_ptr<MemoryBudget> budget_;
-  std::vector<uint32_t> free_slots_;            // of the budget
-  std::unordered_map<pid_t, uint32_t> slot_of_;  // a session's slot, until it is reaped
+  // What a session holds of the budget until it is reaped: its slot, and
+  // its TLS identity's group (shared by that identity's sessions).
+  struct Held {
+    uint32_t slot = 0;
+    std::string identity;
+  };
+  struct Group {
+    uint32_t index = 0;
+    size_t sessions = 0;  // not yet reaped
+  };
+  std::vector<uint32_t> free_slots_;  // of the budget; groups have as many
+  std::vector<uint32_t> free_groups_;
+  std::unordered_map<pid_t, Held> held_;
+  std::unordered_map<std::string, Group> groups_;  // TLS identity -> its group
   net::Poller& poller_;
   std::function<void(size_t)> closed_;
   std::unordered_map<std::string, int> by_key_;  // token digest -> control fd

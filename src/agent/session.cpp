@@ -194,13 +194,15 @@ std::string encode_setup(const SessionSetup& setup) {
   j["transports"] = setup.transport.transports;
   j["net_devices"] = setup.transport.net_devices;
   j["budget_slot"] = setup.budget_slot;
+  j["budget_group"] = setup.budget_group;
   return j.dump();
 }
 
 Result<SessionSetup> decode_setup(std::string_view text) {
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("options") || !j["transports"].is_string() ||
-      !j["net_devices"].is_string() || !j["budget_slot"].is_number_unsigned())
+      !j["net_devices"].is_string() || !j["budget_slot"].is_number_unsigned() ||
+      !j["budget_group"].is_number_unsigned())
     return Status(Code::kBadConfig, "session setup is not the JSON the agent sends");
   auto options = agent_options();
   OB_RETURN_IF_ERROR(options.apply_json(j["options"].dump(), "the session setup"));
@@ -210,6 +212,7 @@ Result<SessionSetup> decode_setup(std::string_view text) {
   setup.transport.transports = j["transports"].get<std::string>();
   setup.transport.net_devices = j["net_devices"].get<std::string>();
   setup.budget_slot = j["budget_slot"].get<uint32_t>();
+  setup.budget_group = j["budget_group"].get<uint32_t>();
   return setup;
 }
 
@@ -247,8 +250,8 @@ Status serve_session(net::Fd control) {
   OB_ASSIGN_OR_RETURN(auto hub, channel::Hub::get(setup.transport));
   const int fd = control.get();
   OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::attach(budget_fd.release(), setup.config.max_memory,
-                                                        setup.config.max_session_memory, setup.config.max_connections,
-                                                        setup.budget_slot));
+                                                        budget_quotas(setup.config), setup.config.max_connections,
+                                                        setup.budget_slot, setup.budget_group));
   OB_ASSIGN_OR_RETURN(auto session, Session::create(setup.config, {}, std::move(budget),
                                                     [fd] { (void)net::send_message(fd, encode_closed()); }));
   Session& s = *session;

@@ -54,8 +54,13 @@ struct SessionSetup {
   transport::TransportConfig transport;
   log::Level log_level = log::Level::kWarning;
   uint32_t budget_slot = 0;  ///< this session's slot of the agent's MemoryBudget (its fd comes with the setup)
+  uint32_t budget_group = MemoryBudget::kNoGroup;  ///< and its TLS identity's group there
 };
 std::string encode_setup(const SessionSetup& setup);
+/// The MemoryBudget quotas of `config` (--max-session-memory, --max-client-memory).
+inline MemoryBudget::Quotas budget_quotas(const AgentConfig& config) {
+  return {config.max_session_memory, config.max_client_memory};
+}
 Result<SessionSetup> decode_setup(std::string_view json);
 
 }  // namespace outboard::agent

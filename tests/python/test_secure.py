@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -208,6 +209,38 @@ def test_a_tenant_holds_at_most_its_connections_and_never_joins_anothers_session
                 time.sleep(0.05)
         for c in held:
             c.close()
+
+
+def test_a_tenants_sessions_share_one_memory_quota(tmp_path: Path) -> None:
+    d = tmp_path / "k"
+    assert cli.main(["keys", "init", str(d)]) == 0
+    for t in ("tenant1", "tenant2"):
+        assert cli.main(["keys", "issue", str(d), t]) == 0
+    tenant = {t: {"secure": "always", "session": "new", "cert": str(d / f"{t}.pem"), "key": str(d / f"{t}.key"),
+                  "ca": str(d / "ca.pem")} for t in ("tenant1", "tenant2")}
+    region = b"A" + struct.pack("<Q", 1000 << 10)  # the memory service: allocate 1000 KiB
+    with outboard.LocalAgent("--secure", "always", "--cert", str(d / "agent.pem"), "--key", str(d / "agent.key"),
+                             "--ca", str(d / "ca.pem"), "--max-session-memory", "1MiB",
+                             "--max-client-memory", "1536KiB") as agent:
+        first, second = (outboard.connect(agent.address, **tenant["tenant1"]) for _ in range(2))
+        other = outboard.connect(agent.address, **tenant["tenant2"])
+        assert first.stats()["pid"] != second.stats()["pid"]  # two sessions, one tenant
+        first.request("memory", region)
+        with pytest.raises(errors.NoMemory, match=r"memory region of 1024000 B: this client's sessions hold 1024000 B "
+                                                  r"of its quota of 1572864 B \(agent option --max-client-memory\)"):
+            second.request("memory", region)
+        other.request("memory", region)  # another tenant's quota is untouched
+        first.close()  # its session ends: what it held goes back to the tenant
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                second.request("memory", region)
+                break
+            except errors.NoMemory:
+                assert time.monotonic() < deadline, "an ended session's memory still counts against its tenant"
+                time.sleep(0.05)
+        second.close()
+        other.close()
 
 
 def test_a_crl_that_stops_loading_refuses_tls_clients_until_it_loads(tmp_path: Path) -> None:
