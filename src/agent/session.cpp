@@ -147,6 +147,13 @@ void Session::adopt(net::Fd socket, std::span<const uint8_t> hello_bytes, const 
     if (impl_->on_closed) impl_->on_closed();
     return;
   }
+  const std::string from = net::peer_address(socket.get());
+  if (Status st = net::admit(from.substr(0, from.rfind(':'))); !st.ok()) {
+    OB_LOG_WARN("client %s refused: %s", peer.name.c_str(), st.to_string().c_str());
+    channel::refuse(socket.get(), {st.code(), st.message()});
+    if (impl_->on_closed) impl_->on_closed();
+    return;
+  }
   (void)server_->adopt(std::move(socket), hello.value(), peer);  // a failure is the client's, logged there
 }
 
@@ -248,6 +255,8 @@ Status serve_session(net::Fd control) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   OB_ASSIGN_OR_RETURN(auto hub, channel::Hub::get(setup.transport));
+  // UCX's TCP listeners answer only the hosts of this session's clients (and of the agents it dials).
+  if (setup.transport.transports.find("tcp") != std::string::npos) OB_RETURN_IF_ERROR(net::guard_listeners());
   const int fd = control.get();
   OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::attach(budget_fd.release(), setup.config.max_memory,
                                                         budget_quotas(setup.config), setup.config.max_connections,

@@ -7,15 +7,20 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/filter.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <vector>
 
 namespace outboard::net {
 namespace {
@@ -319,6 +324,85 @@ Result<Fd> open_peer_process(int fd, pid_t pid) {
 bool process_ended(const Fd& pidfd) {
   pollfd p{pidfd.get(), POLLIN, 0};  // a pidfd polls readable once its process has ended
   return ::poll(&p, 1, 0) > 0;
+}
+
+namespace {
+struct Gate {
+  std::mutex mu;
+  bool guarded = false;
+  std::set<uint32_t> sources;  // host order
+};
+Gate& gate() {
+  static Gate g;
+  return g;
+}
+
+// The filter: the IPv4 source is one of `sources`, else the packet is dropped.
+Status attach_filters(const std::set<uint32_t>& sources) {
+  std::vector<sock_filter> code;
+  // The IPv4 header's source (SKF_NET_OFF: from the network header, a negative offset by design).
+  code.push_back({BPF_LD | BPF_W | BPF_ABS, 0, 0, static_cast<uint32_t>(SKF_NET_OFF + 12)});
+  // Each match jumps to the last instruction (accept), past the rest and the drop.
+  uint8_t to_accept = static_cast<uint8_t>(sources.size());
+  for (uint32_t source : sources) code.push_back({BPF_JMP | BPF_JEQ | BPF_K, to_accept--, 0, source});
+  code.push_back({BPF_RET | BPF_K, 0, 0, 0});
+  code.push_back({BPF_RET | BPF_K, 0, 0, 0xffffffffu});
+  const sock_fprog program{static_cast<unsigned short>(code.size()), code.data()};
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return {Code::kIoError, "/proc/self/fd: " + errno_text(errno)};
+  Status st;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || fd == ::dirfd(d)) continue;
+    int listening = 0;
+    sockaddr_storage local{};
+    socklen_t len = sizeof listening, local_len = sizeof local;
+    if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening ||
+        ::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0)
+      continue;
+    if (local.ss_family != AF_INET) {
+      st = {Code::kUnsupported, "listening socket " + std::to_string(fd) + " is not IPv4: no filter for it"};
+      break;
+    }
+    if (::setsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program) != 0) {
+      st = {Code::kIoError, "a filter on listening socket " + std::to_string(fd) + ": " + errno_text(errno)};
+      break;
+    }
+  }
+  ::closedir(d);
+  return st;
+}
+}  // namespace
+
+Status guard_listeners() {
+  Gate& g = gate();
+  std::lock_guard lock(g.mu);
+  g.guarded = true;
+  return attach_filters(g.sources);
+}
+
+Status admit(const std::string& ipv4) {
+  in_addr a{};
+  if (::inet_pton(AF_INET, ipv4.c_str(), &a) != 1) return {Code::kInvalidArgument, "'" + ipv4 + "' is not an IPv4 address"};
+  Gate& g = gate();
+  std::lock_guard lock(g.mu);
+  if (!g.guarded || g.sources.count(ntohl(a.s_addr))) return {};
+  // A process of this host may reach us from any of its addresses (a client
+  // that dialed 127.0.0.1 has UCX connect from eth0's): admit them all.
+  std::set<uint32_t> more = {ntohl(a.s_addr)};
+  const std::vector<std::string> here = ipv4_addresses();
+  if (is_loopback(ipv4) || std::find(here.begin(), here.end(), ipv4) != here.end()) {
+    for (const std::string& h : here)
+      if (in_addr b{}; ::inet_pton(AF_INET, h.c_str(), &b) == 1) more.insert(ntohl(b.s_addr));
+  }
+  more.insert(g.sources.begin(), g.sources.end());
+  if (more.size() > kMaxAdmittedSources)
+    return {Code::kTooBig, "this session's UCX listeners admit " + std::to_string(g.sources.size()) +
+                               " addresses; " + ipv4 + " would pass their limit of " +
+                               std::to_string(kMaxAdmittedSources) + " (kMaxAdmittedSources)"};
+  g.sources = std::move(more);
+  return attach_filters(g.sources);
 }
 
 bool process_holds_socket(pid_t pid, uint64_t inode) {

@@ -107,6 +107,18 @@ struct LocalPeer {
 Result<LocalPeer> local_peer(int fd);
 /// Whether process `pid` holds socket `inode` among its descriptors.
 bool process_holds_socket(pid_t pid, uint64_t inode);
+
+/// Source addresses admit() takes per process (a classic BPF jump spans at most 255).
+inline constexpr size_t kMaxAdmittedSources = 255;
+/// From now on every listening IPv4 TCP socket of this process, and each
+/// connection it accepts, takes packets only from the addresses admit()
+/// names: none yet. A socket filter (SO_ATTACH_FILTER, no privilege
+/// needed), for a session process, whose listeners are UCX's: UCX answers
+/// whoever connects, and its TCP transport writes where the peer says.
+Status guard_listeners();
+/// Lets packets from `ipv4` (numeric) reach the guarded listeners; nothing
+/// while none are guarded. kTooBig past kMaxAdmittedSources.
+Status admit(const std::string& ipv4);
 /// A pidfd of process `pid`, once the kernel confirms that this very process
 /// holds the other end of loopback socket `fd`: unlike the pid, it can never
 /// name a later process that reused the number.

@@ -347,3 +347,68 @@ def test_across_hosts_the_link_carries_no_byte_in_clear(keys: Path, tmp_path: Pa
         assert MARKER not in seen
     else:
         assert seen.count(MARKER) > 4096  # the control: in clear, the sniffer does see it
+
+
+HOLDER = textwrap.dedent("""
+    import json, sys, outboard
+    with outboard.connect(sys.argv[1], connect_timeout=10, **json.loads(sys.argv[2])) as c:
+        assert c.request("echo", b"one") == b"one"
+        print(c.stats()["pid"], flush=True)
+        sys.stdin.readline()  # while the test knocks on its session's listeners
+        assert c.request("echo", b"two") == b"two"
+    print("ok", flush=True)
+""")
+
+KNOCK = textwrap.dedent("""
+    import socket, sys
+    s = socket.socket()
+    s.settimeout(float(sys.argv[3]))
+    try:
+        s.connect((sys.argv[1], int(sys.argv[2])))
+        print("connected")
+    except OSError as e:
+        print("no answer:", type(e).__name__)
+""")
+
+
+def listening_ports(pid: int) -> list[int]:
+    """The TCP ports process `pid` listens on (in its network namespace)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    rows = [line.split() for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]]
+    return [int(r[1].split(":")[1], 16) for r in rows if r[3] == "0A" and int(r[9]) in inodes]
+
+
+@pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
+@pytest.mark.parametrize("secure", [True, False], ids=["keys", "insecure"])
+def test_a_remote_sessions_ucx_listeners_answer_its_clients_host_only(keys: Path, secure: bool) -> None:
+    env = {**os.environ, "UCX_TLS": "tcp,self"}
+    with netns.VethPair() as pair:
+        args = agent_args(keys) if secure else ["--insecure"]
+        with outboard.LocalAgent(*args, listen=f"{netns.SERVER_IP}:0", prefix=pair.server,
+                                 env={"UCX_TLS": "tcp,self"}) as agent:
+            holder = subprocess.Popen([*pair.client, sys.executable, "-c", HOLDER, agent.address,
+                                       json.dumps(certs(keys, "client") if secure else {})],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+            try:
+                assert holder.stdout is not None and holder.stdin is not None
+                ports = listening_ports(int(holder.stdout.readline()))
+                assert ports, "the session listens nowhere: nothing to knock on"
+                for port in ports:
+                    # A stranger (here: another process of the agent's host) gets no answer from UCX;
+                    # the client's host does.
+                    stranger = subprocess.run([*pair.server, sys.executable, "-c", KNOCK, netns.SERVER_IP, str(port), "2"],
+                                              capture_output=True, text=True, timeout=30)
+                    assert stranger.stdout.strip() == "no answer: TimeoutError", stranger.stdout + stranger.stderr
+                    friend = subprocess.run([*pair.client, sys.executable, "-c", KNOCK, netns.SERVER_IP, str(port), "5"],
+                                            capture_output=True, text=True, timeout=30)
+                    assert friend.stdout.strip() == "connected", friend.stdout + friend.stderr
+                holder.stdin.write("\n")
+                holder.stdin.flush()
+                assert holder.stdout.readline().strip() == "ok"
+            finally:
+                holder.kill()
+                holder.wait()
