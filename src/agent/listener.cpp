@@ -241,8 +241,8 @@ void Listener::finish(int fd) {
     peer.identity = p.tls->peer_identity();
     peer.certificate = p.tls->peer_certificate();
     const bool resumed = p.tls->resumed();
-    peer.name = net::peer_address(fd) + " pid " + std::to_string(hello->pid) + " (TLS: " +
-                p.tls->peer_identity() + (resumed ? ", resumed" : "") + ")";
+    peer.name = net::peer_address(fd) + " pid " + std::to_string(hello->pid) + " (TLS: " + peer.identity +
+                (resumed ? ", resumed" : "") + ")";
     counters_.resumed_tls += resumed;
   } else {
     peer = describe(fd, hello.value());

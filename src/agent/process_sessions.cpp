@@ -122,6 +122,7 @@ Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bo
   p.pid = pid;
   p.control = std::move(control);
   p.key = key;
+  p.identity = identity;
   by_key_[key] = fd;
   OB_LOG_INFO("session process %d started (%s)", static_cast<int>(pid), setup.transport.transports.c_str());
   return &p;
@@ -141,7 +142,7 @@ void ProcessSessions::hand_off(net::Fd socket, const channel::Hello& hello, std:
     p = &by_fd_.at(it->second);
   } else {
     auto started = spawn(key, peer.policy.shared_memory, peer.identity);
-    if (started.ok()) p = started.value(), p->identity = peer.identity;
+    if (started.ok()) p = started.value();
     else st = started.status();
   }
   if (p) {

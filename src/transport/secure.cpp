@@ -49,6 +49,8 @@ constexpr int kCertificateDays = 365;
 constexpr int kCrlDays = kCertificateDays;
 // A name an agent certificate lists (a DNS name is at most 253 characters).
 constexpr size_t kMaxHostName = 253;
+// A name `keys issue` takes: a file name in the keys directory, and the certificate's CN.
+constexpr size_t kMaxCertificateName = 64;
 
 // OpenSSL's error queue as one line, emptied.
 std::string openssl_errors() {
@@ -108,6 +110,13 @@ Context& context_of(SSL* ssl) { return *static_cast<Context*>(SSL_CTX_get_app_da
 bool is_ip(const std::string& host) {
   uint8_t addr[16];
   return ::inet_pton(AF_INET, host.c_str(), addr) == 1 || ::inet_pton(AF_INET6, host.c_str(), addr) == 1;
+}
+
+// Letters, digits, '-' and '.', as a certificate's DNS name (no wildcard of ours).
+bool is_dns_name(const std::string& host) {
+  return !host.empty() && host.size() <= kMaxHostName && host.front() != '-' && host.front() != '.' &&
+         std::all_of(host.begin(), host.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.'; });
 }
 
 // The certificate's subject and serial, for errors and logs.
@@ -713,11 +722,7 @@ Status refuse_existing(const std::string& dir, std::initializer_list<std::string
 Result<std::string> alt_names(const std::vector<std::string>& hosts) {
   std::string out;
   for (const std::string& h : hosts.empty() ? default_agent_hosts() : hosts) {
-    const bool dns = !h.empty() && h.size() <= kMaxHostName && h.front() != '-' && h.front() != '.' &&
-                     std::all_of(h.begin(), h.end(), [](char c) {
-                       return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
-                     });
-    if (!is_ip(h) && !dns)
+    if (!is_ip(h) && !is_dns_name(h))
       return Status(Code::kBadConfig, "--agent-host '" + h + "' is neither an IP address nor a DNS name");
     out += (out.empty() ? "" : ",") + std::string(is_ip(h) ? "IP:" : "DNS:") + h;
   }
@@ -797,7 +802,9 @@ Status issue(const std::string& dir, const std::string& stem, const std::string&
 std::vector<std::string> default_agent_hosts() {
   std::vector<std::string> hosts = {"localhost", "127.0.0.1", "::1"};
   char name[kMaxHostName + 1] = {};
-  if (::gethostname(name, sizeof name - 1) == 0 && name[0] && std::string(name) != "localhost") hosts.push_back(name);
+  // A host name no DNS name can spell (an underscore, say) is left out.
+  if (::gethostname(name, sizeof name - 1) == 0 && is_dns_name(name) && std::string(name) != "localhost")
+    hosts.push_back(name);
   for (const std::string& ip : net::ipv4_addresses())
     if (!net::is_loopback(ip)) hosts.push_back(ip);
   return hosts;
@@ -834,13 +841,13 @@ Status init_keys(const std::string& dir, const std::string& agent_name, const st
 
 Status issue_keys(const std::string& dir, const std::string& name, Role role,
                   const std::vector<std::string>& agent_hosts) {
-  const bool plain = !name.empty() && name.size() <= 64 && name != "ca" && name != "crl" &&
+  const bool plain = !name.empty() && name.size() <= kMaxCertificateName && name != "ca" && name != "crl" &&
                      std::all_of(name.begin(), name.end(), [](char c) {
                        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
                      }) && name.front() != '.';
   if (!plain)
-    return {Code::kBadConfig, "certificate name '" + name + "': expected 1-64 letters, digits, '-', '_' or '.' "
-                              "(not starting with '.'; not ca or crl)"};
+    return {Code::kBadConfig, "certificate name '" + name + "': expected 1-" + std::to_string(kMaxCertificateName) +
+                                  " letters, digits, '-', '_' or '.' (not starting with '.'; not ca or crl)"};
   OB_ASSIGN_OR_RETURN(Ca ca, load_ca(dir));
   OB_RETURN_IF_ERROR(refuse_existing(dir, {name + ".pem", name + ".key"}));
   return issue(dir, name, name, role, agent_hosts, ca);
