@@ -196,6 +196,7 @@ void ProcessSessions::on_control(int fd) {
 }
 
 void ProcessSessions::left(Proc& p, size_t n) {
+  if (n == 0) return;  // a session that ended before any client was handed to it counted none
   p.clients -= n;
   if (!p.identity.empty()) {
     auto it = clients_of_.find(p.identity);
