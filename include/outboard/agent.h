@@ -99,7 +99,7 @@ Status issue_keys(const std::string& dir, const std::string& name, bool agent,
 /// Adds the certificate in `cert_file` to DIR/crl.pem (replaced atomically):
 /// agents started with --crl DIR/crl.pem refuse it from their next handshake.
 Status revoke_certificate(const std::string& dir, const std::string& cert_file);
-/// The secure-channel options (--secure, --cert, --key, --ca, --psk-file), for the agent and clients.
+/// The secure-channel options (--secure, --cert, --key, --ca, --crl, --psk-file), for the agent and clients.
 Result<SecureConfig> secure_config_from(const config::Options& options);
 /// Reads AgentConfig from parsed options.
 Result<AgentConfig> agent_config_from(const config::Options& options);
