@@ -147,8 +147,7 @@ void Session::adopt(net::Fd socket, std::span<const uint8_t> hello_bytes, const 
     if (impl_->on_closed) impl_->on_closed();
     return;
   }
-  const std::string from = net::peer_address(socket.get());
-  if (Status st = net::admit(from.substr(0, from.rfind(':'))); !st.ok()) {
+  if (Status st = net::admit_peer(socket.get()); !st.ok()) {
     OB_LOG_WARN("client %s refused: %s", peer.name.c_str(), st.to_string().c_str());
     channel::refuse(socket.get(), {st.code(), st.message()});
     if (impl_->on_closed) impl_->on_closed();
@@ -278,8 +277,9 @@ Status serve_session(net::Fd control) {
                       s.connections());
         std::_Exit(0);
       }
-      if (buf[0] == static_cast<uint8_t>(ControlKind::kEnd) || buf[0] == static_cast<uint8_t>(ControlKind::kRevoked)) {
-        if (buf[0] == static_cast<uint8_t>(ControlKind::kRevoked))
+      const auto kind = static_cast<ControlKind>(buf[0]);
+      if (kind == ControlKind::kEnd || kind == ControlKind::kRevoked) {
+        if (kind == ControlKind::kRevoked)
           end_reason = Status(Code::kAuthentication, "the agent no longer accepts a certificate this session's clients "
                                                      "came with (revoked by its --crl, or expired): session ended");
         s.hub().unwatch(fd);

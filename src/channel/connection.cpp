@@ -67,8 +67,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   OB_ASSIGN_OR_RETURN(net::Fd sock, net::connect_tcp(where, deadline));
   // In a session process (an agent's service dialing another agent), that
   // agent's sessions may connect back to our UCX listeners: admit its host.
-  const std::string to = net::peer_address(sock.get());
-  OB_RETURN_IF_ERROR(net::admit(to.substr(0, to.rfind(':'))));
+  OB_RETURN_IF_ERROR(net::admit_peer(sock.get()));
   const int keepalive_s = static_cast<int>(std::max<uint64_t>(1, (config.keepalive_ms + 999) / 1000));
   net::set_keepalive(sock.get(), keepalive_s, keepalive_s, 3);
   std::shared_ptr<Impl> impl;

@@ -119,11 +119,16 @@ bool is_dns_name(const std::string& host) {
                      [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.'; });
 }
 
-// The certificate's subject and serial, for errors and logs.
-std::string describe(X509* cert) {
+// "/O=outboard/CN=…": who a certificate names.
+std::string subject_of(X509* cert) {
   char name[256];
   X509_NAME_oneline(X509_get_subject_name(cert), name, sizeof name);
-  std::string out = std::string("certificate ") + name;
+  return name;
+}
+
+// The certificate's subject and serial, for errors and logs.
+std::string describe(X509* cert) {
+  std::string out = "certificate " + subject_of(cert);
   if (BIGNUM* serial = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), nullptr)) {
     if (char* hex = BN_bn2hex(serial)) out += std::string(" (serial ") + hex + ")", OPENSSL_free(hex);
     BN_free(serial);
@@ -155,16 +160,16 @@ std::string names_of(X509* cert) {
 
 // Every PEM object of `type` in `file`, read with `read`; empty when the
 // file does not open or an object in it does not parse (then `why` says so).
-template <class T, T* (*Read)(BIO*, T**, pem_password_cb*, void*)>
-std::vector<T*> read_pems(const std::string& file, std::string& why) {
-  std::vector<T*> out;
+template <class T, T* (*Read)(BIO*, T**, pem_password_cb*, void*), void (*Free)(T*)>
+std::vector<Owned<T, Free>> read_pems(const std::string& file, std::string& why) {
+  std::vector<Owned<T, Free>> out;
   BIO* in = BIO_new_file(file.c_str(), "r");
   if (!in) {
     why = openssl_errors();
     return out;
   }
   ERR_clear_error();
-  while (T* item = Read(in, nullptr, nullptr, nullptr)) out.push_back(item);
+  while (T* item = Read(in, nullptr, nullptr, nullptr)) out.emplace_back(item);
   BIO_free(in);
   // The loop ends at the file's end (no start line), or at an object that does not parse.
   const unsigned long e = ERR_peek_last_error();
@@ -179,23 +184,22 @@ std::vector<T*> read_pems(const std::string& file, std::string& why) {
 // with "unable to get certificate CRL".
 Status load_crl(SSL_CTX* ctx, const SecureConfig& config) {
   std::string why;
-  auto crls = read_pems<X509_CRL, PEM_read_bio_X509_CRL>(config.crl, why);
-  auto cas = read_pems<X509, PEM_read_bio_X509>(config.ca, why);
+  auto crls = read_pems<X509_CRL, PEM_read_bio_X509_CRL, X509_CRL_free>(config.crl, why);
+  auto cas = read_pems<X509, PEM_read_bio_X509, X509_free>(config.ca, why);
   Status st;
   if (!why.empty()) st = bad_key("--crl", config.crl, why);
   else if (crls.empty()) st = bad_key("--crl", config.crl, "holds no CRL (PEM \"X509 CRL\")");
   X509_STORE* store = SSL_CTX_get_cert_store(ctx);
   for (size_t i = 0; st.ok() && i < crls.size(); ++i) {
-    const bool signed_by_ca = std::any_of(cas.begin(), cas.end(), [&](X509* ca) {
-      return X509_NAME_cmp(X509_CRL_get_issuer(crls[i]), X509_get_subject_name(ca)) == 0 &&
-             X509_CRL_verify(crls[i], X509_get0_pubkey(ca)) == 1;
+    X509_CRL* crl = crls[i].p;
+    const bool signed_by_ca = std::any_of(cas.begin(), cas.end(), [&](const auto& ca) {
+      return X509_NAME_cmp(X509_CRL_get_issuer(crl), X509_get_subject_name(ca.p)) == 0 &&
+             X509_CRL_verify(crl, X509_get0_pubkey(ca.p)) == 1;
     });
     if (!signed_by_ca) st = bad_key("--crl", config.crl, "CRL " + std::to_string(i) + " is not signed by a CA of --ca " +
                                                             config.ca);
-    else if (X509_STORE_add_crl(store, crls[i]) != 1) st = bad_key("--crl", config.crl, openssl_errors());
+    else if (X509_STORE_add_crl(store, crl) != 1) st = bad_key("--crl", config.crl, openssl_errors());
   }
-  for (X509_CRL* c : crls) X509_CRL_free(c);
-  for (X509* c : cas) X509_free(c);
   ERR_clear_error();
   if (st.ok()) X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);
   return st;
@@ -566,10 +570,7 @@ std::string Tls::peer_certificate() const {
 
 std::string Tls::peer_identity() const {
   X509* cert = SSL_get0_peer_certificate(ssl_);
-  if (!cert) return "psk:" + context_->psk_identity();
-  char name[256];
-  X509_NAME_oneline(X509_get_subject_name(cert), name, sizeof name);
-  return name;
+  return cert ? subject_of(cert) : "psk:" + context_->psk_identity();
 }
 
 namespace {
@@ -735,18 +736,13 @@ struct Ca {
 };
 
 Result<Ca> load_ca(const std::string& dir) {
-  Ca ca;
   std::string why;
-  auto certs = read_pems<X509, PEM_read_bio_X509>(dir + "/ca.pem", why);
-  auto keys = read_pems<EVP_PKEY, PEM_read_bio_PrivateKey>(dir + "/ca.key", why);
-  if (!certs.empty()) ca.cert.p = certs[0];
-  if (!keys.empty()) ca.key.p = keys[0];
-  for (size_t i = 1; i < certs.size(); ++i) X509_free(certs[i]);
-  for (size_t i = 1; i < keys.size(); ++i) EVP_PKEY_free(keys[i]);
-  if (!ca.cert.p || !ca.key.p || X509_check_private_key(ca.cert.p, ca.key.p) != 1)
+  auto certs = read_pems<X509, PEM_read_bio_X509, X509_free>(dir + "/ca.pem", why);
+  auto keys = read_pems<EVP_PKEY, PEM_read_bio_PrivateKey, EVP_PKEY_free>(dir + "/ca.key", why);
+  if (certs.empty() || keys.empty() || X509_check_private_key(certs[0].p, keys[0].p) != 1)
     return Status(Code::kBadConfig, dir + " holds no CA made by keys init (ca.pem and its ca.key): " +
                                         (why.empty() ? openssl_errors() : why));
-  return ca;
+  return Ca{std::move(certs[0]), std::move(keys[0])};
 }
 
 // Writes DIR/crl.pem anew: `revoked` (taken over) and the CRL number
@@ -856,11 +852,10 @@ Status issue_keys(const std::string& dir, const std::string& name, Role role,
 Status revoke(const std::string& dir, const std::string& cert_file) {
   OB_ASSIGN_OR_RETURN(Ca ca, load_ca(dir));
   std::string why;
-  auto certs = read_pems<X509, PEM_read_bio_X509>(cert_file, why);
-  OwnedCert cert{certs.empty() ? nullptr : certs[0]};
-  for (size_t i = 1; i < certs.size(); ++i) X509_free(certs[i]);
-  if (!cert.p) return {Code::kBadConfig, cert_file + ": no certificate (" + (why.empty() ? "no PEM" : why) + ")"};
-  if (X509_check_issued(ca.cert.p, cert.p) != X509_V_OK || X509_verify(cert.p, X509_get0_pubkey(ca.cert.p)) != 1) {
+  auto certs = read_pems<X509, PEM_read_bio_X509, X509_free>(cert_file, why);
+  if (certs.empty()) return {Code::kBadConfig, cert_file + ": no certificate (" + (why.empty() ? "no PEM" : why) + ")"};
+  X509* cert = certs[0].p;
+  if (X509_check_issued(ca.cert.p, cert) != X509_V_OK || X509_verify(cert, X509_get0_pubkey(ca.cert.p)) != 1) {
     ERR_clear_error();
     return {Code::kBadConfig, cert_file + ": not issued by the CA of " + dir + "/ca.pem"};
   }
@@ -869,29 +864,24 @@ Status revoke(const std::string& dir, const std::string& cert_file) {
   uint64_t number = 1;
   const std::string path = dir + "/crl.pem";
   if (::access(path.c_str(), F_OK) == 0) {
-    auto old = read_pems<X509_CRL, PEM_read_bio_X509_CRL>(path, why);
-    OwnedCrl crl{old.empty() ? nullptr : old[0]};
-    for (size_t i = 1; i < old.size(); ++i) X509_CRL_free(old[i]);
-    if (!crl.p || X509_CRL_verify(crl.p, X509_get0_pubkey(ca.cert.p)) != 1) {
+    auto old = read_pems<X509_CRL, PEM_read_bio_X509_CRL, X509_CRL_free>(path, why);
+    if (old.empty() || X509_CRL_verify(old[0].p, X509_get0_pubkey(ca.cert.p)) != 1) {
       ERR_clear_error();
       return {Code::kBadConfig, path + ": not a CRL signed by the CA of " + dir + "/ca.pem; move it away first"};
     }
-    STACK_OF(X509_REVOKED)* entries = X509_CRL_get_REVOKED(crl.p);
-    for (int i = 0; i < sk_X509_REVOKED_num(entries); ++i) {
-      X509_REVOKED* r = sk_X509_REVOKED_value(entries, i);
-      if (ASN1_INTEGER_cmp(X509_REVOKED_get0_serialNumber(r), X509_get0_serialNumber(cert.p)) == 0) {
-        for (X509_REVOKED* kept : revoked) X509_REVOKED_free(kept);
-        return {};  // already revoked
-      }
-      revoked.push_back(X509_REVOKED_dup(r));
-    }
-    auto* n = static_cast<ASN1_INTEGER*>(X509_CRL_get_ext_d2i(crl.p, NID_crl_number, nullptr, nullptr));
+    X509_CRL* crl = old[0].p;
+    X509_REVOKED* listed = nullptr;
+    if (X509_CRL_get0_by_serial(crl, &listed, X509_get0_serialNumber(cert)) == 1) return {};  // already revoked
+    STACK_OF(X509_REVOKED)* entries = X509_CRL_get_REVOKED(crl);
+    for (int i = 0; i < sk_X509_REVOKED_num(entries); ++i)
+      revoked.push_back(X509_REVOKED_dup(sk_X509_REVOKED_value(entries, i)));
+    auto* n = static_cast<ASN1_INTEGER*>(X509_CRL_get_ext_d2i(crl, NID_crl_number, nullptr, nullptr));
     if (n && ASN1_INTEGER_get_uint64(&number, n) == 1) ++number;
     ASN1_INTEGER_free(n);
   }
   X509_REVOKED* entry = X509_REVOKED_new();
   Owned<ASN1_TIME, ASN1_TIME_free> now{X509_gmtime_adj(nullptr, 0)};
-  if (!entry || !now.p || X509_REVOKED_set_serialNumber(entry, X509_get_serialNumber(cert.p)) != 1 ||
+  if (!entry || !now.p || X509_REVOKED_set_serialNumber(entry, X509_get_serialNumber(cert)) != 1 ||
       X509_REVOKED_set_revocationDate(entry, now.p) != 1) {
     X509_REVOKED_free(entry);
     for (X509_REVOKED* kept : revoked) X509_REVOKED_free(kept);

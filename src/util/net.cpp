@@ -79,17 +79,27 @@ Result<HostPort> parse_host_port(const std::string& text) {
   return hp;
 }
 
-std::vector<std::string> ipv4_addresses() {
-  std::vector<std::string> out;
+namespace {
+// This host's IPv4 addresses, host order.
+std::vector<uint32_t> local_ipv4() {
+  std::vector<uint32_t> out;
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return out;
-  for (ifaddrs* i = list; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-    char text[INET_ADDRSTRLEN];
-    if (::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text))
-      out.emplace_back(text);
-  }
+  for (ifaddrs* i = list; i; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
+      out.push_back(ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr));
   ::freeifaddrs(list);
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> ipv4_addresses() {
+  std::vector<std::string> out;
+  for (uint32_t a : local_ipv4()) {
+    const in_addr net_order{htonl(a)};
+    char text[INET_ADDRSTRLEN];
+    if (::inet_ntop(AF_INET, &net_order, text, sizeof text)) out.emplace_back(text);
+  }
   return out;
 }
 
@@ -382,24 +392,26 @@ Status guard_listeners() {
   return attach_filters(g.sources);
 }
 
-Status admit(const std::string& ipv4) {
-  in_addr a{};
-  if (::inet_pton(AF_INET, ipv4.c_str(), &a) != 1) return {Code::kInvalidArgument, "'" + ipv4 + "' is not an IPv4 address"};
+Status admit_peer(int fd) {
   Gate& g = gate();
   std::lock_guard lock(g.mu);
-  if (!g.guarded || g.sources.count(ntohl(a.s_addr))) return {};
+  if (!g.guarded) return {};
+  sockaddr_in peer{};
+  socklen_t len = sizeof peer;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 || peer.sin_family != AF_INET)
+    return {Code::kInvalidArgument, "socket " + std::to_string(fd) + " has no IPv4 peer to admit"};
+  const uint32_t source = ntohl(peer.sin_addr.s_addr);
+  if (g.sources.count(source)) return {};
   // A process of this host may reach us from any of its addresses (a client
   // that dialed 127.0.0.1 has UCX connect from eth0's): admit them all.
-  std::set<uint32_t> more = {ntohl(a.s_addr)};
-  const std::vector<std::string> here = ipv4_addresses();
-  if (is_loopback(ipv4) || std::find(here.begin(), here.end(), ipv4) != here.end()) {
-    for (const std::string& h : here)
-      if (in_addr b{}; ::inet_pton(AF_INET, h.c_str(), &b) == 1) more.insert(ntohl(b.s_addr));
-  }
-  more.insert(g.sources.begin(), g.sources.end());
+  std::set<uint32_t> more = g.sources;
+  more.insert(source);
+  const std::vector<uint32_t> here = local_ipv4();
+  if ((source >> 24) == 127 /* loopback, 127.0.0.0/8 */ || std::find(here.begin(), here.end(), source) != here.end())
+    more.insert(here.begin(), here.end());
   if (more.size() > kMaxAdmittedSources)
-    return {Code::kTooBig, "this session's UCX listeners admit " + std::to_string(g.sources.size()) +
-                               " addresses; " + ipv4 + " would pass their limit of " +
+    return {Code::kTooBig, "this session's UCX listeners admit " + std::to_string(g.sources.size()) + " addresses; " +
+                               format(peer) + "'s host would pass their limit of " +
                                std::to_string(kMaxAdmittedSources) + " (kMaxAdmittedSources)"};
   g.sources = std::move(more);
   return attach_filters(g.sources);

@@ -116,9 +116,10 @@ inline constexpr size_t kMaxAdmittedSources = 255;
 /// needed), for a session process, whose listeners are UCX's: UCX answers
 /// whoever connects, and its TCP transport writes where the peer says.
 Status guard_listeners();
-/// Lets packets from `ipv4` (numeric) reach the guarded listeners; nothing
-/// while none are guarded. kTooBig past kMaxAdmittedSources.
-Status admit(const std::string& ipv4);
+/// Lets packets from the host at the other end of connected socket `fd`
+/// reach the guarded listeners; nothing while none are guarded. kTooBig
+/// past kMaxAdmittedSources.
+Status admit_peer(int fd);
 /// A pidfd of process `pid`, once the kernel confirms that this very process
 /// holds the other end of loopback socket `fd`: unlike the pid, it can never
 /// name a later process that reused the number.

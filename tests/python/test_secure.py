@@ -19,6 +19,7 @@ import pytest
 import outboard
 from outboard import cli, errors
 from outboard.bench import netns
+from test_hostile import _allocates, wait_for
 
 MARKER = b"OUTBOARD-PLAINTEXT-MARKER-"
 
@@ -40,6 +41,14 @@ def certs(keys: Path, who: str, deployment: str = "a") -> dict[str, str]:
 
 def agent_args(keys: Path, deployment: str = "a") -> list[str]:
     return [arg for k, v in certs(keys, "agent", deployment).items() for arg in (f"--{k}", v)]
+
+
+def tenants(root: Path) -> Path:
+    """Keys in root/"k" (loopback's names for the agent), with client certificates tenant1 and tenant2."""
+    assert cli.main(["keys", "init", str(root / "k")]) == 0
+    for t in ("tenant1", "tenant2"):
+        assert cli.main(["keys", "issue", str(root / "k"), t]) == 0
+    return root / "k"
 
 
 def logging_to(log: Path) -> list[str]:
@@ -126,11 +135,9 @@ def test_listening_wide_takes_keys_or_an_explicit_insecure_that_is_logged(keys: 
 
 
 def test_a_client_refuses_an_agent_whose_certificate_lists_another_host(tmp_path: Path, capsys) -> None:
-    d = tmp_path / "k"
-    assert cli.main(["keys", "init", str(d), "--agent-host", "dpu0.example", "--agent-host", "10.1.2.3"]) == 0
-    mine = {"cert": str(d / "client.pem"), "key": str(d / "client.key"), "ca": str(d / "ca.pem")}
-    with outboard.LocalAgent("--secure", "always", "--cert", str(d / "agent.pem"), "--key", str(d / "agent.key"),
-                             "--ca", str(d / "ca.pem")) as agent:
+    assert cli.main(["keys", "init", str(tmp_path / "k"), "--agent-host", "dpu0.example", "--agent-host", "10.1.2.3"]) == 0
+    mine = certs(tmp_path, "client", "k")
+    with outboard.LocalAgent("--secure", "always", *agent_args(tmp_path, "k")) as agent:
         with pytest.raises(errors.Authentication, match="lists DNS:dpu0.example, IP:10.1.2.3, not 127.0.0.1"):
             outboard.connect(agent.address, secure="always", **mine)
         with outboard.connect(agent.address, secure="always", agent_host="dpu0.example", **mine) as c:
@@ -140,15 +147,11 @@ def test_a_client_refuses_an_agent_whose_certificate_lists_another_host(tmp_path
 
 
 def test_a_revoked_client_is_refused_from_its_next_handshake_and_others_are_served(tmp_path: Path, capsys) -> None:
-    d = tmp_path / "k"
-    assert cli.main(["keys", "init", str(d)]) == 0
-    for tenant in ("tenant1", "tenant2"):
-        assert cli.main(["keys", "issue", str(d), tenant]) == 0
-    tenant = {t: {"cert": str(d / f"{t}.pem"), "key": str(d / f"{t}.key"), "ca": str(d / "ca.pem")}
-              for t in ("tenant1", "tenant2")}
+    d = tenants(tmp_path)
+    tenant = {t: certs(tmp_path, t, "k") for t in ("tenant1", "tenant2")}
     log = tmp_path / "agent.log"
-    with outboard.LocalAgent("--secure", "always", "--cert", str(d / "agent.pem"), "--key", str(d / "agent.key"),
-                             "--ca", str(d / "ca.pem"), "--crl", str(d / "crl.pem"), prefix=logging_to(log), log_level="info") as agent:
+    with outboard.LocalAgent("--secure", "always", *agent_args(tmp_path, "k"), "--crl", str(d / "crl.pem"),
+                             prefix=logging_to(log), log_level="info") as agent:
         with outboard.connect(agent.address, secure="always", **tenant["tenant1"]) as c:
             assert c.request("echo", b"before") == b"before"
         # Sessions of their own, as two tenants' processes would have.
@@ -179,15 +182,10 @@ def test_a_revoked_client_is_refused_from_its_next_handshake_and_others_are_serv
 
 
 def test_a_tenant_holds_at_most_its_connections_and_never_joins_anothers_session(tmp_path: Path) -> None:
-    d = tmp_path / "k"
-    assert cli.main(["keys", "init", str(d)]) == 0
-    for t in ("tenant1", "tenant2"):
-        assert cli.main(["keys", "issue", str(d), t]) == 0
-    tenant = {t: {"secure": "always", "cert": str(d / f"{t}.pem"), "key": str(d / f"{t}.key"), "ca": str(d / "ca.pem")}
-              for t in ("tenant1", "tenant2")}
+    tenants(tmp_path)
+    tenant = {t: {"secure": "always", **certs(tmp_path, t, "k")} for t in ("tenant1", "tenant2")}
     token = "ab" * 32  # one session token, as if tenant1's had leaked to tenant2
-    with outboard.LocalAgent("--secure", "always", "--cert", str(d / "agent.pem"), "--key", str(d / "agent.key"),
-                             "--ca", str(d / "ca.pem"), "--max-client-connections", "2") as agent:
+    with outboard.LocalAgent("--secure", "always", *agent_args(tmp_path, "k"), "--max-client-connections", "2") as agent:
         held = [outboard.connect(agent.address, session=token, **tenant["tenant1"]) for _ in range(2)]
         with pytest.raises(errors.Again, match=r"client /O=outboard/CN=tenant1 holds 2 connections, its limit "
                                                r"\(agent option --max-client-connections\)"):
@@ -198,29 +196,25 @@ def test_a_tenant_holds_at_most_its_connections_and_never_joins_anothers_session
             assert other.request("echo", b"not held back") == b"not held back"
             assert other.stats()["pid"] not in pids  # the token alone does not join tenant1's session
         held.pop().close()
-        deadline = time.monotonic() + 10
-        while True:  # the session reports the close to the listener: soon, not at once
+
+        def connects() -> bool:
             try:
                 with outboard.connect(agent.address, **tenant["tenant1"]) as again:
-                    assert again.request("echo", b"again") == b"again"
-                break
+                    return again.request("echo", b"again") == b"again"
             except errors.Again:
-                assert time.monotonic() < deadline, "a closed connection still counts against its tenant"
-                time.sleep(0.05)
+                return False
+
+        # The session reports the close to the listener: soon, not at once.
+        assert wait_for(connects), "a closed connection still counts against its tenant"
         for c in held:
             c.close()
 
 
 def test_a_tenants_sessions_share_one_memory_quota(tmp_path: Path) -> None:
-    d = tmp_path / "k"
-    assert cli.main(["keys", "init", str(d)]) == 0
-    for t in ("tenant1", "tenant2"):
-        assert cli.main(["keys", "issue", str(d), t]) == 0
-    tenant = {t: {"secure": "always", "session": "new", "cert": str(d / f"{t}.pem"), "key": str(d / f"{t}.key"),
-                  "ca": str(d / "ca.pem")} for t in ("tenant1", "tenant2")}
+    tenants(tmp_path)
+    tenant = {t: {"secure": "always", "session": "new", **certs(tmp_path, t, "k")} for t in ("tenant1", "tenant2")}
     region = b"A" + struct.pack("<Q", 1000 << 10)  # the memory service: allocate 1000 KiB
-    with outboard.LocalAgent("--secure", "always", "--cert", str(d / "agent.pem"), "--key", str(d / "agent.key"),
-                             "--ca", str(d / "ca.pem"), "--max-session-memory", "1MiB",
+    with outboard.LocalAgent("--secure", "always", *agent_args(tmp_path, "k"), "--max-session-memory", "1MiB",
                              "--max-client-memory", "1536KiB") as agent:
         first, second = (outboard.connect(agent.address, **tenant["tenant1"]) for _ in range(2))
         other = outboard.connect(agent.address, **tenant["tenant2"])
@@ -231,25 +225,16 @@ def test_a_tenants_sessions_share_one_memory_quota(tmp_path: Path) -> None:
             second.request("memory", region)
         other.request("memory", region)  # another tenant's quota is untouched
         first.close()  # its session ends: what it held goes back to the tenant
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                second.request("memory", region)
-                break
-            except errors.NoMemory:
-                assert time.monotonic() < deadline, "an ended session's memory still counts against its tenant"
-                time.sleep(0.05)
+        assert wait_for(lambda: _allocates(second, 1000 << 10)), "an ended session's memory still counts against its tenant"
         second.close()
         other.close()
 
 
 def test_a_crl_that_stops_loading_refuses_tls_clients_until_it_loads(tmp_path: Path) -> None:
-    d = tmp_path / "k"
-    assert cli.main(["keys", "init", str(d)]) == 0
-    mine = {"cert": str(d / "client.pem"), "key": str(d / "client.key"), "ca": str(d / "ca.pem")}
+    d = tenants(tmp_path)
+    mine = certs(tmp_path, "client", "k")
     good = (d / "crl.pem").read_bytes()
-    with outboard.LocalAgent("--secure", "always", "--cert", str(d / "agent.pem"), "--key", str(d / "agent.key"),
-                             "--ca", str(d / "ca.pem"), "--crl", str(d / "crl.pem")) as agent:
+    with outboard.LocalAgent("--secure", "always", *agent_args(tmp_path, "k"), "--crl", str(d / "crl.pem")) as agent:
         (d / "crl.pem").write_bytes(b"not a CRL\n")
         with pytest.raises(errors.BadConfig, match="keys changed on disk and do not load: --crl .* holds no CRL"):
             outboard.connect(agent.address, secure="always", **mine)
