@@ -70,6 +70,8 @@ struct AgentConfig {
   uint64_t graph_max_memory = 1ull << 30;   ///< --graph-max-memory: agent memory per connection
   // The mpi service.
   uint32_t mpi_max_pending = 256;  ///< --mpi-max-pending: a rank's collectives waiting for its other ranks
+  uint64_t mpi_unexpected_bytes = 64ull << 20;  ///< --mpi-unexpected-bytes: unexpected messages buffered per job
+  uint32_t mpi_max_messages = 4096;  ///< --mpi-max-messages: a rank's sends and receives unmatched
   // The checkpoint service.
   std::string checkpoint_root;  ///< --checkpoint-root: where clients' checkpoints may go; empty: nowhere
   uint64_t checkpoint_max_dir_bytes = 0;  ///< --checkpoint-max-dir-bytes: one directory's checkpoints; 0: no limit

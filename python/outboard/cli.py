@@ -40,10 +40,10 @@ def cmd_mpirun(args: argparse.Namespace) -> int:
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     which = mpi.MPIS[args.mpi] if args.mpi else None
     if args.dry_run:  # the command for --agents off, or with an agent already running
-        print(shlex.join(mpi.command(program, args.np, which, args.report, args.launcher_arg)))
+        print(shlex.join(mpi.command(program, args.np, which, args.report, args.launcher_arg, p2p=args.p2p)))
         return 0
     sys.stdout.flush()
-    return mpi.run(program, args.np, which, args.report, args.launcher_arg, args.agents)
+    return mpi.run(program, args.np, which, args.report, args.launcher_arg, args.agents, args.p2p)
 
 
 def cmd_latency(args: argparse.Namespace) -> int:
@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="node: one agent for the job's ranks on this host (default); rank: one per rank, exchanging "
                         "their ranks' data agent to agent over TCP (as the agents of different nodes do); off: none, "
                         "everything passes through")
+    p.add_argument("--p2p", action="store_true",
+                   help="also offload point-to-point (Isend/Irecv, Send/Recv, Sendrecv, Probe; OUTBOARD_MPI_P2P=1) "
+                        "where every rank's agent reaches its memory")
     p.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for the MPI's own launcher (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print the launcher command instead of running it")

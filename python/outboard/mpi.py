@@ -1,8 +1,8 @@
 """Running an unmodified MPI program under Outboard's interposer (src/mpi): which MPI the program
 is built for, the interposer library built for that MPI, and the launcher command that preloads it.
 
-The interposer intercepts the non-blocking collectives Outboard may offload and passes everything
-else to the MPI library; ``report=True`` (OUTBOARD_MPI_REPORT=1) makes rank 0 print, at
+The interposer intercepts the non-blocking collectives Outboard may offload, and with ``p2p=True``
+(OUTBOARD_MPI_P2P=1) point-to-point, and passes everything else to the MPI library; ``report=True`` (OUTBOARD_MPI_REPORT=1) makes rank 0 print, at
 MPI_Finalize, what was offloaded and what passed through, and why.
 """
 
@@ -63,20 +63,20 @@ MPIS = {m.name: m for m in (
 
 
 def run(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: bool = False,
-        launcher_args: Sequence[str] = (), agents: str = "node") -> int:
+        launcher_args: Sequence[str] = (), agents: str = "node", p2p: bool = False) -> int:
     """Runs ``program``; ``agents``: "node" starts one agent for the job's ranks on this host (a
     DPU's role), "rank" one per rank (they exchange their ranks' data agent to agent, as the agents
     of different nodes do), "off" none (every call passes through). Returns the launcher's exit
     status."""
     if agents == "off":
-        return subprocess.run(command(program, ranks, mpi, report, launcher_args)).returncode
+        return subprocess.run(command(program, ranks, mpi, report, launcher_args, p2p=p2p)).returncode
     if agents not in ("node", "rank"):
         raise BadConfig(f"--agents {agents}: expected node, rank or off")
     with contextlib.ExitStack() as stack:
         started = [stack.enter_context(LocalAgent(*NODE_AGENT_ARGS, env=PEER_AGENT_ENV if agents == "rank" else None))
                    for _ in range(ranks if agents == "rank" else 1)]
         address = ",".join(a.address for a in started)
-        return subprocess.run(command(program, ranks, mpi, report, launcher_args, address)).returncode
+        return subprocess.run(command(program, ranks, mpi, report, launcher_args, address, p2p)).returncode
 
 
 def interposer(mpi: Mpi) -> Path:
@@ -121,10 +121,11 @@ def detect(program: str) -> Mpi:
 
 
 def command(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: bool = False,
-            launcher_args: Sequence[str] = (), agent: str | None = None) -> list[str]:
+            launcher_args: Sequence[str] = (), agent: str | None = None, p2p: bool = False) -> list[str]:
     """The launcher command that runs ``program`` on ``ranks`` ranks with the interposer preloaded;
     ``agent``: the address of the agent its ranks hand collectives to (one session per job), or
-    several, comma-separated (world rank r uses the one at r modulo their count)."""
+    several, comma-separated (world rank r uses the one at r modulo their count); ``p2p``: point-to-point
+    goes to the agent too."""
     if ranks < 1:
         raise BadConfig(f"-np {ranks}: needs at least 1 rank")
     if not program:
@@ -133,6 +134,8 @@ def command(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: 
     env = {"LD_PRELOAD": " ".join(p for p in (str(interposer(mpi)), os.environ.get("LD_PRELOAD", "")) if p)}
     if report:
         env["OUTBOARD_MPI_REPORT"] = "1"
+    if p2p:
+        env["OUTBOARD_MPI_P2P"] = "1"
     if agent:
         env["OUTBOARD_MPI_AGENT"] = agent
         env["OUTBOARD_SESSION_TOKEN"] = secrets.token_hex(32)  # the job's ranks share one session

@@ -111,6 +111,11 @@ config::Options agent_options(const AgentConfig& a) {
            "agent memory a connection's graph instances may hold"},
           {"mpi-max-pending", Type::kInt, std::to_string(a.mpi_max_pending),
            "collectives one MPI rank may have waiting for its communicator's other ranks"},
+          {"mpi-unexpected-bytes", Type::kSize, std::to_string(a.mpi_unexpected_bytes),
+           "MPI messages sent before their receive was posted that the agent buffers for one job (beyond it, a "
+           "send waits for its receive)"},
+          {"mpi-max-messages", Type::kInt, std::to_string(a.mpi_max_messages),
+           "point-to-point sends and receives one MPI rank may have unmatched"},
           {"checkpoint-root", Type::kString, a.checkpoint_root,
            "directory the checkpoint service writes clients' checkpoints in (each client names a directory inside "
            "it); empty: the service refuses every directory"},
@@ -195,6 +200,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t graph_threads, in_range("graph-threads", 0, graph::Executor::kMaxThreads));
   OB_ASSIGN_OR_RETURN(int64_t graph_instances, positive("graph-max-instances"));
   OB_ASSIGN_OR_RETURN(int64_t mpi_pending, positive("mpi-max-pending"));
+  OB_ASSIGN_OR_RETURN(int64_t mpi_messages, positive("mpi-max-messages"));
   OB_ASSIGN_OR_RETURN(int64_t min_free_pct, in_range("checkpoint-min-free-pct", 0, 90));
   OB_ASSIGN_OR_RETURN(int64_t ring_slots, in_range("ring-slots", 0, channel::kMaxRingSlots));
   OB_ASSIGN_OR_RETURN(int64_t max_connections, positive("max-connections"));
@@ -208,6 +214,8 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.graph_max_instances = static_cast<uint32_t>(graph_instances);
   a.graph_max_memory = o.size("graph-max-memory");
   a.mpi_max_pending = static_cast<uint32_t>(mpi_pending);
+  a.mpi_max_messages = static_cast<uint32_t>(mpi_messages);
+  a.mpi_unexpected_bytes = o.size("mpi-unexpected-bytes");
   a.tokenize_threads = static_cast<uint32_t>(threads);
   a.tokenize_queue = static_cast<uint32_t>(queue);
   a.max_batch_texts = static_cast<uint32_t>(batch);

@@ -108,7 +108,8 @@ Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
       {config.tokenize_threads, config.tokenize_queue, config.max_batch_texts, config.max_text_bytes}, vocabularies));
   extra.push_back(services::make_detokenize(vocabularies));
   extra.push_back(services::make_graph({config.graph_threads, config.graph_max_instances, config.graph_max_memory}));
-  extra.push_back(services::make_mpi({config.mpi_max_pending, config.channel.secure}));
+  extra.push_back(services::make_mpi(
+      {config.mpi_max_pending, {config.mpi_unexpected_bytes, config.mpi_max_messages}, config.channel.secure}));
   extra.push_back(services::make_checkpoint(
       {config.checkpoint_root, config.checkpoint_max_dir_bytes, config.checkpoint_min_free_pct}));
   for (auto& s : extra) {

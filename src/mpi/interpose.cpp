@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mpi/interpose.h"
 #include "mpi/offload.h"
@@ -102,6 +103,16 @@ void started() {
   s.offloaded = everywhere;
   if (rank == 0 && !everywhere)
     std::fprintf(stderr, "outboard-mpi: %s: every operation passes through to %s\n", why.c_str(), s.library.c_str());
+  if (!everywhere || !p2p_asked()) return;
+  // Point-to-point is all or nothing too: a message between an offloaded rank and one that
+  // passes through would never be matched.
+  const std::string blocker = p2p_blocker();
+  int can = blocker.empty() ? 1 : 0, all = 0;
+  PMPI_Allreduce(&can, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (all) p2p_enable();
+  else if (!can)
+    std::fprintf(stderr, "outboard-mpi: rank %d: %s: point-to-point passes through on every rank\n", rank,
+                 blocker.c_str());
 }
 
 Route data_route(MPI_Comm comm, MPI_Datatype send, MPI_Datatype recv) {
@@ -322,13 +333,238 @@ OB_MPI_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, 
   return offload_post(p, comm, bytes_of(in_place ? recvbuf : sendbuf, bytes), recvbuf, bytes, request);
 }
 
-// ---- completion calls: every form a program may wait with, over arrays that mix offloaded and
-// ordinary requests. Offloaded ones complete (MPI_Grequest_complete) as their answers come.
+// ---- point-to-point (OUTBOARD_MPI_P2P=1): every call that sends or receives on a communicator the
+// agent serves goes to it, blocking ones too, so none is matched out of order against another;
+// with it off, each call is MPI's own and is not counted.
 
-OB_MPI_EXPORT int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+namespace {
+
+using outboard::services::mpi_wire::Kind;
+using outboard::services::mpi_wire::P2p;
+using outboard::services::mpi_wire::kAny;
+
+int wait_one(MPI_Request* request, MPI_Status* status) {
   while (offload_running({request, 1})) offload_nap();
   return PMPI_Wait(request, status);
 }
+
+// The route of a point-to-point call, counted under `op`.
+Route p2p(Op op, MPI_Comm comm, int peer) {
+  const Route route = p2p_route(comm, peer);
+  note(op, route);
+  return route;
+}
+
+P2p message(Kind kind, int peer, int tag, bool sync = false) {
+  P2p m;
+  m.kind = kind;
+  m.peer = peer == MPI_ANY_SOURCE ? kAny : peer;
+  m.tag = tag == MPI_ANY_TAG ? kAny : tag;
+  m.sync = sync;
+  return m;
+}
+
+int isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync,
+          MPI_Request* request) {
+  return p2p_post(message(Kind::kSend, dest, tag, sync), comm, buf, count, type, contiguous(type), request);
+}
+
+int irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* request) {
+  return p2p_post(message(Kind::kRecv, source, tag), comm, buf, count, type, contiguous(type), request);
+}
+
+// A blocking send: posted as the non-blocking one, then waited for.
+int send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = isend(buf, count, type, dest, tag, comm, sync, &request);
+  return rc != MPI_SUCCESS ? rc : wait_one(&request, MPI_STATUS_IGNORE);
+}
+
+// The calls this interposer does not offload yet cannot pass through on a communicator whose
+// point-to-point the agent serves: their messages would never meet the agent's.
+void refuse(const char* call, MPI_Comm comm) {
+  if (!p2p_on() || p2p_route(comm, 0) != Route::kOffloaded) return;
+  std::fprintf(stderr, "outboard-mpi: %s is not offloaded yet, and point-to-point on this communicator is: run "
+                       "without OUTBOARD_MPI_P2P=1\n", call);
+  PMPI_Abort(comm, 2);
+}
+
+}  // namespace
+
+OB_MPI_EXPORT int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                            MPI_Request* request) {
+  if (!p2p_on() || p2p(Op::kIsend, comm, dest) != Route::kOffloaded)
+    return PMPI_Isend(buf, count, type, dest, tag, comm, request);
+  return isend(buf, count, type, dest, tag, comm, false, request);
+}
+
+OB_MPI_EXPORT int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                             MPI_Request* request) {
+  if (!p2p_on() || p2p(Op::kIsend, comm, dest) != Route::kOffloaded)
+    return PMPI_Issend(buf, count, type, dest, tag, comm, request);
+  return isend(buf, count, type, dest, tag, comm, true, request);
+}
+
+// Buffered and ready sends are standard sends here: MPI allows both (a ready send's receive is
+// posted already; a buffered one completes once the agent buffered it, or was matched).
+OB_MPI_EXPORT int MPI_Ibsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                             MPI_Request* request) {
+  if (!p2p_on() || p2p(Op::kIsend, comm, dest) != Route::kOffloaded)
+    return PMPI_Ibsend(buf, count, type, dest, tag, comm, request);
+  return isend(buf, count, type, dest, tag, comm, false, request);
+}
+
+OB_MPI_EXPORT int MPI_Irsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                             MPI_Request* request) {
+  if (!p2p_on() || p2p(Op::kIsend, comm, dest) != Route::kOffloaded)
+    return PMPI_Irsend(buf, count, type, dest, tag, comm, request);
+  return isend(buf, count, type, dest, tag, comm, false, request);
+}
+
+OB_MPI_EXPORT int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                            MPI_Request* request) {
+  if (!p2p_on() || p2p(Op::kIrecv, comm, source) != Route::kOffloaded)
+    return PMPI_Irecv(buf, count, type, source, tag, comm, request);
+  return irecv(buf, count, type, source, tag, comm, request);
+}
+
+OB_MPI_EXPORT int MPI_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  if (!p2p_on() || p2p(Op::kSend, comm, dest) != Route::kOffloaded)
+    return PMPI_Send(buf, count, type, dest, tag, comm);
+  return send(buf, count, type, dest, tag, comm, false);
+}
+
+OB_MPI_EXPORT int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  if (!p2p_on() || p2p(Op::kSend, comm, dest) != Route::kOffloaded)
+    return PMPI_Ssend(buf, count, type, dest, tag, comm);
+  return send(buf, count, type, dest, tag, comm, true);
+}
+
+OB_MPI_EXPORT int MPI_Bsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  if (!p2p_on() || p2p(Op::kSend, comm, dest) != Route::kOffloaded)
+    return PMPI_Bsend(buf, count, type, dest, tag, comm);
+  return send(buf, count, type, dest, tag, comm, false);
+}
+
+OB_MPI_EXPORT int MPI_Rsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  if (!p2p_on() || p2p(Op::kSend, comm, dest) != Route::kOffloaded)
+    return PMPI_Rsend(buf, count, type, dest, tag, comm);
+  return send(buf, count, type, dest, tag, comm, false);
+}
+
+OB_MPI_EXPORT int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                           MPI_Status* status) {
+  if (!p2p_on() || p2p(Op::kRecv, comm, source) != Route::kOffloaded)
+    return PMPI_Recv(buf, count, type, source, tag, comm, status);
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = irecv(buf, count, type, source, tag, comm, &request);
+  return rc != MPI_SUCCESS ? rc : wait_one(&request, status);
+}
+
+// Either peer may be MPI_PROC_NULL: that half goes to MPI (which completes it at once), the
+// other to the agent.
+OB_MPI_EXPORT int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
+                               void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag,
+                               MPI_Comm comm, MPI_Status* status) {
+  if (!p2p_on() || (p2p_route(comm, dest) != Route::kOffloaded && p2p_route(comm, source) != Route::kOffloaded)) {
+    if (p2p_on()) note(Op::kSendrecv, p2p_route(comm, dest));
+    return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
+                         comm, status);
+  }
+  note(Op::kSendrecv, Route::kOffloaded);
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  int rc = p2p_route(comm, source) == Route::kOffloaded
+               ? irecv(recvbuf, recvcount, recvtype, source, recvtag, comm, &requests[0])
+               : PMPI_Irecv(recvbuf, recvcount, recvtype, source, recvtag, comm, &requests[0]);
+  if (rc == MPI_SUCCESS)
+    rc = p2p_route(comm, dest) == Route::kOffloaded
+             ? isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, false, &requests[1])
+             : PMPI_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &requests[1]);
+  if (rc != MPI_SUCCESS) return rc;
+  rc = wait_one(&requests[1], MPI_STATUS_IGNORE);
+  const int got = wait_one(&requests[0], status);
+  return rc != MPI_SUCCESS ? rc : got;
+}
+
+OB_MPI_EXPORT int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int sendtag, int source,
+                                       int recvtag, MPI_Comm comm, MPI_Status* status) {
+  if (!p2p_on() || (p2p_route(comm, dest) != Route::kOffloaded && p2p_route(comm, source) != Route::kOffloaded))
+    return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, status);
+  // What goes out is packed first: the receive overwrites the buffer.
+  int bytes = 0, position = 0;
+  PMPI_Pack_size(count, type, MPI_COMM_WORLD, &bytes);
+  std::vector<uint8_t> out(static_cast<size_t>(bytes));
+  PMPI_Pack(buf, count, type, out.data(), bytes, &position, MPI_COMM_WORLD);
+  return MPI_Sendrecv(out.data(), position, MPI_PACKED, dest, sendtag, buf, count, type, source, recvtag, comm, status);
+}
+
+OB_MPI_EXPORT int MPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* status) {
+  if (!p2p_on() || p2p(Op::kProbe, comm, source) != Route::kOffloaded)
+    return PMPI_Iprobe(source, tag, comm, flag, status);
+  return p2p_iprobe(message(Kind::kProbe, source, tag), comm, flag, status);
+}
+
+OB_MPI_EXPORT int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  if (!p2p_on() || p2p(Op::kProbe, comm, source) != Route::kOffloaded)
+    return PMPI_Probe(source, tag, comm, status);
+  for (int flag = 0;;) {
+    const int rc = p2p_iprobe(message(Kind::kProbe, source, tag), comm, &flag, status);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    offload_nap();
+  }
+}
+
+OB_MPI_EXPORT int MPI_Send_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                                MPI_Request* request) {
+  refuse("MPI_Send_init", comm);
+  return PMPI_Send_init(buf, count, type, dest, tag, comm, request);
+}
+
+OB_MPI_EXPORT int MPI_Ssend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                                 MPI_Request* request) {
+  refuse("MPI_Ssend_init", comm);
+  return PMPI_Ssend_init(buf, count, type, dest, tag, comm, request);
+}
+
+OB_MPI_EXPORT int MPI_Bsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                                 MPI_Request* request) {
+  refuse("MPI_Bsend_init", comm);
+  return PMPI_Bsend_init(buf, count, type, dest, tag, comm, request);
+}
+
+OB_MPI_EXPORT int MPI_Rsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                                 MPI_Request* request) {
+  refuse("MPI_Rsend_init", comm);
+  return PMPI_Rsend_init(buf, count, type, dest, tag, comm, request);
+}
+
+OB_MPI_EXPORT int MPI_Recv_init(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                                MPI_Request* request) {
+  refuse("MPI_Recv_init", comm);
+  return PMPI_Recv_init(buf, count, type, source, tag, comm, request);
+}
+
+OB_MPI_EXPORT int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message* msg, MPI_Status* status) {
+  refuse("MPI_Mprobe", comm);
+  return PMPI_Mprobe(source, tag, comm, msg, status);
+}
+
+OB_MPI_EXPORT int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* msg, MPI_Status* status) {
+  refuse("MPI_Improbe", comm);
+  return PMPI_Improbe(source, tag, comm, flag, msg, status);
+}
+
+OB_MPI_EXPORT int MPI_Cart_create(MPI_Comm comm, int ndims, const int dims[], const int periods[], int reorder,
+                                  MPI_Comm* cart) {
+  const int rc = PMPI_Cart_create(comm, ndims, dims, periods, reorder, cart);
+  if (rc == MPI_SUCCESS && offload_on()) name_communicator(*cart);
+  return rc;
+}
+
+// ---- completion calls: every form a program may wait with, over arrays that mix offloaded and
+// ordinary requests. Offloaded ones complete (MPI_Grequest_complete) as their answers come.
+
+OB_MPI_EXPORT int MPI_Wait(MPI_Request* request, MPI_Status* status) { return wait_one(request, status); }
 
 OB_MPI_EXPORT int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
   while (offload_running({requests, static_cast<size_t>(std::max(count, 0))})) offload_nap();

@@ -82,6 +82,15 @@ struct Handoff {
   std::atomic<bool> answered{false};
   bool completed = false;        // PMPI_Grequest_complete called
   bool freed = false;            // MPI called free_fn
+  // Point-to-point: what it is (its message's envelope names it when it fails) and, for a
+  // receive, the envelope the agent answered and its capacity. A non-contiguous datatype's bytes
+  // travel packed in `packed`, unpacked at completion into `unpack_to` (its own copy of the type).
+  std::optional<services::mpi_wire::P2p> p2p;
+  services::mpi_wire::Envelope envelope;
+  std::vector<uint8_t> packed;
+  void* unpack_to = nullptr;
+  int unpack_count = 0;
+  MPI_Datatype unpack_type = MPI_DATATYPE_NULL;
 };
 
 struct Offload {
@@ -109,6 +118,8 @@ struct Offload {
   std::unordered_map<Handoff*, std::unique_ptr<Handoff>> ops;
   std::unordered_map<MPI_Request, Handoff*> running;  // posted, not yet completed in MPI
   std::atomic<uint64_t> answers{0};                  // answers come so far: what a nap waits to change
+  bool p2p = false;        // point-to-point offloaded (the whole job decided at MPI_Init)
+  uint64_t next_p2p_id = 0;  // numbers this rank's receives for the agent (a cancel names one)
 };
 
 Offload* g_offload = nullptr;  // kept after offload_stop: MPI may still free requests
@@ -149,13 +160,19 @@ void forget_if_done(Handoff* op) {
   if (op->completed && op->freed) g_offload->ops.erase(op);
 }
 
+// A receive's status says what came: its source, tag and bytes (at most its capacity: more is
+// MPI_ERR_TRUNCATE, as MPI says), or that it was cancelled.
 int query(void* state, MPI_Status* status) {
   auto* op = static_cast<Handoff*>(state);
-  PMPI_Status_set_elements(status, MPI_BYTE, 0);
-  PMPI_Status_set_cancelled(status, 0);
-  status->MPI_SOURCE = MPI_UNDEFINED;
-  status->MPI_TAG = MPI_UNDEFINED;
-  return op->answer->ok() ? MPI_SUCCESS : MPI_ERR_OTHER;  // MPI queries completed requests only
+  const auto& e = op->envelope;
+  const bool received = op->p2p && op->p2p->kind == services::mpi_wire::Kind::kRecv && op->answer->ok();
+  const bool got = received && !e.cancelled;
+  PMPI_Status_set_elements_x(status, MPI_BYTE, got ? static_cast<MPI_Count>(std::min(e.bytes, op->p2p->bytes)) : 0);
+  PMPI_Status_set_cancelled(status, received && e.cancelled);
+  status->MPI_SOURCE = got ? static_cast<int>(e.source) : MPI_UNDEFINED;
+  status->MPI_TAG = got ? e.tag : MPI_UNDEFINED;
+  if (!op->answer->ok()) return MPI_ERR_OTHER;  // MPI queries completed requests only
+  return got && e.bytes > op->p2p->bytes ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
 }
 
 int free_op(void* state) {
@@ -166,7 +183,38 @@ int free_op(void* state) {
   return MPI_SUCCESS;
 }
 
-int cancel_op(void*, int) { return MPI_SUCCESS; }  // a collective cannot be cancelled
+// A collective cannot be cancelled, nor (here) a send; a receive the agent has not matched yet
+// is, and completes as cancelled (else as received).
+int cancel_op(void* state, int complete) {
+  auto* op = static_cast<Handoff*>(state);
+  if (complete || !op->p2p || op->p2p->kind != services::mpi_wire::Kind::kRecv) return MPI_SUCCESS;
+  std::lock_guard lock(g_offload->mu);
+  services::mpi_wire::P2p cancel = *op->p2p;
+  cancel.kind = services::mpi_wire::Kind::kCancel, cancel.bytes = 0, cancel.region.clear();
+  (void)g_offload->conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(cancel)),
+                                Deadline::after_ms(g_offload->timeout_s * 1000), [](Result<Buffer>) {},
+                                Connection::Credit::kWait);
+  return MPI_SUCCESS;
+}
+
+std::string describe(const services::mpi_wire::P2p& m) {
+  using services::mpi_wire::kAny;
+  const bool sends = m.kind == services::mpi_wire::Kind::kSend;
+  auto name = [](int32_t v) { return v == kAny ? std::string("any") : std::to_string(v); };
+  return std::string(sends ? "MPI_Isend to rank " : "MPI_Irecv from rank ") + name(m.peer) + ", tag " + name(m.tag) +
+         ", on communicator " + std::to_string(m.comm);
+}
+
+// A receive of a non-contiguous datatype: the whole elements that came, from where they were packed.
+void unpack(Handoff& op) {
+  if (op.envelope.cancelled) return;
+  int size = 0, position = 0;
+  PMPI_Type_size(op.unpack_type, &size);
+  const uint64_t got = std::min(op.envelope.bytes, op.p2p->bytes);
+  const int count = size ? static_cast<int>(std::min<uint64_t>(got / static_cast<uint64_t>(size), op.unpack_count)) : 0;
+  PMPI_Unpack(op.packed.data(), static_cast<int>(op.packed.size()), &position, op.unpack_to, count, op.unpack_type,
+              MPI_COMM_WORLD);
+}
 
 // The answered ops: results copied out, staging given back, MPI told.
 void finish_answered() {
@@ -178,11 +226,16 @@ void finish_answered() {
     if (op->answer->ok()) {
       for (auto [at, bytes] : op->results)
         std::memcpy(static_cast<uint8_t*>(op->output) + at, g_offload->base + op->output_at + at, bytes);
-    } else
+      if (op->unpack_to) unpack(*op);
+    } else if (op->p2p) {
+      std::fprintf(stderr, "outboard-mpi: %s failed: %s\n", describe(*op->p2p).c_str(), op->answer->to_string().c_str());
+    } else {
       std::fprintf(stderr, "outboard-mpi: MPI_I%s #%llu on communicator %llu failed: %s\n",
                    std::string(services::mpi_wire::coll_name(op->coll)).c_str(),
                    static_cast<unsigned long long>(op->seq), static_cast<unsigned long long>(op->comm),
                    op->answer->to_string().c_str());
+    }
+    if (op->unpack_type != MPI_DATATYPE_NULL) PMPI_Type_free(&op->unpack_type);
     release(*op);
     op->completed = true;
     PMPI_Grequest_complete(op->request);
@@ -317,14 +370,21 @@ BufferCounts offload_buffers() {
 
 void offload_stop() {
   if (!g_on) return;
+  // Collectives end on every rank (all ranks are here); a send or receive still open was never
+  // matched (the program's error: MPI says to complete them first), and waiting would hang.
   for (;;) {
     {
       std::lock_guard lock(g_offload->mu);
       finish_answered();
-      if (g_offload->running.empty()) break;
+      if (std::none_of(g_offload->running.begin(), g_offload->running.end(),
+                       [](const auto& r) { return !r.second->p2p; }))
+        break;
     }
     offload_nap();
   }
+  for (const auto& [request, op] : g_offload->running)
+    std::fprintf(stderr, "outboard-mpi: rank %d: %s never completed before MPI_Finalize; dropped\n",
+                 g_offload->world_rank, describe(*op->p2p).c_str());
   PMPI_Comm_delete_attr(MPI_COMM_WORLD, g_offload->keyval);
   PMPI_Comm_free_keyval(&g_offload->keyval);
   g_offload->conn->close();
@@ -544,6 +604,132 @@ void offload_nap() {
   (void)g_offload->conn->wait_until(Deadline::after_ms(kNapMs), [seen] {
     return g_offload->answers.load(std::memory_order_acquire) != seen;
   });
+}
+
+// ---- point-to-point
+
+bool p2p_asked() {
+  const char* v = std::getenv("OUTBOARD_MPI_P2P");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+std::string p2p_blocker() {
+  return g_offload->reachable ? "" : "its agent cannot reach its memory: " + g_offload->unreachable;
+}
+
+void p2p_enable() { g_offload->p2p = true; }
+
+bool p2p_on() { return g_on && g_offload->p2p; }
+
+Route p2p_route(MPI_Comm comm, int peer) {
+  if (peer == MPI_PROC_NULL) return Route::kProcNull;
+  int inter = 0;
+  PMPI_Comm_test_inter(comm, &inter);
+  if (inter) return Route::kIntercomm;
+  const CommName* name = name_of(comm);
+  if (!name) return Route::kUnknownComm;
+  return name->agents.empty() ? Route::kOffloaded : Route::kSpans;
+}
+
+int p2p_post(services::mpi_wire::P2p m, MPI_Comm comm, const void* buf, int count, MPI_Datatype type,
+             bool contiguous, MPI_Request* request) {
+  using services::mpi_wire::Kind;
+  const bool receives = m.kind == Kind::kRecv;
+  auto op = std::make_unique<Handoff>();
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  uint64_t bytes = static_cast<uint64_t>(size) * static_cast<uint64_t>(std::max(count, 0));
+  void* data = const_cast<void*>(buf);
+  if (!contiguous && bytes) {  // the agent moves bytes: packed here, unpacked at the receive's completion
+    int packed = 0, position = 0;
+    PMPI_Pack_size(count, type, MPI_COMM_WORLD, &packed);
+    op->packed.resize(static_cast<size_t>(packed));
+    if (receives) {
+      PMPI_Type_dup(type, &op->unpack_type);
+      op->unpack_to = data, op->unpack_count = count;
+    } else {
+      PMPI_Pack(buf, count, type, op->packed.data(), packed, &position, MPI_COMM_WORLD);
+      bytes = static_cast<uint64_t>(position);
+    }
+    data = op->packed.data();
+  }
+  std::lock_guard lock(g_offload->mu);
+  const CommName* name = name_of(comm);
+  int comm_size = 0, rank = 0;
+  PMPI_Comm_size(comm, &comm_size);
+  PMPI_Comm_rank(comm, &rank);
+  m.comm = name->key;
+  m.size = static_cast<uint32_t>(comm_size), m.rank = static_cast<uint32_t>(rank);
+  m.bytes = bytes;
+  if (receives) m.id = g_offload->next_p2p_id++;
+  // The agent reads the send from, and writes the receive into, this buffer itself (the kernel
+  // copies it), when the message is matched or buffered: nothing is staged or copied here.
+  Status described;
+  if (bytes) {
+    auto region = g_offload->conn->expose_memory(data, bytes);
+    if (region.ok()) m.region.assign(region->descriptor().begin(), region->descriptor().end());
+    else described = region.status();
+  }
+  const std::vector<uint8_t> message = services::mpi_wire::encode(m);
+  m.region.clear();
+  op->p2p = std::move(m);
+  Handoff* raw = op.get();
+  const int rc = PMPI_Grequest_start(query, free_op, cancel_op, raw, request);
+  if (rc != MPI_SUCCESS) {
+    if (raw->unpack_type != MPI_DATATYPE_NULL) PMPI_Type_free(&raw->unpack_type);
+    return rc;
+  }
+  raw->request = *request;
+  g_offload->ops.emplace(raw, std::move(op));
+  g_offload->running.emplace(*request, raw);
+  const Status st = !described.ok() ? described : g_offload->conn->submit(
+      "mpi", Buffer::copy_of(message), Deadline::after_ms(g_offload->timeout_s * 1000),
+      [raw, receives](Result<Buffer> answer) {
+        Status st = answer.status();
+        if (st.ok() && receives) {
+          auto envelope = services::mpi_wire::decode_envelope(answer->span());
+          if (envelope.ok()) raw->envelope = *envelope;
+          else st = envelope.status();
+        }
+        raw->answer = st;
+        raw->answered.store(true, std::memory_order_release);
+        g_offload->answers.fetch_add(1, std::memory_order_release);
+      },
+      Connection::Credit::kWait);
+  if (!st.ok()) {  // completes as failed at the next completion call
+    raw->answer = st;
+    raw->answered.store(true, std::memory_order_release);
+  }
+  return MPI_SUCCESS;
+}
+
+int p2p_iprobe(services::mpi_wire::P2p m, MPI_Comm comm, int* flag, MPI_Status* status) {
+  int comm_size = 0, rank = 0;
+  PMPI_Comm_size(comm, &comm_size);
+  PMPI_Comm_rank(comm, &rank);
+  {
+    std::lock_guard lock(g_offload->mu);
+    m.comm = name_of(comm)->key;
+  }
+  m.kind = services::mpi_wire::Kind::kProbe;
+  m.size = static_cast<uint32_t>(comm_size), m.rank = static_cast<uint32_t>(rank);
+  auto answer = g_offload->conn->request("mpi", services::mpi_wire::encode(m),
+                                         Deadline::after_ms(g_offload->timeout_s * 1000));
+  auto e = answer.ok() ? services::mpi_wire::decode_envelope(answer->span())
+                       : Result<services::mpi_wire::Envelope>(answer.status());
+  if (!e.ok()) {
+    std::fprintf(stderr, "outboard-mpi: MPI_Iprobe on communicator %llu failed: %s\n",
+                 static_cast<unsigned long long>(m.comm), e.status().to_string().c_str());
+    return MPI_ERR_OTHER;
+  }
+  *flag = e->found;
+  if (e->found && status != MPI_STATUS_IGNORE) {
+    PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(e->bytes));
+    PMPI_Status_set_cancelled(status, 0);
+    status->MPI_SOURCE = static_cast<int>(e->source);
+    status->MPI_TAG = e->tag;
+  }
+  return MPI_SUCCESS;
 }
 
 }  // namespace outboard::mpi

@@ -81,6 +81,26 @@ bool offload_running(std::span<const MPI_Request> requests);
 /// collective), then sleeps until an answer comes or kNapMs pass.
 void offload_nap();
 
+/// Point-to-point offload (OUTBOARD_MPI_P2P=1). The agent matches sends and receives and copies
+/// each message from the sender's buffer into the receiver's through the kernel (exposed memory),
+/// so a job offloads it only where every rank's agent reaches its memory, all or nothing: a
+/// message between an offloaded and a passed-through rank would never be matched. Decided at
+/// MPI_Init: p2p_asked() on every rank, p2p_blocker() "" on every rank, then p2p_enable().
+bool p2p_asked();
+std::string p2p_blocker();
+void p2p_enable();
+bool p2p_on();
+/// Where an operation with `peer` (a destination or source, maybe MPI_ANY_SOURCE) on `comm` goes:
+/// kOffloaded, kProcNull, kIntercomm, kUnknownComm or kSpans. Alike on every rank of `comm`.
+Route p2p_route(MPI_Comm comm, int peer);
+/// Posts a send or receive (`m`: kind, peer, tag and sync in the wire's terms) the route said to
+/// offload; its request completes when the agent answers (a receive's status: source, tag, count).
+/// A non-contiguous datatype travels packed. Returns an MPI error code.
+int p2p_post(services::mpi_wire::P2p m, MPI_Comm comm, const void* buf, int count, MPI_Datatype type,
+             bool contiguous, MPI_Request* request);
+/// Asks the agent whether a message matching `m` (peer, tag) waits for this rank.
+int p2p_iprobe(services::mpi_wire::P2p m, MPI_Comm comm, int* flag, MPI_Status* status);
+
 /// The wait of MPI's Waitany and Waitsome (C or Fortran): while `running()` (offload_running over
 /// the call's requests) holds, `poll()` (the call's Test form; true once it finished a request or
 /// failed) between naps; then `wait()`, the MPI's own call, for the rest.

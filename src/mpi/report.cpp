@@ -11,6 +11,12 @@ std::string_view op_name(Op op) {
     case Op::kIallgather: return "MPI_Iallgather";
     case Op::kIbcast: return "MPI_Ibcast";
     case Op::kIallreduce: return "MPI_Iallreduce";
+    case Op::kIsend: return "MPI_Isend";
+    case Op::kIrecv: return "MPI_Irecv";
+    case Op::kSend: return "MPI_Send";
+    case Op::kRecv: return "MPI_Recv";
+    case Op::kSendrecv: return "MPI_Sendrecv";
+    case Op::kProbe: return "MPI_Probe";
   }
   return "?";
 }
@@ -26,6 +32,8 @@ std::string_view route_reason(Route route) {
     case Route::kTypeMismatch: return "send and receive sizes differ";
     case Route::kTooBig: return "larger than the staging memory";
     case Route::kNoAgent: return "no agent";
+    case Route::kProcNull: return "MPI_PROC_NULL";
+    case Route::kSpans: return "communicator served by several agents";
   }
   return "?";
 }

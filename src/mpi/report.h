@@ -12,8 +12,13 @@
 
 namespace outboard::mpi {
 
-enum class Op : uint8_t { kIalltoall, kIalltoallv, kIallgather, kIbcast, kIallreduce };
-inline constexpr size_t kOps = 5;
+// Point-to-point (the last six) only where the job offloads it (OUTBOARD_MPI_P2P=1): each row
+// counts a family of calls (MPI_Isend: its synchronous, buffered and ready forms too).
+enum class Op : uint8_t {
+  kIalltoall, kIalltoallv, kIallgather, kIbcast, kIallreduce,
+  kIsend, kIrecv, kSend, kRecv, kSendrecv, kProbe,
+};
+inline constexpr size_t kOps = 11;
 
 // The first route an operation fails decides; kOffloaded only when it fails none.
 enum class Route : uint8_t {
@@ -26,8 +31,10 @@ enum class Route : uint8_t {
   kTypeMismatch,    // send and receive sizes differ (an erroneous call: MPI reports it)
   kTooBig,          // larger than the rank's whole staging memory
   kNoAgent,         // no agent serves this job
+  kProcNull,        // point-to-point with MPI_PROC_NULL (MPI completes it at once)
+  kSpans,           // point-to-point on a communicator several agents serve (not offloaded yet)
 };
-inline constexpr size_t kRoutes = 9;
+inline constexpr size_t kRoutes = 11;
 
 std::string_view op_name(Op op);
 std::string_view route_reason(Route route);

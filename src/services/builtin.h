@@ -7,6 +7,7 @@
 
 #include "outboard/service.h"
 #include "outboard/tokenizer.h"
+#include "services/mpi_p2p.h"
 #include "services/vocabularies.h"
 
 namespace outboard::services {
@@ -76,11 +77,13 @@ std::unique_ptr<Service> make_graph(GraphServiceConfig config);
 /// Limits of the `mpi` service (agent options in the comments).
 struct MpiServiceConfig {
   uint32_t max_pending = 256;  ///< --mpi-max-pending: a rank's collectives waiting for its other ranks
+  MpiP2pConfig p2p;            ///< point-to-point limits
   /// The agent's keys: its links to the agents of other hosts are secure as its clients' are.
   SecureConfig secure;
 };
 /// `mpi`: collectives handed off by MPI ranks (the interposer, src/mpi), run once every rank of
-/// the communicator has posted them (wire format: services/mpi_wire.h).
+/// the communicator has posted them, and their point-to-point messages, matched as MPI matches
+/// them (services/mpi_p2p.h; wire format: services/mpi_wire.h).
 std::unique_ptr<Service> make_mpi(MpiServiceConfig config);
 
 /// Limits of the `checkpoint` service (agent options in the comments).

@@ -21,6 +21,7 @@
 
 #include "services/builtin.h"
 #include "outboard/log.h"
+#include "services/mpi_p2p.h"
 #include "services/mpi_wire.h"
 
 namespace outboard::services {
@@ -30,9 +31,7 @@ OB_LOG_MODULE("mpi");
 
 using namespace mpi_wire;
 
-// How long one read or write of a rank's memory may take (a rank that stops reading its end
-// fails the collective instead of holding the agent).
-constexpr int64_t kTransferTimeoutMs = 10'000;
+constexpr int64_t kTransferTimeoutMs = kMpiTransferTimeoutMs;
 // Imports kept per connection for regions the rank keeps (kKeep): the interposer posts one
 // staging region again and again, and importing maps it anew (shared memory) each time.
 constexpr size_t kKeptImportsPerConnection = 8;
@@ -167,13 +166,21 @@ class Mpi final : public Service {
     for (auto& [address, t] : connecting_) t.join();
   }
   std::string name() const override { return "mpi"; }
-  void attach(ServiceHost& host) override { host_ = &host; }
+  void attach(ServiceHost& host) override {
+    host_ = &host;
+    p2p_ = std::make_unique<MpiPointToPoint>(host, config_.p2p);
+  }
 
   void handle(ServiceRequest r) override {
     auto kind = kind_of(r.payload.span());
     if (!kind.ok()) return r.responder.fail(kind.status());
     if (*kind == Kind::kShare) return take_share(std::move(r));
     if (*kind == Kind::kReach) return reach(std::move(r));
+    if (*kind >= Kind::kSend) {
+      auto message = decode_p2p(r.payload.span());
+      if (!message.ok()) return r.responder.fail(message.status());
+      return p2p_->handle(std::move(r), std::move(message).value());
+    }
     auto decoded = decode(r.payload.span());
     if (!decoded.ok()) return r.responder.fail(decoded.status());
     Post post = std::move(decoded).value();
@@ -226,6 +233,7 @@ class Mpi final : public Service {
   // waiting for it. When this agent's last rank leaves, its connections to other agents close
   // (each once the shares sent on it are answered).
   void on_disconnect(uint32_t conn) override {
+    p2p_->on_disconnect(conn);
     in_flight_.erase(conn);
     kept_.erase(conn);
     for (auto comm = comms_.begin(); comm != comms_.end();) {
@@ -953,6 +961,7 @@ class Mpi final : public Service {
 
   MpiServiceConfig config_;
   ServiceHost* host_ = nullptr;
+  std::unique_ptr<MpiPointToPoint> p2p_;
   std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;                     // (comm, seq) -> its posts
   struct Comm {
     std::unordered_map<uint32_t, uint32_t> ranks;  // rank -> connection, of the ranks still here

@@ -26,6 +26,16 @@ size_t elem_size(Elem e) {
   return 1;
 }
 
+std::string_view p2p_name(Kind kind) {
+  switch (kind) {
+    case Kind::kSend: return "send";
+    case Kind::kRecv: return "receive";
+    case Kind::kProbe: return "probe";
+    case Kind::kCancel: return "cancel";
+    default: return "?";
+  }
+}
+
 namespace {
 
 std::string_view kind_name(Kind k) {
@@ -33,6 +43,7 @@ std::string_view kind_name(Kind k) {
     case Kind::kPost: return "post";
     case Kind::kShare: return "share";
     case Kind::kReach: return "reach";
+    case Kind::kSend: case Kind::kRecv: case Kind::kProbe: case Kind::kCancel: return p2p_name(k);
   }
   return "?";
 }
@@ -264,6 +275,75 @@ Result<Share> decode_share(std::span<const uint8_t> bytes) {
     return bad("share's blocks add up to " + std::to_string(total) + " B, it carries " + std::to_string(r.in.size()));
   s.data = r.in;
   return s;
+}
+
+std::vector<uint8_t> encode(const P2p& p) {
+  codec::Writer w;
+  w.put(kVersion);
+  w.put(static_cast<uint8_t>(p.kind));
+  w.put(p.comm);
+  w.put(p.size);
+  w.put(p.rank);
+  w.put(p.peer);
+  w.put(p.tag);
+  w.put(static_cast<uint8_t>(p.sync ? kSync : 0));
+  w.put(p.bytes);
+  w.put(p.id);
+  put_descriptor(w, p.region);
+  return std::move(w.bytes);
+}
+
+Result<P2p> decode_p2p(std::span<const uint8_t> bytes) {
+  OB_ASSIGN_OR_RETURN(Kind kind, kind_of(bytes));
+  if (kind < Kind::kSend)
+    return bad("a " + std::string(kind_name(kind)) + " where a point-to-point message was expected");
+  codec::Reader r{bytes.subspan(2)};
+  P2p p;
+  p.kind = kind;
+  uint8_t flags = 0;
+  if (!r.get(p.comm) || !r.get(p.size) || !r.get(p.rank) || !r.get(p.peer) || !r.get(p.tag) || !r.get(flags) ||
+      !r.get(p.bytes) || !r.get(p.id))
+    return bad("truncated " + std::string(p2p_name(kind)) + " header");
+  const std::string what(p2p_name(kind));
+  if (p.size == 0 || p.size > kMaxRanks)
+    return bad(what + " on a communicator of " + std::to_string(p.size) + " ranks (1 to " + std::to_string(kMaxRanks) +
+               ")");
+  if (p.rank >= p.size) return bad(what + " by rank " + std::to_string(p.rank) + " of " + std::to_string(p.size));
+  const bool sends = kind == Kind::kSend, any = kind == Kind::kRecv || kind == Kind::kProbe;
+  if (flags & ~kSync || (flags && !sends)) return bad(what + " with flags " + std::to_string(flags));
+  p.sync = flags & kSync;
+  if (sends || any) {
+    if ((p.peer < 0 || static_cast<uint32_t>(p.peer) >= p.size) && !(any && p.peer == kAny))
+      return bad(what + (sends ? " to rank " : " from rank ") + std::to_string(p.peer) + " of " +
+                 std::to_string(p.size));
+    if (p.tag < 0 && !(any && p.tag == kAny)) return bad(what + " with tag " + std::to_string(p.tag));
+  }
+  OB_ASSIGN_OR_RETURN(p.region, get_descriptor(r, what.c_str()));
+  const bool needs_region = (sends || kind == Kind::kRecv) && p.bytes;
+  if (needs_region != !p.region.empty())
+    return bad(what + " of " + std::to_string(p.bytes) + " B " + (needs_region ? "without" : "with") + " a region");
+  if (!r.in.empty()) return bad(std::to_string(r.in.size()) + " B after the " + what);
+  return p;
+}
+
+std::vector<uint8_t> encode(const Envelope& e) {
+  codec::Writer w;
+  w.put(e.source);
+  w.put(e.tag);
+  w.put(e.bytes);
+  w.put(static_cast<uint8_t>((e.found ? kFound : 0) | (e.cancelled ? kCancelled : 0)));
+  return std::move(w.bytes);
+}
+
+Result<Envelope> decode_envelope(std::span<const uint8_t> bytes) {
+  codec::Reader r{bytes};
+  Envelope e;
+  uint8_t flags = 0;
+  if (!r.get(e.source) || !r.get(e.tag) || !r.get(e.bytes) || !r.get(flags) || !r.in.empty() ||
+      flags & ~(kFound | kCancelled))
+    return bad("malformed envelope of " + std::to_string(bytes.size()) + " B");
+  e.found = flags & kFound, e.cancelled = flags & kCancelled;
+  return e;
 }
 
 }  // namespace outboard::services::mpi_wire

@@ -17,6 +17,10 @@
 // Share: u64 comm, u64 seq, u32 size, u32 from, u8 Coll, u8 Elem, u8 Reduce, u32 root, u64 bytes,
 // u32-counted u64 block lengths, then the blocks back to back (their lengths' sum, nothing after).
 // Reach: u64 value, then a region's descriptor (u32 length + bytes) whose first 8 bytes hold it.
+// Send, Recv, Probe, Cancel (point-to-point, one message each): u64 comm, u32 size, u32 rank,
+// i32 peer, i32 tag, u8 flags (kSync), u64 bytes, u64 id, then the buffer's region descriptor
+// (u32 length + bytes; present exactly where a send or receive has bytes). A receive's or probe's
+// answer is an Envelope: u32 source, i32 tag, u64 bytes, u8 flags (kFound, kCancelled).
 
 #include <cstdint>
 #include <span>
@@ -38,8 +42,8 @@ inline constexpr uint32_t kMaxAddressBytes = 256;
 /// Hex digits of a session token.
 inline constexpr uint32_t kTokenHexDigits = 64;
 
-enum class Kind : uint8_t { kPost, kShare, kReach };
-inline constexpr uint8_t kKinds = 3;
+enum class Kind : uint8_t { kPost, kShare, kReach, kSend, kRecv, kProbe, kCancel };
+inline constexpr uint8_t kKinds = 7;
 
 enum class Coll : uint8_t { kAlltoall, kAlltoallv, kAllgather, kBcast, kAllreduce };
 inline constexpr uint8_t kColls = 5;
@@ -111,6 +115,42 @@ struct Reach {
   std::vector<uint8_t> region;  // descriptor
 };
 
+/// A receive's or probe's source or tag that matches any (MPI_ANY_SOURCE, MPI_ANY_TAG: their
+/// values differ between MPI ABIs, so the interposer translates them).
+inline constexpr int32_t kAny = -1;
+/// A send answered only once a receive matched it (MPI_Ssend, MPI_Issend).
+inline constexpr uint8_t kSync = 1;
+
+/// One point-to-point operation of a rank. The agent matches sends and receives of a communicator
+/// as MPI does: a receive takes the first message, in arrival order, from its source (or any)
+/// with its tag (or any); a rank's messages arrive in the order it sent them, over its one
+/// connection, so two messages of one source, tag and communicator never overtake each other.
+struct P2p {
+  Kind kind = Kind::kSend;  // kSend, kRecv, kProbe or kCancel
+  uint64_t comm = 0;        // the job's name for the communicator
+  uint32_t size = 0, rank = 0;  // the communicator's size and the posting rank in it
+  int32_t peer = 0;  // kSend: the destination; kRecv, kProbe: the source or kAny
+  int32_t tag = 0;   // kSend: >= 0; kRecv, kProbe: >= 0 or kAny
+  bool sync = false;  // kSync
+  uint64_t bytes = 0;  // kSend: the message's; kRecv: the receive buffer's capacity
+  uint64_t id = 0;     // the rank's number for a receive; kCancel names the receive to cancel by it
+  std::vector<uint8_t> region;  // descriptor of the buffer (kSend, kRecv with bytes)
+};
+
+/// The answer to a receive (what it got: a message's source, tag and whole size, of which the
+/// receive took at most its capacity; or kCancelled) or a probe (kFound and the first matching
+/// message's envelope, or not found).
+struct Envelope {
+  uint32_t source = 0;
+  int32_t tag = 0;
+  uint64_t bytes = 0;
+  bool found = false, cancelled = false;
+};
+inline constexpr uint8_t kFound = 1;
+inline constexpr uint8_t kCancelled = 2;
+
+std::string_view p2p_name(Kind kind);  // "send", "receive", "probe", "cancel"
+
 std::vector<uint8_t> encode(const Post& post);
 std::vector<uint8_t> encode(const Share& share);
 std::vector<uint8_t> encode(const Reach& reach);
@@ -125,5 +165,13 @@ Result<Post> decode(std::span<const uint8_t> bytes);
 Result<Reach> decode_reach(std::span<const uint8_t> bytes);
 /// A share: size <= kMaxRanks, known kinds, the lengths adding up to the data that follows.
 Result<Share> decode_share(std::span<const uint8_t> bytes);
+std::vector<uint8_t> encode(const P2p& p2p);
+/// A point-to-point message: rank < size <= kMaxRanks; a send's peer a rank of the communicator
+/// and its tag >= 0; a receive's or probe's peer such a rank or kAny and its tag >= 0 or kAny;
+/// the region present exactly where a send or receive has bytes, within kMaxDescriptorBytes; only
+/// sends sync; nothing left over.
+Result<P2p> decode_p2p(std::span<const uint8_t> bytes);
+std::vector<uint8_t> encode(const Envelope& envelope);
+Result<Envelope> decode_envelope(std::span<const uint8_t> bytes);
 
 }  // namespace outboard::services::mpi_wire

@@ -1,5 +1,6 @@
 // libFuzzer: a message to the agent's `mpi` service (services/mpi_wire.h) — a rank's collective
-// post, another agent's share or a rank's reach — decoded before anything else reads it. What decodes encodes back
+// post, another agent's share, a rank's reach or point-to-point message — decoded before anything
+// else reads it, and the envelope a rank decodes from the agent's answer. What decodes encodes back
 // to the same bytes, and its counts, ranks and agents are within the bounds the service indexes by.
 #include <cstdlib>
 #include <cstring>
@@ -31,10 +32,32 @@ int reach(const uint8_t* data, size_t size) {
   return 0;
 }
 
+int p2p(const uint8_t* data, size_t size) {
+  auto m = decode_p2p({data, size});
+  if (!m.ok()) return 0;
+  const bool any = m->kind == Kind::kRecv || m->kind == Kind::kProbe;
+  if (m->rank >= m->size || m->size > kMaxRanks || m->region.size() > kMaxDescriptorBytes) __builtin_trap();
+  if ((m->kind == Kind::kSend || any) && !(m->peer == kAny && any) &&
+      (m->peer < 0 || static_cast<uint32_t>(m->peer) >= m->size))
+    __builtin_trap();
+  const auto again = encode(m.value());
+  if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
+  return 0;
+}
+
+void envelope(const uint8_t* data, size_t size) {
+  auto e = decode_envelope({data, size});
+  if (!e.ok()) return;
+  const auto again = encode(e.value());
+  if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  envelope(data, size);
   auto kind = kind_of({data, size});
+  if (kind.ok() && *kind >= Kind::kSend) return p2p(data, size);
   if (kind.ok() && *kind == Kind::kShare) return share(data, size);
   if (kind.ok() && *kind == Kind::kReach) return reach(data, size);
   auto post = decode({data, size});

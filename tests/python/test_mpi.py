@@ -39,10 +39,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module", params=sorted(mpi.MPIS))
-def built(request, tmp_path_factory) -> tuple[mpi.Mpi, Path]:
-    """(the MPI, the test program built with its mpicc)."""
-    which = mpi.MPIS[request.param]
+def build(name: str, source: Path, tmp_path_factory) -> tuple[mpi.Mpi, Path]:
+    """(MPI ``name``, ``source`` built with its mpicc), or a skip naming what is missing."""
+    which = mpi.MPIS[name]
     cc = shutil.which(MPICC[which.name])
     if not cc:
         pytest.skip(f"{MPICC[which.name]} not installed ({which.package}: scripts/bootstrap.sh installs it)")
@@ -50,9 +49,15 @@ def built(request, tmp_path_factory) -> tuple[mpi.Mpi, Path]:
         mpi.interposer(which)
     except NotFound as e:
         pytest.skip(str(e))
-    exe = tmp_path_factory.mktemp(which.name) / "collectives"
-    subprocess.run([cc, "-O1", "-Wall", "-Werror", "-o", str(exe), str(PROGRAM)], check=True)
+    exe = tmp_path_factory.mktemp(which.name) / source.stem
+    subprocess.run([cc, "-O1", "-Wall", "-Werror", "-o", str(exe), str(source)], check=True)
     return which, exe
+
+
+@pytest.fixture(scope="module", params=sorted(mpi.MPIS))
+def built(request, tmp_path_factory) -> tuple[mpi.Mpi, Path]:
+    """(the MPI, the test program built with its mpicc)."""
+    return build(request.param, PROGRAM, tmp_path_factory)
 
 
 def _report_lines(stderr: str) -> dict[str, str]:

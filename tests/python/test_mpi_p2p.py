@@ -1,0 +1,104 @@
+"""Point-to-point offload (OUTBOARD_MPI_P2P=1, `outboard mpirun --p2p`) under real mpirun and a
+real agent, for each MPI installed: an unmodified program (tests/mpi/p2p.c, built here by that
+MPI's mpicc) checks every message it receives; the report says what went to the agent."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from outboard import mpi
+from outboard._agent import LocalAgent
+from test_mpi import RUN_TIMEOUT_S, _env, _outboard, _report_lines, build
+
+PROGRAM = Path(__file__).resolve().parents[2] / "tests" / "mpi" / "p2p.c"
+FLOOD = 64  # messages of 64 KiB rank 1 sends before rank 0 posts a receive
+
+
+@pytest.fixture(scope="module", params=sorted(mpi.MPIS))
+def built(request, tmp_path_factory) -> tuple[mpi.Mpi, Path]:
+    """(the MPI, the test program built with its mpicc)."""
+    return build(request.param, PROGRAM, tmp_path_factory)
+
+
+def _counts(line: str) -> tuple[int, int]:
+    """(offloaded, passed through) from a report line's text."""
+    words = line.split()
+    return int(words[0]), int(words[2])
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_every_point_to_point_call_goes_to_the_agent_and_every_message_arrives(built, ranks) -> None:
+    which, exe = built
+    run = _outboard("mpirun", "-np", str(ranks), "--p2p", "--report", str(exe), str(FLOOD))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ok p2p" in run.stdout
+    lines = _report_lines(run.stderr)
+    for op in ("MPI_Isend", "MPI_Irecv", "MPI_Sendrecv", "MPI_Probe"):
+        offloaded, passed = _counts(lines[op])
+        assert offloaded > 0 and passed == 0, (op, lines[op])
+    # MPI_PROC_NULL stays with MPI, which completes it at once: once per rank, each way.
+    for op in ("MPI_Send", "MPI_Recv"):
+        assert lines[op].endswith(f"passed through (MPI_PROC_NULL: {ranks})"), (op, lines[op])
+    # The flood alone is FLOOD sends and receives.
+    assert _counts(lines["MPI_Isend"])[0] >= FLOOD and _counts(lines["MPI_Recv"])[0] >= FLOOD
+
+
+def test_without_p2p_point_to_point_stays_with_mpi_and_is_not_counted(built) -> None:
+    _, exe = built
+    run = _outboard("mpirun", "-np", "2", "--report", str(exe), "4")
+    assert run.returncode == 0 and "ok p2p" in run.stdout, run.stdout + run.stderr
+    lines = _report_lines(run.stderr)
+    assert "MPI_Isend" not in lines and "MPI_Recv" not in lines, lines
+    assert _counts(lines["MPI_Ialltoall"]) == (2, 0)
+
+
+def test_a_flood_over_the_agents_budget_waits_for_its_receives_and_loses_nothing(built) -> None:
+    """With 1 MiB for unexpected messages, 4 MiB sent before any receive: the agent buffers what
+    fits and holds the rest with their senders until their receives come."""
+    which, exe = built
+    with LocalAgent(*mpi.NODE_AGENT_ARGS, "--mpi-unexpected-bytes", "1M") as agent:
+        cmd = mpi.command([str(exe), str(FLOOD)], 2, which, agent=agent.address, report=True, p2p=True)
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+    assert run.returncode == 0 and "ok p2p" in run.stdout, run.stdout + run.stderr
+    assert _counts(_report_lines(run.stderr)["MPI_Isend"])[0] >= FLOOD
+
+
+def test_a_rank_whose_agent_cannot_reach_its_memory_leaves_point_to_point_with_mpi_on_every_rank(built) -> None:
+    _, exe = built
+    run = _outboard("mpirun", "-np", "2", "--p2p", "--report", str(exe), "4", env={"OUTBOARD_MPI_EXPOSE": "0"})
+    assert run.returncode == 0 and "ok p2p" in run.stdout, run.stdout + run.stderr
+    for rank in (0, 1):
+        assert f"outboard-mpi: rank {rank}: its agent cannot reach its memory: OUTBOARD_MPI_EXPOSE=0: point-to-point " \
+               "passes through on every rank" in run.stderr, run.stderr
+    assert "MPI_Isend" not in _report_lines(run.stderr)
+
+
+def test_the_agent_killed_while_a_rank_waits_for_a_message_fails_the_wait(built) -> None:
+    which, exe = built
+    with LocalAgent(*mpi.NODE_AGENT_ARGS) as agent:
+        cmd = mpi.command([str(exe), "slow"], 2, which, agent=agent.address, p2p=True)
+        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        try:
+            assert "rank 0: waiting" in job.stdout.readline() + job.stdout.readline()
+            time.sleep(1.0)  # rank 0 is inside MPI_Wait
+            agent.process.kill()
+            killed = time.monotonic()
+            out, err = job.communicate(timeout=15)
+            took = time.monotonic() - killed
+        finally:
+            job.kill()
+    assert took < 15, took  # the connection's keepalive, not rank 1's 20 s
+    assert "rank 0: MPI_Wait failed" in out, out + err
+    assert "outboard-mpi: MPI_Irecv from rank 1, tag 0, on communicator 0 failed: " in err, err
+
+
+def test_a_receive_never_matched_is_reported_at_mpi_finalize_not_a_hang(built) -> None:
+    _, exe = built
+    run = _outboard("mpirun", "-np", "2", "--p2p", str(exe), "unmatched")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "outboard-mpi: rank 0: MPI_Irecv from rank any, tag 123, on communicator 0 never completed before " \
+           "MPI_Finalize; dropped" in run.stderr, run.stderr
