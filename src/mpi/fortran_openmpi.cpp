@@ -15,8 +15,10 @@
 #include "mpi/interpose.h"
 #include "mpi/offload.h"
 
-// Open MPI's MPI_IN_PLACE for Fortran: the address of this common block (libmpi.so).
+// Open MPI's MPI_IN_PLACE and MPI_STATUS_IGNORE for Fortran: the addresses of these common
+// blocks (libmpi.so).
 extern "C" int mpi_fortran_in_place_;
+extern "C" int mpi_fortran_status_ignore_;
 
 namespace outboard::mpi {
 namespace {
@@ -58,6 +60,15 @@ void as_fortran(Call call, Fint* request, Fint* ierr) {
   MPI_Request r = MPI_REQUEST_NULL;
   *ierr = call(&r);
   if (*ierr == MPI_SUCCESS) *request = PMPI_Request_c2f(r);
+}
+
+// Runs `call` (a C call that fills the status it is given) and gives the Fortran caller the
+// status, unless it passed MPI_STATUS_IGNORE.
+template <typename Call>
+void with_status(Call call, Fint* status, Fint* ierr) {
+  MPI_Status c{};
+  *ierr = call(&c);
+  if (status != &mpi_fortran_status_ignore_) PMPI_Status_c2f(&c, status);
 }
 
 }  // namespace
@@ -139,6 +150,110 @@ OB_MPI_EXPORT void mpi_iallreduce_(void* sendbuf, void* recvbuf, Fint* count, Fi
     return MPI_Iallreduce(c_buffer(sendbuf), recvbuf, *count, PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op),
                           PMPI_Comm_f2c(*comm), r);
   }, request, ierr);
+}
+
+// ---- point-to-point, through their C twins (which go to the agent with OUTBOARD_MPI_P2P=1, else
+// to MPI's C functions)
+
+OB_MPI_EXPORT void mpi_isend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
+                              Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Isend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+OB_MPI_EXPORT void mpi_issend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
+                               Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Issend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+OB_MPI_EXPORT void mpi_ibsend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
+                               Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Ibsend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+OB_MPI_EXPORT void mpi_irsend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
+                               Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Irsend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+// Persistent requests are not offloaded: their C twins end the job where point-to-point is.
+OB_MPI_EXPORT void mpi_send_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm,
+                                  Fint* request, Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Send_init(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+OB_MPI_EXPORT void mpi_recv_init_(void* buf, Fint* count, Fint* type, Fint* source, Fint* tag, Fint* comm,
+                                  Fint* request, Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Recv_init(buf, *count, PMPI_Type_f2c(*type), *source, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+OB_MPI_EXPORT void mpi_irecv_(void* buf, Fint* count, Fint* type, Fint* source, Fint* tag, Fint* comm, Fint* request,
+                              Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Irecv(buf, *count, PMPI_Type_f2c(*type), *source, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+OB_MPI_EXPORT void mpi_send_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* ierr) {
+  *ierr = MPI_Send(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm));
+}
+
+OB_MPI_EXPORT void mpi_ssend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* ierr) {
+  *ierr = MPI_Ssend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm));
+}
+
+OB_MPI_EXPORT void mpi_bsend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* ierr) {
+  *ierr = MPI_Bsend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm));
+}
+
+OB_MPI_EXPORT void mpi_rsend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* ierr) {
+  *ierr = MPI_Rsend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm));
+}
+
+OB_MPI_EXPORT void mpi_recv_(void* buf, Fint* count, Fint* type, Fint* source, Fint* tag, Fint* comm, Fint* status,
+                             Fint* ierr) {
+  with_status([&](MPI_Status* st) {
+    return MPI_Recv(buf, *count, PMPI_Type_f2c(*type), *source, *tag, PMPI_Comm_f2c(*comm), st);
+  }, status, ierr);
+}
+
+OB_MPI_EXPORT void mpi_sendrecv_(void* sendbuf, Fint* sendcount, Fint* sendtype, Fint* dest, Fint* sendtag,
+                                 void* recvbuf, Fint* recvcount, Fint* recvtype, Fint* source, Fint* recvtag,
+                                 Fint* comm, Fint* status, Fint* ierr) {
+  with_status([&](MPI_Status* st) {
+    return MPI_Sendrecv(sendbuf, *sendcount, PMPI_Type_f2c(*sendtype), *dest, *sendtag, recvbuf, *recvcount,
+                        PMPI_Type_f2c(*recvtype), *source, *recvtag, PMPI_Comm_f2c(*comm), st);
+  }, status, ierr);
+}
+
+OB_MPI_EXPORT void mpi_sendrecv_replace_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* sendtag, Fint* source,
+                                         Fint* recvtag, Fint* comm, Fint* status, Fint* ierr) {
+  with_status([&](MPI_Status* st) {
+    return MPI_Sendrecv_replace(buf, *count, PMPI_Type_f2c(*type), *dest, *sendtag, *source, *recvtag,
+                                PMPI_Comm_f2c(*comm), st);
+  }, status, ierr);
+}
+
+OB_MPI_EXPORT void mpi_probe_(Fint* source, Fint* tag, Fint* comm, Fint* status, Fint* ierr) {
+  with_status([&](MPI_Status* st) { return MPI_Probe(*source, *tag, PMPI_Comm_f2c(*comm), st); }, status, ierr);
+}
+
+OB_MPI_EXPORT void mpi_iprobe_(Fint* source, Fint* tag, Fint* comm, Fint* flag, Fint* status, Fint* ierr) {
+  int found = 0;
+  with_status([&](MPI_Status* st) { return MPI_Iprobe(*source, *tag, PMPI_Comm_f2c(*comm), &found, st); }, status,
+              ierr);
+  *flag = found;  // gfortran's .true. is 1
 }
 
 // ---- completion calls: as the C ones, around Open MPI's Fortran versions

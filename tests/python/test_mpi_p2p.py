@@ -4,6 +4,7 @@ MPI's mpicc) checks every message it receives; the report says what went to the 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -12,9 +13,10 @@ import pytest
 
 from outboard import mpi
 from outboard._agent import LocalAgent
-from test_mpi import RUN_TIMEOUT_S, _env, _outboard, _report_lines, build
+from test_mpi import FORTRAN_FLAVOURS, MPIF90, RUN_TIMEOUT_S, _env, _outboard, _report_lines, build
 
 PROGRAM = Path(__file__).resolve().parents[2] / "tests" / "mpi" / "p2p.c"
+FORTRAN = PROGRAM.with_suffix(".F90")
 FLOOD = 64  # messages of 64 KiB rank 1 sends before rank 0 posts a receive
 
 
@@ -102,3 +104,21 @@ def test_a_receive_never_matched_is_reported_at_mpi_finalize_not_a_hang(built) -
     assert run.returncode == 0, run.stdout + run.stderr
     assert "outboard-mpi: rank 0: MPI_Irecv from rank any, tag 123, on communicator 0 never completed before " \
            "MPI_Finalize; dropped" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("flavour", sorted(FORTRAN_FLAVOURS))
+def test_fortran_point_to_point_goes_to_the_agent_like_c(built, flavour, tmp_path) -> None:
+    """Open MPI's Fortran library calls PMPI_ directly, so the interposer wraps its Fortran
+    point-to-point symbols; MPICH's calls the C functions."""
+    which, _ = built
+    fc = shutil.which(MPIF90[which.name])
+    if not fc:
+        pytest.skip(f"{MPIF90[which.name]} not installed (gfortran: scripts/bootstrap.sh installs it)")
+    exe = tmp_path / "p2p_fortran"
+    subprocess.run([fc, "-O1", *FORTRAN_FLAVOURS[flavour], "-o", str(exe), str(FORTRAN)], check=True,
+                   capture_output=True)
+    run = _outboard("mpirun", "-np", "3", "--p2p", "--report", str(exe))
+    assert run.returncode == 0 and "ok fortran p2p" in run.stdout, run.stdout + run.stderr
+    # Sendrecv_replace counts as the Sendrecv it becomes.
+    calls = {"MPI_Isend": 3, "MPI_Irecv": 3, "MPI_Send": 4, "MPI_Recv": 4, "MPI_Sendrecv": 6, "MPI_Probe": 2}
+    assert _report_lines(run.stderr) == {op: f"{n} offloaded {0:8} passed through" for op, n in calls.items()}
