@@ -9,7 +9,8 @@ import importlib
 from types import ModuleType
 
 #: Suite name (as after `outboard bench`, and in meta.json) -> its module in suites/.
-SUITES = {"channel": "channel", "rdma": "rdma", "graph": "graph", "mpi": "mpi", "tokenize": "tokenize_offload",
+SUITES = {"channel": "channel", "rdma": "rdma", "graph": "graph", "mpi": "mpi", "mpi-apps": "mpi_apps",
+          "tokenize": "tokenize_offload",
           "tokenizer": "tokenizer_speed", "checkpoint": "checkpoint", "serving": "serving"}
 
 

@@ -75,6 +75,48 @@ def _tree_cpu_s(pid: int) -> float:
     return total
 
 
+def run_job(cmd: list[str], run_env: dict[str, str], agents: list[LocalAgent], cell: tuple,
+            hung: set[tuple]) -> tuple[dict[str, Any], float]:
+    """Runs one MPI job (a benchmark program printing one JSON line on rank 0): (that line, the
+    ``agents``' CPU seconds meanwhile). A job past CELL_TIMEOUT_S is killed with its ranks, and its
+    ``cell`` joins ``hung``: not run again."""
+    if cell in hung:
+        raise RuntimeError(f"did not finish within {CELL_TIMEOUT_S:.0f} s in an earlier repetition: not run again")
+    before = sum(_tree_cpu_s(a.pid) for a in agents)
+    # A session of its own: a launcher killed at the deadline takes its ranks with it.
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=CELL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            hung.add(cell)
+            raise RuntimeError(f"{' '.join(cmd)} did not finish within {CELL_TIMEOUT_S:.0f} s") from None
+    helper_s = sum(_tree_cpu_s(a.pid) for a in agents) - before
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {stderr.strip()[-400:]}")
+    return json.loads(lines[-1]), helper_s
+
+
+def progress_settings(which: mpi.Mpi) -> tuple[dict[str, str], list[str]]:
+    """(environment, launcher arguments) for the MPI's own asynchronous progress: MPICH's progress
+    thread, or Open MPI's TCP BTL thread (which acts on TCP only)."""
+    if which.name == "mpich":
+        return {"MPICH_ASYNC_PROGRESS": "1"}, []
+    return {}, ["--mca", "btl_tcp_progress_thread", "1"]
+
+
+def run_env() -> dict[str, str]:
+    """The environment MPI jobs run in: Open MPI refuses to start as root unless told; a benchmark
+    run as root tells it."""
+    env = dict(os.environ)
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
 class MpiEnv:
     """The options, one agent for the offloaded rows, and stock's pure latency per cell (the fixed
     compute every implementation gets)."""
@@ -87,10 +129,7 @@ class MpiEnv:
         self.namespace: str | None = None  # the wire-bound regime's, made when first needed
         self.namespace_error: str | None = None
         self.hung: set[tuple] = set()  # (impl, wire, cell) that ran past CELL_TIMEOUT_S: not run again
-        # Open MPI refuses to start as root unless told; a benchmark run as root tells it.
-        self.run_env = dict(os.environ)
-        if os.geteuid() == 0:
-            self.run_env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        self.run_env = run_env()
 
     def __enter__(self) -> MpiEnv:
         self.agent = LocalAgent(*mpi.NODE_AGENT_ARGS, log_level=self.options.log_level).start()
@@ -113,9 +152,6 @@ class MpiEnv:
 
     def run(self, impl: str, p: dict[str, Any], fixed_us: float | None, wire: bool) -> dict[str, Any]:
         which = mpi.MPIS[p["mpi"]]
-        cell = (impl, wire, *sorted(p.items()))
-        if cell in self.hung:
-            raise RuntimeError(f"did not finish within {CELL_TIMEOUT_S:.0f} s in an earlier repetition: not run again")
         iterations, warmup = _iterations(self, p["size"])
         program = [executable(which), p["op"], str(p["size"]), str(iterations), str(warmup)]
         program += [f"{fixed_us:.3f}"] if fixed_us else []
@@ -126,30 +162,13 @@ class MpiEnv:
         if impl == "outboard":
             cmd = mpi.command(program, p["np"], which, launcher_args=tcp, agent=",".join(a.address for a in agents))
         else:
-            extra_env = {"MPICH_ASYNC_PROGRESS": "1"} if impl == "progress" and which.name == "mpich" else {}
-            args = ["--mca", "btl_tcp_progress_thread", "1"] if impl == "progress" and which.name == "openmpi" else []
+            extra_env, args = progress_settings(which) if impl == "progress" else ({}, [])
             if wire and which.name == "mpich":
                 extra_env.update(UCX_TLS="tcp", UCX_NET_DEVICES="lo")
             cmd = mpi.launch(program, p["np"], which, extra_env, args + tcp)
         if wire:
             cmd = ["ip", "netns", "exec", self.namespace, *cmd]
-        before = sum(_tree_cpu_s(a.pid) for a in agents)
-        # A session of its own: a launcher killed at the deadline takes its ranks with it.
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.run_env,
-                              start_new_session=True) as proc:
-            try:
-                stdout, stderr = proc.communicate(timeout=CELL_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-                self.hung.add(cell)
-                raise RuntimeError(f"{' '.join(cmd)} did not finish within {CELL_TIMEOUT_S:.0f} s") from None
-        r = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-        helper_s = sum(_tree_cpu_s(a.pid) for a in agents) - before
-        lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
-        if r.returncode != 0 or not lines:
-            raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()[-400:]}")
-        out = json.loads(lines[-1])
+        out, helper_s = run_job(cmd, self.run_env, agents, (impl, wire, *sorted(p.items())), self.hung)
         if impl == "outboard":
             out["helper_cpu_us"] = helper_s * 1e6 / out["ops"] / len(agents)
         return out
