@@ -9,6 +9,10 @@ namespace {
 
 using namespace mpi_wire;
 
+// A message between two buffers neither of which is mapped here goes through the agent's memory
+// in pieces of at most this.
+constexpr uint64_t kBounceBytes = 1 << 20;
+
 std::string who(int32_t rank) { return rank == kAny ? std::string("any rank") : "rank " + std::to_string(rank); }
 
 std::string where(const P2p& m) {
@@ -150,46 +154,53 @@ void MpiPointToPoint::receive(OpPtr r) {
   q.posted.push_back(std::move(r));
 }
 
-// Send `s` into receive `r`: at most the receive's capacity (the receiver hears the message's
-// whole size and names the truncation), straight into its buffer, then both answered.
+// `n` bytes of send `s` into receive `r`'s buffer: straight in where it is mapped here, else in
+// pieces of at most kBounceBytes (the ranks' word for the sizes bounds nothing of the agent's).
+Status MpiPointToPoint::transfer(const Op& s, const Op& r, uint64_t n) {
+  auto failed = [&](const Status& why, const Op& whose, const char* doing) {
+    return why.with_context(where(s.message) + ": " + doing + " rank " + std::to_string(whose.message.rank) +
+                            "'s buffer");
+  };
+  const Deadline deadline = Deadline::after_ms(kMpiTransferTimeoutMs);
+  auto to = r.peer->import_region(r.message.region);
+  if (!to.ok()) return failed(to.status(), r, "writing");
+  auto from = s.buffered ? Result<RemoteRegion>(Status()) : s.peer->import_region(s.message.region);
+  if (!s.buffered && !from.ok()) return failed(from.status(), s, "reading");
+  if (to->mapped()) {
+    auto out = to->mapped_span(0, n);
+    if (!out.ok()) return failed(out.status(), r, "writing");
+    if (s.buffered) {
+      std::memcpy(out->data(), s.data.data(), n);
+      return {};
+    }
+    const Status read = s.peer->get(*from, 0, *out, deadline);
+    return read.ok() ? read : failed(read, s, "reading");
+  }
+  std::vector<uint8_t> bounce;
+  for (uint64_t at = 0; at < n;) {
+    const uint64_t piece = std::min(n - at, kBounceBytes);
+    std::span<const uint8_t> chunk;
+    if (s.buffered) {
+      chunk = std::span<const uint8_t>(s.data).subspan(at, piece);
+    } else {
+      bounce.resize(piece);
+      if (Status read = s.peer->get(*from, at, bounce, deadline); !read.ok()) return failed(read, s, "reading");
+      chunk = bounce;
+    }
+    if (Status wrote = r.peer->put(*to, at, chunk, deadline); !wrote.ok()) return failed(wrote, r, "writing");
+    at += piece;
+  }
+  // The answer may overtake a write UCX carries; the kernel's copies are done by now.
+  if (!to->in_call())
+    if (Status flushed = r.peer->flush(deadline); !flushed.ok()) return failed(flushed, r, "writing");
+  return {};
+}
+
+// Send `s` into receive `r`, at most the receive's capacity (the receiver hears the message's
+// whole size and names the truncation), then both answered.
 void MpiPointToPoint::deliver(Op& s, Op& r) {
   const uint64_t n = std::min(s.message.bytes, r.message.bytes);
-  Status st;
-  auto failed = [&](const Status& why, const Op& whose, const char* doing) {
-    st = why.with_context(where(s.message) + ": " + doing + " rank " + std::to_string(whose.message.rank) + "'s buffer");
-  };
-  if (n) {
-    auto to = r.peer->import_region(r.message.region);
-    std::span<uint8_t> direct;  // the receiver's buffer, where it is mapped here
-    if (!to.ok()) {
-      failed(to.status(), r, "writing");
-    } else if (to->mapped()) {
-      auto out = to->mapped_span(0, n);
-      if (out.ok()) direct = *out;
-      else failed(out.status(), r, "writing");
-    }
-    std::vector<uint8_t> bounce;
-    std::span<const uint8_t> from;
-    if (st.ok() && s.buffered) {
-      from = std::span<const uint8_t>(s.data).first(n);
-    } else if (st.ok()) {
-      if (direct.empty()) bounce.resize(n);
-      const std::span<uint8_t> into = direct.empty() ? std::span<uint8_t>(bounce) : direct;
-      auto source = s.peer->import_region(s.message.region);
-      const Status read =
-          source.ok() ? s.peer->get(*source, 0, into, Deadline::after_ms(kMpiTransferTimeoutMs)) : source.status();
-      if (!read.ok()) failed(read, s, "reading");
-      from = into;
-    }
-    if (st.ok() && !direct.empty() && from.data() != direct.data()) {
-      std::memcpy(direct.data(), from.data(), n);
-    } else if (st.ok() && direct.empty()) {
-      Status wrote = r.peer->put(*to, 0, from, Deadline::after_ms(kMpiTransferTimeoutMs));
-      // The answer may overtake a write UCX carries; the kernel's copies are done by now.
-      if (wrote.ok() && !to->in_call()) wrote = r.peer->flush(Deadline::after_ms(kMpiTransferTimeoutMs));
-      if (!wrote.ok()) failed(wrote, r, "writing");
-    }
-  }
+  const Status st = n ? transfer(s, r, n) : Status();
   if (st.ok())
     r.responder.respond(envelope({s.message.rank, s.message.tag, s.message.bytes, true, false}));
   else

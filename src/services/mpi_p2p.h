@@ -72,6 +72,7 @@ class MpiPointToPoint {
   void take(OpPtr& op);
   void buffer(const OpPtr& s);
   void refill();
+  Status transfer(const Op& s, const Op& r, uint64_t n);
   void deliver(Op& s, Op& r);
   Status departed(const mpi_wire::P2p& m, uint32_t rank) const;
 

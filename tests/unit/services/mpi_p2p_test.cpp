@@ -154,6 +154,29 @@ TEST_F(MpiP2pTest, APostedReceiveTakesTheFirstMatchingSendStraightAcross) {
   }
 }
 
+TEST_F(MpiP2pTest, AMessageLargerThanTheBounceBufferArrivesWhole) {
+  auto rs = ranks(4);
+  constexpr size_t kBytes = (3 << 20) + 123;  // pieces of 1 MiB through the agent, and a short one
+  std::vector<uint8_t> big(kBytes);
+  std::mt19937 rng(7);
+  for (auto& b : big) b = static_cast<uint8_t>(rng());
+  // Registered to registered (UCX puts, flushed), exposed to exposed (the kernel's copies); posted
+  // first, so the agent copies straight across instead of buffering.
+  for (auto [from, to] : {std::pair{0, 2}, std::pair{1, 3}}) {
+    Answer got, sent, probed;
+    auto* into = receive(rs[to], 4, from, 1, kBytes, got);
+    P2p probe;
+    probe.kind = Kind::kProbe, probe.peer = kAny, probe.tag = kAny;
+    post(rs[to], 4, probe, nullptr, probed);
+    ASSERT_TRUE(answered(*rs[to].conn, {&probed}));
+    send(rs[from], 4, to, 1, big, sent);
+    ASSERT_TRUE(answered(*rs[to].conn, {&got}));
+    ASSERT_TRUE(answered(*rs[from].conn, {&sent}));
+    ASSERT_TRUE(got.status->ok()) << got.status->to_string();
+    EXPECT_EQ(*into, big) << from << " -> " << to;
+  }
+}
+
 TEST_F(MpiP2pTest, OverTheBudgetASendWaitsForItsReceiveAndNothingIsLost) {
   AgentConfig config = testing::test_config();
   config.mpi_unexpected_bytes = 1000;
