@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#define AT(u, n, i, j, k) (u)[((size_t)(i) * ((n) + 2) + (j)) * ((n) + 2) + (k)]
+#include "grid.h"
 
 static double start_value(int gi, int gj, int gk) {
   return sin(0.37 * gi) + cos(0.21 * gj) + 0.5 * sin(0.13 * gk + 0.7 * gi);
@@ -28,23 +28,6 @@ static double update(const double* u, int n, int i, int j, int k) {
   return (AT(u, n, i, j, k) + AT(u, n, i - 1, j, k) + AT(u, n, i + 1, j, k) + AT(u, n, i, j - 1, k) +
           AT(u, n, i, j + 1, k) + AT(u, n, i, j, k - 1) + AT(u, n, i, j, k + 1)) /
          7.0;
-}
-
-/* Face d (0 x-, 1 x+, 2 y-, 3 y+, 4 z-, 5 z+) of the interior, or of the halo when `halo`. */
-static void face(double* u, int n, int d, double* buf, int pack, int halo) {
-  const int axis = d / 2, at = d % 2 ? (halo ? n + 1 : n) : (halo ? 0 : 1);
-  size_t m = 0;
-  for (int a = 1; a <= n; a++)
-    for (int b = 1; b <= n; b++) {
-      double* p = axis == 0 ? &AT(u, n, at, a, b) : axis == 1 ? &AT(u, n, a, at, b) : &AT(u, n, a, b, at);
-      if (pack) buf[m++] = *p;
-      else *p = buf[m++];
-    }
-}
-
-static int cmp(const void* a, const void* b) {
-  const double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
 }
 
 /* The same iterations in one process over the whole periodic grid (dims[d] * n points a side). */
@@ -168,7 +151,7 @@ int main(int argc, char** argv) {
             worst = fmax(worst, fabs(gathered[at++] - want[g]));
           }
     }
-    qsort(slowest + warmup, iterations, sizeof(double), cmp);
+    qsort(slowest + warmup, iterations, sizeof(double), compare_doubles);
     char check[96];
     if (worst <= 1e-12) snprintf(check, sizeof check, "ok");
     else snprintf(check, sizeof check, "field differs from one process's by up to %.3g", worst);

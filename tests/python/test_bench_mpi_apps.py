@@ -1,4 +1,4 @@
-"""Suite ``mpi-apps`` with real mpirun, a real agent and the interposer: the stencil proxy, one small
+"""Suite ``mpi-apps`` with real mpirun, a real agent and the interposer: every proxy, one small
 cell per MPI installed, every implementation once (a smoke run), checking its rows, its own
 correctness check, the phase breakdown and the agent's CPU; never timings."""
 
@@ -18,11 +18,12 @@ from outboard.bench.suites import mpi_apps
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
     available = [name for name in mpi_apps.SHM.sweep["mpi"]
-                 if mpi_apps._unavailable("outboard")(None, {"mpi": name, "proxy": "stencil"}) is None]
+                 if all(mpi_apps._unavailable("outboard")(None, {"mpi": name, "proxy": proxy}) is None
+                        for proxy in mpi_apps.PHASES)]
     if not available:
-        pytest.skip("no MPI with the stencil proxy and the interposer is built here (scripts/bootstrap.sh)")
-    case = dataclasses.replace(mpi_apps.SHM, sweep={"mpi": available, "proxy": ["stencil"], "np": [2], "n": [12]},
-                               quick={})
+        pytest.skip("no MPI with the proxies and the interposer is built here (scripts/bootstrap.sh)")
+    case = dataclasses.replace(mpi_apps.SHM, sweep={"mpi": available, "proxy": list(mpi_apps.PHASES), "np": [2],
+                                                    "n": [12]}, quick={})
     suite = dataclasses.replace(mpi_apps.SUITE, cases=[case])
     out = str(tmp_path_factory.mktemp("mpi_apps") / "run")
     return harness.run(suite, Options(quick=True, smoke=True, out=out, progress=False))
@@ -32,14 +33,18 @@ def test_every_implementation_runs_the_proxy_checked_with_its_phases(small_run: 
     rows = [json.loads(line) for line in (small_run / "results.jsonl").read_text().splitlines()]
     assert json.loads((small_run / "meta.json").read_text())["failed"] == {}
     mpis = {r["params"]["mpi"] for r in rows}
-    assert {(r["params"]["mpi"], r["impl"]) for r in rows} == {(m, i) for m in mpis for i in mpi_apps.IMPLS}
+    assert {(r["params"]["mpi"], r["params"]["proxy"], r["impl"]) for r in rows} == {
+        (m, p, i) for m in mpis for p in mpi_apps.PHASES for i in mpi_apps.IMPLS}
     for r in rows:
         assert r["correctness"]["ok"] and r["correctness"]["check"] == "ok", r
         assert r["correctness"]["dims"] == [2, 1, 1] and r["correctness"]["iterations"] == 20
-        m = r["metrics"]
+        m, proxy = r["metrics"], r["params"]["proxy"]
         assert 0 < m["p50_us"] <= m["p90_us"] and m["rank_cpu_us"] > 0
         assert m["halo_bytes"] == 6 * 12 * 12 * 8
-        assert all(m[p] >= 0 for p in mpi_apps.PHASES) and m["interior_us"] > 0
+        assert all(m[p] >= 0 for p in mpi_apps.PHASES[proxy])
+        assert m["interior_us" if proxy == "stencil" else "multiply_us"] > 0  # the work that overlaps
         assert ("helper_cpu_us" in m) == (r["impl"] == "outboard")
+        if proxy == "cg":  # the pipelined solver's residual, recomputed, beside the classic one's
+            assert r["correctness"]["residual"] <= 10 * r["correctness"]["classic_residual"]
     report = (small_run / "report.md").read_text()
     assert "| outboard |" in report and "ratio / stock" in report
