@@ -18,7 +18,7 @@ from outboard.bench.suites import mpi_apps
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
     available = [name for name in mpi_apps.SHM.sweep["mpi"]
-                 if all(mpi_apps._unavailable("outboard")(None, {"mpi": name, "proxy": proxy}) is None
+                 if all(mpi_apps._unavailable("outboard", False)(None, {"mpi": name, "proxy": proxy}) is None
                         for proxy in mpi_apps.PHASES)]
     if not available:
         pytest.skip("no MPI with the proxies and the interposer is built here (scripts/bootstrap.sh)")

@@ -155,23 +155,32 @@ class MpiEnv:
         iterations, warmup = _iterations(self, p["size"])
         program = [executable(which), p["op"], str(p["size"]), str(iterations), str(warmup)]
         program += [f"{fixed_us:.3f}"] if fixed_us else []
-        agents = [] if impl != "outboard" else self.agents_for(p["np"]) if wire else [self.agent]
+        out, helper_s, agents = self.job(impl, which, program, p["np"], wire, tuple(sorted(p.items())))
+        if impl == "outboard":
+            out["helper_cpu_us"] = helper_s * 1e6 / out["ops"] / agents
+        return out
+
+    def job(self, impl: str, which: mpi.Mpi, program: list[str], ranks: int, wire: bool, cell: tuple,
+            p2p: bool = False) -> tuple[dict[str, Any], float, int]:
+        """Runs ``program`` on ``ranks`` ranks as ``impl`` (stock, progress: the MPI's own progress
+        thread, outboard: the interposer, with point-to-point where ``p2p``), in the wire-bound
+        regime's namespace where ``wire``: (its JSON line, the agents' CPU seconds, their number)."""
+        agents = [] if impl != "outboard" else self.agents_for(ranks) if wire else [self.agent]
         # Open MPI held to TCP over the shaped loopback (MCA parameters: the ranks' UCX is untouched).
         tcp = ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
         tcp = tcp if wire and which.name == "openmpi" else []
         if impl == "outboard":
-            cmd = mpi.command(program, p["np"], which, launcher_args=tcp, agent=",".join(a.address for a in agents))
+            cmd = mpi.command(program, ranks, which, launcher_args=tcp, agent=",".join(a.address for a in agents),
+                              p2p=p2p)
         else:
             extra_env, args = progress_settings(which) if impl == "progress" else ({}, [])
             if wire and which.name == "mpich":
                 extra_env.update(UCX_TLS="tcp", UCX_NET_DEVICES="lo")
-            cmd = mpi.launch(program, p["np"], which, extra_env, args + tcp)
+            cmd = mpi.launch(program, ranks, which, extra_env, args + tcp)
         if wire:
             cmd = ["ip", "netns", "exec", self.namespace, *cmd]
-        out, helper_s = run_job(cmd, self.run_env, agents, (impl, wire, *sorted(p.items())), self.hung)
-        if impl == "outboard":
-            out["helper_cpu_us"] = helper_s * 1e6 / out["ops"] / len(agents)
-        return out
+        out, helper_s = run_job(cmd, self.run_env, agents, (impl, wire, *cell), self.hung)
+        return out, helper_s, len(agents)
 
     def agents_for(self, ranks: int) -> list[LocalAgent]:
         """An agent per rank in the wire-bound regime's namespace (each stands for its node's)."""
