@@ -126,7 +126,11 @@ AARCH64_QEMU_SKIPS := RegionTest.ExposedMemoryIsWrittenByTheAgentThroughTheKerne
   MpiServiceTest.AlltoallvPairsCountsAndNamesRanksThatDisagree:$\
   MpiServiceTest.AnExposedBufferFreedBeforeTheCollectiveFailsItNotTheAgent:$\
   MpiSpanningTest.EveryCollectiveAcrossTwoAgents:MpiSpanningTest.AnAgentClosesItsConnectionsToOthersWhenItsRanksAllLeft:$\
-  WorkerTest.AProcessKeyCopiesThroughTheKernelWithinItsBounds:WorkerTest.AProcessKeyStopsOnceTheProcessItWasCheckedForEnded
+  WorkerTest.AProcessKeyCopiesThroughTheKernelWithinItsBounds:WorkerTest.AProcessKeyStopsOnceTheProcessItWasCheckedForEnded:$\
+  MpiP2pTest.ReceivesMatchSourceAndTagOrAnyInArrivalOrder:MpiP2pTest.APostedReceiveTakesTheFirstMatchingSendStraightAcross:$\
+  MpiP2pTest.AMessageLargerThanTheBounceBufferArrivesWhole:MpiP2pTest.OverTheBudgetASendWaitsForItsReceiveAndNothingIsLost:$\
+  MpiP2pTest.ASynchronousSendIsAnsweredOnlyOnceMatched:MpiP2pTest.AShortReceiveHearsTheWholeSizeAndGetsOnlyItsCapacity:$\
+  MpiP2pTest.ProbeSeesAMessageWithoutTakingItAndCancelTakesBackAReceive:MpiP2pTest.ARankThatLeavesFailsWhatWaitsForItNamingIt
 AARCH64_CXX := $(shell command -v aarch64-linux-gnu-g++)
 
 agent-aarch64: bootstrap
