@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "grid.h"
 
@@ -80,12 +79,9 @@ int main(int argc, char** argv) {
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc != 4) {
-    if (rank == 0) fprintf(stderr, "usage: %s N ITERATIONS WARMUP\n", argv[0]);
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  n = atoi(argv[1]);
-  const int iterations = atoi(argv[2]), warmup = atoi(argv[3]), all = iterations + warmup;
+  int iterations, warmup;
+  proxy_arguments(argc, argv, &n, &iterations, &warmup);
+  const int all = iterations + warmup;
   int dims[3] = {0, 0, 0}, periods[3] = {0, 0, 0}, coords[3];
   MPI_Dims_create(size, 3, dims);
   MPI_Cart_create(MPI_COMM_WORLD, 3, dims, periods, 0, &cart);
@@ -166,8 +162,7 @@ int main(int argc, char** argv) {
   }
   const double classic = residual(x, b, tmp);
 
-  const double cpu_s = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) + (r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
-                       1e-6 * ((r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) + (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec));
+  const double cpu_s = cpu_seconds(&r0, &r1);
   double cpu_sum = 0, phases[3];
   MPI_Reduce(&cpu_s, &cpu_sum, 1, MPI_DOUBLE, MPI_SUM, 0, cart);
   MPI_Reduce(phase, phases, 3, MPI_DOUBLE, MPI_SUM, 0, cart);

@@ -154,6 +154,7 @@ void release(Handoff& op) {
   if (op.staged_bytes) g_offload->arena.give(op.staged_at, op.staged_bytes);
   if (op.output_bytes) g_offload->arena.give(op.output_at, op.output_bytes);
   op.staged_bytes = op.output_bytes = 0;
+  if (op.unpack_type != MPI_DATATYPE_NULL) PMPI_Type_free(&op.unpack_type);
 }
 
 void forget_if_done(Handoff* op) {
@@ -235,7 +236,6 @@ void finish_answered() {
                    static_cast<unsigned long long>(op->seq), static_cast<unsigned long long>(op->comm),
                    op->answer->to_string().c_str());
     }
-    if (op->unpack_type != MPI_DATATYPE_NULL) PMPI_Type_free(&op->unpack_type);
     release(*op);
     op->completed = true;
     PMPI_Grequest_complete(op->request);
@@ -495,6 +495,42 @@ Ranges blocks(const Post& p, bool output, uint64_t whole) {
   return out;
 }
 
+// Gives `op` its generalized request and posts `message` to the agent, whose answer completes it
+// (a receive's answer is its envelope). Where `described` failed, or the submit does (the
+// connection closed), it completes as failed at the next completion call. An MPI error code.
+int hand_off(std::unique_ptr<Handoff> op, const Status& described, std::vector<uint8_t> message,
+             MPI_Request* request) {
+  Handoff* raw = op.get();
+  const int rc = PMPI_Grequest_start(query, free_op, cancel_op, raw, request);
+  if (rc != MPI_SUCCESS) {
+    release(*raw);
+    return rc;
+  }
+  raw->request = *request;
+  g_offload->ops.emplace(raw, std::move(op));
+  g_offload->running.emplace(*request, raw);
+  const bool receives = raw->p2p && raw->p2p->kind == services::mpi_wire::Kind::kRecv;
+  const Status st = !described.ok() ? described : g_offload->conn->submit(
+      "mpi", Buffer::copy_of(message), Deadline::after_ms(g_offload->timeout_s * 1000),
+      [raw, receives](Result<Buffer> answer) {
+        Status st = answer.status();
+        if (st.ok() && receives) {
+          auto envelope = services::mpi_wire::decode_envelope(answer->span());
+          if (envelope.ok()) raw->envelope = *envelope;
+          else st = envelope.status();
+        }
+        raw->answer = st;
+        raw->answered.store(true, std::memory_order_release);
+        g_offload->answers.fetch_add(1, std::memory_order_release);
+      },
+      Connection::Credit::kWait);
+  if (!st.ok()) {
+    raw->answer = st;
+    raw->answered.store(true, std::memory_order_release);
+  }
+  return MPI_SUCCESS;
+}
+
 }  // namespace
 
 int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void* output, uint64_t output_bytes,
@@ -555,28 +591,7 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
     post.agent_of = name->agent_of;
   }
   op->coll = post.coll, op->seq = post.seq, op->comm = post.comm;
-  Handoff* raw = op.get();
-  int rc = PMPI_Grequest_start(query, free_op, cancel_op, raw, request);
-  if (rc != MPI_SUCCESS) {
-    release(*raw);
-    return rc;
-  }
-  raw->request = *request;
-  g_offload->ops.emplace(raw, std::move(op));
-  g_offload->running.emplace(*request, raw);
-  const Status st = !described.ok() ? described : g_offload->conn->submit(
-      "mpi", Buffer::copy_of(services::mpi_wire::encode(post)), Deadline::after_ms(g_offload->timeout_s * 1000),
-      [raw](Result<Buffer> answer) {
-        raw->answer = answer.status();
-        raw->answered.store(true, std::memory_order_release);
-        g_offload->answers.fetch_add(1, std::memory_order_release);
-      },
-      Connection::Credit::kWait);
-  if (!st.ok()) {  // completes as failed at the next completion call
-    raw->answer = st;
-    raw->answered.store(true, std::memory_order_release);
-  }
-  return MPI_SUCCESS;
+  return hand_off(std::move(op), described, services::mpi_wire::encode(post), request);
 }
 
 void offload_sweep() {
@@ -670,37 +685,10 @@ int p2p_post(services::mpi_wire::P2p m, MPI_Comm comm, const void* buf, int coun
     if (region.ok()) m.region.assign(region->descriptor().begin(), region->descriptor().end());
     else described = region.status();
   }
-  const std::vector<uint8_t> message = services::mpi_wire::encode(m);
+  std::vector<uint8_t> message = services::mpi_wire::encode(m);
   m.region.clear();
   op->p2p = std::move(m);
-  Handoff* raw = op.get();
-  const int rc = PMPI_Grequest_start(query, free_op, cancel_op, raw, request);
-  if (rc != MPI_SUCCESS) {
-    if (raw->unpack_type != MPI_DATATYPE_NULL) PMPI_Type_free(&raw->unpack_type);
-    return rc;
-  }
-  raw->request = *request;
-  g_offload->ops.emplace(raw, std::move(op));
-  g_offload->running.emplace(*request, raw);
-  const Status st = !described.ok() ? described : g_offload->conn->submit(
-      "mpi", Buffer::copy_of(message), Deadline::after_ms(g_offload->timeout_s * 1000),
-      [raw, receives](Result<Buffer> answer) {
-        Status st = answer.status();
-        if (st.ok() && receives) {
-          auto envelope = services::mpi_wire::decode_envelope(answer->span());
-          if (envelope.ok()) raw->envelope = *envelope;
-          else st = envelope.status();
-        }
-        raw->answer = st;
-        raw->answered.store(true, std::memory_order_release);
-        g_offload->answers.fetch_add(1, std::memory_order_release);
-      },
-      Connection::Credit::kWait);
-  if (!st.ok()) {  // completes as failed at the next completion call
-    raw->answer = st;
-    raw->answered.store(true, std::memory_order_release);
-  }
-  return MPI_SUCCESS;
+  return hand_off(std::move(op), described, std::move(message), request);
 }
 
 int p2p_iprobe(services::mpi_wire::P2p m, MPI_Comm comm, int* flag, MPI_Status* status) {

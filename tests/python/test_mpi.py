@@ -168,11 +168,12 @@ def test_without_an_agent_everything_passes_through_with_one_warning(built) -> N
     assert run.stderr.count("outboard-mpi: no agent: ") == 1 and "every operation passes through" in run.stderr
 
 
-def _killed_mid_wait(which: mpi.Mpi, exe: Path, agents: list[LocalAgent], victim: LocalAgent) -> tuple[str, str, float]:
+def _killed_mid_wait(which: mpi.Mpi, exe: Path, agents: list[LocalAgent], victim: LocalAgent,
+                     p2p: bool = False) -> tuple[str, str, float]:
     """Runs the program's "slow" mode (rank 0 waits in MPI_Wait while rank 1 sleeps 20 s) with
     ``agents`` (world rank r on agent r modulo their count) and kills ``victim`` a second into the
     wait: (stdout, stderr, seconds from the kill to the job's end)."""
-    cmd = mpi.command([str(exe), "slow"], 2, which, agent=",".join(a.address for a in agents))
+    cmd = mpi.command([str(exe), "slow"], 2, which, agent=",".join(a.address for a in agents), p2p=p2p)
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     try:
         assert "rank 0: waiting" in job.stdout.readline() + job.stdout.readline()

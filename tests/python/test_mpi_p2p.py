@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from outboard import mpi
 from outboard._agent import LocalAgent
-from test_mpi import FORTRAN_FLAVOURS, MPIF90, RUN_TIMEOUT_S, _env, _outboard, _report_lines, build
+from test_mpi import FORTRAN_FLAVOURS, MPIF90, RUN_TIMEOUT_S, _env, _killed_mid_wait, _outboard, _report_lines, build
 
 PROGRAM = Path(__file__).resolve().parents[2] / "tests" / "mpi" / "p2p.c"
 FORTRAN = PROGRAM.with_suffix(".F90")
@@ -82,17 +81,7 @@ def test_a_rank_whose_agent_cannot_reach_its_memory_leaves_point_to_point_with_m
 def test_the_agent_killed_while_a_rank_waits_for_a_message_fails_the_wait(built) -> None:
     which, exe = built
     with LocalAgent(*mpi.NODE_AGENT_ARGS) as agent:
-        cmd = mpi.command([str(exe), "slow"], 2, which, agent=agent.address, p2p=True)
-        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
-        try:
-            assert "rank 0: waiting" in job.stdout.readline() + job.stdout.readline()
-            time.sleep(1.0)  # rank 0 is inside MPI_Wait
-            agent.process.kill()
-            killed = time.monotonic()
-            out, err = job.communicate(timeout=15)
-            took = time.monotonic() - killed
-        finally:
-            job.kill()
+        out, err, took = _killed_mid_wait(which, exe, [agent], agent, p2p=True)
     assert took < 15, took  # the connection's keepalive, not rank 1's 20 s
     assert "rank 0: MPI_Wait failed" in out, out + err
     assert "outboard-mpi: MPI_Irecv from rank 1, tag 0, on communicator 0 failed: " in err, err
