@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(g++ make cmake ninja-build pkg-config git libucx-dev ucx-utils libgtest-dev
           nlohmann-json3-dev libsodium-dev libssl-dev libxxhash-dev libtbb-dev python3-dev python3-venv iproute2 clang
-          openmpi-bin libopenmpi-dev mpich libmpich-dev gfortran)
+          openmpi-bin libopenmpi-dev mpich libmpich-dev gfortran libfftw3-dev)
 # libFuzzer's runtime: its own package on Debian 12, part of libclang-common on Ubuntu 22.04.
 if apt-cache show libclang-rt-14-dev >/dev/null 2>&1; then PACKAGES+=(libclang-rt-14-dev); fi
 # Build: nanobind, scikit-build-core. Run: numpy, matplotlib (benchmark charts),

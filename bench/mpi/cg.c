@@ -162,14 +162,8 @@ int main(int argc, char** argv) {
   }
   const double classic = residual(x, b, tmp);
 
-  const double cpu_s = cpu_seconds(&r0, &r1);
-  double cpu_sum = 0, phases[3];
-  MPI_Reduce(&cpu_s, &cpu_sum, 1, MPI_DOUBLE, MPI_SUM, 0, cart);
-  MPI_Reduce(phase, phases, 3, MPI_DOUBLE, MPI_SUM, 0, cart);
-  double* slowest = malloc(all * sizeof(double));
-  MPI_Reduce(times, slowest, all, MPI_DOUBLE, MPI_MAX, 0, cart);
+  const struct summary sum = summarize(cart, times, warmup, iterations, cpu_seconds(&r0, &r1), phase, 3);
   if (rank == 0) {
-    qsort(slowest + warmup, iterations, sizeof(double), compare_doubles);
     const int ok = !isnan(pipelined) && (pipelined <= 10 * classic || (pipelined < 1e-10 && classic < 1e-10));
     char check[128];
     if (ok) snprintf(check, sizeof check, "ok");
@@ -177,13 +171,11 @@ int main(int argc, char** argv) {
     printf("{\"proxy\": \"cg\", \"n\": %d, \"np\": %d, \"dims\": [%d, %d, %d], \"iterations\": %d, \"p50_us\": %.3f, "
            "\"p90_us\": %.3f, \"rank_cpu_us\": %.3f, \"multiply_us\": %.3f, \"wait_us\": %.3f, \"update_us\": %.3f, "
            "\"residual\": %.3g, \"classic_residual\": %.3g, \"halo_bytes\": %zu, \"check\": \"%s\"}\n",
-           n, size, dims[0], dims[1], dims[2], iterations, 1e6 * slowest[warmup + iterations / 2],
-           1e6 * slowest[warmup + (iterations * 9) / 10], 1e6 * cpu_sum / size / iterations,
-           1e6 * phases[0] / size / iterations, 1e6 * phases[1] / size / iterations,
-           1e6 * phases[2] / size / iterations, pipelined, classic, 6 * (size_t)n * n * sizeof(double), check);
+           n, size, dims[0], dims[1], dims[2], iterations, sum.p50_us, sum.p90_us, sum.cpu_us, phase[0], phase[1],
+           phase[2], pipelined, classic, 6 * (size_t)n * n * sizeof(double), check);
   }
   for (int i = 0; i < 10; i++) free(v[i]);
-  free(send_faces), free(recv_faces), free(times), free(slowest);
+  free(send_faces), free(recv_faces), free(times);
   MPI_Comm_free(&cart);
   MPI_Finalize();
   return 0;

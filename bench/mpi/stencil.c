@@ -116,13 +116,7 @@ int main(int argc, char** argv) {
     }
   }
   getrusage(RUSAGE_SELF, &r1);
-  const double cpu_s = cpu_seconds(&r0, &r1);
-  double cpu_sum = 0;
-  MPI_Reduce(&cpu_s, &cpu_sum, 1, MPI_DOUBLE, MPI_SUM, 0, cart);
-  double phases[4];
-  MPI_Reduce(phase, phases, 4, MPI_DOUBLE, MPI_SUM, 0, cart);
-  double* slowest = malloc(all * sizeof(double));
-  MPI_Reduce(times, slowest, all, MPI_DOUBLE, MPI_MAX, 0, cart);
+  const struct summary sum = summarize(cart, times, warmup, iterations, cpu_seconds(&r0, &r1), phase, 4);
 
   /* The check: every rank's interior to rank 0, against one process's run over the whole grid. */
   double* mine = malloc((size_t)n * n * n * sizeof(double));
@@ -147,20 +141,17 @@ int main(int argc, char** argv) {
             worst = fmax(worst, fabs(gathered[at++] - want[g]));
           }
     }
-    qsort(slowest + warmup, iterations, sizeof(double), compare_doubles);
     char check[96];
     if (worst <= 1e-12) snprintf(check, sizeof check, "ok");
     else snprintf(check, sizeof check, "field differs from one process's by up to %.3g", worst);
     printf("{\"proxy\": \"stencil\", \"n\": %d, \"np\": %d, \"dims\": [%d, %d, %d], \"iterations\": %d, "
            "\"p50_us\": %.3f, \"p90_us\": %.3f, \"rank_cpu_us\": %.3f, \"post_us\": %.3f, \"interior_us\": %.3f, "
            "\"wait_us\": %.3f, \"boundary_us\": %.3f, \"halo_bytes\": %zu, \"check\": \"%s\"}\n",
-           n, size, dims[0], dims[1], dims[2], iterations, 1e6 * slowest[warmup + iterations / 2],
-           1e6 * slowest[warmup + (iterations * 9) / 10], 1e6 * cpu_sum / size / iterations,
-           1e6 * phases[0] / size / iterations, 1e6 * phases[1] / size / iterations, 1e6 * phases[2] / size / iterations,
-           1e6 * phases[3] / size / iterations, 6 * face_points * sizeof(double), check);
+           n, size, dims[0], dims[1], dims[2], iterations, sum.p50_us, sum.p90_us, sum.cpu_us, phase[0], phase[1],
+           phase[2], phase[3], 6 * face_points * sizeof(double), check);
     free(want);
   }
-  free(u), free(v), free(out), free(in), free(times), free(slowest), free(mine), free(gathered), free(all_coords);
+  free(u), free(v), free(out), free(in), free(times), free(mine), free(gathered), free(all_coords);
   MPI_Comm_free(&cart);
   MPI_Finalize();
   return 0;

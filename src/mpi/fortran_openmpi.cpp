@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -71,6 +72,11 @@ void with_status(Call call, Fint* status, Fint* ierr) {
   if (status != &mpi_fortran_status_ignore_) PMPI_Status_c2f(&c, status);
 }
 
+// A Fortran LOGICAL array as C ints (gfortran's .TRUE. is 1, any nonzero reads true).
+std::vector<int> logicals(const Fint* values, Fint n) {
+  return std::vector<int>(values, values + std::max<Fint>(n, 0));
+}
+
 }  // namespace
 }  // namespace outboard::mpi
 
@@ -107,6 +113,23 @@ OB_MPI_EXPORT void mpi_comm_dup_(Fint* comm, Fint* newcomm, Fint* ierr) {
 OB_MPI_EXPORT void mpi_comm_split_(Fint* comm, Fint* color, Fint* key, Fint* newcomm, Fint* ierr) {
   MPI_Comm c = MPI_COMM_NULL;
   *ierr = MPI_Comm_split(PMPI_Comm_f2c(*comm), *color, *key, &c);
+  if (*ierr == MPI_SUCCESS) *newcomm = PMPI_Comm_c2f(c);
+}
+
+OB_MPI_EXPORT void mpi_cart_create_(Fint* comm, Fint* ndims, Fint* dims, Fint* periods, Fint* reorder, Fint* cart,
+                                    Fint* ierr) {
+  MPI_Comm c = MPI_COMM_NULL;
+  const std::vector<int> dims_c(dims, dims + std::max<Fint>(*ndims, 0)), periods_c = logicals(periods, *ndims);
+  *ierr = MPI_Cart_create(PMPI_Comm_f2c(*comm), *ndims, dims_c.data(), periods_c.data(), *reorder != 0, &c);
+  if (*ierr == MPI_SUCCESS) *cart = PMPI_Comm_c2f(c);
+}
+
+OB_MPI_EXPORT void mpi_cart_sub_(Fint* comm, Fint* remain_dims, Fint* newcomm, Fint* ierr) {
+  const MPI_Comm cart = PMPI_Comm_f2c(*comm);
+  int ndims = 0;
+  PMPI_Cartdim_get(cart, &ndims);
+  MPI_Comm c = MPI_COMM_NULL;
+  *ierr = MPI_Cart_sub(cart, logicals(remain_dims, ndims).data(), &c);
   if (*ierr == MPI_SUCCESS) *newcomm = PMPI_Comm_c2f(c);
 }
 

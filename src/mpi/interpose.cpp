@@ -201,6 +201,19 @@ OB_MPI_EXPORT int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* ne
   return rc;
 }
 
+OB_MPI_EXPORT int MPI_Cart_create(MPI_Comm comm, int ndims, const int dims[], const int periods[], int reorder,
+                                  MPI_Comm* cart) {
+  const int rc = PMPI_Cart_create(comm, ndims, dims, periods, reorder, cart);
+  if (rc == MPI_SUCCESS && offload_on()) name_communicator(*cart);
+  return rc;
+}
+
+OB_MPI_EXPORT int MPI_Cart_sub(MPI_Comm comm, const int remain_dims[], MPI_Comm* newcomm) {
+  const int rc = PMPI_Cart_sub(comm, remain_dims, newcomm);
+  if (rc == MPI_SUCCESS && offload_on()) name_communicator(*newcomm);
+  return rc;
+}
+
 // ---- the collectives
 
 namespace {
@@ -552,13 +565,6 @@ OB_MPI_EXPORT int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message* ms
 OB_MPI_EXPORT int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* msg, MPI_Status* status) {
   refuse("MPI_Improbe", comm);
   return PMPI_Improbe(source, tag, comm, flag, msg, status);
-}
-
-OB_MPI_EXPORT int MPI_Cart_create(MPI_Comm comm, int ndims, const int dims[], const int periods[], int reorder,
-                                  MPI_Comm* cart) {
-  const int rc = PMPI_Cart_create(comm, ndims, dims, periods, reorder, cart);
-  if (rc == MPI_SUCCESS && offload_on()) name_communicator(*cart);
-  return rc;
 }
 
 // ---- completion calls: every form a program may wait with, over arrays that mix offloaded and

@@ -28,7 +28,7 @@ std::string_view route_reason(Route route) {
     case Route::kNonContiguous: return "non-contiguous datatype";
     case Route::kReduceType: return "datatype not int, long, float or double (C or Fortran)";
     case Route::kReduceOp: return "op not sum, min, max or prod";
-    case Route::kUnknownComm: return "communicator not from world, dup or split";
+    case Route::kUnknownComm: return "communicator not from world, dup, split, cart_create or cart_sub";
     case Route::kTypeMismatch: return "send and receive sizes differ";
     case Route::kTooBig: return "larger than the staging memory";
     case Route::kNoAgent: return "no agent";

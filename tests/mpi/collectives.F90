@@ -1,7 +1,8 @@
 ! The Fortran program for the interposer's tests: each collective Outboard may offload, called
 ! from Fortran (mpif.h, or `use mpi` when built with -DUSE_MPI_MODULE), checked against the MPI
-! library's blocking collective, MPI_IN_PLACE included, completed by Wait, Waitall and Testall. Rank 0 prints "ok fortran" or names what
-! differed (and the program stops with status 1).
+! library's blocking collective, MPI_IN_PLACE included, completed by Wait, Waitall and Testall, on
+! MPI_COMM_WORLD and on a communicator from MPI_Cart_create and MPI_Cart_sub. Rank 0 prints "ok
+! fortran" or names what differed (and the program stops with status 1).
 program collectives
 #ifdef USE_MPI_MODULE
   use mpi
@@ -11,7 +12,7 @@ program collectives
   include 'mpif.h'
 #endif
   integer, parameter :: n = 5
-  integer :: ierr, rank, nranks, i, req, bad, allbad, reqs(2)
+  integer :: ierr, rank, nranks, i, req, bad, allbad, reqs(2), cart, row
   integer :: stat(MPI_STATUS_SIZE), stats(MPI_STATUS_SIZE, 2)
   logical :: done
   integer, allocatable :: send(:), recv(:), want(:), counts(:), displs(:)
@@ -84,6 +85,15 @@ program collectives
     call MPI_Testall(2, reqs, done, MPI_STATUSES_IGNORE, ierr)
   end do
   call expect(all(recv == want) .and. all(sum_x == want_x), 'MPI_Testall')
+
+  ! P3DFFT's rows: a Cartesian grid's sub-communicator (here all ranks)
+  call MPI_Cart_create(MPI_COMM_WORLD, 2, [nranks, 1], [.false., .false.], .false., cart, ierr)
+  call MPI_Cart_sub(cart, [.true., .false.], row, ierr)
+  call MPI_Iallreduce(x, sum_x, n, MPI_DOUBLE_PRECISION, MPI_SUM, row, req, ierr)
+  call MPI_Wait(req, stat, ierr)
+  call expect(all(sum_x == want_x), 'MPI_Iallreduce on a MPI_Cart_sub communicator')
+  call MPI_Comm_free(row, ierr)
+  call MPI_Comm_free(cart, ierr)
 
   call MPI_Allreduce(bad, allbad, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
   if (rank == 0 .and. allbad == 0) print '(a)', 'ok fortran'
