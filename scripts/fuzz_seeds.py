@@ -103,16 +103,24 @@ def main() -> int:
         "tokenize-upload": b"\x05L\x03[PAD]\n[UNK]\nhello\n",
     }
     # mpi_post: services/mpi_wire.h, a post (version, kind, comm, seq, size, rank, coll, elem, op, flags, root,
-    # bytes, send and receive offsets, arrays, regions, with kSpans the agents), another agent's share or a
-    # rank's reach (value, region).
+    # bytes, send and receive offsets, arrays, regions, with kSpans the agents), another agent's share,
+    # forwarded send or watch, a rank's reach (value, region) or point-to-point message (comm, size, rank, peer,
+    # tag, flags, bytes, id, region, with kRemote the token and the other agent), and the envelope answering one.
+    mpi_wire = 3
     def post(coll: int, elem: int, op: int, flags: int, root: int, nbytes: int, arrays: bytes, send: bytes,
              recv: bytes, spans: bytes = b"") -> bytes:
-        return (struct.pack("<BBQQIIBBBBIQQQ", 2, 0, 7, 3, 2, 1, coll, elem, op, flags | (4 if spans else 0), root,
-                            nbytes, 0, 64) + arrays + blob(send) + blob(recv) + spans)
+        return (struct.pack("<BBQQIIBBBBIQQQ", mpi_wire, 0, 7, 3, 2, 1, coll, elem, op, flags | (4 if spans else 0),
+                            root, nbytes, 0, 64) + arrays + blob(send) + blob(recv) + spans)
+    def p2p(kind: int, peer: int, tag: int, flags: int, nbytes: int, region: bytes, remote: bytes = b"") -> bytes:
+        return (struct.pack("<BBQIIiiBQQ", mpi_wire, kind, 0, 4, 1, peer, tag, flags | (2 if remote else 0), nbytes,
+                            5) + blob(region) + remote)
+    def forward(flags: int, data: bytes, nbytes: int) -> bytes:
+        return struct.pack("<BBQIIIiBQQ", mpi_wire, 7, 0, 4, 1, 2, 3, flags, nbytes, 9) + data
+    remote = b"ab" * 32 + blob(b"127.0.0.1:7001")
     agents = (b"ab" * 32 + struct.pack("<I", 2) + blob(b"127.0.0.1:7000") + blob(b"127.0.0.1:7001")
               + struct.pack("<III", 2, 0, 1))
     def share(coll: int, elem: int, op: int, nbytes: int, blocks: list[bytes]) -> bytes:
-        return (struct.pack("<BBQQIIBBBIQI", 2, 1, 7, 3, 2, 1, coll, elem, op, 0, nbytes, len(blocks))
+        return (struct.pack("<BBQQIIBBBIQI", mpi_wire, 1, 7, 3, 2, 1, coll, elem, op, 0, nbytes, len(blocks))
                 + b"".join(struct.pack("<Q", len(b)) for b in blocks) + b"".join(blocks))
     v = b"".join(struct.pack("<IQQ", 2, a, b) for a, b in ((4, 4), (0, 4), (4, 4), (0, 4)))
     seeds["mpi_post"] = {
@@ -128,7 +136,19 @@ def main() -> int:
         "share-alltoall": share(0, 0, 0, 4, [b"abcd"]),
         "share-allreduce": share(4, 3, 1, 8, [b"12345678"]),
         "share-bcast-empty": share(3, 0, 0, 8, [b""]),
-        "reach": struct.pack("<BBQ", 2, 2, 0x5EED) + blob(struct.pack("<IQQ", 0x3150424F, 0x7F0000000000, 8)),
+        "reach": struct.pack("<BBQ", mpi_wire, 2, 0x5EED) + blob(struct.pack("<IQQ", 0x3150424F, 0x7F0000000000, 8)),
+        "p2p_send": p2p(3, 2, 7, 1, 64, b"send-key"),
+        "p2p_recv_any": p2p(4, -1, -1, 0, 64, b"recv-key"),
+        "p2p_probe": p2p(5, 3, -1, 0, 0, b""),
+        "p2p_cancel": p2p(6, -1, -1, 0, 0, b""),
+        "p2p_send_remote": p2p(3, 2, 7, 0, 64, b"send-key", remote),
+        "p2p_recv_remote": p2p(4, 2, 7, 0, 64, b"recv-key", remote),
+        "forward": forward(1, b"abcd", 4),
+        "forward_later": forward(2, b"", 4),
+        "forward_follows": forward(4, b"abcd", 4),
+        "forward_gone": forward(12, b"", 4),
+        "watch": bytes([mpi_wire, 8]),
+        "envelope": struct.pack("<IiQB", 2, 7, 64, 1),
     }
     # checkpoint_save: services/checkpoint_wire.h, an open (keep_last, directory), a save (handle, step, region,
     # tensors: name, dtype, dims, offset, bytes; the state's JSON) or a close (handle).

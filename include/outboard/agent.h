@@ -72,6 +72,8 @@ struct AgentConfig {
   uint32_t mpi_max_pending = 256;  ///< --mpi-max-pending: a rank's collectives waiting for its other ranks
   uint64_t mpi_unexpected_bytes = 64ull << 20;  ///< --mpi-unexpected-bytes: unexpected messages buffered per job
   uint32_t mpi_max_messages = 4096;  ///< --mpi-max-messages: a rank's sends and receives unmatched
+  /// --mpi-forward-window-bytes: sends forwarded to another agent, unanswered, per agent
+  uint64_t mpi_forward_window_bytes = 16ull << 20;
   // The checkpoint service.
   std::string checkpoint_root;  ///< --checkpoint-root: where clients' checkpoints may go; empty: nowhere
   uint64_t checkpoint_max_dir_bytes = 0;  ///< --checkpoint-max-dir-bytes: one directory's checkpoints; 0: no limit

@@ -116,6 +116,9 @@ config::Options agent_options(const AgentConfig& a) {
            "send waits for its receive)"},
           {"mpi-max-messages", Type::kInt, std::to_string(a.mpi_max_messages),
            "point-to-point sends and receives one MPI rank may have unmatched"},
+          {"mpi-forward-window-bytes", Type::kSize, std::to_string(a.mpi_forward_window_bytes),
+           "MPI sends forwarded to another agent (whose ranks receive them) and not yet answered, per agent (beyond "
+           "it, sends wait in their ranks' memory)"},
           {"checkpoint-root", Type::kString, a.checkpoint_root,
            "directory the checkpoint service writes clients' checkpoints in (each client names a directory inside "
            "it); empty: the service refuses every directory"},
@@ -216,6 +219,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.mpi_max_pending = static_cast<uint32_t>(mpi_pending);
   a.mpi_max_messages = static_cast<uint32_t>(mpi_messages);
   a.mpi_unexpected_bytes = o.size("mpi-unexpected-bytes");
+  a.mpi_forward_window_bytes = o.size("mpi-forward-window-bytes");
   a.tokenize_threads = static_cast<uint32_t>(threads);
   a.tokenize_queue = static_cast<uint32_t>(queue);
   a.max_batch_texts = static_cast<uint32_t>(batch);

@@ -109,7 +109,9 @@ Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
   extra.push_back(services::make_detokenize(vocabularies));
   extra.push_back(services::make_graph({config.graph_threads, config.graph_max_instances, config.graph_max_memory}));
   extra.push_back(services::make_mpi(
-      {config.mpi_max_pending, {config.mpi_unexpected_bytes, config.mpi_max_messages}, config.channel.secure}));
+      {config.mpi_max_pending,
+       {config.mpi_unexpected_bytes, config.mpi_max_messages, config.mpi_forward_window_bytes},
+       config.channel.secure}));
   extra.push_back(services::make_checkpoint(
       {config.checkpoint_root, config.checkpoint_max_dir_bytes, config.checkpoint_min_free_pct}));
   for (auto& s : extra) {

@@ -641,9 +641,7 @@ Route p2p_route(MPI_Comm comm, int peer) {
   int inter = 0;
   PMPI_Comm_test_inter(comm, &inter);
   if (inter) return Route::kIntercomm;
-  const CommName* name = name_of(comm);
-  if (!name) return Route::kUnknownComm;
-  return name->agents.empty() ? Route::kOffloaded : Route::kSpans;
+  return name_of(comm) ? Route::kOffloaded : Route::kUnknownComm;
 }
 
 int p2p_post(services::mpi_wire::P2p m, MPI_Comm comm, const void* buf, int count, MPI_Datatype type,
@@ -677,6 +675,12 @@ int p2p_post(services::mpi_wire::P2p m, MPI_Comm comm, const void* buf, int coun
   m.size = static_cast<uint32_t>(comm_size), m.rank = static_cast<uint32_t>(rank);
   m.bytes = bytes;
   if (receives) m.id = g_offload->next_p2p_id++;
+  // A send to, or a receive from, a rank another agent serves names that agent: this rank's
+  // forwards the send there, or watches it while the receive waits.
+  if (!name->agents.empty() && m.peer != services::mpi_wire::kAny) {
+    const uint32_t theirs = name->agent_of[static_cast<size_t>(m.peer)];
+    if (theirs != name->agent_of[static_cast<size_t>(rank)]) m.token = g_offload->token, m.agent = name->agents[theirs];
+  }
   // The agent reads the send from, and writes the receive into, this buffer itself (the kernel
   // copies it), when the message is matched or buffered: nothing is staged or copied here.
   Status described;

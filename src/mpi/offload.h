@@ -91,7 +91,7 @@ std::string p2p_blocker();
 void p2p_enable();
 bool p2p_on();
 /// Where an operation with `peer` (a destination or source, maybe MPI_ANY_SOURCE) on `comm` goes:
-/// kOffloaded, kProcNull, kIntercomm, kUnknownComm or kSpans. Alike on every rank of `comm`.
+/// kOffloaded, kProcNull, kIntercomm or kUnknownComm. Alike on every rank of `comm`.
 Route p2p_route(MPI_Comm comm, int peer);
 /// Posts a send or receive (`m`: kind, peer, tag and sync in the wire's terms) the route said to
 /// offload; its request completes when the agent answers (a receive's status: source, tag, count).

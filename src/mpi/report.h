@@ -27,14 +27,13 @@ enum class Route : uint8_t {
   kNonContiguous,   // a datatype whose bytes have gaps (a derived vector, struct, resized type)
   kReduceType,      // a reduction on a type other than int, long, float, double (or Fortran integer, real, double precision)
   kReduceOp,        // a reduction other than sum, min, max, prod (user-defined ops included)
-  kUnknownComm,     // a communicator made by a call the interposer does not follow (only world, dup, split)
+  kUnknownComm,     // a communicator made by a call the interposer does not follow (world, dup, split, cart_create, cart_sub)
   kTypeMismatch,    // send and receive sizes differ (an erroneous call: MPI reports it)
   kTooBig,          // larger than the rank's whole staging memory
   kNoAgent,         // no agent serves this job
   kProcNull,        // point-to-point with MPI_PROC_NULL (MPI completes it at once)
-  kSpans,           // point-to-point on a communicator several agents serve (not offloaded yet)
 };
-inline constexpr size_t kRoutes = 11;
+inline constexpr size_t kRoutes = 10;
 
 std::string_view op_name(Op op);
 std::string_view route_reason(Route route);

@@ -43,6 +43,9 @@ constexpr int64_t kShareTimeoutMs = 3'600'000;
 // pieces of at most this.
 constexpr uint64_t kBounceBytes = 1 << 20;
 
+// Watches another agent's may hold here: one per agent of the job.
+constexpr size_t kMaxWatches = kMaxRanks;
+
 // Spanning collectives that failed here, remembered so that a share coming later fails at once
 // (its sender then fails the collective too, instead of waiting for this agent's share).
 constexpr size_t kRememberedFailures = 256;
@@ -89,10 +92,15 @@ struct Work {
 
 // Another agent, as a client of the same job session on it.
 struct Peer {
+  struct Request {
+    Buffer message;
+    AgentAnswered answered;
+    bool awaited;
+  };
   std::shared_ptr<Connection> conn;
   bool connecting = false;
-  uint32_t unanswered = 0;  // shares sent, not yet answered: the connection stays open for them
-  std::vector<std::pair<Key, Buffer>> waiting;  // shares to send once connected
+  uint32_t unanswered = 0;  // awaited requests sent, not yet answered: the connection stays open for them
+  std::vector<Request> waiting;  // requests to send once connected
 };
 
 template <typename Message>  // Post or Share
@@ -168,7 +176,11 @@ class Mpi final : public Service {
   std::string name() const override { return "mpi"; }
   void attach(ServiceHost& host) override {
     host_ = &host;
-    p2p_ = std::make_unique<MpiPointToPoint>(host, config_.p2p);
+    p2p_ = std::make_unique<MpiPointToPoint>(
+        host, config_.p2p, [this](const std::string& address, const std::string& token, Buffer message,
+                                  AgentAnswered answered, bool awaited) {
+          to_agent(address, token, std::move(message), std::move(answered), awaited);
+        });
   }
 
   void handle(ServiceRequest r) override {
@@ -176,6 +188,12 @@ class Mpi final : public Service {
     if (!kind.ok()) return r.responder.fail(kind.status());
     if (*kind == Kind::kShare) return take_share(std::move(r));
     if (*kind == Kind::kReach) return reach(std::move(r));
+    if (*kind == Kind::kWatch) return hold_watch(std::move(r));
+    if (*kind == Kind::kForward) {
+      auto forward = decode_forward(r.payload.span());
+      if (!forward.ok()) return r.responder.fail(forward.status());
+      return p2p_->forwarded(std::move(r), std::move(forward).value());
+    }
     if (*kind >= Kind::kSend) {
       auto message = decode_p2p(r.payload.span());
       if (!message.ok()) return r.responder.fail(message.status());
@@ -234,6 +252,7 @@ class Mpi final : public Service {
   // (each once the shares sent on it are answered).
   void on_disconnect(uint32_t conn) override {
     p2p_->on_disconnect(conn);
+    std::erase_if(watches_, [&](const auto& w) { return w.first == conn; });
     in_flight_.erase(conn);
     kept_.erase(conn);
     for (auto comm = comms_.begin(); comm != comms_.end();) {
@@ -260,7 +279,7 @@ class Mpi final : public Service {
       }
       comm = c.ranks.empty() ? comms_.erase(comm) : std::next(comm);
     }
-    if (comms_.empty()) close_idle_peers();
+    if (ranks_gone()) close_idle_peers();
   }
 
  private:
@@ -291,6 +310,16 @@ class Mpi final : public Service {
       }
     }
     running_ = false;
+  }
+
+  // Another agent's watch: held unanswered for as long as this service lives (its end fails it).
+  void hold_watch(ServiceRequest r) {
+    if (Status st = decode_watch(r.payload.span()); !st.ok()) return r.responder.fail(st);
+    if (watches_.size() >= kMaxWatches)
+      return r.responder.fail({Code::kTooBig, "mpi: " + std::to_string(watches_.size()) +
+                                                  " watches held already (one per agent of the job, at most " +
+                                                  std::to_string(kMaxWatches) + ")"});
+    watches_.emplace_back(r.peer->id(), std::move(r.responder));
   }
 
   // Whether this agent reads the rank's memory through the region it names (its answer is the
@@ -435,7 +464,9 @@ class Mpi final : public Service {
         const auto [from_recv, offset] = source_of(op.ranks[i]->post, j);
         OB_RETURN_IF_ERROR(read(*op.ranks[i], from_recv, offset, {at, share.lengths[k]}));
       }
-      send_share(a.agents[to], a.token, key, std::move(message));
+      to_agent(a.agents[to], a.token, std::move(message), [this, key](Result<Buffer> answer) {
+        if (!answer.ok()) finish(key, answer.status());
+      });
     }
     if (op.early) return copy_across(op.ranks);
     return {};
@@ -574,10 +605,14 @@ class Mpi final : public Service {
     }
   }
 
-  void send_share(const std::string& address, const std::string& token, Key key, Buffer message) {
+  // Sends another agent serving the job a request (a share, a forwarded send) over this agent's
+  // one connection to it, in the order asked (while connecting: queued). `answered` runs with its
+  // answer, or the failure to connect or send, unless this service is gone by then.
+  void to_agent(const std::string& address, const std::string& token, Buffer message, AgentAnswered answered,
+                bool awaited = true) {
     Peer& p = peers_[address];
-    if (p.conn) return submit_share(address, p.conn, key, std::move(message));
-    p.waiting.emplace_back(key, std::move(message));
+    if (p.conn) return submit(address, p.conn, std::move(message), std::move(answered), awaited);
+    p.waiting.push_back({std::move(message), std::move(answered), awaited});
     if (p.connecting) return;
     p.connecting = true;
     // Connecting waits for the other agent's welcome, which may be connecting to this one at the
@@ -609,38 +644,44 @@ class Mpi final : public Service {
     it->second.connecting = false;
     if (!conn.ok()) {
       peers_.erase(it);
-      for (auto& [key, message] : waiting) finish(key, conn.status().with_context("mpi: reaching agent " + address));
+      for (auto& w : waiting) w.answered(conn.status().with_context("mpi: reaching agent " + address));
       return;
     }
     std::shared_ptr<Connection> c = std::move(conn).value();
     it->second.conn = c;
-    for (auto& [key, message] : waiting) submit_share(address, c, key, std::move(message));
+    for (auto& w : waiting) submit(address, c, std::move(w.message), std::move(w.answered), w.awaited);
   }
 
-  // The other agent answers once it ran the collective: a failure there (or its end) fails it here.
-  // Until then the connection stays open, even after this agent's ranks all left: the other agent
-  // may still be reading the share (a large one is fetched by the receiver).
-  void submit_share(const std::string& address, std::shared_ptr<Connection> conn, Key key, Buffer message) {
-    auto on_answer = [this, alive = std::weak_ptr<bool>(alive_), address, key](Result<Buffer> answer) {
+  // The other agent answers once it ran the collective (or holds the forwarded send): a failure
+  // there, or its end, fails it here. Until then the connection stays open, even after this
+  // agent's ranks all left: the other agent may still be reading the request (a large one is
+  // fetched by the receiver).
+  void submit(const std::string& address, std::shared_ptr<Connection> conn, Buffer message, AgentAnswered answered,
+              bool awaited) {
+    auto on_answer = [this, alive = std::weak_ptr<bool>(alive_), address, awaited,
+                      answered = std::move(answered)](Result<Buffer> answer) {
       if (alive.expired()) return;
-      unanswered_less(address);
-      if (!answer.ok()) finish(key, answer.status().with_context("mpi: agent " + address));
+      if (awaited) unanswered_less(address);
+      answered(answer.ok() ? Result<Buffer>(std::move(answer).value())
+                           : Result<Buffer>(answer.status().with_context("mpi: agent " + address)));
       // Not here: the connection is inside its own callback.
-      if (comms_.empty()) host_->post([this, alive] {
-          if (!alive.expired() && comms_.empty()) close_idle_peers();
+      if (ranks_gone()) host_->post([this, alive] {
+          if (!alive.expired() && ranks_gone()) close_idle_peers();
         });
     };
-    ++peers_[address].unanswered;  // before: the answer may come while submit() waits for credit
+    if (awaited) ++peers_[address].unanswered;  // before: the answer may come while submit() waits for credit
+    // A failure to send calls on_answer, which names the agent.
     const Status st = conn->submit("mpi", std::move(message), Deadline::after_ms(kShareTimeoutMs), on_answer,
                                    Connection::Credit::kWait);
-    if (st.ok()) return;
-    unanswered_less(address);
-    finish(key, st.with_context("mpi: sending agent " + address + " its share"));
+    if (!st.ok()) on_answer(st);
   }
 
   void unanswered_less(const std::string& address) {
     if (auto peer = peers_.find(address); peer != peers_.end() && peer->second.unanswered) --peer->second.unanswered;
   }
+
+  // No rank of this agent's takes part in a collective or point-to-point any more.
+  bool ranks_gone() const { return comms_.empty() && !p2p_->serving(); }
 
   // This agent's ranks all left: connections to other agents close once no share of theirs is
   // unanswered (closing progresses the channel, which may call back in here: erased first).
@@ -972,6 +1013,7 @@ class Mpi final : public Service {
   std::deque<Work> ready_;  // complete collectives and steps, in order
   bool running_ = false;   // one of them is running
   std::map<std::string, Peer> peers_;          // other agents, by address
+  std::vector<std::pair<uint32_t, Responder>> watches_;  // other agents' (their connection, the answer)
   std::deque<std::pair<Key, Status>> failed_;  // the last kRememberedFailures spanning failures
   std::map<std::string, std::thread> connecting_;  // the last connecting thread of each
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for what runs after this is gone

@@ -32,6 +32,8 @@ std::string_view p2p_name(Kind kind) {
     case Kind::kRecv: return "receive";
     case Kind::kProbe: return "probe";
     case Kind::kCancel: return "cancel";
+    case Kind::kForward: return "forwarded send";
+    case Kind::kWatch: return "watch";
     default: return "?";
   }
 }
@@ -43,7 +45,9 @@ std::string_view kind_name(Kind k) {
     case Kind::kPost: return "post";
     case Kind::kShare: return "share";
     case Kind::kReach: return "reach";
-    case Kind::kSend: case Kind::kRecv: case Kind::kProbe: case Kind::kCancel: return p2p_name(k);
+    case Kind::kSend: case Kind::kRecv: case Kind::kProbe: case Kind::kCancel: case Kind::kForward:
+    case Kind::kWatch:
+      return p2p_name(k);
   }
   return "?";
 }
@@ -96,19 +100,26 @@ Status shape(uint8_t coll, uint8_t elem, uint8_t reduce, uint64_t bytes, Coll& c
   return {};
 }
 
-Status get_spans(codec::Reader& r, Post& p) {
+Status get_token(codec::Reader& r, std::string& token) {
   std::span<const uint8_t> text;
   if (!r.take(kTokenHexDigits, text)) return bad("truncated session token");
-  p.token.assign(text.begin(), text.end());
-  if (p.token.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+  token.assign(text.begin(), text.end());
+  if (token.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
     return bad("session token is not " + std::to_string(kTokenHexDigits) + " hex digits");
+  return {};
+}
+
+bool valid_address(const std::string& address) { return !address.empty() && address.size() <= kMaxAddressBytes; }
+
+Status get_spans(codec::Reader& r, Post& p) {
+  OB_RETURN_IF_ERROR(get_token(r, p.token));
   uint32_t agents = 0;
   if (!r.get(agents) || agents < 2 || agents > p.size)
     return bad(std::to_string(agents) + " agents for a communicator of " + std::to_string(p.size) +
                " ranks (2 to one per rank)");
   p.agents.resize(agents);
   for (uint32_t i = 0; i < agents; ++i)
-    if (!r.get_string(p.agents[i]) || p.agents[i].empty() || p.agents[i].size() > kMaxAddressBytes)
+    if (!r.get_string(p.agents[i]) || !valid_address(p.agents[i]))
       return bad("agent " + std::to_string(i) + "'s address: truncated, empty or over " +
                  std::to_string(kMaxAddressBytes) + " B");
   uint32_t n = 0;
@@ -286,16 +297,21 @@ std::vector<uint8_t> encode(const P2p& p) {
   w.put(p.rank);
   w.put(p.peer);
   w.put(p.tag);
-  w.put(static_cast<uint8_t>(p.sync ? kSync : 0));
+  const bool remote = !p.agent.empty();
+  w.put(static_cast<uint8_t>((p.sync ? kSync : 0) | (remote ? kRemote : 0)));
   w.put(p.bytes);
   w.put(p.id);
   put_descriptor(w, p.region);
+  if (remote) {
+    w.put_bytes(p.token);
+    w.put_string(p.agent);
+  }
   return std::move(w.bytes);
 }
 
 Result<P2p> decode_p2p(std::span<const uint8_t> bytes) {
   OB_ASSIGN_OR_RETURN(Kind kind, kind_of(bytes));
-  if (kind < Kind::kSend)
+  if (kind < Kind::kSend || kind > Kind::kCancel)
     return bad("a " + std::string(kind_name(kind)) + " where a point-to-point message was expected");
   codec::Reader r{bytes.subspan(2)};
   P2p p;
@@ -310,7 +326,9 @@ Result<P2p> decode_p2p(std::span<const uint8_t> bytes) {
                ")");
   if (p.rank >= p.size) return bad(what + " by rank " + std::to_string(p.rank) + " of " + std::to_string(p.size));
   const bool sends = kind == Kind::kSend, any = kind == Kind::kRecv || kind == Kind::kProbe;
-  if (flags & ~kSync || (flags && !sends)) return bad(what + " with flags " + std::to_string(flags));
+  if (flags & ~(kSync | kRemote) || (flags & kSync && !sends) ||
+      (flags & kRemote && !sends && !(kind == Kind::kRecv && p.peer != kAny)))
+    return bad(what + " with flags " + std::to_string(flags));
   p.sync = flags & kSync;
   if (sends || any) {
     if ((p.peer < 0 || static_cast<uint32_t>(p.peer) >= p.size) && !(any && p.peer == kAny))
@@ -322,8 +340,62 @@ Result<P2p> decode_p2p(std::span<const uint8_t> bytes) {
   const bool needs_region = (sends || kind == Kind::kRecv) && p.bytes;
   if (needs_region != !p.region.empty())
     return bad(what + " of " + std::to_string(p.bytes) + " B " + (needs_region ? "without" : "with") + " a region");
+  if (flags & kRemote) {
+    OB_RETURN_IF_ERROR(get_token(r, p.token));
+    if (!r.get_string(p.agent) || !valid_address(p.agent))
+      return bad(what + "'s agent address: truncated, empty or over " + std::to_string(kMaxAddressBytes) + " B");
+  }
   if (!r.in.empty()) return bad(std::to_string(r.in.size()) + " B after the " + what);
   return p;
+}
+
+std::vector<uint8_t> encode(const Forward& f) {
+  codec::Writer w;
+  w.put(kVersion);
+  w.put(static_cast<uint8_t>(Kind::kForward));
+  w.put(f.comm);
+  w.put(f.size);
+  w.put(f.source);
+  w.put(f.dest);
+  w.put(f.tag);
+  w.put(static_cast<uint8_t>((f.sync ? kSync : 0) | (f.later ? kLater : 0) | (f.follows ? kFollows : 0) |
+                             (f.gone ? kGone : 0)));
+  w.put(f.bytes);
+  w.put(f.id);
+  w.put_bytes(f.data);
+  return std::move(w.bytes);
+}
+
+std::vector<uint8_t> encode_watch() { return {kVersion, static_cast<uint8_t>(Kind::kWatch)}; }
+
+Status decode_watch(std::span<const uint8_t> bytes) {
+  OB_ASSIGN_OR_RETURN(Kind kind, kind_of(bytes));
+  if (kind != Kind::kWatch) return bad("a " + std::string(kind_name(kind)) + " where a watch was expected");
+  if (bytes.size() != 2) return bad(std::to_string(bytes.size() - 2) + " B after the watch");
+  return {};
+}
+
+Result<Forward> decode_forward(std::span<const uint8_t> bytes) {
+  OB_ASSIGN_OR_RETURN(Kind kind, kind_of(bytes));
+  if (kind != Kind::kForward) return bad("a " + std::string(kind_name(kind)) + " where a forwarded send was expected");
+  codec::Reader r{bytes.subspan(2)};
+  Forward f;
+  uint8_t flags = 0;
+  if (!r.get(f.comm) || !r.get(f.size) || !r.get(f.source) || !r.get(f.dest) || !r.get(f.tag) || !r.get(flags) ||
+      !r.get(f.bytes) || !r.get(f.id))
+    return bad("truncated forwarded send header");
+  if (f.size == 0 || f.size > kMaxRanks || f.source >= f.size || f.dest >= f.size)
+    return bad("forwarded send from rank " + std::to_string(f.source) + " to rank " + std::to_string(f.dest) + " of " +
+               std::to_string(f.size) + " (1 to " + std::to_string(kMaxRanks) + " ranks)");
+  if (f.tag < 0) return bad("forwarded send with tag " + std::to_string(f.tag));
+  f.sync = flags & kSync, f.later = flags & kLater, f.follows = flags & kFollows, f.gone = flags & kGone;
+  if (flags & ~(kSync | kLater | kFollows | kGone) || (f.later && f.follows) || (f.gone && !f.follows))
+    return bad("forwarded send with flags " + std::to_string(flags));
+  const uint64_t carried = f.later || f.gone ? 0 : f.bytes;
+  if (r.in.size() != carried)
+    return bad("forwarded send of " + std::to_string(f.bytes) + " B carrying " + std::to_string(r.in.size()) + " B");
+  f.data = r.in;
+  return f;
 }
 
 std::vector<uint8_t> encode(const Envelope& e) {

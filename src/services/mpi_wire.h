@@ -18,9 +18,16 @@
 // u32-counted u64 block lengths, then the blocks back to back (their lengths' sum, nothing after).
 // Reach: u64 value, then a region's descriptor (u32 length + bytes) whose first 8 bytes hold it.
 // Send, Recv, Probe, Cancel (point-to-point, one message each): u64 comm, u32 size, u32 rank,
-// i32 peer, i32 tag, u8 flags (kSync), u64 bytes, u64 id, then the buffer's region descriptor
-// (u32 length + bytes; present exactly where a send or receive has bytes). A receive's or probe's
-// answer is an Envelope: u32 source, i32 tag, u64 bytes, u8 flags (kFound, kCancelled).
+// i32 peer, i32 tag, u8 flags (kSync, kRemote), u64 bytes, u64 id, then the buffer's region
+// descriptor (u32 length + bytes; present exactly where a send or receive has bytes), then with
+// kRemote the job's session token (64 hex digits) and the other rank's agent's address (u32
+// length + bytes). A receive's or probe's answer is an Envelope: u32 source, i32 tag, u64 bytes, u8
+// flags (kFound, kCancelled).
+// Forward (agent to agent: a send whose receiver another agent serves): u64 comm, u32 size,
+// u32 source, u32 dest, i32 tag, u8 flags (kSync, kLater, kFollows, kGone), u64 bytes, u64 id,
+// then the message's bytes (`bytes` of them; none with kLater or kGone).
+// Watch (agent to agent): nothing more. Never answered while the agent that holds it lives: its
+// failure tells the watcher that agent is gone.
 
 #include <cstdint>
 #include <span>
@@ -32,7 +39,7 @@
 
 namespace outboard::services::mpi_wire {
 
-inline constexpr uint8_t kVersion = 2;
+inline constexpr uint8_t kVersion = 3;
 /// Ranks of one communicator the agent takes a collective from.
 inline constexpr uint32_t kMaxRanks = 1024;
 /// Bytes of a region descriptor (UCX's packed key and address run to a few hundred).
@@ -42,8 +49,8 @@ inline constexpr uint32_t kMaxAddressBytes = 256;
 /// Hex digits of a session token.
 inline constexpr uint32_t kTokenHexDigits = 64;
 
-enum class Kind : uint8_t { kPost, kShare, kReach, kSend, kRecv, kProbe, kCancel };
-inline constexpr uint8_t kKinds = 7;
+enum class Kind : uint8_t { kPost, kShare, kReach, kSend, kRecv, kProbe, kCancel, kForward, kWatch };
+inline constexpr uint8_t kKinds = 9;
 
 enum class Coll : uint8_t { kAlltoall, kAlltoallv, kAllgather, kBcast, kAllreduce };
 inline constexpr uint8_t kColls = 5;
@@ -120,6 +127,9 @@ struct Reach {
 inline constexpr int32_t kAny = -1;
 /// A send answered only once a receive matched it (MPI_Ssend, MPI_Issend).
 inline constexpr uint8_t kSync = 1;
+/// A send whose receiver, or a receive whose source, another agent serves: the message names that
+/// agent (P2p::agent).
+inline constexpr uint8_t kRemote = 2;
 
 /// One point-to-point operation of a rank. The agent matches sends and receives of a communicator
 /// as MPI does: a receive takes the first message, in arrival order, from its source (or any)
@@ -135,7 +145,31 @@ struct P2p {
   uint64_t bytes = 0;  // kSend: the message's; kRecv: the receive buffer's capacity
   uint64_t id = 0;     // the rank's number for a receive; kCancel names the receive to cancel by it
   std::vector<uint8_t> region;  // descriptor of the buffer (kSend, kRecv with bytes)
+  // kRemote (agent not empty): the other rank's agent, which this agent joins in session `token`
+  // (the job's): to forward a send to it, or to hear of its end while a receive waits for its rank.
+  std::string token, agent;
 };
+
+/// A send forwarded by the sender's agent to the receiver's, which matches it as its own ranks'
+/// sends, in the order they came on the one connection between the two: the sender's messages
+/// keep their order. With its data, it is answered once the receiver's agent holds the message
+/// within its budget (or, for a synchronous send or over the budget, once a receive took it): the
+/// sender's send then completes. Beyond the sender's agent's window only the envelope goes
+/// (kLater), answered when the receiver's agent wants the data (a receive matched it, or its
+/// budget has room); the data follows as a forward of its own (kFollows, the same id), answered
+/// as above, or kGone where the sender left meanwhile.
+struct Forward {
+  uint64_t comm = 0;
+  uint32_t size = 0, source = 0, dest = 0;
+  int32_t tag = 0;
+  bool sync = false, later = false, follows = false, gone = false;
+  uint64_t bytes = 0;
+  uint64_t id = 0;  // the sending agent's number for it (one sequence per receiving agent)
+  std::span<const uint8_t> data;  // encode(): the message (none: the header alone); decode(): a view
+};
+inline constexpr uint8_t kLater = 2;
+inline constexpr uint8_t kFollows = 4;
+inline constexpr uint8_t kGone = 8;
 
 /// The answer to a receive (what it got: a message's source, tag and whole size, of which the
 /// receive took at most its capacity; or kCancelled) or a probe (kFound and the first matching
@@ -169,8 +203,16 @@ std::vector<uint8_t> encode(const P2p& p2p);
 /// A point-to-point message: rank < size <= kMaxRanks; a send's peer a rank of the communicator
 /// and its tag >= 0; a receive's or probe's peer such a rank or kAny and its tag >= 0 or kAny;
 /// the region present exactly where a send or receive has bytes, within kMaxDescriptorBytes; only
-/// sends sync; nothing left over.
+/// sends sync; only sends and receives from one rank remote, with a token of kTokenHexDigits and
+/// an address of 1 to kMaxAddressBytes; nothing left over.
 Result<P2p> decode_p2p(std::span<const uint8_t> bytes);
+/// A forward: source and dest < size <= kMaxRanks, tag >= 0, kLater and kFollows not both, kGone
+/// only with kFollows, the data `bytes` long where it carries it, else none.
+Result<Forward> decode_forward(std::span<const uint8_t> bytes);
+std::vector<uint8_t> encode(const Forward& forward);
+/// A watch: the kind's two bytes alone.
+std::vector<uint8_t> encode_watch();
+Status decode_watch(std::span<const uint8_t> bytes);
 std::vector<uint8_t> encode(const Envelope& envelope);
 Result<Envelope> decode_envelope(std::span<const uint8_t> bytes);
 

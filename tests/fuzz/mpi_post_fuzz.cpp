@@ -1,6 +1,6 @@
 // libFuzzer: a message to the agent's `mpi` service (services/mpi_wire.h) — a rank's collective
-// post, another agent's share, a rank's reach or point-to-point message — decoded before anything
-// else reads it, and the envelope a rank decodes from the agent's answer. What decodes encodes back
+// post, another agent's share, forwarded send or watch, a rank's reach or point-to-point message —
+// decoded before anything else reads it, and the envelope a rank decodes from the agent's answer. What decodes encodes back
 // to the same bytes, and its counts, ranks and agents are within the bounds the service indexes by.
 #include <cstdlib>
 #include <cstring>
@@ -40,7 +40,21 @@ int p2p(const uint8_t* data, size_t size) {
   if ((m->kind == Kind::kSend || any) && !(m->peer == kAny && any) &&
       (m->peer < 0 || static_cast<uint32_t>(m->peer) >= m->size))
     __builtin_trap();
+  if (!m->agent.empty() && (m->token.size() != kTokenHexDigits || m->agent.size() > kMaxAddressBytes ||
+                            m->peer == kAny || (m->kind != Kind::kSend && m->kind != Kind::kRecv)))
+    __builtin_trap();
   const auto again = encode(m.value());
+  if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
+  return 0;
+}
+
+int forward(const uint8_t* data, size_t size) {
+  auto f = decode_forward({data, size});
+  if (!f.ok()) return 0;
+  if (f->source >= f->size || f->dest >= f->size || f->size > kMaxRanks || f->tag < 0 ||
+      f->data.size() != (f->later || f->gone ? 0 : f->bytes))
+    __builtin_trap();
+  const auto again = encode(f.value());
   if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
   return 0;
 }
@@ -57,6 +71,8 @@ void envelope(const uint8_t* data, size_t size) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   envelope(data, size);
   auto kind = kind_of({data, size});
+  if (kind.ok() && *kind == Kind::kWatch) return decode_watch({data, size}).ok() && size != 2 ? (__builtin_trap(), 0) : 0;
+  if (kind.ok() && *kind == Kind::kForward) return forward(data, size);
   if (kind.ok() && *kind >= Kind::kSend) return p2p(data, size);
   if (kind.ok() && *kind == Kind::kShare) return share(data, size);
   if (kind.ok() && *kind == Kind::kReach) return reach(data, size);

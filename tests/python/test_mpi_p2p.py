@@ -1,9 +1,11 @@
-"""Point-to-point offload (OUTBOARD_MPI_P2P=1, `outboard mpirun --p2p`) under real mpirun and a
-real agent, for each MPI installed: an unmodified program (tests/mpi/p2p.c, built here by that
-MPI's mpicc) checks every message it receives; the report says what went to the agent."""
+"""Point-to-point offload (OUTBOARD_MPI_P2P=1, `outboard mpirun --p2p`) under real mpirun and real
+agents (one for the job, or one per rank forwarding their ranks' sends to each other), for each MPI
+installed: an unmodified program (tests/mpi/p2p.c, built here by that MPI's mpicc) checks every
+message it receives; the report says what went to the agent."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,10 +33,14 @@ def _counts(line: str) -> tuple[int, int]:
     return int(words[0]), int(words[2])
 
 
+@pytest.mark.parametrize("agents", ["node", "rank"])
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_every_point_to_point_call_goes_to_the_agent_and_every_message_arrives(built, ranks) -> None:
+def test_every_point_to_point_call_goes_to_the_agent_and_every_message_arrives(built, ranks, agents) -> None:
+    """With an agent per rank every message crosses from the sender's agent to the receiver's:
+    ANY_SOURCE from several agents, each sender's messages in order, Ssend answered only once
+    matched, the flood buffered by the receiver's agent."""
     which, exe = built
-    run = _outboard("mpirun", "-np", str(ranks), "--p2p", "--report", str(exe), str(FLOOD))
+    run = _outboard("mpirun", "-np", str(ranks), "--agents", agents, "--p2p", "--report", str(exe), str(FLOOD))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "ok p2p" in run.stdout
     lines = _report_lines(run.stderr)
@@ -68,6 +74,19 @@ def test_a_flood_over_the_agents_budget_waits_for_its_receives_and_loses_nothing
     assert _counts(_report_lines(run.stderr)["MPI_Isend"])[0] >= FLOOD
 
 
+def test_a_flood_across_agents_stays_within_the_window_and_the_budget_and_loses_nothing(built) -> None:
+    """An agent per rank, each with 1 MiB for unexpected messages and 256 KiB of forwards in
+    flight: of the 4 MiB rank 1 sends before rank 0 receives, its agent forwards 256 KiB at a time
+    and rank 0's holds at most its budget plus that window; the rest waits in rank 1's memory."""
+    which, exe = built
+    args = (*mpi.NODE_AGENT_ARGS, "--mpi-unexpected-bytes", "1M", "--mpi-forward-window-bytes", "256K")
+    with LocalAgent(*args, env=mpi.PEER_AGENT_ENV) as a, LocalAgent(*args, env=mpi.PEER_AGENT_ENV) as b:
+        cmd = mpi.command([str(exe), str(FLOOD)], 2, which, agent=f"{a.address},{b.address}", report=True, p2p=True)
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+    assert run.returncode == 0 and "ok p2p" in run.stdout, run.stdout + run.stderr
+    assert _counts(_report_lines(run.stderr)["MPI_Isend"])[0] >= FLOOD
+
+
 def test_a_rank_whose_agent_cannot_reach_its_memory_leaves_point_to_point_with_mpi_on_every_rank(built) -> None:
     _, exe = built
     run = _outboard("mpirun", "-np", "2", "--p2p", "--report", str(exe), "4", env={"OUTBOARD_MPI_EXPOSE": "0"})
@@ -85,6 +104,20 @@ def test_the_agent_killed_while_a_rank_waits_for_a_message_fails_the_wait(built)
     assert took < 15, took  # the connection's keepalive, not rank 1's 20 s
     assert "rank 0: MPI_Wait failed" in out, out + err
     assert "outboard-mpi: MPI_Irecv from rank 1, tag 0, on communicator 0 failed: " in err, err
+
+
+def test_another_ranks_agent_killed_while_a_rank_waits_for_its_message_fails_the_wait(built) -> None:
+    """An agent per rank: rank 0's receive from rank 1 waits at rank 0's agent, which watches rank
+    1's; that one killed, the receive fails at once, naming it, and rank 0's agent lives on."""
+    which, exe = built
+    with (LocalAgent(*mpi.NODE_AGENT_ARGS, env=mpi.PEER_AGENT_ENV) as mine,
+          LocalAgent(*mpi.NODE_AGENT_ARGS, env=mpi.PEER_AGENT_ENV) as other):
+        out, err, took = _killed_mid_wait(which, exe, [mine, other], other, p2p=True)
+        assert mine.process.poll() is None
+    assert took < 15, took  # the failure itself comes within milliseconds; the rest is mpirun's teardown
+    assert "rank 0: MPI_Wait failed" in out, out + err
+    assert re.search(rf"outboard-mpi: MPI_Irecv from rank 1, tag 0, on communicator 0 failed: .*rank 1 left \(its "
+                     rf"agent {re.escape(other.address)} ended\)", err), err
 
 
 def test_a_receive_never_matched_is_reported_at_mpi_finalize_not_a_hang(built) -> None:

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,6 +93,44 @@ class AgentFixture : public ::testing::Test {
   std::unique_ptr<Agent> agent_;
   std::thread thread_;
   Isolation isolation_ = Isolation::kProcess;
+};
+
+/// Another agent in this process, beside a fixture's, as another node's. Agents reach each other
+/// over TCP, which an agent's same-host sessions have when UCX_TLS names it: set while this lives
+/// (before the fixture's agent starts; session processes inherit this process's environment).
+class PeerAgent {
+ public:
+  PeerAgent() {
+    if (const char* tls = std::getenv("UCX_TLS")) saved_tls_ = tls;
+    setenv("UCX_TLS", "posix,tcp", 1);
+  }
+  ~PeerAgent() {
+    stop();
+    if (saved_tls_) setenv("UCX_TLS", saved_tls_->c_str(), 1);
+    else unsetenv("UCX_TLS");
+  }
+  PeerAgent(const PeerAgent&) = delete;
+  PeerAgent& operator=(const PeerAgent&) = delete;
+  void start(const AgentConfig& config) {
+    stop();
+    auto agent = Agent::create(config);
+    ASSERT_TRUE(agent.ok()) << agent.status().to_string();
+    agent_ = std::move(agent).value();
+    ASSERT_TRUE(agent_->start().ok());
+    thread_ = std::thread([this] { (void)agent_->run(); });
+  }
+  void stop() {
+    if (!agent_) return;
+    agent_->stop();
+    thread_.join();
+    agent_.reset();
+  }
+  Agent* operator->() { return agent_.get(); }
+
+ private:
+  std::unique_ptr<Agent> agent_;
+  std::thread thread_;
+  std::optional<std::string> saved_tls_;
 };
 
 }  // namespace outboard::testing

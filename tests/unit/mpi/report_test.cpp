@@ -26,12 +26,12 @@ TEST(MpiReportTest, PointToPointRowsFollowTheCollectivesWithTheirReasons) {
   Tally tally;
   tally.add(Op::kIsend, Route::kOffloaded);
   tally.add(Op::kRecv, Route::kProcNull);
-  tally.add(Op::kSendrecv, Route::kSpans);
+  tally.add(Op::kSendrecv, Route::kIntercomm);
   EXPECT_EQ(render_report(tally.snapshot(), 2, "Open MPI v4.1.4"),
             "outboard-mpi report: 2 ranks on Open MPI v4.1.4\n"
             "  MPI_Isend              1 offloaded        0 passed through\n"
             "  MPI_Recv               0 offloaded        1 passed through (MPI_PROC_NULL: 1)\n"
-            "  MPI_Sendrecv           0 offloaded        1 passed through (communicator served by several agents: 1)\n");
+            "  MPI_Sendrecv           0 offloaded        1 passed through (intercommunicator: 1)\n");
 }
 
 TEST(MpiReportTest, SaysWhenNothingWasIntercepted) {

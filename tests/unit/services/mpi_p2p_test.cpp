@@ -199,6 +199,16 @@ TEST_F(MpiP2pTest, OverTheBudgetASendWaitsForItsReceiveAndNothingIsLost) {
   }
   ASSERT_TRUE(answered(*rs[1].conn, {&sent[2], &sent[3]}));
   for (auto& a : sent) EXPECT_TRUE(a.status->ok()) << a.status->to_string();
+  // Received, they gave the budget back: the next two are buffered at once again.
+  std::vector<Answer> again(2), got_again(2);
+  for (int i = 0; i < 2; ++i) send(rs[1], 2, 0, 1, bytes(400, static_cast<uint8_t>(10 + i)), again[i]);
+  ASSERT_TRUE(answered(*rs[1].conn, {&again[0], &again[1]}));
+  for (auto& a : again) ASSERT_TRUE(a.status->ok()) << a.status->to_string();  // not timed out waiting
+  for (int i = 0; i < 2; ++i) {
+    auto* into = receive(rs[0], 2, 1, 1, 400, got_again[i]);
+    ASSERT_TRUE(answered(*rs[0].conn, {&got_again[i]}));
+    EXPECT_EQ(*into, bytes(400, static_cast<uint8_t>(10 + i)));
+  }
 }
 
 TEST_F(MpiP2pTest, ASynchronousSendIsAnsweredOnlyOnceMatched) {
@@ -297,6 +307,99 @@ TEST_F(MpiP2pTest, ARanksUnmatchedMessagesAreBounded) {
       << got[2].status->to_string();
 }
 
+// Two agents, as on two nodes: rank 0 on the fixture's agent, rank 1 on another. A rank's sends
+// to the other are forwarded by its agent to the other's, as a client of the job's session there
+// (over TCP even on one host); a receive from the other rank watches that rank's agent.
+class MpiP2pAcrossAgentsTest : public MpiP2pTest {
+ protected:
+  static constexpr const char* kToken = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
+  void SetUp() override { restart(testing::test_config()); }
+  void TearDown() override {
+    other_.stop();
+    MpiP2pTest::TearDown();
+  }
+  void restart(const AgentConfig& config) {
+    other_.stop();
+    stop_agent();
+    start_agent(config);
+    other_.start(config);
+  }
+  std::vector<Rank> ranks_on_both() {
+    std::vector<Rank> out(2);
+    ChannelConfig config;
+    config.session = kToken;
+    for (uint32_t i = 0; i < 2; ++i) {
+      auto c = Connection::connect(i ? other_->address() : agent_->address(), config);
+      EXPECT_TRUE(c.ok()) << c.status().to_string();
+      out[i].rank = i;
+      if (c.ok()) out[i].conn = std::move(c).value();
+    }
+    return out;
+  }
+  // A send to, or receive from, the other rank: it names that rank's agent.
+  P2p across(Kind kind, uint32_t from_rank, int32_t tag, bool sync = false) {
+    P2p m;
+    m.kind = kind, m.peer = static_cast<int32_t>(1 - from_rank), m.tag = tag, m.sync = sync;
+    m.token = kToken, m.agent = from_rank ? agent_->address() : other_->address();
+    return m;
+  }
+
+  testing::PeerAgent other_;
+};
+
+TEST_F(MpiP2pAcrossAgentsTest, SendsBeyondTheWindowAndTheBudgetArriveInOrderAndALaterTagOvertakesThem) {
+  // 1000 B for unexpected messages and 1500 B of forwards in flight: of eight 600 B messages the
+  // sender's agent forwards what the window holds with their data and the rest as envelopes, and
+  // the receiver's answers only what fits its budget (one). A synchronous message with another tag
+  // sent last is received first: its envelope does not wait behind the flood.
+  AgentConfig config = testing::test_config();
+  config.mpi_unexpected_bytes = 1000;
+  config.mpi_forward_window_bytes = 1500;
+  restart(config);
+  auto rs = ranks_on_both();
+  std::vector<Answer> sent(9);
+  for (int i = 0; i < 8; ++i) post(rs[1], 2, across(Kind::kSend, 1, 5), buffer(rs[1], bytes(600, uint8_t(i))), sent[i]);
+  post(rs[1], 2, across(Kind::kSend, 1, 9, /*sync=*/true), buffer(rs[1], bytes(50, 200)), sent[8]);
+  ASSERT_TRUE(answered(*rs[1].conn, {&sent[0]}));  // buffered by the receiver's agent
+  // The rest wait: held over the budget, or their data still in the sender's memory.
+  EXPECT_FALSE(rs[1].conn->wait_until(Deadline::after_ms(300), [&] {
+    return std::any_of(sent.begin() + 1, sent.end(), [](const Answer& a) { return a.status.has_value(); });
+  }));
+  Answer last;
+  auto* got_last = receive(rs[0], 2, 1, 9, 50, last);
+  ASSERT_TRUE(answered(*rs[0].conn, {&last}));
+  ASSERT_TRUE(last.status->ok()) << last.status->to_string();
+  EXPECT_EQ(*got_last, bytes(50, 200));
+  EXPECT_EQ(last.envelope.tag, 9);
+  ASSERT_TRUE(answered(*rs[1].conn, {&sent[8]}));
+  for (int i = 0; i < 8; ++i) {
+    Answer got;
+    auto* into = receive(rs[0], 2, kAny, 5, 600, got);
+    ASSERT_TRUE(answered(*rs[0].conn, {&got}));
+    ASSERT_TRUE(got.status->ok()) << got.status->to_string();
+    EXPECT_EQ(*into, bytes(600, uint8_t(i))) << "message " << i;
+    EXPECT_EQ(got.envelope.source, 1u);
+  }
+  for (auto& a : sent) {
+    ASSERT_TRUE(answered(*rs[1].conn, {&a}));
+    EXPECT_TRUE(a.status->ok()) << a.status->to_string();
+  }
+}
+
+TEST_F(MpiP2pAcrossAgentsTest, AReceiveFromARankWhoseAgentEndsFailsNamingIt) {
+  auto rs = ranks_on_both();
+  Answer got;
+  const std::string other = other_->address();
+  post(rs[0], 2, across(Kind::kRecv, 0, 3), buffer(rs[0], std::vector<uint8_t>(8)), got);
+  EXPECT_FALSE(rs[0].conn->wait_until(Deadline::after_ms(200), [&] { return got.status.has_value(); }));
+  rs[1].conn.reset();
+  other_.stop();
+  ASSERT_TRUE(answered(*rs[0].conn, {&got}));
+  EXPECT_EQ(got.status->code(), Code::kConnectionReset);
+  EXPECT_NE(got.status->message().find("rank 1 left (its agent " + other + " ended)"), std::string::npos)
+      << got.status->to_string();
+}
+
 TEST(MpiWireTest, DecodeP2pChecksEveryField) {
   using namespace services::mpi_wire;
   P2p m;
@@ -340,6 +443,72 @@ TEST(MpiWireTest, DecodeP2pChecksEveryField) {
   EXPECT_EQ(env->bytes, 77u);
   EXPECT_TRUE(env->found);
   EXPECT_FALSE(decode_envelope(std::vector<uint8_t>{1, 2, 3}).ok());
+}
+
+TEST(MpiWireTest, RemoteSendsAndReceivesNameTheOtherAgent) {
+  using namespace services::mpi_wire;
+  P2p m;
+  m.kind = Kind::kSend, m.comm = 1, m.size = 4, m.rank = 1, m.peer = 3, m.tag = 9, m.bytes = 8, m.region = {1, 2};
+  m.token = std::string(kTokenHexDigits, 'a'), m.agent = "10.0.0.2:7000";
+  auto round = decode_p2p(encode(m));
+  ASSERT_TRUE(round.ok()) << round.status().to_string();
+  EXPECT_EQ(round->agent, m.agent);
+  EXPECT_EQ(round->token, m.token);
+  P2p q = m;
+  q.kind = Kind::kRecv;
+  EXPECT_TRUE(decode_p2p(encode(q)).ok());  // a receive from one rank watches its agent
+  q.peer = kAny;
+  EXPECT_EQ(decode_p2p(encode(q)).status().message(), "mpi: receive with flags 2");
+  q = m, q.kind = Kind::kProbe, q.bytes = 0, q.region.clear();
+  EXPECT_EQ(decode_p2p(encode(q)).status().message(), "mpi: probe with flags 2");
+  q = m, q.token = std::string(kTokenHexDigits, 'z');
+  EXPECT_EQ(decode_p2p(encode(q)).status().message(), "mpi: session token is not 64 hex digits");
+  q = m, q.agent = std::string(kMaxAddressBytes + 1, 'h');
+  EXPECT_EQ(decode_p2p(encode(q)).status().message(),
+            "mpi: send's agent address: truncated, empty or over 256 B");
+}
+
+TEST(MpiWireTest, DecodeForwardChecksEveryField) {
+  using namespace services::mpi_wire;
+  const std::vector<uint8_t> data = {7, 8, 9};
+  Forward f;
+  f.comm = 5, f.size = 4, f.source = 1, f.dest = 2, f.tag = 3, f.sync = true, f.bytes = 3, f.id = 11, f.data = data;
+  const auto encoded = encode(f);  // the decoded data is a view into it
+  auto round = decode_forward(encoded);
+  ASSERT_TRUE(round.ok()) << round.status().to_string();
+  EXPECT_EQ(round->id, 11u);
+  EXPECT_TRUE(round->sync);
+  EXPECT_EQ(std::vector<uint8_t>(round->data.begin(), round->data.end()), data);
+  auto fails = [](const Forward& g, const std::string& what) {
+    auto r = decode_forward(encode(g));
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_EQ(r.status().message(), "mpi: " + what);
+  };
+  Forward g = f;
+  g.bytes = 4;
+  fails(g, "forwarded send of 4 B carrying 3 B");
+  g = f, g.later = true;  // the envelope alone carries nothing
+  fails(g, "forwarded send of 3 B carrying 3 B");
+  g.data = {};
+  EXPECT_TRUE(decode_forward(encode(g)).ok());
+  g.follows = true;
+  fails(g, "forwarded send with flags 7");
+  g = f, g.gone = true;
+  fails(g, "forwarded send with flags 9");
+  g.follows = true, g.data = {};
+  EXPECT_TRUE(decode_forward(encode(g)).ok());  // its sender left: no data follows
+  g = f, g.dest = 4;
+  fails(g, "forwarded send from rank 1 to rank 4 of 4 (1 to 1024 ranks)");
+  g = f, g.tag = -1;
+  fails(g, "forwarded send with tag -1");
+  auto bytes = encode(f);
+  EXPECT_EQ(decode_forward({bytes.begin(), bytes.begin() + 20}).status().message(),
+            "mpi: truncated forwarded send header");
+  EXPECT_EQ(decode_forward(encode_watch()).status().message(), "mpi: a watch where a forwarded send was expected");
+  EXPECT_TRUE(decode_watch(encode_watch()).ok());
+  auto watch = encode_watch();
+  watch.push_back(0);
+  EXPECT_EQ(decode_watch(watch).message(), "mpi: 1 B after the watch");
 }
 
 }  // namespace

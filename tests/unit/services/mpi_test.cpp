@@ -548,24 +548,10 @@ TEST_F(MpiServiceTest, ARanksWaitingCollectivesAreBounded) {
 class MpiSpanningTest : public MpiServiceTest {
  protected:
   static constexpr const char* kToken = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
-  void SetUp() override {
-    // An agent's same-host sessions have TCP (which agents reach each other by) when its UCX_TLS
-    // names it; its session processes inherit this process's environment.
-    if (const char* tls = std::getenv("UCX_TLS")) saved_tls_ = tls;
-    setenv("UCX_TLS", "posix,tcp", 1);
-    restart_both(testing::test_config());
-  }
+  void SetUp() override { restart_both(testing::test_config()); }
   void TearDown() override {
-    stop_other();
+    other_.stop();
     MpiServiceTest::TearDown();
-    if (saved_tls_) setenv("UCX_TLS", saved_tls_->c_str(), 1);
-    else unsetenv("UCX_TLS");
-  }
-  void stop_other() {
-    if (!other_) return;
-    other_->stop();
-    other_thread_.join();
-    other_.reset();
   }
 
   std::vector<Rank> spanning_ranks() {
@@ -580,14 +566,10 @@ class MpiSpanningTest : public MpiServiceTest {
     return out;
   }
   void restart_both(const AgentConfig& config) {
-    stop_other();
+    other_.stop();
     stop_agent();
     start_agent(config);
-    auto other = Agent::create(config);
-    ASSERT_TRUE(other.ok()) << other.status().to_string();
-    other_ = std::move(other).value();
-    ASSERT_TRUE(other_->start().ok());
-    other_thread_ = std::thread([this] { (void)other_->run(); });
+    other_.start(config);
   }
   Post spanning(Coll coll, uint64_t seq, uint32_t rank, uint64_t bytes) {
     Post p = post(coll, seq, static_cast<uint32_t>(agent_of_.size()), rank, bytes);
@@ -598,9 +580,7 @@ class MpiSpanningTest : public MpiServiceTest {
   }
 
   std::vector<uint32_t> agent_of_ = {0, 1, 0};
-  std::unique_ptr<Agent> other_;
-  std::thread other_thread_;
-  std::optional<std::string> saved_tls_;
+  testing::PeerAgent other_;
 };
 
 TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
@@ -798,7 +778,7 @@ TEST_F(MpiSpanningTest, AnAgentThatEndsFailsTheOtherAgentsRanksNamingIt) {
   const std::string address = other_->address();
   // Its rank never posts; the agent stops with this agent's share there or on its way.
   rs[1].conn.reset();
-  stop_other();
+  other_.stop();
   ASSERT_TRUE(answered(*rs[0].conn, answers));
   for (auto& a : answers) {
     ASSERT_FALSE(a->ok());
@@ -907,7 +887,7 @@ TEST(MpiWireTest, DecodeShareChecksItsBlocks) {
   fails(encode(bad), "share of 17 blocks for 4 ranks");
   bad = s, bad.coll = Coll::kAllreduce;
   fails(encode(bad), "only allreduce, and it always, names both");
-  fails({kVersion, 7}, "unknown message kind 7");
+  fails({kVersion, kKinds}, "unknown message kind " + std::to_string(kKinds));
 }
 
 TEST(MpiWireTest, DecodeReachChecksItsRegion) {

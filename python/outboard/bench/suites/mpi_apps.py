@@ -18,9 +18,8 @@ points as in the others; built where FFTW is installed, Debian's libfftw3-dev). 
 `outboard bench mpi`'s. Shared memory, one agent for the job on the ranks' host: on these two
 cores communication is CPU work and the agent shares the ranks' cores, so this is the control,
 where the goal is only to cost no more than 5 %. Wire-bound (root only: a namespace whose loopback
-is shaped, TCP only, an agent per rank), where offload should pay: there point-to-point between
-agents (each rank's agent forwarding its sends to the receiver's) is not built yet, so only the
-collectives are offloaded (CG's Iallreduce, the FFT's Ialltoall).
+is shaped, TCP only, an agent per rank), where offload should pay: each rank's agent forwards its
+sends to the receiver's over the shaped link, and the agents run the collectives between them.
 Published figures for comparison (another machine: MVAPICH2-DPU on BlueField-2 clusters): the 3D
 stencil up to 18 % shorter with Isend/Irecv offloaded, PETSc's CG-like solver up to 24 % with its
 reductions offloaded, P3DFFT up to 30 % with its Ialltoall offloaded (P3DFFT++ 14–49 % with
@@ -43,8 +42,6 @@ IMPLS = ["stock", "progress", "outboard"]
 PHASES = {"stencil": ["post_us", "interior_us", "wait_us", "boundary_us"],
           "cg": ["multiply_us", "wait_us", "update_us"],
           "fft": ["fft_us", "ialltoall_us", "wait_us"]}
-#: The proxies whose timed loop sends point-to-point (all of them use collectives).
-P2P = {"stencil", "cg"}
 
 
 def executable(which: mpi.Mpi, proxy: str) -> str:
@@ -103,9 +100,6 @@ def _unavailable(impl: str, wire: bool):
                 mpi.interposer(which)
         except mpi.NotFound as e:
             return str(e)
-        if wire and impl == "outboard" and which.name == "mpich" and p["proxy"] in P2P:
-            return ("not comparable yet: point-to-point between agents is not built, so it passes through to MPICH, "
-                    "whose traffic cannot be held to TCP here beside the ranks' shared memory with their agents")
         return env.wire() if wire else None
     return why
 
@@ -144,10 +138,9 @@ WIRE = Case(
     goal=Goal(0.8),
     notes="Goals (issue C2), wire-bound regime: every proxy's p50 time per iteration with offload at most 0.8× "
           "stock's and at most stock's with its progress thread. The set-up is `outboard bench mpi`'s: an agent "
-          "per rank in the namespace, as each node's. Point-to-point between agents is not built yet, so here "
-          "Outboard offloads only the collectives (CG's Iallreduce, the FFT's Ialltoall) and point-to-point passes "
-          "through to MPI (Open MPI's held to TCP; MPICH's stencil and CG rows are not run: their traffic could not "
-          "be held to TCP).")
+          "per rank in the namespace, as each node's: a rank hands its sends and collectives to its agent through "
+          "shared memory, and the agents forward sends and exchange collective shares over the shaped link (so every "
+          "byte a proxy's timed loop moves crosses it, as stock's does over TCP).")
 
 SUITE = Suite(
     name="mpi-apps", title="MPI application proxies: stock, with the MPI's progress thread, offloaded to the agent",
