@@ -605,9 +605,10 @@ class Mpi final : public Service {
     }
   }
 
-  // Sends another agent serving the job a request (a share, a forwarded send) over this agent's
-  // one connection to it, in the order asked (while connecting: queued). `answered` runs with its
-  // answer, or the failure to connect or send, unless this service is gone by then.
+  // Sends another agent serving the job a request (a share, a forwarded send, a watch) over this
+  // agent's one connection to it, in the order asked (while connecting: queued). `answered` runs
+  // with its answer, or the failure to connect or send, unless this service is gone by then. An
+  // `awaited` request keeps the connection open until answered; a watch does not.
   void to_agent(const std::string& address, const std::string& token, Buffer message, AgentAnswered answered,
                 bool awaited = true) {
     Peer& p = peers_[address];
