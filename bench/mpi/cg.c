@@ -118,10 +118,7 @@ int main(int argc, char** argv) {
   double gamma_old = 1, alpha_old = 1, phase[3] = {0, 0, 0};
   struct rusage r0, r1;
   for (int it = 0; it < all; it++) {
-    if (it == warmup) {
-      MPI_Barrier(cart);
-      getrusage(RUSAGE_SELF, &r0);
-    }
+    if (it == warmup) timing_starts(cart, &r0);
     const double t0 = MPI_Wtime();
     double local[2] = {dot(r, r), dot(w, r)}, global[2];
     MPI_Request req;

@@ -46,6 +46,24 @@ static fftw_plan plan_lines(int n, int howmany, cplx* in, cplx* out) {
   return fftw_plan_many_dft(1, &n, howmany, in, NULL, 1, n, out, NULL, 1, n, FFTW_FORWARD, FFTW_ESTIMATE);
 }
 
+/* A transpose's send side: for each of `parts` ranks in turn, its block (the part'th of g / parts
+ * points) of each of `rows` rows of g points. */
+static void pack(const cplx* from, int rows, int g, int parts, cplx* to) {
+  const int width = g / parts;
+  for (int j = 0; j < parts; j++)
+    for (int r = 0; r < rows; r++)
+      for (int e = 0; e < width; e++) *to++ = from[(size_t)r * g + j * width + e];
+}
+
+/* A transpose's receive side: each of `parts` ranks' block, [na][nb][nc], into `to` at
+ * a * sa + c * sc + i * nb + b for rank i: the nb points of every rank side by side, contiguous. */
+static void unpack(const cplx* from, int parts, int na, int nb, int nc, size_t sa, size_t sc, cplx* to) {
+  for (int i = 0; i < parts; i++)
+    for (int a = 0; a < na; a++)
+      for (int b = 0; b < nb; b++)
+        for (int c = 0; c < nc; c++) to[a * sa + c * sc + (size_t)i * nb + b] = *from++;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank, size;
@@ -92,21 +110,14 @@ int main(int argc, char** argv) {
   double phase[3] = {0, 0, 0}; /* FFTs and packing, posting, waiting: seconds over the timed iterations */
   struct rusage r0, r1;
   for (int it = 0; it < all; it++) {
-    if (it == warmup) {
-      MPI_Barrier(cart);
-      getrusage(RUSAGE_SELF, &r0);
-    }
+    if (it == warmup) timing_starts(cart, &r0);
     const double t0 = MPI_Wtime();
     double post = 0, wait = 0, t;
-    /* x-pencils to y-pencils. A batch's block for row rank j holds x in j's block: [z][y][x]. */
+    /* x-pencils to y-pencils: rows of x are [z][y]; what arrives from row rank i holds its y-block. */
     const int block1 = zb * ny * ny;
     for (int b = 0; b < b1; b++) {
       fftw_execute(px[b]);
-      cplx *from = a + b * chunk1, *to = send + b * chunk1;
-      for (int j = 0; j < p1; j++)
-        for (int z = 0; z < zb; z++)
-          for (int y = 0; y < ny; y++)
-            for (int x = 0; x < ny; x++) *to++ = from[((size_t)z * ny + y) * g + j * ny + x];
+      pack(a + b * chunk1, zb * ny, g, p1, send + b * chunk1);
       t = MPI_Wtime();
       MPI_Ialltoall(send + b * chunk1, 2 * block1, MPI_DOUBLE, recv + b * chunk1, 2 * block1, MPI_DOUBLE, row, &req[b]);
       post += MPI_Wtime() - t;
@@ -115,21 +126,14 @@ int main(int argc, char** argv) {
       t = MPI_Wtime();
       MPI_Wait(&req[b], MPI_STATUS_IGNORE);
       wait += MPI_Wtime() - t;
-      const cplx* from = recv + b * chunk1; /* from row rank i: its y-block i */
-      for (int i = 0; i < p1; i++)
-        for (int z = 0; z < zb; z++)
-          for (int y = 0; y < ny; y++)
-            for (int x = 0; x < ny; x++) ypen[((size_t)x * nz + b * zb + z) * g + i * ny + y] = *from++;
+      /* [z][y][x] blocks into [x][z][y]: z at stride g, x at stride nz * g */
+      unpack(recv + b * chunk1, p1, zb, ny, ny, g, (size_t)nz * g, ypen + (size_t)b * zb * g);
     }
-    /* y-pencils to z-pencils. A batch's block for column rank j holds y in j's block: [x][z][y]. */
+    /* y-pencils to z-pencils: rows of y are [x][z]; what arrives from column rank i holds its z-block. */
     const int block2 = xb * nz * my;
     for (int b = 0; b < b2; b++) {
       fftw_execute(py[b]);
-      cplx *from = ypen + b * chunk2, *to = send + b * chunk2;
-      for (int j = 0; j < p2; j++)
-        for (int x = 0; x < xb; x++)
-          for (int z = 0; z < nz; z++)
-            for (int y = 0; y < my; y++) *to++ = from[((size_t)x * nz + z) * g + j * my + y];
+      pack(ypen + b * chunk2, xb * nz, g, p2, send + b * chunk2);
       t = MPI_Wtime();
       MPI_Ialltoall(send + b * chunk2, 2 * block2, MPI_DOUBLE, recv + b * chunk2, 2 * block2, MPI_DOUBLE, col, &req[b]);
       post += MPI_Wtime() - t;
@@ -138,12 +142,8 @@ int main(int argc, char** argv) {
       t = MPI_Wtime();
       MPI_Wait(&req[b], MPI_STATUS_IGNORE);
       wait += MPI_Wtime() - t;
-      const cplx* from = recv + b * chunk2; /* from column rank i: its z-block i */
-      cplx* to = zpen + b * chunk2;
-      for (int i = 0; i < p2; i++)
-        for (int x = 0; x < xb; x++)
-          for (int z = 0; z < nz; z++)
-            for (int y = 0; y < my; y++) to[((size_t)x * my + y) * g + i * nz + z] = *from++;
+      /* [x][z][y] blocks into [x][y][z]: x at stride my * g, y at stride g */
+      unpack(recv + b * chunk2, p2, xb, nz, my, (size_t)my * g, g, zpen + b * chunk2);
       fftw_execute(pz[b]);
     }
     times[it] = MPI_Wtime() - t0;

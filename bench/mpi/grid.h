@@ -56,6 +56,12 @@ static inline int compare_doubles(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
+/* The timed iterations start together, after the warm-up: `from` is this rank's CPU then. */
+static inline void timing_starts(MPI_Comm comm, struct rusage* from) {
+  MPI_Barrier(comm);
+  getrusage(RUSAGE_SELF, from);
+}
+
 /* What rank 0 reports of the timed iterations (those after the warm-up). */
 struct summary {
   double p50_us, p90_us; /* the slowest rank's time per iteration */

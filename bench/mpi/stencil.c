@@ -82,10 +82,7 @@ int main(int argc, char** argv) {
   struct rusage r0, r1;
   double phase[4] = {0, 0, 0, 0};  /* post, interior, wait, boundary: seconds over the timed iterations */
   for (int it = 0; it < all; it++) {
-    if (it == warmup) {
-      MPI_Barrier(cart);
-      getrusage(RUSAGE_SELF, &r0);
-    }
+    if (it == warmup) timing_starts(cart, &r0);
     const double t0 = MPI_Wtime();
     MPI_Request req[12];
     for (int d = 0; d < 6; d++) {

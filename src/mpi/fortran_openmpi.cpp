@@ -72,11 +72,6 @@ void with_status(Call call, Fint* status, Fint* ierr) {
   if (status != &mpi_fortran_status_ignore_) PMPI_Status_c2f(&c, status);
 }
 
-// A Fortran LOGICAL array as C ints (gfortran's .TRUE. is 1, any nonzero reads true).
-std::vector<int> logicals(const Fint* values, Fint n) {
-  return std::vector<int>(values, values + std::max<Fint>(n, 0));
-}
-
 }  // namespace
 }  // namespace outboard::mpi
 
@@ -116,20 +111,17 @@ OB_MPI_EXPORT void mpi_comm_split_(Fint* comm, Fint* color, Fint* key, Fint* new
   if (*ierr == MPI_SUCCESS) *newcomm = PMPI_Comm_c2f(c);
 }
 
+// LOGICAL arrays are INTEGER-sized (gfortran's .TRUE. is 1; C reads any nonzero as true).
 OB_MPI_EXPORT void mpi_cart_create_(Fint* comm, Fint* ndims, Fint* dims, Fint* periods, Fint* reorder, Fint* cart,
                                     Fint* ierr) {
   MPI_Comm c = MPI_COMM_NULL;
-  const std::vector<int> dims_c(dims, dims + std::max<Fint>(*ndims, 0)), periods_c = logicals(periods, *ndims);
-  *ierr = MPI_Cart_create(PMPI_Comm_f2c(*comm), *ndims, dims_c.data(), periods_c.data(), *reorder != 0, &c);
+  *ierr = MPI_Cart_create(PMPI_Comm_f2c(*comm), *ndims, dims, periods, *reorder != 0, &c);
   if (*ierr == MPI_SUCCESS) *cart = PMPI_Comm_c2f(c);
 }
 
 OB_MPI_EXPORT void mpi_cart_sub_(Fint* comm, Fint* remain_dims, Fint* newcomm, Fint* ierr) {
-  const MPI_Comm cart = PMPI_Comm_f2c(*comm);
-  int ndims = 0;
-  PMPI_Cartdim_get(cart, &ndims);
   MPI_Comm c = MPI_COMM_NULL;
-  *ierr = MPI_Cart_sub(cart, logicals(remain_dims, ndims).data(), &c);
+  *ierr = MPI_Cart_sub(PMPI_Comm_f2c(*comm), remain_dims, &c);
   if (*ierr == MPI_SUCCESS) *newcomm = PMPI_Comm_c2f(c);
 }
 

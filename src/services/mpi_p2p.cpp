@@ -82,7 +82,7 @@ void MpiPointToPoint::forwarded(ServiceRequest r, Forward f) {
   auto op = std::make_shared<Op>(Op{std::move(m), std::move(r.responder), r.peer, {}});
   op->remote = true, op->later = f.later, op->id = f.id;
   if (!f.later) {
-    if (!hold(*op, Hold::kOver, "mpi forwarded send"))
+    if (!hold(*op, Hold::kOver))
       return op->responder.fail({Code::kTooBig, where(op->message) + ", forwarded by another agent: the agent's "
                                                                      "memory is full (--max-memory)"});
     op->data.assign(f.data.begin(), f.data.end());
@@ -91,10 +91,10 @@ void MpiPointToPoint::forwarded(ServiceRequest r, Forward f) {
   send(std::move(op));
 }
 
-// Counts `s`'s bytes as held here (`where`), if the agent's memory has room for them.
-bool MpiPointToPoint::hold(Op& s, Hold where, const char* what) {
+// Counts forwarded send `s`'s bytes as held here (`where`), if the agent's memory has room.
+bool MpiPointToPoint::hold(Op& s, Hold where) {
   const uint64_t n = s.message.bytes;
-  if (!host_.reserve_memory(n, what).ok()) return false;
+  if (!host_.reserve_memory(n, "mpi forwarded send").ok()) return false;
   (where == Hold::kBudget ? buffered_bytes_ : held_remote_bytes_) += n;
   s.hold = where;
   return true;
@@ -152,76 +152,79 @@ Result<Buffer> MpiPointToPoint::read_forward(const OpPtr& s, const Forward& head
   return message;
 }
 
+// A forward's answer completes the rank's send `op`.
+void MpiPointToPoint::forward_answered(OpPtr op, const Result<Buffer>& answer) {
+  if (!op->taken) take(op);
+  if (answer.ok()) op->responder.respond({});
+  else op->responder.fail(answer.status().with_context(where(op->message)));
+}
+
 // Send `s` to the receiver's agent with its data; the answer completes it.
-void MpiPointToPoint::forward(const std::string& address, const OpPtr& s, uint64_t id) {
+void MpiPointToPoint::forward(const std::string& address, OpPtr s, uint64_t id) {
   const uint64_t n = s->message.bytes;
-  OpPtr op = s;
   if (!host_.reserve_memory(n, "mpi forwarded send").ok()) return send_later(address, s, id);
   auto message = read_forward(s, forward_head(s->message, id));
   if (!message.ok() || s->taken) {  // taken: its rank left meanwhile
     host_.release_memory(n);
     if (s->taken) return;
-    take(op);
+    take(s);
     return s->responder.fail(message.status());
   }
   outboxes_[address].in_flight += n;
-  auto answered = [this, op, address](Result<Buffer> answer) mutable {
-    outboxes_[address].in_flight -= op->message.bytes;
-    host_.release_memory(op->message.bytes);
-    if (!op->taken) take(op);
-    if (answer.ok()) op->responder.respond({});
-    else op->responder.fail(answer.status().with_context(where(op->message)));
+  auto answered = [this, s, address, n](Result<Buffer> answer) {
+    outboxes_[address].in_flight -= n;
+    host_.release_memory(n);
+    forward_answered(s, answer);
     pump(address);  // the window has room again
   };
   to_agent_(address, s->message.token, std::move(message).value(), std::move(answered), true);
 }
 
 // Send `s`'s envelope alone to the receiver's agent. Its answer asks for the data, which then
-// follows (read from the rank's buffer then, or kGone where that fails); that one's answer
-// completes the send.
+// follows (send_data).
 void MpiPointToPoint::send_later(const std::string& address, const OpPtr& s, uint64_t id) {
   Forward head = forward_head(s->message, id);
   head.later = true;
-  auto asked = [this, op = s, address, id, alive = std::weak_ptr<bool>(alive_)](Result<Buffer> answer) mutable {
-    if (!answer.ok()) {
-      if (!op->taken) take(op);
-      return op->responder.fail(answer.status().with_context(where(op->message)));
-    }
+  auto asked = [this, s, address, id, alive = std::weak_ptr<bool>(alive_)](Result<Buffer> answer) {
+    if (!answer.ok()) return forward_answered(s, answer);
     // Reading the rank's memory progresses the connections: not inside this one's callback.
-    host_.post([this, op, address, id, alive]() mutable {
-      if (alive.expired()) return;
-      Forward head = forward_head(op->message, id);
-      head.follows = true;
-      const uint64_t n = op->message.bytes;
-      const bool room = host_.reserve_memory(n, "mpi forwarded send").ok();
-      auto message = room ? read_forward(op, head)
-                          : Result<Buffer>(Status{Code::kTooBig, where(op->message) +
-                                                                     ": the agent's memory is full (--max-memory)"});
-      if (!message.ok()) {
-        if (room) host_.release_memory(n);
-        if (!op->taken) take(op);
-        op->responder.fail(message.status());
-        head.gone = true;
-        return to_agent_(address, op->message.token, Buffer::copy_of(encode(head)), [](Result<Buffer>) {}, true);
-      }
-      following_bytes_ += n;
-      auto answered = [this, op, n](Result<Buffer> answer) mutable {
-        following_bytes_ -= n;
-        host_.release_memory(n);
-        if (!op->taken) take(op);
-        if (answer.ok()) op->responder.respond({});
-        else op->responder.fail(answer.status().with_context(where(op->message)));
-      };
-      to_agent_(address, op->message.token, std::move(message).value(), std::move(answered), true);
+    host_.post([this, s, address, id, alive] {
+      if (!alive.expired()) send_data(address, s, id);
     });
   };
   to_agent_(address, s->message.token, Buffer::copy_of(encode(head)), std::move(asked), true);
 }
 
+// The data of later send `s`, read from its rank's buffer now (kGone where that fails, so that
+// what waits for it there fails too); its answer completes the send.
+void MpiPointToPoint::send_data(const std::string& address, OpPtr s, uint64_t id) {
+  Forward head = forward_head(s->message, id);
+  head.follows = true;
+  const uint64_t n = s->message.bytes;
+  const bool room = host_.reserve_memory(n, "mpi forwarded send").ok();
+  auto message = room ? read_forward(s, head)
+                      : Result<Buffer>(Status{Code::kTooBig, where(s->message) +
+                                                                 ": the agent's memory is full (--max-memory)"});
+  if (!message.ok()) {
+    if (room) host_.release_memory(n);
+    if (!s->taken) take(s);
+    s->responder.fail(message.status());  // it names the send already
+    head.gone = true;
+    return to_agent_(address, s->message.token, Buffer::copy_of(encode(head)), [](Result<Buffer>) {}, true);
+  }
+  following_bytes_ += n;
+  auto answered = [this, s, n](Result<Buffer> answer) {
+    following_bytes_ -= n;
+    host_.release_memory(n);
+    forward_answered(s, answer);
+  };
+  to_agent_(address, s->message.token, std::move(message).value(), std::move(answered), true);
+}
+
 // Asks the sending agent for later send `s`'s data: for receive `r`, or (none) to buffer it
 // within the budget. The forward's answer is the asking.
 void MpiPointToPoint::fetch(const OpPtr& s, OpPtr r) {
-  if (!hold(*s, r ? Hold::kOver : Hold::kBudget, "mpi forwarded send")) {
+  if (!hold(*s, r ? Hold::kOver : Hold::kBudget)) {
     if (!r) return;  // the agent is full: it stays an envelope
     r->responder.fail({Code::kTooBig, where(r->message) + ": the agent's memory is full (--max-memory) for the " +
                                           std::to_string(s->message.bytes) + " B message it matched"});

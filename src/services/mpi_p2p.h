@@ -115,13 +115,15 @@ class MpiPointToPoint {
   void buffer(const OpPtr& s);
   void refill();
   void pump(const std::string& address);
-  void forward(const std::string& address, const OpPtr& s, uint64_t id);
+  void forward(const std::string& address, OpPtr s, uint64_t id);
   void send_later(const std::string& address, const OpPtr& s, uint64_t id);
+  void send_data(const std::string& address, OpPtr s, uint64_t id);
+  void forward_answered(OpPtr op, const Result<Buffer>& answer);
   Result<Buffer> read_forward(const OpPtr& s, const mpi_wire::Forward& head);
   void fetch(const OpPtr& s, OpPtr r);
   void data_came(ServiceRequest r, const mpi_wire::Forward& f);
   void complete(const OpPtr& s, OpPtr r);
-  bool hold(Op& s, Hold where, const char* what);
+  bool hold(Op& s, Hold where);
   void release(Op& s);
   void rank_left(uint64_t comm, uint32_t gone, std::optional<uint32_t> conn, std::string why);
   void watch(const mpi_wire::P2p& m);
