@@ -11,10 +11,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "mpi/interpose.h"
 #include "mpi/offload.h"
+#include "mpi/persistent.h"
 
 // Open MPI's MPI_IN_PLACE and MPI_STATUS_IGNORE for Fortran: the addresses of these common
 // blocks (libmpi.so).
@@ -70,6 +73,55 @@ void with_status(Call call, Fint* status, Fint* ierr) {
   MPI_Status c{};
   *ierr = call(&c);
   if (status != &mpi_fortran_status_ignore_) PMPI_Status_c2f(&c, status);
+}
+
+// Runs `call` (a Fortran completion call over `count` requests, given the array to use) with
+// every started persistent stand-in seen through (persistent.h), as the C calls do.
+template <typename Call>
+void seen_through(Fint* requests, Fint count, Call call) {
+  std::vector<MPI_Request> c = c_requests(requests, count);
+  SeeThrough through(c);
+  const std::span<MPI_Request> swapped = through.requests();
+  if (swapped.data() == c.data()) return call(requests);  // no stand-in started: MPI's own array
+  std::vector<Fint> f(swapped.size());
+  for (size_t i = 0; i < f.size(); ++i) f[i] = PMPI_Request_c2f(swapped[i]);
+  call(f.data());
+  for (size_t i = 0; i < f.size(); ++i) swapped[i] = PMPI_Request_f2c(f[i]);
+  through.finish();
+  for (size_t i = 0; i < c.size(); ++i) requests[i] = PMPI_Request_c2f(c[i]);
+}
+
+// Messages MPI_Improbe claimed on an offloaded communicator have C handles MPI never made, which
+// its Fortran conversion cannot take: they get Fortran handles of their own here, negative, as
+// Open MPI's (indices into its table) never are.
+struct FortranClaims {
+  std::mutex mu;
+  std::unordered_map<Fint, MPI_Message> c;
+  Fint next = -2;
+};
+
+FortranClaims& fortran_claims() {
+  static FortranClaims claims;
+  return claims;
+}
+
+Fint fortran_message(MPI_Message m) {
+  if (!p2p_claimed(m)) return PMPI_Message_c2f(m);
+  FortranClaims& claims = fortran_claims();
+  std::lock_guard lock(claims.mu);
+  claims.c.emplace(claims.next, m);
+  return claims.next--;
+}
+
+// The C handle of Fortran message `f`; a claimed one leaves the table (it is received now).
+MPI_Message c_message(Fint f) {
+  FortranClaims& claims = fortran_claims();
+  std::lock_guard lock(claims.mu);
+  auto it = claims.c.find(f);
+  if (it == claims.c.end()) return PMPI_Message_f2c(f);
+  const MPI_Message m = it->second;
+  claims.c.erase(it);
+  return m;
 }
 
 }  // namespace
@@ -198,7 +250,7 @@ OB_MPI_EXPORT void mpi_irsend_(void* buf, Fint* count, Fint* type, Fint* dest, F
   }, request, ierr);
 }
 
-// Persistent requests are not offloaded: their C twins end the job where point-to-point is.
+// Persistent requests: their C twins make the stand-in where the agent serves point-to-point.
 OB_MPI_EXPORT void mpi_send_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm,
                                   Fint* request, Fint* ierr) {
   as_fortran([&](MPI_Request* r) {
@@ -211,6 +263,61 @@ OB_MPI_EXPORT void mpi_recv_init_(void* buf, Fint* count, Fint* type, Fint* sour
   as_fortran([&](MPI_Request* r) {
     return MPI_Recv_init(buf, *count, PMPI_Type_f2c(*type), *source, *tag, PMPI_Comm_f2c(*comm), r);
   }, request, ierr);
+}
+
+OB_MPI_EXPORT void mpi_ssend_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm,
+                                   Fint* request, Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Ssend_init(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+OB_MPI_EXPORT void mpi_bsend_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm,
+                                   Fint* request, Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Bsend_init(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+OB_MPI_EXPORT void mpi_rsend_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm,
+                                   Fint* request, Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return MPI_Rsend_init(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
+// A stand-in's start, free and cancel are ours; every other request's go to Open MPI's Fortran.
+OB_MPI_EXPORT void mpi_start_(Fint* request, Fint* ierr) {
+  MPI_Request r = PMPI_Request_f2c(*request);
+  if (persistent(r)) {
+    *ierr = MPI_Start(&r);
+    return;
+  }
+  OB_NEXT(pmpi_start_, Fint*, Fint*)(request, ierr);
+}
+
+OB_MPI_EXPORT void mpi_startall_(Fint* count, Fint* requests, Fint* ierr) {
+  *ierr = MPI_SUCCESS;
+  for (Fint i = 0; i < *count && *ierr == MPI_SUCCESS; ++i) mpi_start_(&requests[i], ierr);
+}
+
+OB_MPI_EXPORT void mpi_request_free_(Fint* request, Fint* ierr) {
+  MPI_Request r = PMPI_Request_f2c(*request);
+  if (!persistent(r)) {
+    OB_NEXT(pmpi_request_free_, Fint*, Fint*)(request, ierr);
+    return;
+  }
+  *ierr = MPI_Request_free(&r);
+  *request = PMPI_Request_c2f(r);
+}
+
+OB_MPI_EXPORT void mpi_cancel_(Fint* request, Fint* ierr) {
+  MPI_Request r = PMPI_Request_f2c(*request);
+  if (persistent(r)) {
+    *ierr = MPI_Cancel(&r);
+    return;
+  }
+  OB_NEXT(pmpi_cancel_, Fint*, Fint*)(request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_irecv_(void* buf, Fint* count, Fint* type, Fint* source, Fint* tag, Fint* comm, Fint* request,
@@ -271,68 +378,112 @@ OB_MPI_EXPORT void mpi_iprobe_(Fint* source, Fint* tag, Fint* comm, Fint* flag, 
   *flag = found;  // gfortran's .true. is 1
 }
 
+// Matched probes, through their C twins, with the message handles converted here.
+OB_MPI_EXPORT void mpi_improbe_(Fint* source, Fint* tag, Fint* comm, Fint* flag, Fint* message, Fint* status,
+                                Fint* ierr) {
+  int found = 0;
+  MPI_Message m = MPI_MESSAGE_NULL;
+  with_status([&](MPI_Status* st) { return MPI_Improbe(*source, *tag, PMPI_Comm_f2c(*comm), &found, &m, st); },
+              status, ierr);
+  *flag = found;
+  if (found) *message = fortran_message(m);
+}
+
+OB_MPI_EXPORT void mpi_mprobe_(Fint* source, Fint* tag, Fint* comm, Fint* message, Fint* status, Fint* ierr) {
+  MPI_Message m = MPI_MESSAGE_NULL;
+  with_status([&](MPI_Status* st) { return MPI_Mprobe(*source, *tag, PMPI_Comm_f2c(*comm), &m, st); }, status, ierr);
+  if (*ierr == MPI_SUCCESS) *message = fortran_message(m);
+}
+
+OB_MPI_EXPORT void mpi_mrecv_(void* buf, Fint* count, Fint* type, Fint* message, Fint* status, Fint* ierr) {
+  MPI_Message m = c_message(*message);
+  with_status([&](MPI_Status* st) { return MPI_Mrecv(buf, *count, PMPI_Type_f2c(*type), &m, st); }, status, ierr);
+  *message = PMPI_Message_c2f(m);
+}
+
+OB_MPI_EXPORT void mpi_imrecv_(void* buf, Fint* count, Fint* type, Fint* message, Fint* request, Fint* ierr) {
+  MPI_Message m = c_message(*message);
+  as_fortran([&](MPI_Request* r) { return MPI_Imrecv(buf, *count, PMPI_Type_f2c(*type), &m, r); }, request, ierr);
+  *message = PMPI_Message_c2f(m);
+}
+
 // ---- completion calls: as the C ones, around Open MPI's Fortran versions
 
 OB_MPI_EXPORT void mpi_wait_(Fint* request, Fint* status, Fint* ierr) {
-  const MPI_Request r = PMPI_Request_f2c(*request);
-  while (offload_running({&r, 1})) offload_nap();
-  OB_NEXT(pmpi_wait_, Fint*, Fint*, Fint*)(request, status, ierr);
+  seen_through(request, 1, [&](Fint* rs) {
+    const MPI_Request r = PMPI_Request_f2c(*rs);
+    while (offload_running({&r, 1})) offload_nap();
+    OB_NEXT(pmpi_wait_, Fint*, Fint*, Fint*)(rs, status, ierr);
+  });
 }
 
 OB_MPI_EXPORT void mpi_waitall_(Fint* count, Fint* requests, Fint* statuses, Fint* ierr) {
-  const auto rs = c_requests(requests, *count);
-  while (offload_running(rs)) offload_nap();
-  OB_NEXT(pmpi_waitall_, Fint*, Fint*, Fint*, Fint*)(count, requests, statuses, ierr);
+  seen_through(requests, *count, [&](Fint* rs) {
+    const auto c = c_requests(rs, *count);
+    while (offload_running(c)) offload_nap();
+    OB_NEXT(pmpi_waitall_, Fint*, Fint*, Fint*, Fint*)(count, rs, statuses, ierr);
+  });
 }
 
 OB_MPI_EXPORT void mpi_waitany_(Fint* count, Fint* requests, Fint* index, Fint* status, Fint* ierr) {
-  wait_some([&] { return offload_running(c_requests(requests, *count)); },
-            [&] {
-              Fint flag = 0;
-              OB_NEXT(pmpi_testany_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, index, &flag, status,
-                                                                            ierr);
-              return *ierr != MPI_SUCCESS || flag;
-            },
-            [&] { OB_NEXT(pmpi_waitany_, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, index, status, ierr); });
+  seen_through(requests, *count, [&](Fint* rs) {
+    wait_some([&] { return offload_running(c_requests(rs, *count)); },
+              [&] {
+                Fint flag = 0;
+                OB_NEXT(pmpi_testany_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(count, rs, index, &flag, status,
+                                                                              ierr);
+                return *ierr != MPI_SUCCESS || flag;
+              },
+              [&] { OB_NEXT(pmpi_waitany_, Fint*, Fint*, Fint*, Fint*, Fint*)(count, rs, index, status, ierr); });
+  });
 }
 
 OB_MPI_EXPORT void mpi_waitsome_(Fint* incount, Fint* requests, Fint* outcount, Fint* indices, Fint* statuses,
                                  Fint* ierr) {
-  wait_some([&] { return offload_running(c_requests(requests, *incount)); },
-            [&] {
-              OB_NEXT(pmpi_testsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, requests, outcount, indices,
-                                                                             statuses, ierr);
-              return *ierr != MPI_SUCCESS || *outcount != 0;
-            },
-            [&] {
-              OB_NEXT(pmpi_waitsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, requests, outcount, indices,
-                                                                             statuses, ierr);
-            });
+  seen_through(requests, *incount, [&](Fint* rs) {
+    wait_some([&] { return offload_running(c_requests(rs, *incount)); },
+              [&] {
+                OB_NEXT(pmpi_testsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, rs, outcount, indices,
+                                                                               statuses, ierr);
+                return *ierr != MPI_SUCCESS || *outcount != 0;
+              },
+              [&] {
+                OB_NEXT(pmpi_waitsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, rs, outcount, indices,
+                                                                               statuses, ierr);
+              });
+  });
 }
 
 OB_MPI_EXPORT void mpi_test_(Fint* request, Fint* flag, Fint* status, Fint* ierr) {
   offload_sweep();
-  OB_NEXT(pmpi_test_, Fint*, Fint*, Fint*, Fint*)(request, flag, status, ierr);
+  seen_through(request, 1, [&](Fint* rs) { OB_NEXT(pmpi_test_, Fint*, Fint*, Fint*, Fint*)(rs, flag, status, ierr); });
 }
 
 OB_MPI_EXPORT void mpi_testall_(Fint* count, Fint* requests, Fint* flag, Fint* statuses, Fint* ierr) {
   offload_sweep();
-  OB_NEXT(pmpi_testall_, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, flag, statuses, ierr);
+  seen_through(requests, *count, [&](Fint* rs) {
+    OB_NEXT(pmpi_testall_, Fint*, Fint*, Fint*, Fint*, Fint*)(count, rs, flag, statuses, ierr);
+  });
 }
 
 OB_MPI_EXPORT void mpi_testany_(Fint* count, Fint* requests, Fint* index, Fint* flag, Fint* status, Fint* ierr) {
   offload_sweep();
-  OB_NEXT(pmpi_testany_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(count, requests, index, flag, status, ierr);
+  seen_through(requests, *count, [&](Fint* rs) {
+    OB_NEXT(pmpi_testany_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(count, rs, index, flag, status, ierr);
+  });
 }
 
 OB_MPI_EXPORT void mpi_testsome_(Fint* incount, Fint* requests, Fint* outcount, Fint* indices, Fint* statuses,
                                  Fint* ierr) {
   offload_sweep();
-  OB_NEXT(pmpi_testsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, requests, outcount, indices, statuses,
-                                                                 ierr);
+  seen_through(requests, *incount, [&](Fint* rs) {
+    OB_NEXT(pmpi_testsome_, Fint*, Fint*, Fint*, Fint*, Fint*, Fint*)(incount, rs, outcount, indices, statuses, ierr);
+  });
 }
 
 OB_MPI_EXPORT void mpi_request_get_status_(Fint* request, Fint* flag, Fint* status, Fint* ierr) {
   offload_sweep();
-  OB_NEXT(pmpi_request_get_status_, Fint*, Fint*, Fint*, Fint*)(request, flag, status, ierr);
+  seen_through(request, 1, [&](Fint* rs) {
+    OB_NEXT(pmpi_request_get_status_, Fint*, Fint*, Fint*, Fint*)(rs, flag, status, ierr);
+  });
 }

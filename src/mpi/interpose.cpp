@@ -18,6 +18,7 @@
 
 #include "mpi/interpose.h"
 #include "mpi/offload.h"
+#include "mpi/persistent.h"
 
 namespace outboard::mpi {
 namespace {
@@ -393,15 +394,6 @@ int send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_C
   return rc != MPI_SUCCESS ? rc : wait_one(&request, MPI_STATUS_IGNORE);
 }
 
-// The calls this interposer does not offload yet cannot pass through on a communicator whose
-// point-to-point the agent serves: their messages would never meet the agent's.
-void refuse(const char* call, MPI_Comm comm) {
-  if (!p2p_on() || p2p_route(comm, 0) != Route::kOffloaded) return;
-  std::fprintf(stderr, "outboard-mpi: %s is not offloaded yet, and point-to-point on this communicator is: run "
-                       "without OUTBOARD_MPI_P2P=1\n", call);
-  PMPI_Abort(comm, 2);
-}
-
 }  // namespace
 
 OB_MPI_EXPORT int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
@@ -527,102 +519,189 @@ OB_MPI_EXPORT int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* stat
   }
 }
 
+// Persistent sends and receives: where the agent serves the communicator's point-to-point, the
+// program's request is a stand-in whose every start posts an offloaded send or receive.
+
+namespace {
+
+template <typename Pmpi>
+int persistent_or(Pmpi pmpi, Kind kind, bool sync, const void* buf, int count, MPI_Datatype type, int peer, int tag,
+                  MPI_Comm comm, MPI_Request* request) {
+  if (!p2p_on() || p2p_route(comm, peer) != Route::kOffloaded) return pmpi();
+  return persistent_init({message(kind, peer, tag, sync), comm, buf, count, type, contiguous(type)}, request);
+}
+
+int start(MPI_Request* request) {
+  if (!persistent(*request)) return PMPI_Start(request);
+  note(Op::kStart, Route::kOffloaded);
+  return persistent_start(*request);
+}
+
+}  // namespace
+
 OB_MPI_EXPORT int MPI_Send_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                 MPI_Request* request) {
-  refuse("MPI_Send_init", comm);
-  return PMPI_Send_init(buf, count, type, dest, tag, comm, request);
+  return persistent_or([&] { return PMPI_Send_init(buf, count, type, dest, tag, comm, request); }, Kind::kSend, false,
+                       buf, count, type, dest, tag, comm, request);
 }
 
 OB_MPI_EXPORT int MPI_Ssend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                  MPI_Request* request) {
-  refuse("MPI_Ssend_init", comm);
-  return PMPI_Ssend_init(buf, count, type, dest, tag, comm, request);
+  return persistent_or([&] { return PMPI_Ssend_init(buf, count, type, dest, tag, comm, request); }, Kind::kSend, true,
+                       buf, count, type, dest, tag, comm, request);
 }
 
+// Buffered and ready: standard sends, as their non-persistent forms are.
 OB_MPI_EXPORT int MPI_Bsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                  MPI_Request* request) {
-  refuse("MPI_Bsend_init", comm);
-  return PMPI_Bsend_init(buf, count, type, dest, tag, comm, request);
+  return persistent_or([&] { return PMPI_Bsend_init(buf, count, type, dest, tag, comm, request); }, Kind::kSend, false,
+                       buf, count, type, dest, tag, comm, request);
 }
 
 OB_MPI_EXPORT int MPI_Rsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                  MPI_Request* request) {
-  refuse("MPI_Rsend_init", comm);
-  return PMPI_Rsend_init(buf, count, type, dest, tag, comm, request);
+  return persistent_or([&] { return PMPI_Rsend_init(buf, count, type, dest, tag, comm, request); }, Kind::kSend, false,
+                       buf, count, type, dest, tag, comm, request);
 }
 
 OB_MPI_EXPORT int MPI_Recv_init(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                                 MPI_Request* request) {
-  refuse("MPI_Recv_init", comm);
-  return PMPI_Recv_init(buf, count, type, source, tag, comm, request);
+  return persistent_or([&] { return PMPI_Recv_init(buf, count, type, source, tag, comm, request); }, Kind::kRecv,
+                       false, buf, count, type, source, tag, comm, request);
+}
+
+OB_MPI_EXPORT int MPI_Start(MPI_Request* request) { return start(request); }
+
+OB_MPI_EXPORT int MPI_Startall(int count, MPI_Request requests[]) {
+  for (int i = 0; i < count; ++i)
+    if (const int rc = start(&requests[i]); rc != MPI_SUCCESS) return rc;
+  return MPI_SUCCESS;
+}
+
+OB_MPI_EXPORT int MPI_Request_free(MPI_Request* request) {
+  return persistent(*request) ? persistent_free(request) : PMPI_Request_free(request);
+}
+
+OB_MPI_EXPORT int MPI_Cancel(MPI_Request* request) {
+  return persistent(*request) ? persistent_cancel(request) : PMPI_Cancel(request);
+}
+
+// Matched probes: the probed message is claimed at once (offload.h), for MPI_Mrecv or MPI_Imrecv.
+OB_MPI_EXPORT int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* msg, MPI_Status* status) {
+  if (!p2p_on() || p2p(Op::kProbe, comm, source) != Route::kOffloaded)
+    return PMPI_Improbe(source, tag, comm, flag, msg, status);
+  return p2p_mprobe(message(Kind::kProbe, source, tag), comm, flag, msg, status);
 }
 
 OB_MPI_EXPORT int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message* msg, MPI_Status* status) {
-  refuse("MPI_Mprobe", comm);
-  return PMPI_Mprobe(source, tag, comm, msg, status);
+  if (!p2p_on() || p2p(Op::kProbe, comm, source) != Route::kOffloaded)
+    return PMPI_Mprobe(source, tag, comm, msg, status);
+  for (int flag = 0;;) {
+    const int rc = p2p_mprobe(message(Kind::kProbe, source, tag), comm, &flag, msg, status);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    offload_nap();
+  }
 }
 
-OB_MPI_EXPORT int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* msg, MPI_Status* status) {
-  refuse("MPI_Improbe", comm);
-  return PMPI_Improbe(source, tag, comm, flag, msg, status);
+OB_MPI_EXPORT int MPI_Imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* msg, MPI_Request* request) {
+  if (!p2p_claimed(*msg)) return PMPI_Imrecv(buf, count, type, msg, request);
+  return p2p_imrecv(buf, count, type, msg, request);
+}
+
+OB_MPI_EXPORT int MPI_Mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* msg, MPI_Status* status) {
+  if (!p2p_claimed(*msg)) return PMPI_Mrecv(buf, count, type, msg, status);
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = p2p_imrecv(buf, count, type, msg, &request);
+  return rc != MPI_SUCCESS ? rc : wait_one(&request, status);
 }
 
 // ---- completion calls: every form a program may wait with, over arrays that mix offloaded and
-// ordinary requests. Offloaded ones complete (MPI_Grequest_complete) as their answers come.
+// ordinary requests. Offloaded ones complete (MPI_Grequest_complete) as their answers come; a
+// started persistent stand-in is seen through to its current request.
 
-OB_MPI_EXPORT int MPI_Wait(MPI_Request* request, MPI_Status* status) { return wait_one(request, status); }
+namespace {
+
+std::span<MPI_Request> span_of(MPI_Request* requests, int count) {
+  return {requests, static_cast<size_t>(std::max(count, 0))};
+}
+
+// Runs `call` (the MPI completion call) on the array with every started stand-in seen through.
+template <typename Call>
+int seen_through(std::span<MPI_Request> requests, Call call) {
+  SeeThrough through(requests);
+  const int rc = call(through.requests());
+  through.finish();
+  return rc;
+}
+
+}  // namespace
+
+OB_MPI_EXPORT int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+  return seen_through({request, 1}, [&](std::span<MPI_Request> r) { return wait_one(r.data(), status); });
+}
 
 OB_MPI_EXPORT int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
-  while (offload_running({requests, static_cast<size_t>(std::max(count, 0))})) offload_nap();
-  return PMPI_Waitall(count, requests, statuses);
+  return seen_through(span_of(requests, count), [&](std::span<MPI_Request> r) {
+    while (offload_running(r)) offload_nap();
+    return PMPI_Waitall(count, r.data(), statuses);
+  });
 }
 
 OB_MPI_EXPORT int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
-  int rc = MPI_SUCCESS;
-  wait_some([&] { return offload_running({requests, static_cast<size_t>(std::max(count, 0))}); },
-            [&] {
-              int flag = 0;
-              rc = PMPI_Testany(count, requests, index, &flag, status);
-              return rc != MPI_SUCCESS || flag;
-            },
-            [&] { rc = PMPI_Waitany(count, requests, index, status); });
-  return rc;
+  return seen_through(span_of(requests, count), [&](std::span<MPI_Request> r) {
+    int rc = MPI_SUCCESS;
+    wait_some([&] { return offload_running(r); },
+              [&] {
+                int flag = 0;
+                rc = PMPI_Testany(count, r.data(), index, &flag, status);
+                return rc != MPI_SUCCESS || flag;
+              },
+              [&] { rc = PMPI_Waitany(count, r.data(), index, status); });
+    return rc;
+  });
 }
 
 OB_MPI_EXPORT int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices[],
                                MPI_Status statuses[]) {
-  int rc = MPI_SUCCESS;
-  wait_some([&] { return offload_running({requests, static_cast<size_t>(std::max(incount, 0))}); },
-            [&] {
-              rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
-              return rc != MPI_SUCCESS || *outcount != 0;
-            },
-            [&] { rc = PMPI_Waitsome(incount, requests, outcount, indices, statuses); });
-  return rc;
+  return seen_through(span_of(requests, incount), [&](std::span<MPI_Request> r) {
+    int rc = MPI_SUCCESS;
+    wait_some([&] { return offload_running(r); },
+              [&] {
+                rc = PMPI_Testsome(incount, r.data(), outcount, indices, statuses);
+                return rc != MPI_SUCCESS || *outcount != 0;
+              },
+              [&] { rc = PMPI_Waitsome(incount, r.data(), outcount, indices, statuses); });
+    return rc;
+  });
 }
 
 OB_MPI_EXPORT int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
   offload_sweep();
-  return PMPI_Test(request, flag, status);
+  return seen_through({request, 1}, [&](std::span<MPI_Request> r) { return PMPI_Test(r.data(), flag, status); });
 }
 
 OB_MPI_EXPORT int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
   offload_sweep();
-  return PMPI_Testall(count, requests, flag, statuses);
+  return seen_through(span_of(requests, count),
+                      [&](std::span<MPI_Request> r) { return PMPI_Testall(count, r.data(), flag, statuses); });
 }
 
 OB_MPI_EXPORT int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
   offload_sweep();
-  return PMPI_Testany(count, requests, index, flag, status);
+  return seen_through(span_of(requests, count),
+                      [&](std::span<MPI_Request> r) { return PMPI_Testany(count, r.data(), index, flag, status); });
 }
 
 OB_MPI_EXPORT int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices[],
                                MPI_Status statuses[]) {
   offload_sweep();
-  return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+  return seen_through(span_of(requests, incount), [&](std::span<MPI_Request> r) {
+    return PMPI_Testsome(incount, r.data(), outcount, indices, statuses);
+  });
 }
 
 OB_MPI_EXPORT int MPI_Request_get_status(MPI_Request request, int* flag, MPI_Status* status) {
   offload_sweep();
-  return PMPI_Request_get_status(request, flag, status);
+  return seen_through({&request, 1},
+                      [&](std::span<MPI_Request> r) { return PMPI_Request_get_status(r[0], flag, status); });
 }

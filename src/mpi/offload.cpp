@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -120,6 +121,9 @@ struct Offload {
   std::atomic<uint64_t> answers{0};                  // answers come so far: what a nap waits to change
   bool p2p = false;        // point-to-point offloaded (the whole job decided at MPI_Init)
   uint64_t next_p2p_id = 0;  // numbers this rank's receives for the agent (a cancel names one)
+  // Messages MPI_Improbe claimed, by the handle it gave: their receives, waiting for MPI_Imrecv.
+  std::unordered_map<MPI_Message, Handoff*> claims;
+  uint32_t next_claim = 0;
 };
 
 Offload* g_offload = nullptr;  // kept after offload_stop: MPI may still free requests
@@ -191,7 +195,9 @@ int cancel_op(void* state, int complete) {
   if (complete || !op->p2p || op->p2p->kind != services::mpi_wire::Kind::kRecv) return MPI_SUCCESS;
   std::lock_guard lock(g_offload->mu);
   services::mpi_wire::P2p cancel = *op->p2p;
+  // A cancel names the receive by id alone: no region, nor the agent a single-source one watches.
   cancel.kind = services::mpi_wire::Kind::kCancel, cancel.bytes = 0, cancel.region.clear();
+  cancel.token.clear(), cancel.agent.clear();
   (void)g_offload->conn->submit("mpi", Buffer::copy_of(services::mpi_wire::encode(cancel)),
                                 Deadline::after_ms(g_offload->timeout_s * 1000), [](Result<Buffer>) {},
                                 Connection::Credit::kWait);
@@ -208,7 +214,7 @@ std::string describe(const services::mpi_wire::P2p& m) {
 
 // A receive of a non-contiguous datatype: the whole elements that came, from where they were packed.
 void unpack(Handoff& op) {
-  if (op.envelope.cancelled) return;
+  if (op.envelope.cancelled || op.packed.empty()) return;
   int size = 0, position = 0;
   PMPI_Type_size(op.unpack_type, &size);
   const uint64_t got = std::min(op.envelope.bytes, op.p2p->bytes);
@@ -720,6 +726,72 @@ int p2p_iprobe(services::mpi_wire::P2p m, MPI_Comm comm, int* flag, MPI_Status* 
     PMPI_Status_set_cancelled(status, 0);
     status->MPI_SOURCE = static_cast<int>(e->source);
     status->MPI_TAG = e->tag;
+  }
+  return MPI_SUCCESS;
+}
+
+}  // namespace outboard::mpi
+
+namespace outboard::mpi {
+namespace {
+
+// A claimed message's handle, one MPI never makes: Open MPI's handles are pointers (this one
+// points at our receive), MPICH's are integers whose top two bits give the kind, and 00 is the
+// kind no handle has.
+// (A template, so that only this ABI's branch is compiled.)
+template <typename Handle = MPI_Message>
+Handle claim_handle(Handoff* op) {
+  if constexpr (std::is_pointer_v<Handle>) {
+    return reinterpret_cast<Handle>(op);
+  } else {
+    constexpr uint32_t kInvalidKind = 0x01000000;
+    return static_cast<Handle>(kInvalidKind | (g_offload->next_claim++ & 0x00ffffff));
+  }
+}
+
+}  // namespace
+
+int p2p_mprobe(services::mpi_wire::P2p m, MPI_Comm comm, int* flag, MPI_Message* message, MPI_Status* status) {
+  std::lock_guard lock(g_offload->mu);
+  MPI_Status found{};
+  const int rc = p2p_iprobe(m, comm, flag, &found);
+  if (rc != MPI_SUCCESS || !*flag) return rc;
+  int bytes = 0;
+  PMPI_Get_count(&found, MPI_BYTE, &bytes);
+  m.kind = services::mpi_wire::Kind::kRecv, m.peer = found.MPI_SOURCE, m.tag = found.MPI_TAG;
+  // Posted as a packed receive with nowhere to unpack yet: its bytes stay in the op's buffer.
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (const int posted = p2p_post(m, comm, nullptr, bytes, MPI_BYTE, false, &request); posted != MPI_SUCCESS)
+    return posted;
+  Handoff* op = g_offload->running.at(request);
+  *message = claim_handle(op);
+  g_offload->claims.emplace(*message, op);
+  if (status != MPI_STATUS_IGNORE) *status = found;
+  return MPI_SUCCESS;
+}
+
+bool p2p_claimed(MPI_Message message) {
+  if (!g_on || message == MPI_MESSAGE_NULL) return false;
+  std::lock_guard lock(g_offload->mu);
+  return g_offload->claims.count(message) != 0;
+}
+
+int p2p_imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Request* request) {
+  std::lock_guard lock(g_offload->mu);
+  auto claim = g_offload->claims.find(*message);
+  Handoff* op = claim->second;
+  g_offload->claims.erase(claim);
+  *message = MPI_MESSAGE_NULL;
+  *request = op->request;
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  op->p2p->bytes = static_cast<uint64_t>(size) * static_cast<uint64_t>(std::max(count, 0));
+  if (op->unpack_type != MPI_DATATYPE_NULL) PMPI_Type_free(&op->unpack_type);
+  PMPI_Type_dup(type, &op->unpack_type);
+  op->unpack_to = buf, op->unpack_count = count;
+  if (op->completed) {  // its answer came first: deliver now (release() is done with it)
+    if (op->answer->ok()) unpack(*op);
+    PMPI_Type_free(&op->unpack_type);
   }
   return MPI_SUCCESS;
 }

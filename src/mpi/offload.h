@@ -101,6 +101,18 @@ int p2p_post(services::mpi_wire::P2p m, MPI_Comm comm, const void* buf, int coun
 /// Asks the agent whether a message matching `m` (peer, tag) waits for this rank.
 int p2p_iprobe(services::mpi_wire::P2p m, MPI_Comm comm, int* flag, MPI_Status* status);
 
+/// MPI_Improbe: asks the agent, as p2p_iprobe, and where a message waits, claims it for `message`
+/// (a handle MPI never made): a receive of exactly its source and tag goes to the agent at once,
+/// into a buffer of its size. MPI's order makes it that message, and this process posts no other
+/// receive in between (the same lock). The message's bytes wait there for MPI_Imrecv.
+int p2p_mprobe(services::mpi_wire::P2p m, MPI_Comm comm, int* flag, MPI_Message* message, MPI_Status* status);
+/// Whether `message` is one p2p_mprobe claimed.
+bool p2p_claimed(MPI_Message message);
+/// MPI_Imrecv of a claimed message: *request is its receive, which delivers into `buf` (`count`
+/// of `type`: less than came is MPI_ERR_TRUNCATE) when it completes; *message becomes
+/// MPI_MESSAGE_NULL.
+int p2p_imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Request* request);
+
 /// The wait of MPI's Waitany and Waitsome (C or Fortran): while `running()` (offload_running over
 /// the call's requests) holds, `poll()` (the call's Test form; true once it finished a request or
 /// failed) between naps; then `wait()`, the MPI's own call, for the rest.

@@ -17,6 +17,7 @@ std::string_view op_name(Op op) {
     case Op::kRecv: return "MPI_Recv";
     case Op::kSendrecv: return "MPI_Sendrecv";
     case Op::kProbe: return "MPI_Probe";
+    case Op::kStart: return "MPI_Start";
   }
   return "?";
 }

@@ -12,13 +12,15 @@
 
 namespace outboard::mpi {
 
-// Point-to-point (the last six) only where the job offloads it (OUTBOARD_MPI_P2P=1): each row
-// counts a family of calls (MPI_Isend: its synchronous, buffered and ready forms too).
+// Point-to-point (the last seven) only where the job offloads it (OUTBOARD_MPI_P2P=1): each row
+// counts a family of calls (MPI_Isend: its synchronous, buffered and ready forms too; MPI_Probe:
+// Iprobe and the matched probes, whose MPI_Mrecv receives what they claimed; MPI_Start:
+// each start of an offloaded persistent send or receive, by MPI_Start or MPI_Startall).
 enum class Op : uint8_t {
   kIalltoall, kIalltoallv, kIallgather, kIbcast, kIallreduce,
-  kIsend, kIrecv, kSend, kRecv, kSendrecv, kProbe,
+  kIsend, kIrecv, kSend, kRecv, kSendrecv, kProbe, kStart,
 };
-inline constexpr size_t kOps = 11;
+inline constexpr size_t kOps = 12;
 
 // The first route an operation fails decides; kOffloaded only when it fails none.
 enum class Route : uint8_t {

@@ -1,6 +1,8 @@
 ! Point-to-point from Fortran (mpif.h, or `use mpi` when built with -DUSE_MPI_MODULE), each result
 ! checked: a ring of Isend/Irecv completed by Waitall, Send and Recv with MPI_ANY_SOURCE and the
-! status's source, tag and count, Ssend, Sendrecv, Sendrecv_replace, Probe and Iprobe. Rank 0
+! status's source, tag and count, Ssend, Sendrecv, Sendrecv_replace, Probe and Iprobe, and a
+! persistent ring (Send_init, Recv_init, Startall, Waitall, Request_free) over three rounds, and
+! a matched probe (Mprobe, then Mrecv of the probed size). Rank 0
 ! prints "ok fortran p2p" or names what differed (and the program stops with status 1).
 program p2p
 #ifdef USE_MPI_MODULE
@@ -12,7 +14,7 @@ program p2p
 #endif
   integer, parameter :: n = 100
   integer :: ierr, rank, nranks, right, left, i, count, bad, allbad
-  integer :: reqs(2), stat(MPI_STATUS_SIZE), stats(MPI_STATUS_SIZE, 2)
+  integer :: reqs(2), preqs(2), round, msg, stat(MPI_STATUS_SIZE), stats(MPI_STATUS_SIZE, 2)
   integer :: out(n), in(n)
   logical :: found
 
@@ -70,6 +72,30 @@ program p2p
     call MPI_Recv(in, count, MPI_INTEGER, 1, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE, ierr)
     call MPI_Iprobe(1, 5, MPI_COMM_WORLD, found, MPI_STATUS_IGNORE, ierr)
     call expect(.not. found, 'Iprobe after the receive')
+  end if
+
+  call MPI_Recv_init(in, n, MPI_INTEGER, left, 6, MPI_COMM_WORLD, preqs(1), ierr)
+  call MPI_Send_init(out, n, MPI_INTEGER, right, 6, MPI_COMM_WORLD, preqs(2), ierr)
+  do round = 1, 3
+    out(1) = rank * 1000 + round
+    in = -1
+    call MPI_Startall(2, preqs, ierr)
+    call MPI_Waitall(2, preqs, stats, ierr)
+    call expect(stats(MPI_SOURCE, 1) == left .and. in(1) == left * 1000 + round .and. &
+                preqs(1) /= MPI_REQUEST_NULL, 'persistent ring')
+  end do
+  call MPI_Request_free(preqs(1), ierr)
+  call MPI_Request_free(preqs(2), ierr)
+  call expect(preqs(1) == MPI_REQUEST_NULL .and. preqs(2) == MPI_REQUEST_NULL, 'Request_free')
+
+  if (rank == 1) call MPI_Send(out, 9, MPI_INTEGER, 0, 7, MPI_COMM_WORLD, ierr)
+  if (rank == 0 .and. nranks > 1) then
+    in = -1
+    call MPI_Mprobe(MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, msg, stat, ierr)
+    call MPI_Get_count(stat, MPI_INTEGER, count, ierr)
+    call expect(stat(MPI_SOURCE) == 1 .and. count == 9, 'Mprobe')
+    call MPI_Mrecv(in, count, MPI_INTEGER, msg, stat, ierr)
+    call expect(msg == MPI_MESSAGE_NULL .and. in(9) == 1000 + 9 .and. in(10) == -1, 'Mrecv')
   end if
 
   call MPI_Allreduce(bad, allbad, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)

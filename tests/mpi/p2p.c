@@ -4,7 +4,10 @@
  * before either receive (buffered by the library, or here by the agent), Ssend, Sendrecv and
  * Sendrecv_replace around the ring, Probe then a receive of the probed size, a non-contiguous
  * datatype, MPI_PROC_NULL, a cancelled receive, point-to-point beside a collective in one
- * Waitall, and a flood of messages sent before their receives are posted.
+ * Waitall, persistent requests (started round after round, completed by every completion call,
+ * cancelled and started again, freed), matched probes (a claimed message is the one its
+ * MPI_Mrecv gets, whatever receive comes between), and a flood of messages sent before their receives are
+ * posted.
  *
  * Usage: p2p [flood_messages] (default 64; each 64 KiB). Prints "ok p2p" on rank 0.
  * p2p slow: rank 0 waits for a message rank 1 sends only after 20 s (the test kills the agent
@@ -206,6 +209,144 @@ static void mixed(void) {
   free(a2a_in);
 }
 
+/* A ring of persistent requests, as a halo exchange sets them up once: each round's send carries
+ * what the buffer holds at its start, each round completes by another completion call, a request
+ * never started sits inactive in the arrays, and a vector datatype freed after the init still
+ * shapes every start. Then a persistent receive is cancelled, started again and matched, and one
+ * MPI keeps (from MPI_PROC_NULL) goes through the same calls. */
+static void persistent(void) {
+  const int right = (rank + 1) % size, left = (rank + size - 1) % size, count = 300, rounds = 6;
+  int out[300], in[300], idle_buf = 0;
+  MPI_Datatype every_third;
+  MPI_Type_vector(count / 3, 1, 3, MPI_INT, &every_third);
+  MPI_Type_commit(&every_third);
+  MPI_Request r[4];
+  MPI_Recv_init(in, count, MPI_INT, MPI_ANY_SOURCE, 21, MPI_COMM_WORLD, &r[0]);
+  MPI_Send_init(out, count, MPI_INT, right, 21, MPI_COMM_WORLD, &r[1]);
+  MPI_Recv_init(&idle_buf, 1, MPI_INT, left, 22, MPI_COMM_WORLD, &r[2]); /* never started */
+  MPI_Send_init(out, 1, every_third, right, 23, MPI_COMM_WORLD, &r[3]);
+  MPI_Type_free(&every_third);
+  const MPI_Request handles[4] = {r[0], r[1], r[2], r[3]};
+  for (int round = 0; round < rounds; round++) {
+    for (int i = 0; i < count; i++) out[i] = value(rank, right, round, i), in[i] = -1;
+    MPI_Startall(2, r);
+    MPI_Status st[3], some[3];
+    int flag = 0, index = -1, done = 0, indices[3];
+    switch (round % 5) {
+      case 0: MPI_Waitall(3, r, st); break;
+      case 1:
+        MPI_Wait(&r[1], MPI_STATUS_IGNORE);
+        MPI_Wait(&r[0], &st[0]);
+        break;
+      case 2:
+        while (!flag) MPI_Testall(2, r, &flag, st);
+        break;
+      case 3:
+        for (int k = 0; k < 2; k++) {
+          MPI_Waitany(3, r, &index, &st[2]);
+          CHECK(index == 0 || index == 1, "waitany index %d", index);
+          if (index == 0) st[0] = st[2];
+        }
+        MPI_Waitany(3, r, &index, &st[2]);
+        CHECK(index == MPI_UNDEFINED, "waitany over inactive requests: index %d", index);
+        break;
+      case 4:
+        while (done < 2) {
+          int n = 0;
+          MPI_Testsome(3, r, &n, indices, some);
+          for (int k = 0; k < n; k++)
+            if (indices[k] == 0) st[0] = some[k];
+          done += n;
+        }
+        break;
+    }
+    for (int k = 0; k < 4; k++) CHECK(r[k] == handles[k], "round %d: persistent request %d changed handle", round, k);
+    int got = 0;
+    MPI_Get_count(&st[0], MPI_INT, &got);
+    CHECK(st[0].MPI_SOURCE == left && st[0].MPI_TAG == 21 && got == count, "round %d: status %d %d %d", round,
+          st[0].MPI_SOURCE, st[0].MPI_TAG, got);
+    for (int i = 0; i < count; i++) CHECK(in[i] == value(left, rank, round, i), "round %d: data at %d", round, i);
+  }
+  /* the vector send: every third element of what `out` holds at the start */
+  for (int i = 0; i < count; i++) out[i] = value(rank, right, 99, i);
+  MPI_Start(&r[3]);
+  MPI_Recv(in, count / 3, MPI_INT, left, 23, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Wait(&r[3], MPI_STATUS_IGNORE);
+  for (int i = 0; i < count / 3; i++) CHECK(in[i] == value(left, rank, 99, 3 * i), "vector start at %d", i);
+  /* cancelled while nobody sends, then started again and matched */
+  MPI_Status st;
+  MPI_Start(&r[2]);
+  MPI_Cancel(&r[2]);
+  MPI_Wait(&r[2], &st);
+  int cancelled = 0;
+  MPI_Test_cancelled(&st, &cancelled);
+  CHECK(cancelled, "a started persistent receive was not cancelled");
+  MPI_Barrier(MPI_COMM_WORLD); /* no rank sends before every cancel is done */
+  MPI_Start(&r[2]);
+  const int token = value(rank, right, 7, 7);
+  MPI_Send(&token, 1, MPI_INT, right, 22, MPI_COMM_WORLD);
+  MPI_Wait(&r[2], &st);
+  CHECK(idle_buf == value(left, rank, 7, 7) && st.MPI_SOURCE == left, "restarted receive got %d", idle_buf);
+  for (int k = 0; k < 4; k++) {
+    MPI_Request_free(&r[k]);
+    CHECK(r[k] == MPI_REQUEST_NULL, "freed persistent request %d not null", k);
+  }
+  /* MPI's own persistent request (MPI_PROC_NULL stays with MPI) through the same calls */
+  MPI_Request own;
+  MPI_Recv_init(in, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &own);
+  MPI_Start(&own);
+  MPI_Wait(&own, MPI_STATUS_IGNORE); /* (MPICH 4.0's status does not say MPI_PROC_NULL) */
+  CHECK(own != MPI_REQUEST_NULL, "persistent MPI_PROC_NULL receive freed by its wait");
+  MPI_Request_free(&own);
+}
+
+/* Every other rank sends rank 0 three messages of its own size (tag 31), which rank 0 takes by
+ * MPI_Mprobe + MPI_Mrecv from any source; then rank 1 sends A and B (tag 32): rank 0 claims A by
+ * MPI_Improbe, receives B with an ordinary receive posted after the claim, and only then A. */
+static void matched_probe(void) {
+  if (rank != 0) {
+    int msg[64];
+    for (int k = 0; k < 3; k++) {
+      for (int i = 0; i < 64; i++) msg[i] = value(rank, 0, k, i);
+      MPI_Send(msg, 10 * rank + k, MPI_INT, 0, 31, MPI_COMM_WORLD);
+    }
+    if (rank == 1) {
+      int a = value(1, 0, 5, 0), b = value(1, 0, 6, 0);
+      MPI_Send(&a, 1, MPI_INT, 0, 32, MPI_COMM_WORLD);
+      MPI_Send(&b, 1, MPI_INT, 0, 32, MPI_COMM_WORLD);
+    }
+    return;
+  }
+  int* next = calloc(size, sizeof(int));
+  for (int m = 0; m < 3 * (size - 1); m++) {
+    MPI_Message message;
+    MPI_Status st;
+    MPI_Mprobe(MPI_ANY_SOURCE, 31, MPI_COMM_WORLD, &message, &st);
+    int n = 0, got = 0;
+    MPI_Get_count(&st, MPI_INT, &n);
+    const int from = st.MPI_SOURCE, k = next[from]++;
+    CHECK(from > 0 && from < size && n == 10 * from + k, "mprobe: %d ints from %d (its message %d)", n, from, k);
+    int* in = malloc(sizeof(int) * (n + 1));
+    MPI_Mrecv(in, n + 1, MPI_INT, &message, &st);
+    MPI_Get_count(&st, MPI_INT, &got);
+    CHECK(message == MPI_MESSAGE_NULL && st.MPI_SOURCE == from && st.MPI_TAG == 31 && got == n,
+          "mrecv status: source %d, tag %d, %d ints", st.MPI_SOURCE, st.MPI_TAG, got);
+    for (int i = 0; i < n; i++) CHECK(in[i] == value(from, 0, k, i), "mrecv from %d at %d", from, i);
+    free(in);
+  }
+  free(next);
+  if (size < 2) return;
+  MPI_Message a_message;
+  MPI_Status st;
+  int flag = 0, a = -1, b = -1;
+  while (!flag) MPI_Improbe(1, 32, MPI_COMM_WORLD, &flag, &a_message, &st);
+  MPI_Recv(&b, 1, MPI_INT, 1, 32, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Request r;
+  MPI_Imrecv(&a, 1, MPI_INT, &a_message, &r);
+  MPI_Wait(&r, &st);
+  CHECK(a == value(1, 0, 5, 0) && b == value(1, 0, 6, 0), "claimed message: a %d, b %d", a, b);
+}
+
 /* Rank 1 sends rank 0 `n` messages of 64 KiB before rank 0 posts a receive: more than the agent
  * may buffer when the test says so; every one must come, in order. */
 static void flood(int n) {
@@ -283,6 +424,8 @@ int main(int argc, char** argv) {
   noncontiguous();
   proc_null_and_cancel();
   mixed();
+  persistent();
+  matched_probe();
   flood(flood_messages);
   MPI_Comm_free(&dup);
   MPI_Barrier(MPI_COMM_WORLD);

@@ -50,6 +50,9 @@ def test_every_point_to_point_call_goes_to_the_agent_and_every_message_arrives(b
     # MPI_PROC_NULL stays with MPI, which completes it at once: once per rank, each way.
     for op in ("MPI_Send", "MPI_Recv"):
         assert lines[op].endswith(f"passed through (MPI_PROC_NULL: {ranks})"), (op, lines[op])
+    # Each rank starts its persistent requests 15 times (6 rounds of two, a vector send, a
+    # receive cancelled and started again).
+    assert _counts(lines["MPI_Start"]) == (15 * ranks, 0), lines["MPI_Start"]
     # The flood alone is FLOOD sends and receives.
     assert _counts(lines["MPI_Isend"])[0] >= FLOOD and _counts(lines["MPI_Recv"])[0] >= FLOOD
 
@@ -142,5 +145,6 @@ def test_fortran_point_to_point_goes_to_the_agent_like_c(built, flavour, tmp_pat
     run = _outboard("mpirun", "-np", "3", "--p2p", "--report", str(exe))
     assert run.returncode == 0 and "ok fortran p2p" in run.stdout, run.stdout + run.stderr
     # Sendrecv_replace counts as the Sendrecv it becomes.
-    calls = {"MPI_Isend": 3, "MPI_Irecv": 3, "MPI_Send": 4, "MPI_Recv": 4, "MPI_Sendrecv": 6, "MPI_Probe": 2}
+    calls = {"MPI_Isend": 3, "MPI_Irecv": 3, "MPI_Send": 5, "MPI_Recv": 4, "MPI_Sendrecv": 6, "MPI_Probe": 3,
+             "MPI_Start": 18}
     assert _report_lines(run.stderr) == {op: f"{n} offloaded {0:8} passed through" for op, n in calls.items()}
