@@ -131,7 +131,8 @@ AARCH64_QEMU_SKIPS := RegionTest.ExposedMemoryIsWrittenByTheAgentThroughTheKerne
   MpiP2pTest.AMessageLargerThanTheBounceBufferArrivesWhole:MpiP2pTest.OverTheBudgetASendWaitsForItsReceiveAndNothingIsLost:$\
   MpiP2pTest.ASynchronousSendIsAnsweredOnlyOnceMatched:MpiP2pTest.AShortReceiveHearsTheWholeSizeAndGetsOnlyItsCapacity:$\
   MpiP2pTest.ProbeSeesAMessageWithoutTakingItAndCancelTakesBackAReceive:MpiP2pTest.ARankThatLeavesFailsWhatWaitsForItNamingIt:$\
-  MpiP2pAcrossAgentsTest.SendsBeyondTheWindowAndTheBudgetArriveInOrderAndALaterTagOvertakesThem
+  MpiP2pAcrossAgentsTest.SendsBeyondTheWindowAndTheBudgetArriveInOrderAndALaterTagOvertakesThem:$\
+  MpiP2pAcrossAgentsTest.AMessageOverOneForwardPieceFollowsInPiecesToAPostedAndToALaterReceive
 AARCH64_CXX := $(shell command -v aarch64-linux-gnu-g++)
 
 agent-aarch64: bootstrap

@@ -104,9 +104,10 @@ def main() -> int:
     }
     # mpi_post: services/mpi_wire.h, a post (version, kind, comm, seq, size, rank, coll, elem, op, flags, root,
     # bytes, send and receive offsets, arrays, regions, with kSpans the agents), another agent's share,
-    # forwarded send or watch, a rank's reach (value, region) or point-to-point message (comm, size, rank, peer,
-    # tag, flags, bytes, id, region, with kRemote the token and the other agent), and the envelope answering one.
-    mpi_wire = 3
+    # forwarded send (its data, or with kFollows a piece at its offset) or watch, a rank's reach (value,
+    # region) or point-to-point message (comm, size, rank, peer, tag, flags, bytes, id, region, with kRemote
+    # the token and the other agent), and the envelope answering one.
+    mpi_wire = 4
     def post(coll: int, elem: int, op: int, flags: int, root: int, nbytes: int, arrays: bytes, send: bytes,
              recv: bytes, spans: bytes = b"") -> bytes:
         return (struct.pack("<BBQQIIBBBBIQQQ", mpi_wire, 0, 7, 3, 2, 1, coll, elem, op, flags | (4 if spans else 0),
@@ -114,8 +115,8 @@ def main() -> int:
     def p2p(kind: int, peer: int, tag: int, flags: int, nbytes: int, region: bytes, remote: bytes = b"") -> bytes:
         return (struct.pack("<BBQIIiiBQQ", mpi_wire, kind, 0, 4, 1, peer, tag, flags | (2 if remote else 0), nbytes,
                             5) + blob(region) + remote)
-    def forward(flags: int, data: bytes, nbytes: int) -> bytes:
-        return struct.pack("<BBQIIIiBQQ", mpi_wire, 7, 0, 4, 1, 2, 3, flags, nbytes, 9) + data
+    def forward(flags: int, data: bytes, nbytes: int, offset: int = 0) -> bytes:
+        return struct.pack("<BBQIIIiBQQQ", mpi_wire, 7, 0, 4, 1, 2, 3, flags, nbytes, 9, offset) + data
     remote = b"ab" * 32 + blob(b"127.0.0.1:7001")
     agents = (b"ab" * 32 + struct.pack("<I", 2) + blob(b"127.0.0.1:7000") + blob(b"127.0.0.1:7001")
               + struct.pack("<III", 2, 0, 1))
@@ -146,6 +147,7 @@ def main() -> int:
         "forward": forward(1, b"abcd", 4),
         "forward_later": forward(2, b"", 4),
         "forward_follows": forward(4, b"abcd", 4),
+        "forward_follows_piece": forward(4, b"cd", 4, 2),
         "forward_gone": forward(12, b"", 4),
         "watch": bytes([mpi_wire, 8]),
         "envelope": struct.pack("<IiQB", 2, 7, 64, 1),

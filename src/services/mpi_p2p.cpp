@@ -127,23 +127,27 @@ void MpiPointToPoint::pump(const std::string& address) {
       o.queue.pop_front();
       if (s->taken) continue;  // its rank left
       const uint64_t id = o.next_id++;
-      if (o.in_flight && o.in_flight + s->message.bytes > config_.forward_window_bytes) send_later(address, s, id);
-      else forward(address, s, id);
+      const uint64_t n = s->message.bytes;
+      if (n > kMaxForwardPiece || (o.in_flight && o.in_flight + n > config_.forward_window_bytes))
+        send_later(address, s, id);
+      else
+        forward(address, s, id);
     }
   } while (o.again);
   o.pumping = false;
 }
 
-// The forward of send `s` with its data, read from its rank's buffer (`head` says the rest).
-Result<Buffer> MpiPointToPoint::read_forward(const OpPtr& s, const Forward& head) {
+// The forward of send `s` with `n` bytes of its data from `head.offset`, read from its rank's
+// buffer (`head` says the rest).
+Result<Buffer> MpiPointToPoint::read_forward(const OpPtr& s, const Forward& head, uint64_t n) {
   const P2p& m = s->message;
   const std::vector<uint8_t> header = encode(head);
-  Buffer message(header.size() + m.bytes);
+  Buffer message(header.size() + n);
   std::copy(header.begin(), header.end(), message.data());
-  if (m.bytes) {
+  if (n) {
     s->reading = true;
     auto region = s->peer->import_region(m.region);
-    const Status st = region.ok() ? s->peer->get(*region, 0, {message.data() + header.size(), m.bytes},
+    const Status st = region.ok() ? s->peer->get(*region, head.offset, {message.data() + header.size(), n},
                                                  Deadline::after_ms(kMpiTransferTimeoutMs))
                                   : region.status();
     s->reading = false;
@@ -163,7 +167,7 @@ void MpiPointToPoint::forward_answered(OpPtr op, const Result<Buffer>& answer) {
 void MpiPointToPoint::forward(const std::string& address, OpPtr s, uint64_t id) {
   const uint64_t n = s->message.bytes;
   if (!host_.reserve_memory(n, "mpi forwarded send").ok()) return send_later(address, s, id);
-  auto message = read_forward(s, forward_head(s->message, id));
+  auto message = read_forward(s, forward_head(s->message, id), n);
   if (!message.ok() || s->taken) {  // taken: its rank left meanwhile
     host_.release_memory(n);
     if (s->taken) return;
@@ -185,37 +189,45 @@ void MpiPointToPoint::forward(const std::string& address, OpPtr s, uint64_t id) 
 void MpiPointToPoint::send_later(const std::string& address, const OpPtr& s, uint64_t id) {
   Forward head = forward_head(s->message, id);
   head.later = true;
-  auto asked = [this, s, address, id, alive = std::weak_ptr<bool>(alive_)](Result<Buffer> answer) {
+  auto asked = [this, s, address, id](Result<Buffer> answer) {
     if (!answer.ok()) return forward_answered(s, answer);
-    // Reading the rank's memory progresses the connections: not inside this one's callback.
-    host_.post([this, s, address, id, alive] {
-      if (!alive.expired()) send_data(address, s, id);
-    });
+    send_data_soon(address, s, id, 0);
   };
   to_agent_(address, s->message.token, Buffer::copy_of(encode(head)), std::move(asked), true);
 }
 
-// The data of later send `s`, read from its rank's buffer now (kGone where that fails, so that
-// what waits for it there fails too); its answer completes the send.
-void MpiPointToPoint::send_data(const std::string& address, OpPtr s, uint64_t id) {
+// send_data, from a connection's callback: reading the rank's memory progresses the connections,
+// so not inside one.
+void MpiPointToPoint::send_data_soon(const std::string& address, OpPtr s, uint64_t id, uint64_t offset) {
+  host_.post([this, s = std::move(s), address, id, offset, alive = std::weak_ptr<bool>(alive_)] {
+    if (!alive.expired()) send_data(address, s, id, offset);
+  });
+}
+
+// The piece of later send `s`'s data from `offset` (at most kMaxForwardPiece), read from its
+// rank's buffer now (kGone where that fails, so that what waits for it there fails too). Its
+// answer sends the next piece; the last one's completes the send.
+void MpiPointToPoint::send_data(const std::string& address, OpPtr s, uint64_t id, uint64_t offset) {
   Forward head = forward_head(s->message, id);
-  head.follows = true;
-  const uint64_t n = s->message.bytes;
+  head.follows = true, head.offset = offset;
+  const uint64_t n = std::min(s->message.bytes - offset, kMaxForwardPiece);
+  const bool last = offset + n == s->message.bytes;
   const bool room = host_.reserve_memory(n, "mpi forwarded send").ok();
-  auto message = room ? read_forward(s, head)
+  auto message = room ? read_forward(s, head, n)
                       : Result<Buffer>(Status{Code::kTooBig, where(s->message) +
                                                                  ": the agent's memory is full (--max-memory)"});
   if (!message.ok()) {
     if (room) host_.release_memory(n);
     if (!s->taken) take(s);
     s->responder.fail(message.status());  // it names the send already
-    head.gone = true;
+    head.gone = true, head.offset = 0;
     return to_agent_(address, s->message.token, Buffer::copy_of(encode(head)), [](Result<Buffer>) {}, true);
   }
   following_bytes_ += n;
-  auto answered = [this, s, n](Result<Buffer> answer) {
+  auto answered = [this, s, address, id, offset, n, last](Result<Buffer> answer) {
     following_bytes_ -= n;
     host_.release_memory(n);
+    if (answer.ok() && !last) return send_data_soon(address, s, id, offset + n);
     forward_answered(s, answer);
   };
   to_agent_(address, s->message.token, std::move(message).value(), std::move(answered), true);
@@ -236,12 +248,24 @@ void MpiPointToPoint::fetch(const OpPtr& s, OpPtr r) {
   s->responder.respond({});
 }
 
-// The data of a later send this agent asked for (or kGone: its sender left).
+// A piece of the data of a later send this agent asked for (or kGone: its sender left). The
+// pieces come in order into the send's buffer (held since the fetch); the last one goes on.
 void MpiPointToPoint::data_came(ServiceRequest r, const Forward& f) {
   auto it = awaiting_.find({r.peer->id(), f.id});
   if (it == awaiting_.end() || it->second->message.bytes != f.bytes)
     return r.responder.fail({Code::kInvalidArgument, "mpi: data of forwarded send " + std::to_string(f.id) +
                                                          " (" + std::to_string(f.bytes) + " B), which no send awaits"});
+  if (!f.gone) {
+    Op& piece_of = *it->second;
+    if (f.offset != piece_of.came)
+      return r.responder.fail({Code::kInvalidArgument, "mpi: data of forwarded send " + std::to_string(f.id) +
+                                                           " at offset " + std::to_string(f.offset) + ", where " +
+                                                           std::to_string(piece_of.came) + " was due"});
+    if (piece_of.data.size() != f.bytes) piece_of.data.resize(f.bytes);
+    std::copy(f.data.begin(), f.data.end(), piece_of.data.begin() + static_cast<std::ptrdiff_t>(f.offset));
+    piece_of.came += f.data.size();
+    if (piece_of.came < f.bytes) return r.responder.respond({});  // more follows
+  }
   OpPtr s = std::move(it->second);
   awaiting_.erase(it);
   s->fetching = s->later = false;
@@ -267,7 +291,6 @@ void MpiPointToPoint::data_came(ServiceRequest r, const Forward& f) {
                                  ? departed(s->message, to)
                                  : Status{Code::kConnectionReset, where(s->message) + ": dropped"});
   }
-  s->data.assign(f.data.begin(), f.data.end());
   if (!matched) {  // buffered: the sender may go on
     s->buffered = true;
     return s->responder.respond({});

@@ -92,6 +92,7 @@ class MpiPointToPoint {
     bool fetching = false;
     Hold hold = Hold::kNone;
     uint64_t id = 0;                 // remote: the sending agent's number for it
+    uint64_t came = 0;               // remote, fetched: its data's bytes come so far (in pieces)
     std::shared_ptr<Op> matched;     // the receive a fetched send goes to
   };
   using OpPtr = std::shared_ptr<Op>;
@@ -117,9 +118,10 @@ class MpiPointToPoint {
   void pump(const std::string& address);
   void forward(const std::string& address, OpPtr s, uint64_t id);
   void send_later(const std::string& address, const OpPtr& s, uint64_t id);
-  void send_data(const std::string& address, OpPtr s, uint64_t id);
+  void send_data(const std::string& address, OpPtr s, uint64_t id, uint64_t offset);
+  void send_data_soon(const std::string& address, OpPtr s, uint64_t id, uint64_t offset);
   void forward_answered(OpPtr op, const Result<Buffer>& answer);
-  Result<Buffer> read_forward(const OpPtr& s, const mpi_wire::Forward& head);
+  Result<Buffer> read_forward(const OpPtr& s, const mpi_wire::Forward& head, uint64_t n);
   void fetch(const OpPtr& s, OpPtr r);
   void data_came(ServiceRequest r, const mpi_wire::Forward& f);
   void complete(const OpPtr& s, OpPtr r);

@@ -362,6 +362,7 @@ std::vector<uint8_t> encode(const Forward& f) {
                              (f.gone ? kGone : 0)));
   w.put(f.bytes);
   w.put(f.id);
+  w.put(f.offset);
   w.put_bytes(f.data);
   return std::move(w.bytes);
 }
@@ -382,7 +383,7 @@ Result<Forward> decode_forward(std::span<const uint8_t> bytes) {
   Forward f;
   uint8_t flags = 0;
   if (!r.get(f.comm) || !r.get(f.size) || !r.get(f.source) || !r.get(f.dest) || !r.get(f.tag) || !r.get(flags) ||
-      !r.get(f.bytes) || !r.get(f.id))
+      !r.get(f.bytes) || !r.get(f.id) || !r.get(f.offset))
     return bad("truncated forwarded send header");
   if (f.size == 0 || f.size > kMaxRanks || f.source >= f.size || f.dest >= f.size)
     return bad("forwarded send from rank " + std::to_string(f.source) + " to rank " + std::to_string(f.dest) + " of " +
@@ -391,9 +392,13 @@ Result<Forward> decode_forward(std::span<const uint8_t> bytes) {
   f.sync = flags & kSync, f.later = flags & kLater, f.follows = flags & kFollows, f.gone = flags & kGone;
   if (flags & ~(kSync | kLater | kFollows | kGone) || (f.later && f.follows) || (f.gone && !f.follows))
     return bad("forwarded send with flags " + std::to_string(flags));
-  const uint64_t carried = f.later || f.gone ? 0 : f.bytes;
-  if (r.in.size() != carried)
-    return bad("forwarded send of " + std::to_string(f.bytes) + " B carrying " + std::to_string(r.in.size()) + " B");
+  const uint64_t carried = r.in.size();
+  const bool piece = f.follows && !f.gone;
+  if (piece ? f.offset > f.bytes || carried > f.bytes - f.offset || carried > kMaxForwardPiece ||
+                  (carried == 0 && f.offset != f.bytes)
+            : f.offset != 0 || carried != (f.later || f.gone ? 0 : f.bytes))
+    return bad("forwarded send of " + std::to_string(f.bytes) + " B carrying " + std::to_string(carried) +
+               " B at offset " + std::to_string(f.offset));
   f.data = r.in;
   return f;
 }

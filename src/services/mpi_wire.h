@@ -25,7 +25,8 @@
 // flags (kFound, kCancelled).
 // Forward (agent to agent: a send whose receiver another agent serves): u64 comm, u32 size,
 // u32 source, u32 dest, i32 tag, u8 flags (kSync, kLater, kFollows, kGone), u64 bytes, u64 id,
-// then the message's bytes (`bytes` of them; none with kLater or kGone).
+// u64 offset, then the message's bytes (`bytes` of them; none with kLater or kGone; with kFollows
+// a piece of them, at `offset`).
 // Watch (agent to agent): nothing more. Never answered while the agent that holds it lives: its
 // failure tells the watcher that agent is gone.
 
@@ -39,7 +40,7 @@
 
 namespace outboard::services::mpi_wire {
 
-inline constexpr uint8_t kVersion = 3;
+inline constexpr uint8_t kVersion = 4;
 /// Ranks of one communicator the agent takes a collective from.
 inline constexpr uint32_t kMaxRanks = 1024;
 /// Bytes of a region descriptor (UCX's packed key and address run to a few hundred).
@@ -156,8 +157,10 @@ struct P2p {
 /// within its budget (or, for a synchronous send or over the budget, once a receive took it): the
 /// sender's send then completes. Beyond the sender's agent's window only the envelope goes
 /// (kLater), answered when the receiver's agent wants the data (a receive matched it, or its
-/// budget has room); the data follows as a forward of its own (kFollows, the same id), answered
-/// as above, or kGone where the sender left meanwhile.
+/// budget has room); the data follows in forwards of its own (kFollows, the same id), piece after
+/// piece in order, each answered once stored and the last as above, or kGone where the sender
+/// left meanwhile. A message over kMaxForwardPiece always goes so: no forward nears a
+/// connection's message limit, whatever the message's size.
 struct Forward {
   uint64_t comm = 0;
   uint32_t size = 0, source = 0, dest = 0;
@@ -165,8 +168,11 @@ struct Forward {
   bool sync = false, later = false, follows = false, gone = false;
   uint64_t bytes = 0;
   uint64_t id = 0;  // the sending agent's number for it (one sequence per receiving agent)
-  std::span<const uint8_t> data;  // encode(): the message (none: the header alone); decode(): a view
+  uint64_t offset = 0;  // kFollows: where `data` starts in the message
+  std::span<const uint8_t> data;  // encode(): the message or piece (none: the header alone); decode(): a view
 };
+/// The most data one forward carries.
+inline constexpr uint64_t kMaxForwardPiece = 4ull << 20;
 inline constexpr uint8_t kLater = 2;
 inline constexpr uint8_t kFollows = 4;
 inline constexpr uint8_t kGone = 8;
@@ -207,7 +213,8 @@ std::vector<uint8_t> encode(const P2p& p2p);
 /// an address of 1 to kMaxAddressBytes; nothing left over.
 Result<P2p> decode_p2p(std::span<const uint8_t> bytes);
 /// A forward: source and dest < size <= kMaxRanks, tag >= 0, kLater and kFollows not both, kGone
-/// only with kFollows, the data `bytes` long where it carries it, else none.
+/// only with kFollows; the data `bytes` long where it carries the message, a piece of at most
+/// kMaxForwardPiece within it with kFollows (offset 0 elsewhere), none with kLater or kGone.
 Result<Forward> decode_forward(std::span<const uint8_t> bytes);
 std::vector<uint8_t> encode(const Forward& forward);
 /// A watch: the kind's two bytes alone.

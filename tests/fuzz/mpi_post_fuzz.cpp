@@ -51,8 +51,12 @@ int p2p(const uint8_t* data, size_t size) {
 int forward(const uint8_t* data, size_t size) {
   auto f = decode_forward({data, size});
   if (!f.ok()) return 0;
-  if (f->source >= f->size || f->dest >= f->size || f->size > kMaxRanks || f->tag < 0 ||
-      f->data.size() != (f->later || f->gone ? 0 : f->bytes))
+  // A piece that follows lies within its message; anything else carries the message or nothing.
+  const bool piece = f->follows && !f->gone;
+  const bool carried = piece ? f->offset <= f->bytes && f->data.size() <= f->bytes - f->offset &&
+                                   f->data.size() <= kMaxForwardPiece
+                             : f->offset == 0 && f->data.size() == (f->later || f->gone ? 0 : f->bytes);
+  if (f->source >= f->size || f->dest >= f->size || f->size > kMaxRanks || f->tag < 0 || !carried)
     __builtin_trap();
   const auto again = encode(f.value());
   if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();

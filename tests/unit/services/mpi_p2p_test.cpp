@@ -386,6 +386,40 @@ TEST_F(MpiP2pAcrossAgentsTest, SendsBeyondTheWindowAndTheBudgetArriveInOrderAndA
   }
 }
 
+TEST_F(MpiP2pAcrossAgentsTest, AMessageOverOneForwardPieceFollowsInPiecesToAPostedAndToALaterReceive) {
+  // Larger than one forward carries, and than the agents' message limit: its envelope goes first
+  // and its data follows in pieces, in order, for a receive already posted and for one posted
+  // after the receiver's agent buffered the message. The bytes never repeat with a piece's period.
+  const size_t n = 2 * services::mpi_wire::kMaxForwardPiece + 12345;
+  AgentConfig config = testing::test_config();
+  config.channel.max_msg_size = services::mpi_wire::kMaxForwardPiece + 4096;
+  restart(config);
+  auto distinct = [n](uint32_t seed) {
+    std::vector<uint8_t> v(n);
+    for (auto& b : v) seed = seed * 1664525u + 1013904223u, b = static_cast<uint8_t>(seed >> 24);
+    return v;
+  };
+  const std::vector<uint8_t> a = distinct(1), b = distinct(2);
+  auto rs = ranks_on_both();
+  Answer got_a, sent_a;
+  auto* into_a = receive(rs[0], 2, 1, 4, n, got_a);
+  post(rs[1], 2, across(Kind::kSend, 1, 4), buffer(rs[1], a), sent_a);
+  ASSERT_TRUE(answered(*rs[0].conn, {&got_a}));
+  ASSERT_TRUE(got_a.status->ok()) << got_a.status->to_string();
+  EXPECT_EQ(got_a.envelope.bytes, n);
+  EXPECT_TRUE(*into_a == a);
+  ASSERT_TRUE(answered(*rs[1].conn, {&sent_a}));
+  EXPECT_TRUE(sent_a.status->ok()) << sent_a.status->to_string();
+  Answer sent_b, got_b;
+  post(rs[1], 2, across(Kind::kSend, 1, 5), buffer(rs[1], b), sent_b);
+  ASSERT_TRUE(answered(*rs[1].conn, {&sent_b}));  // buffered within the receiver's budget
+  ASSERT_TRUE(sent_b.status->ok()) << sent_b.status->to_string();
+  auto* into_b = receive(rs[0], 2, 1, 5, n, got_b);
+  ASSERT_TRUE(answered(*rs[0].conn, {&got_b}));
+  ASSERT_TRUE(got_b.status->ok()) << got_b.status->to_string();
+  EXPECT_TRUE(*into_b == b);
+}
+
 TEST_F(MpiP2pAcrossAgentsTest, AReceiveFromARankWhoseAgentEndsFailsNamingIt) {
   auto rs = ranks_on_both();
   Answer got;
@@ -486,9 +520,11 @@ TEST(MpiWireTest, DecodeForwardChecksEveryField) {
   };
   Forward g = f;
   g.bytes = 4;
-  fails(g, "forwarded send of 4 B carrying 3 B");
+  fails(g, "forwarded send of 4 B carrying 3 B at offset 0");
+  g = f, g.offset = 1;  // only a piece that follows has an offset
+  fails(g, "forwarded send of 3 B carrying 3 B at offset 1");
   g = f, g.later = true;  // the envelope alone carries nothing
-  fails(g, "forwarded send of 3 B carrying 3 B");
+  fails(g, "forwarded send of 3 B carrying 3 B at offset 0");
   g.data = {};
   EXPECT_TRUE(decode_forward(encode(g)).ok());
   g.follows = true;
@@ -497,6 +533,24 @@ TEST(MpiWireTest, DecodeForwardChecksEveryField) {
   fails(g, "forwarded send with flags 9");
   g.follows = true, g.data = {};
   EXPECT_TRUE(decode_forward(encode(g)).ok());  // its sender left: no data follows
+  // Data that follows comes in pieces within the message, none over kMaxForwardPiece.
+  g = f, g.follows = true, g.bytes = 10, g.offset = 7;
+  auto piece = decode_forward(encode(g));
+  ASSERT_TRUE(piece.ok()) << piece.status().to_string();
+  EXPECT_EQ(piece->offset, 7u);
+  EXPECT_EQ(piece->data.size(), 3u);
+  g.offset = 8;
+  fails(g, "forwarded send of 10 B carrying 3 B at offset 8");
+  g.offset = 11, g.data = {};
+  fails(g, "forwarded send of 10 B carrying 0 B at offset 11");
+  g.offset = 4;
+  fails(g, "forwarded send of 10 B carrying 0 B at offset 4");  // an empty piece ends nothing
+  g.bytes = 0, g.offset = 0;
+  EXPECT_TRUE(decode_forward(encode(g)).ok());  // a message of no bytes follows as one empty piece
+  const std::vector<uint8_t> big(kMaxForwardPiece + 1);
+  g = f, g.follows = true, g.bytes = 2 * kMaxForwardPiece, g.data = big;
+  fails(g, "forwarded send of " + std::to_string(2 * kMaxForwardPiece) + " B carrying " +
+               std::to_string(kMaxForwardPiece + 1) + " B at offset 0");
   g = f, g.dest = 4;
   fails(g, "forwarded send from rank 1 to rank 4 of 4 (1 to 1024 ranks)");
   g = f, g.tag = -1;
