@@ -194,9 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="node: one agent for the job's ranks on this host (default); rank: one per rank, exchanging "
                         "their ranks' data agent to agent over TCP (as the agents of different nodes do); off: none, "
                         "everything passes through")
-    p.add_argument("--p2p", action="store_true",
-                   help="also offload point-to-point (Isend/Irecv, Send/Recv, Sendrecv, Probe; OUTBOARD_MPI_P2P=1) "
-                        "where every rank's agent reaches its memory")
+    p.add_argument("--p2p", nargs="?", const="agents", default="", choices=["agents", "all"],
+                   help="also offload point-to-point (Isend/Irecv, Send/Recv, Sendrecv, probes, persistent requests) "
+                        "where every rank's agent reaches its memory: on the communicators several agents serve "
+                        "(agents, the default; OUTBOARD_MPI_P2P=1), or on every one (all; =all)")
     p.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for the MPI's own launcher (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print the launcher command instead of running it")

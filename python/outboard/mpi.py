@@ -1,9 +1,11 @@
 """Running an unmodified MPI program under Outboard's interposer (src/mpi): which MPI the program
 is built for, the interposer library built for that MPI, and the launcher command that preloads it.
 
-The interposer intercepts the non-blocking collectives Outboard may offload, and with ``p2p=True``
-(OUTBOARD_MPI_P2P=1) point-to-point, and passes everything else to the MPI library; ``report=True`` (OUTBOARD_MPI_REPORT=1) makes rank 0 print, at
-MPI_Finalize, what was offloaded and what passed through, and why.
+The interposer intercepts the non-blocking collectives Outboard may offload, and with ``p2p``
+point-to-point too: "agents" (OUTBOARD_MPI_P2P=1) on the communicators several agents serve,
+"all" (=all) on every one. It passes everything else to the MPI library; ``report=True``
+(OUTBOARD_MPI_REPORT=1) makes rank 0 print, at MPI_Finalize, what was offloaded and what passed
+through, and why.
 """
 
 from __future__ import annotations
@@ -62,8 +64,12 @@ MPIS = {m.name: m for m in (
 )}
 
 
+# Point-to-point modes: the environment's value for each ("": not offloaded).
+P2P_MODES = {"": "", "agents": "1", "all": "all"}
+
+
 def run(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: bool = False,
-        launcher_args: Sequence[str] = (), agents: str = "node", p2p: bool = False) -> int:
+        launcher_args: Sequence[str] = (), agents: str = "node", p2p: str = "") -> int:
     """Runs ``program``; ``agents``: "node" starts one agent for the job's ranks on this host (a
     DPU's role), "rank" one per rank (they exchange their ranks' data agent to agent, as the agents
     of different nodes do), "off" none (every call passes through). Returns the launcher's exit
@@ -121,11 +127,11 @@ def detect(program: str) -> Mpi:
 
 
 def command(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: bool = False,
-            launcher_args: Sequence[str] = (), agent: str | None = None, p2p: bool = False) -> list[str]:
+            launcher_args: Sequence[str] = (), agent: str | None = None, p2p: str = "") -> list[str]:
     """The launcher command that runs ``program`` on ``ranks`` ranks with the interposer preloaded;
     ``agent``: the address of the agent its ranks hand collectives to (one session per job), or
     several, comma-separated (world rank r uses the one at r modulo their count); ``p2p``: point-to-point
-    goes to the agent too."""
+    goes to the agents too, "agents" where several serve a communicator, "all" everywhere."""
     if ranks < 1:
         raise BadConfig(f"-np {ranks}: needs at least 1 rank")
     if not program:
@@ -134,8 +140,10 @@ def command(program: Sequence[str], ranks: int, mpi: Mpi | None = None, report: 
     env = {"LD_PRELOAD": " ".join(p for p in (str(interposer(mpi)), os.environ.get("LD_PRELOAD", "")) if p)}
     if report:
         env["OUTBOARD_MPI_REPORT"] = "1"
+    if p2p not in P2P_MODES:
+        raise BadConfig(f"--p2p {p2p}: expected {' or '.join(m for m in P2P_MODES if m)}")
     if p2p:
-        env["OUTBOARD_MPI_P2P"] = "1"
+        env["OUTBOARD_MPI_P2P"] = P2P_MODES[p2p]
     if agent:
         env["OUTBOARD_MPI_AGENT"] = agent
         env["OUTBOARD_SESSION_TOKEN"] = secrets.token_hex(32)  # the job's ranks share one session

@@ -347,7 +347,7 @@ OB_MPI_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, 
   return offload_post(p, comm, bytes_of(in_place ? recvbuf : sendbuf, bytes), recvbuf, bytes, request);
 }
 
-// ---- point-to-point (OUTBOARD_MPI_P2P=1): every call that sends or receives on a communicator the
+// ---- point-to-point (OUTBOARD_MPI_P2P=1 or =all): every call that sends or receives on a communicator the
 // agent serves goes to it, blocking ones too, so none is matched out of order against another;
 // with it off, each call is MPI's own and is not counted.
 

@@ -120,6 +120,7 @@ struct Offload {
   std::unordered_map<MPI_Request, Handoff*> running;  // posted, not yet completed in MPI
   std::atomic<uint64_t> answers{0};                  // answers come so far: what a nap waits to change
   bool p2p = false;        // point-to-point offloaded (the whole job decided at MPI_Init)
+  bool p2p_all = false;    // on communicators one agent serves too (OUTBOARD_MPI_P2P=all)
   uint64_t next_p2p_id = 0;  // numbers this rank's receives for the agent (a cancel names one)
   // Messages MPI_Improbe claimed, by the handle it gave: their receives, waiting for MPI_Imrecv.
   std::unordered_map<MPI_Message, Handoff*> claims;
@@ -631,14 +632,17 @@ void offload_nap() {
 
 bool p2p_asked() {
   const char* v = std::getenv("OUTBOARD_MPI_P2P");
-  return v && std::strcmp(v, "1") == 0;
+  return v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "all") == 0);
 }
 
 std::string p2p_blocker() {
   return g_offload->reachable ? "" : "its agent cannot reach its memory: " + g_offload->unreachable;
 }
 
-void p2p_enable() { g_offload->p2p = true; }
+void p2p_enable() {
+  g_offload->p2p = true;
+  g_offload->p2p_all = std::strcmp(std::getenv("OUTBOARD_MPI_P2P"), "all") == 0;
+}
 
 bool p2p_on() { return g_on && g_offload->p2p; }
 
@@ -647,7 +651,9 @@ Route p2p_route(MPI_Comm comm, int peer) {
   int inter = 0;
   PMPI_Comm_test_inter(comm, &inter);
   if (inter) return Route::kIntercomm;
-  return name_of(comm) ? Route::kOffloaded : Route::kUnknownComm;
+  const CommName* name = name_of(comm);
+  if (!name) return Route::kUnknownComm;
+  return g_offload->p2p_all || !name->agents.empty() ? Route::kOffloaded : Route::kOneAgent;
 }
 
 int p2p_post(services::mpi_wire::P2p m, MPI_Comm comm, const void* buf, int count, MPI_Datatype type,

@@ -34,6 +34,7 @@ std::string_view route_reason(Route route) {
     case Route::kTooBig: return "larger than the staging memory";
     case Route::kNoAgent: return "no agent";
     case Route::kProcNull: return "MPI_PROC_NULL";
+    case Route::kOneAgent: return "one agent serves the communicator";
   }
   return "?";
 }

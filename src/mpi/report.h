@@ -34,8 +34,9 @@ enum class Route : uint8_t {
   kTooBig,          // larger than the rank's whole staging memory
   kNoAgent,         // no agent serves this job
   kProcNull,        // point-to-point with MPI_PROC_NULL (MPI completes it at once)
+  kOneAgent,        // point-to-point on a communicator one agent serves (OUTBOARD_MPI_P2P=1, not =all)
 };
-inline constexpr size_t kRoutes = 10;
+inline constexpr size_t kRoutes = 11;
 
 std::string_view op_name(Op op);
 std::string_view route_reason(Route route);

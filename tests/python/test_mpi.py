@@ -169,7 +169,7 @@ def test_without_an_agent_everything_passes_through_with_one_warning(built) -> N
 
 
 def _killed_mid_wait(which: mpi.Mpi, exe: Path, agents: list[LocalAgent], victim: LocalAgent,
-                     p2p: bool = False) -> tuple[str, str, float]:
+                     p2p: str = "") -> tuple[str, str, float]:
     """Runs the program's "slow" mode (rank 0 waits in MPI_Wait while rank 1 sleeps 20 s) with
     ``agents`` (world rank r on agent r modulo their count) and kills ``victim`` a second into the
     wait: (stdout, stderr, seconds from the kill to the job's end)."""

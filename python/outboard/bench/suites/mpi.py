@@ -161,9 +161,9 @@ class MpiEnv:
         return out
 
     def job(self, impl: str, which: mpi.Mpi, program: list[str], ranks: int, wire: bool, cell: tuple,
-            p2p: bool = False) -> tuple[dict[str, Any], float, int]:
+            p2p: str = "") -> tuple[dict[str, Any], float, int]:
         """Runs ``program`` on ``ranks`` ranks as ``impl`` (stock, progress: the MPI's own progress
-        thread, outboard: the interposer, with point-to-point where ``p2p``), in the wire-bound
+        thread, outboard: the interposer, with point-to-point in ``p2p``'s mode), in the wire-bound
         regime's namespace where ``wire``: (its JSON line, the agents' CPU seconds, their number)."""
         agents = [] if impl != "outboard" else self.agents_for(ranks) if wire else [self.agent]
         # Open MPI held to TCP over the shaped loopback (MCA parameters: the ranks' UCX is untouched).
