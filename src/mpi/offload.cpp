@@ -736,9 +736,6 @@ int p2p_iprobe(services::mpi_wire::P2p m, MPI_Comm comm, int* flag, MPI_Status* 
   return MPI_SUCCESS;
 }
 
-}  // namespace outboard::mpi
-
-namespace outboard::mpi {
 namespace {
 
 // A claimed message's handle, one MPI never makes: Open MPI's handles are pointers (this one
