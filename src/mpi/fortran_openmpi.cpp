@@ -75,6 +75,16 @@ void with_status(Call call, Fint* status, Fint* ierr) {
   if (status != &mpi_fortran_status_ignore_) PMPI_Status_c2f(&c, status);
 }
 
+// A send or receive that sets a request (Isend and its forms, Irecv, the persistent inits): its C
+// twin `call`, given the Fortran arguments converted, its request returned as the Fortran handle.
+template <typename Call>
+void with_request(Call call, void* buf, Fint* count, Fint* type, Fint* peer, Fint* tag, Fint* comm, Fint* request,
+                  Fint* ierr) {
+  as_fortran([&](MPI_Request* r) {
+    return call(buf, *count, PMPI_Type_f2c(*type), *peer, *tag, PMPI_Comm_f2c(*comm), r);
+  }, request, ierr);
+}
+
 // Runs `call` (a Fortran completion call over `count` requests, given the array to use) with
 // every started persistent stand-in seen through (persistent.h), as the C calls do.
 template <typename Call>
@@ -219,71 +229,53 @@ OB_MPI_EXPORT void mpi_iallreduce_(void* sendbuf, void* recvbuf, Fint* count, Fi
   }, request, ierr);
 }
 
-// ---- point-to-point, through their C twins (which go to the agent with OUTBOARD_MPI_P2P=1, else
-// to MPI's C functions)
+// ---- point-to-point, through their C twins (which go to the agent with OUTBOARD_MPI_P2P=1 or
+// =all, else to MPI's C functions)
 
 OB_MPI_EXPORT void mpi_isend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
                               Fint* ierr) {
-  as_fortran([&](MPI_Request* r) {
-    return MPI_Isend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
-  }, request, ierr);
+  with_request(MPI_Isend, buf, count, type, dest, tag, comm, request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_issend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
                                Fint* ierr) {
-  as_fortran([&](MPI_Request* r) {
-    return MPI_Issend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
-  }, request, ierr);
+  with_request(MPI_Issend, buf, count, type, dest, tag, comm, request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_ibsend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
                                Fint* ierr) {
-  as_fortran([&](MPI_Request* r) {
-    return MPI_Ibsend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
-  }, request, ierr);
+  with_request(MPI_Ibsend, buf, count, type, dest, tag, comm, request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_irsend_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
                                Fint* ierr) {
-  as_fortran([&](MPI_Request* r) {
-    return MPI_Irsend(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
-  }, request, ierr);
+  with_request(MPI_Irsend, buf, count, type, dest, tag, comm, request, ierr);
 }
 
 // Persistent requests: their C twins make the stand-in where the agent serves point-to-point.
-OB_MPI_EXPORT void mpi_send_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm,
-                                  Fint* request, Fint* ierr) {
-  as_fortran([&](MPI_Request* r) {
-    return MPI_Send_init(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
-  }, request, ierr);
+OB_MPI_EXPORT void mpi_send_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
+                                  Fint* ierr) {
+  with_request(MPI_Send_init, buf, count, type, dest, tag, comm, request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_recv_init_(void* buf, Fint* count, Fint* type, Fint* source, Fint* tag, Fint* comm,
                                   Fint* request, Fint* ierr) {
-  as_fortran([&](MPI_Request* r) {
-    return MPI_Recv_init(buf, *count, PMPI_Type_f2c(*type), *source, *tag, PMPI_Comm_f2c(*comm), r);
-  }, request, ierr);
+  with_request(MPI_Recv_init, buf, count, type, source, tag, comm, request, ierr);
 }
 
-OB_MPI_EXPORT void mpi_ssend_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm,
-                                   Fint* request, Fint* ierr) {
-  as_fortran([&](MPI_Request* r) {
-    return MPI_Ssend_init(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
-  }, request, ierr);
+OB_MPI_EXPORT void mpi_ssend_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
+                                   Fint* ierr) {
+  with_request(MPI_Ssend_init, buf, count, type, dest, tag, comm, request, ierr);
 }
 
-OB_MPI_EXPORT void mpi_bsend_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm,
-                                   Fint* request, Fint* ierr) {
-  as_fortran([&](MPI_Request* r) {
-    return MPI_Bsend_init(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
-  }, request, ierr);
+OB_MPI_EXPORT void mpi_bsend_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
+                                   Fint* ierr) {
+  with_request(MPI_Bsend_init, buf, count, type, dest, tag, comm, request, ierr);
 }
 
-OB_MPI_EXPORT void mpi_rsend_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm,
-                                   Fint* request, Fint* ierr) {
-  as_fortran([&](MPI_Request* r) {
-    return MPI_Rsend_init(buf, *count, PMPI_Type_f2c(*type), *dest, *tag, PMPI_Comm_f2c(*comm), r);
-  }, request, ierr);
+OB_MPI_EXPORT void mpi_rsend_init_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* request,
+                                   Fint* ierr) {
+  with_request(MPI_Rsend_init, buf, count, type, dest, tag, comm, request, ierr);
 }
 
 // A stand-in's start, free and cancel are ours; every other request's go to Open MPI's Fortran.
@@ -322,9 +314,7 @@ OB_MPI_EXPORT void mpi_cancel_(Fint* request, Fint* ierr) {
 
 OB_MPI_EXPORT void mpi_irecv_(void* buf, Fint* count, Fint* type, Fint* source, Fint* tag, Fint* comm, Fint* request,
                               Fint* ierr) {
-  as_fortran([&](MPI_Request* r) {
-    return MPI_Irecv(buf, *count, PMPI_Type_f2c(*type), *source, *tag, PMPI_Comm_f2c(*comm), r);
-  }, request, ierr);
+  with_request(MPI_Irecv, buf, count, type, source, tag, comm, request, ierr);
 }
 
 OB_MPI_EXPORT void mpi_send_(void* buf, Fint* count, Fint* type, Fint* dest, Fint* tag, Fint* comm, Fint* ierr) {

@@ -524,10 +524,12 @@ OB_MPI_EXPORT int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* stat
 
 namespace {
 
-template <typename Pmpi>
-int persistent_or(Pmpi pmpi, Kind kind, bool sync, const void* buf, int count, MPI_Datatype type, int peer, int tag,
+// The init's stand-in where the agent serves the communicator's point-to-point, else MPI's own
+// (`pmpi`, the PMPI_ init).
+template <typename Pmpi, typename Buf>
+int persistent_or(Pmpi pmpi, Kind kind, bool sync, Buf buf, int count, MPI_Datatype type, int peer, int tag,
                   MPI_Comm comm, MPI_Request* request) {
-  if (!p2p_on() || p2p_route(comm, peer) != Route::kOffloaded) return pmpi();
+  if (!p2p_on() || p2p_route(comm, peer) != Route::kOffloaded) return pmpi(buf, count, type, peer, tag, comm, request);
   return persistent_init({message(kind, peer, tag, sync), comm, buf, count, type, contiguous(type)}, request);
 }
 
@@ -541,33 +543,28 @@ int start(MPI_Request* request) {
 
 OB_MPI_EXPORT int MPI_Send_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                 MPI_Request* request) {
-  return persistent_or([&] { return PMPI_Send_init(buf, count, type, dest, tag, comm, request); }, Kind::kSend, false,
-                       buf, count, type, dest, tag, comm, request);
+  return persistent_or(PMPI_Send_init, Kind::kSend, false, buf, count, type, dest, tag, comm, request);
 }
 
 OB_MPI_EXPORT int MPI_Ssend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                  MPI_Request* request) {
-  return persistent_or([&] { return PMPI_Ssend_init(buf, count, type, dest, tag, comm, request); }, Kind::kSend, true,
-                       buf, count, type, dest, tag, comm, request);
+  return persistent_or(PMPI_Ssend_init, Kind::kSend, true, buf, count, type, dest, tag, comm, request);
 }
 
 // Buffered and ready: standard sends, as their non-persistent forms are.
 OB_MPI_EXPORT int MPI_Bsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                  MPI_Request* request) {
-  return persistent_or([&] { return PMPI_Bsend_init(buf, count, type, dest, tag, comm, request); }, Kind::kSend, false,
-                       buf, count, type, dest, tag, comm, request);
+  return persistent_or(PMPI_Bsend_init, Kind::kSend, false, buf, count, type, dest, tag, comm, request);
 }
 
 OB_MPI_EXPORT int MPI_Rsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                  MPI_Request* request) {
-  return persistent_or([&] { return PMPI_Rsend_init(buf, count, type, dest, tag, comm, request); }, Kind::kSend, false,
-                       buf, count, type, dest, tag, comm, request);
+  return persistent_or(PMPI_Rsend_init, Kind::kSend, false, buf, count, type, dest, tag, comm, request);
 }
 
 OB_MPI_EXPORT int MPI_Recv_init(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                                 MPI_Request* request) {
-  return persistent_or([&] { return PMPI_Recv_init(buf, count, type, source, tag, comm, request); }, Kind::kRecv,
-                       false, buf, count, type, source, tag, comm, request);
+  return persistent_or(PMPI_Recv_init, Kind::kRecv, false, buf, count, type, source, tag, comm, request);
 }
 
 OB_MPI_EXPORT int MPI_Start(MPI_Request* request) { return start(request); }
