@@ -153,7 +153,8 @@ def main() -> int:
         "envelope": struct.pack("<IiQB", 2, 7, 64, 1),
     }
     # checkpoint_save: services/checkpoint_wire.h, an open (keep_last, directory), a save (handle, step, region,
-    # tensors: name, dtype, dims, offset, bytes; the state's JSON) or a close (handle).
+    # tensors: name, dtype, dims, offset, bytes; the state's JSON), a close (handle) or a piece (handle, step,
+    # offset, bytes) of an in-band save (no region).
     def tensor(name: bytes, dtype: int, dims: list[int], offset: int, nbytes: int) -> bytes:
         return (blob(name) + struct.pack("<BB", dtype, len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
                 + struct.pack("<QQ", offset, nbytes))
@@ -167,6 +168,8 @@ def main() -> int:
                      b'{"dict":[["epoch",{"v":3}],["model",{"tensor":"model.fc.weight"}]]}'),
         "save-empty": save(0, [], b"null"),
         "close": struct.pack("<BBI", 1, 2, 0),
+        "save-in-band": save(7, [tensor(b"w", 1, [3], 0, 3)], b"{}").replace(blob(b"staging-key"), blob(b"")),
+        "piece": struct.pack("<BBIQQ", 1, 3, 0, 7, 0) + b"abc",
     }
     for target, files in seeds.items():
         d = CORPUS / target

@@ -3,22 +3,116 @@
 // json.dumps of the tree): 1.7 ms of ResNet-20's snapshot, whose bytes copy in 0.4 ms; here what is
 // left is mostly torch's own attribute reads (~0.5 ms for its 193 tensors).
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
 #include <nanobind/stl/string.h>
 
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_set>
 
 #include "common.h"
+#include "outboard/channel.h"
 
 namespace outboard {
 namespace {
 
 using namespace nb::literals;
+using ByteArray = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// An in-band save's pieces: half the agent's largest (checkpoint_wire::kMaxPieceBytes), and at most
+// this many in flight, so that they and the save fit the 4 requests the agent queues per connection.
+constexpr uint64_t kInBandPieceBytes = 4ull << 20;
+constexpr int kInBandWindow = 3;
+
+// An in-band save (services/checkpoint_wire.h) for a link where the agent cannot read the staging
+// (TLS): the save request, then the tensors' bytes from `staging`, back to back in pieces, each a
+// request of `prefix` (version, kind, handle, step), its u64 offset and the bytes. The save's answer,
+// which comes once the agent wrote the last; the first error otherwise (the save's, which names why,
+// over a piece's).
+nb::bytes save_in_band(Connection& c, nb::bytes save, nb::bytes prefix, ByteArray staging,
+                       const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& sizes, double timeout) {
+  if (offsets.size() != sizes.size())
+    raise(Status(Code::kInvalidArgument, "save_in_band: " + std::to_string(offsets.size()) + " offsets, " +
+                                             std::to_string(sizes.size()) + " sizes"));
+  const uint8_t* base = staging.data();
+  const uint64_t size = staging.shape(0);
+  for (size_t i = 0; i < offsets.size(); ++i)
+    if (offsets[i] > size || sizes[i] > size - offsets[i])
+      raise(Status(Code::kInvalidArgument, "save_in_band: tensor " + std::to_string(i) + " (" +
+                                               std::to_string(sizes[i]) + " B at " + std::to_string(offsets[i]) +
+                                               ") ends past the staging's " + std::to_string(size) + " B"));
+  // Written by the callbacks (inside progress, on whichever thread progresses), read here.
+  struct State {
+    std::mutex mu;
+    int in_flight = 0;
+    bool answered = false;
+    Result<Buffer> answer = Status(Code::kTimedOut, "no answer");
+    Status failed;  // the first piece that failed
+    bool stopped() const { return answered || !failed.ok(); }
+  };
+  auto state = std::make_shared<State>();
+  const std::span<const uint8_t> head = view(prefix);
+  const Deadline deadline = deadline_in(timeout);
+  nb::gil_scoped_release release;
+  check(c.submit("checkpoint", Buffer::copy_of(view(save)), deadline, [state](Result<Buffer> r) {
+    std::lock_guard lock(state->mu);
+    state->answer = std::move(r);
+    state->answered = true;
+  }, Connection::Credit::kWait));
+  uint64_t at = 0;  // in the tensors' bytes
+  size_t tensor = 0;
+  uint64_t done = 0;  // of that tensor
+  while (true) {
+    while (tensor < sizes.size() && done == sizes[tensor]) ++tensor, done = 0;
+    if (tensor == sizes.size()) break;
+    if (!c.wait_until(deadline, [&] {
+          std::lock_guard lock(state->mu);
+          return state->in_flight < kInBandWindow || state->stopped();
+        }))
+      raise(Status(Code::kTimedOut, "checkpoint: the agent took no piece within the save's timeout"));
+    {
+      std::lock_guard lock(state->mu);
+      if (state->stopped()) break;  // the save failed: its answer says why
+      ++state->in_flight;
+    }
+    uint64_t n = 0;  // this piece's bytes, gathered across tensors
+    for (size_t t = tensor; t < sizes.size() && n < kInBandPieceBytes; ++t) n += sizes[t] - (t == tensor ? done : 0);
+    n = std::min(n, kInBandPieceBytes);
+    Buffer piece(head.size() + 8 + n);
+    std::memcpy(piece.data(), head.data(), head.size());
+    std::memcpy(piece.data() + head.size(), &at, 8);
+    for (uint64_t filled = 0; filled < n;) {
+      while (done == sizes[tensor]) ++tensor, done = 0;
+      const uint64_t take = std::min(n - filled, sizes[tensor] - done);
+      std::memcpy(piece.data() + head.size() + 8 + filled, base + offsets[tensor] + done, take);
+      filled += take, done += take;
+    }
+    at += n;
+    check(c.submit("checkpoint", std::move(piece), deadline, [state](Result<Buffer> r) {
+      std::lock_guard lock(state->mu);
+      --state->in_flight;
+      if (!r.ok() && state->failed.ok()) state->failed = r.status();
+    }, Connection::Credit::kWait));
+  }
+  if (!c.wait_until(deadline, [&] {
+        std::lock_guard lock(state->mu);
+        return state->answered && state->in_flight == 0;
+      }))
+    raise(Status(Code::kTimedOut, "checkpoint: the save was not answered within its timeout"));
+  Result<Buffer> answer = [&]() -> Result<Buffer> {
+    std::lock_guard lock(state->mu);
+    if (state->answer.ok() && !state->failed.ok()) return state->failed;
+    return std::move(state->answer);
+  }();
+  nb::gil_scoped_acquire gil;
+  return to_bytes(unwrap(std::move(answer)));
+}
 
 // Containers nested deeper than this are refused (a state that holds itself would recurse forever).
 constexpr int kMaxStateDepth = 256;
@@ -313,6 +407,10 @@ void bind_checkpoint(nb::module_& m) {
       .def(
           "walk", [](const StateWalker& w, nb::handle state) { return Walk(w).run(state); }, "state"_a,
           "(leaves, plan key, JSON tree) of a state: see outboard.checkpoint.flatten.");
+  m.def("save_in_band", &save_in_band, "connection"_a, "save"_a, "prefix"_a, "staging"_a, "offsets"_a, "sizes"_a,
+        "timeout"_a,
+        "An in-band checkpoint save: the request, then the tensors' bytes (staging[offsets[i]:+sizes[i]], "
+        "back to back) in pieces; the save's answer.");
 }
 
 }  // namespace outboard

@@ -1,12 +1,15 @@
 // The `checkpoint` service: a trainer snapshots its state into a staging region of its own and
 // asks; the agent reads the region (a CPU copy where it is mapped here, one-sided gets where it is
 // not), writes the checkpoint (services/checkpoint_store.h), makes it durable, prunes, and answers.
-// The disk work runs on the service's one worker thread, started with the first request: the
-// progress thread only decodes, imports the region and answers.
+// Over TLS, where one-sided access is refused, the trainer sends the bytes in pieces instead
+// (an in-band save). The disk work runs on the service's one worker thread, started with the
+// first request: the progress thread only decodes, imports the region and answers.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,8 +35,24 @@ constexpr uint32_t kMaxQueuedPerConnection = 4;
 // A get of one piece (8 MiB) from a client's memory that takes longer has failed.
 constexpr int64_t kGetDeadlineMs = 30'000;
 
+// An in-band save from its request to its last piece. The progress thread keeps the count of bytes
+// it accepted; the writer is the worker's alone, so it is also released there (nothing else
+// touches the directory meanwhile).
+struct Stream {
+  uint32_t handle = 0;
+  uint64_t step = 0;
+  uint64_t total = 0;     // the tensors' bytes
+  uint64_t received = 0;  // accepted in pieces so far (progress thread)
+  uint64_t t0 = 0;        // when the save came
+  Responder save;         // answered when the last piece is written, or the stream fails
+  std::shared_ptr<Directory> dir;              // outlives the writer, which writes into it
+  std::unique_ptr<checkpoint::Writer> writer;  // worker only; null once ended
+  Status why;                                  // worker only: why it ended early
+};
+
 struct Client {
   std::vector<std::shared_ptr<Directory>> dirs;  // by handle; null once closed
+  std::unordered_map<uint32_t, std::shared_ptr<Stream>> streams;  // by directory handle
   uint32_t queued = 0;                            // requests waiting for or on the worker
 };
 
@@ -53,6 +72,29 @@ std::string json_answer(const checkpoint::Written& w, uint64_t step, double pers
       .dump();
 }
 
+// How a stream ended, on the worker: its last byte written and the checkpoint finished, or an error.
+struct End {
+  bool ended = false;
+  Status status;
+  std::string answer;  // json_answer, when ok
+};
+
+// Worker side, after the begin or an append that returned `st`.
+End settle(Stream& s, Status st) {
+  if (st.ok() && s.writer && s.writer->written() < s.writer->total()) return {};
+  if (st.ok()) {
+    auto written = s.writer->finish();
+    if (written.ok()) {
+      s.writer.reset();
+      return {true, {}, json_answer(written.value(), s.step, static_cast<double>(now_ns() - s.t0) / 1e9)};
+    }
+    st = written.status();
+  }
+  s.writer.reset();
+  s.why = st;
+  return {true, st, {}};
+}
+
 Buffer text_buffer(std::string_view s) { return Buffer::copy_of({reinterpret_cast<const uint8_t*>(s.data()), s.size()}); }
 
 class CheckpointService final : public Service {
@@ -67,8 +109,14 @@ class CheckpointService final : public Service {
 
   std::string name() const override { return "checkpoint"; }
   void attach(ServiceHost& host) override { core_->worker.attach(host, 1); }
-  // Saves already queued finish (their snapshot is whole); the directories close after them.
-  void on_disconnect(uint32_t id) override { core_->clients.erase(id); }
+  // Saves already queued finish (their snapshot is whole); the directories close after them. An
+  // in-band save still waiting for pieces is dropped.
+  void on_disconnect(uint32_t id) override {
+    auto it = core_->clients.find(id);
+    if (it == core_->clients.end()) return;
+    abandon_unfinished(it->second, {Code::kConnectionReset, "checkpoint: the client left"});
+    core_->clients.erase(it);
+  }
 
   void handle(ServiceRequest r) override {
     if (!r.responder.expects_response())
@@ -79,20 +127,60 @@ class CheckpointService final : public Service {
       case wire::Kind::kOpen: return open(std::move(r));
       case wire::Kind::kSave: return save(std::move(r));
       case wire::Kind::kClose: return close(std::move(r));
+      case wire::Kind::kPiece: return piece(std::move(r));
     }
   }
 
  private:
-  // Queues `work` for the worker, counted against the client's limit until its answer.
-  void enqueue(const ServiceRequest& r, WorkerQueue::Work work) {
+  // Queues `work` for the worker, counted against the client's limit until its answer; false, the
+  // request failed, when it cannot.
+  bool enqueue(const ServiceRequest& r, WorkerQueue::Work work) {
     Client& client = core_->clients[r.peer->id()];
-    if (client.queued >= kMaxQueuedPerConnection)
-      return r.responder.fail({Code::kAgain, "checkpoint: " + std::to_string(client.queued) +
-                                                 " requests of this connection are waiting, the limit "
-                                                 "kMaxQueuedPerConnection"});
-    if (!core_->worker.push(std::move(work), SIZE_MAX))
-      return r.responder.fail({Code::kShutDown, "checkpoint: the service is stopping"});
+    if (client.queued >= kMaxQueuedPerConnection) {
+      r.responder.fail({Code::kAgain, "checkpoint: " + std::to_string(client.queued) +
+                                          " requests of this connection are waiting, the limit "
+                                          "kMaxQueuedPerConnection"});
+      return false;
+    }
+    if (!core_->worker.push(std::move(work), SIZE_MAX)) {
+      r.responder.fail({Code::kShutDown, "checkpoint: the service is stopping"});
+      return false;
+    }
     ++client.queued;
+    return true;
+  }
+
+  // Progress thread: the stream's save is answered and it leaves the client's map.
+  static void end_stream(Core& core, uint32_t id, const std::shared_ptr<Stream>& s, const End& end) {
+    if (end.status.ok()) s->save.respond(text_buffer(end.answer));
+    else s->save.fail(end.status);
+    auto it = core.clients.find(id);
+    if (it == core.clients.end()) return;
+    auto at = it->second.streams.find(s->handle);
+    if (at != it->second.streams.end() && at->second == s) it->second.streams.erase(at);
+  }
+
+  // Progress thread: gives up a stream the client broke: its save fails with `why`, and the worker
+  // drops what it wrote, after anything of the stream already queued there.
+  void abandon(Client& client, uint32_t handle, const Status& why) {
+    auto it = client.streams.find(handle);
+    if (it == client.streams.end()) return;
+    std::shared_ptr<Stream> s = std::move(it->second);
+    client.streams.erase(it);
+    s->save.fail(why);
+    (void)core_->worker.push([s]() -> std::function<void()> {
+      s->writer.reset();
+      return [] {};
+    }, SIZE_MAX);  // false only when stopping: no worker runs then
+  }
+
+  // The streams of `client` (of directory `handle`, or all) that still wait for pieces: one whose
+  // last piece came is whole and finishes.
+  void abandon_unfinished(Client& client, const Status& why, std::optional<uint32_t> handle = std::nullopt) {
+    std::vector<uint32_t> unfinished;
+    for (const auto& [h, s] : client.streams)
+      if (s->received < s->total && (!handle || h == *handle)) unfinished.push_back(h);
+    for (uint32_t h : unfinished) abandon(client, h, why);
   }
 
   // Runs on the progress thread once the worker is done with a request of connection `id`.
@@ -142,6 +230,12 @@ class CheckpointService final : public Service {
     wire::Save save = std::move(decoded).value();
     auto dir = directory(r.peer->id(), save.handle);
     if (!dir.ok()) return r.responder.fail(dir.status());
+    Client& client = core_->clients[r.peer->id()];
+    if (auto it = client.streams.find(save.handle); it != client.streams.end())
+      return r.responder.fail({Code::kBadState, "checkpoint: directory " + std::to_string(save.handle) +
+                                                    " is still receiving the pieces of step " +
+                                                    std::to_string(it->second->step)});
+    if (save.in_band()) return save_in_band(std::move(r), std::move(dir).value(), std::move(save));
     auto imported = r.peer->import_region(save.region);
     if (!imported.ok()) return r.responder.fail(imported.status().with_context("checkpoint: the staging region"));
     auto region = std::make_shared<RemoteRegion>(std::move(imported).value());
@@ -182,13 +276,84 @@ class CheckpointService final : public Service {
     });
   }
 
-  // The directory's lock goes once the saves queued for it are done.
+  // The tensors' bytes follow in pieces; the writer is begun now, so a save the directory cannot take
+  // fails before any piece is written.
+  void save_in_band(ServiceRequest r, std::shared_ptr<Directory> dir, wire::Save save) {
+    auto s = std::make_shared<Stream>();
+    s->handle = save.handle;
+    s->step = save.step;
+    s->total = save.tensor_bytes();
+    s->t0 = now_ns();
+    s->save = r.responder;
+    s->dir = std::move(dir);
+    const uint32_t id = r.peer->id();
+    if (!enqueue(r, [core = core_, save = std::move(save), s, id]() -> std::function<void()> {
+          auto writer = s->dir->begin(save);
+          if (writer.ok()) s->writer = std::move(writer).value();
+          End end = settle(*s, writer.status());
+          return [core, s, id, end = std::move(end)] {
+            if (core->detached) return;
+            finished(*core, id);
+            if (end.ended) end_stream(*core, id, s, end);
+          };
+        }))
+      return;
+    core_->clients[id].streams[s->handle] = s;
+  }
+
+  // The next bytes of an in-band save: accepted only in order, within its tensors' bytes; anything
+  // else ends the stream, so the checkpoint is never written with a hole.
+  void piece(ServiceRequest r) {
+    auto decoded = wire::decode_piece(r.payload.span());
+    if (!decoded.ok()) return r.responder.fail(decoded.status());
+    const wire::Piece p = decoded.value();
+    const uint32_t id = r.peer->id();
+    Client& client = core_->clients[id];
+    auto it = client.streams.find(p.handle);
+    if (it == client.streams.end() || it->second->step != p.step)
+      return r.responder.fail({Code::kNotFound, "checkpoint: no in-band save of step " + std::to_string(p.step) +
+                                                    " is receiving pieces on directory " + std::to_string(p.handle)});
+    std::shared_ptr<Stream> s = it->second;
+    if (p.offset != s->received || p.bytes.size() > s->total - s->received) {
+      const Status why(Code::kOutOfRange, "checkpoint: a piece of " + std::to_string(p.bytes.size()) + " B at " +
+                                              std::to_string(p.offset) + " of step " + std::to_string(p.step) +
+                                              ", whose next byte is " + std::to_string(s->received) + " of " +
+                                              std::to_string(s->total));
+      abandon(client, p.handle, why);
+      return r.responder.fail(why);
+    }
+    const size_t at = static_cast<size_t>(p.bytes.data() - r.payload.data());
+    if (!enqueue(r, [core = core_, s, payload = std::make_shared<Buffer>(std::move(r.payload)), at, id,
+                     responder = r.responder]() -> std::function<void()> {
+          Status st = s->writer ? s->writer->append(payload->span().subspan(at))
+                                : Status(Code::kBadState, "checkpoint: step " + std::to_string(s->step) +
+                                                              " already failed: " + s->why.message());
+          End end = s->writer ? settle(*s, st) : End{};
+          return [core, s, id, responder, st, end = std::move(end)] {
+            if (core->detached) return;
+            finished(*core, id);
+            if (st.ok()) responder.respond(Buffer());
+            else responder.fail(st);
+            if (end.ended) end_stream(*core, id, s, end);
+          };
+        }))
+      return abandon(client, p.handle, {Code::kAgain, "checkpoint: a piece of step " + std::to_string(p.step) +
+                                                          " was refused: too many requests of this connection wait"});
+    s->received += p.bytes.size();
+  }
+
+  // The directory's lock goes once the saves queued for it are done; a save still receiving pieces
+  // is given up.
   void close(ServiceRequest r) {
     auto handle = wire::decode_close(r.payload.span());
     if (!handle.ok()) return r.responder.fail(handle.status());
     auto dir = directory(r.peer->id(), handle.value());
     if (!dir.ok()) return r.responder.fail(dir.status());
-    core_->clients[r.peer->id()].dirs[handle.value()].reset();
+    Client& client = core_->clients[r.peer->id()];
+    abandon_unfinished(client, {Code::kBadState, "checkpoint: directory " + std::to_string(handle.value()) +
+                                                     " was closed before the last piece came"},
+                       handle.value());
+    client.dirs[handle.value()].reset();
     r.responder.respond(Buffer());
   }
 

@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -225,31 +226,116 @@ Result<std::unique_ptr<Directory>> Directory::open(const std::string& root, cons
   return std::unique_ptr<Directory>(new Directory(std::move(fd), std::move(lock), path.string(), keep_last, limits));
 }
 
-Result<Written> Directory::write(const wire::Save& save, const Source& source) {
-  const std::string name = step_name(save.step);
-  const std::string final_path = path_ + "/" + name;
-  struct stat st {};
-  if (::fstatat(fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
-    return Status(Code::kBadState, "checkpoint: " + final_path + " exists; a step is saved once");
-  OB_RETURN_IF_ERROR(check_room(save, final_path));
-  const std::string tmp = std::string(kTmpPrefix) + name;
-  const std::string tmp_path = path_ + "/" + tmp;
-  remove_tree(fd_.get(), tmp);
-  if (::mkdirat(fd_.get(), tmp.c_str(), 0755) != 0) return os_error("cannot create", tmp_path);
-  net::Fd tmp_fd(::openat(fd_.get(), tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+// What a Writer holds: the temporary directory and the tensors file being written into it.
+struct Writer::Impl {
+  Directory& dir;
+  uint64_t step = 0;
+  size_t tensors = 0;
+  std::string state;  // the JSON the manifest holds
+  std::string name, tmp, tmp_path;
+  net::Fd tmp_fd;
+  std::optional<File> file;  // tensors.safetensors, until finished
   Written out;
-  out.path = final_path;
-  Status written = tmp_fd.valid() ? write_files(tmp_fd.get(), tmp_path, save, source, out)
-                                  : os_error("cannot open", tmp_path);
-  if (written.ok() && ::fsync(tmp_fd.get()) != 0) written = os_error("cannot fsync", tmp_path);
-  if (written.ok() && ::renameat(fd_.get(), tmp.c_str(), fd_.get(), name.c_str()) != 0)
-    written = os_error("cannot rename " + tmp_path + " to", final_path);
-  if (!written.ok()) {
-    remove_tree(fd_.get(), tmp);
-    return written;
+  bool renamed = false;
+
+  explicit Impl(Directory& d) : dir(d) {}
+  // The manifest next to the tensors, then everything durable and renamed into place.
+  Status finish();
+};
+
+Result<std::unique_ptr<Writer>> Directory::begin(const wire::Save& save) {
+  auto impl = std::make_unique<Writer::Impl>(*this);
+  impl->step = save.step;
+  impl->tensors = save.tensors.size();
+  impl->name = step_name(save.step);
+  impl->out.path = path_ + "/" + impl->name;
+  struct stat st {};
+  if (::fstatat(fd_.get(), impl->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return Status(Code::kBadState, "checkpoint: " + impl->out.path + " exists; a step is saved once");
+  OB_RETURN_IF_ERROR(check_room(save, impl->out.path));
+  impl->tmp = std::string(kTmpPrefix) + impl->name;
+  impl->tmp_path = path_ + "/" + impl->tmp;
+  remove_tree(fd_.get(), impl->tmp);
+  if (::mkdirat(fd_.get(), impl->tmp.c_str(), 0755) != 0) return os_error("cannot create", impl->tmp_path);
+  // From here the Writer owns the temporary directory: its destructor removes it on any error.
+  std::unique_ptr<Writer> writer(new Writer(std::move(impl), save.tensor_bytes()));
+  Writer::Impl& w = *writer->impl_;
+  w.state = save.state;
+  w.tmp_fd = net::Fd(::openat(fd_.get(), w.tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!w.tmp_fd.valid()) return os_error("cannot open", w.tmp_path);
+  OB_ASSIGN_OR_RETURN(File f, File::create(w.tmp_fd.get(), w.tmp_path, kTensorsFile));
+  OB_RETURN_IF_ERROR(f.write(safetensors_header(save), w.out));
+  w.file.emplace(std::move(f));
+  return writer;
+}
+
+Writer::Writer(std::unique_ptr<Impl> impl, uint64_t total) : impl_(std::move(impl)), total_(total) {}
+
+Writer::~Writer() {
+  if (!impl_->renamed) remove_tree(impl_->dir.fd_.get(), impl_->tmp);
+}
+
+Status Writer::append(std::span<const uint8_t> bytes) {
+  if (!impl_->file) return Status(Code::kBadState, "checkpoint: step " + std::to_string(impl_->step) + " is finished");
+  if (bytes.size() > total_ - written_)
+    return Status(Code::kOutOfRange, "checkpoint: " + std::to_string(bytes.size()) + " B at " +
+                                         std::to_string(written_) + " run past the tensors' " +
+                                         std::to_string(total_) + " B of step " + std::to_string(impl_->step));
+  OB_RETURN_IF_ERROR(impl_->file->write(bytes, impl_->out));
+  written_ += bytes.size();
+  return {};
+}
+
+Result<Written> Writer::finish() {
+  if (written_ != total_)
+    return Status(Code::kBadState, "checkpoint: step " + std::to_string(impl_->step) + " holds " +
+                                       std::to_string(written_) + " of its tensors' " + std::to_string(total_) + " B");
+  if (!impl_->file) return Status(Code::kBadState, "checkpoint: step " + std::to_string(impl_->step) + " is finished");
+  OB_RETURN_IF_ERROR(impl_->finish());
+  impl_->out.pruned = impl_->dir.prune();
+  return impl_->out;
+}
+
+Status Writer::Impl::finish() {
+  nlohmann::ordered_json files;
+  OB_ASSIGN_OR_RETURN(files[kTensorsFile], file->finish(out));
+  file.reset();
+  nlohmann::ordered_json manifest;
+  manifest["format"] = kFormat;
+  manifest["version"] = kFormatVersion;
+  manifest["step"] = step;
+  manifest["files"] = std::move(files);
+  manifest["tensors"] = tensors;
+  manifest["state"] = nlohmann::ordered_json::parse(state);  // decode_save checked it
+  OB_ASSIGN_OR_RETURN(File m, File::create(tmp_fd.get(), tmp_path, kManifestFile));
+  OB_RETURN_IF_ERROR(m.write(manifest.dump(1), out));
+  OB_RETURN_IF_ERROR(m.finish(out).status());
+  if (::fsync(tmp_fd.get()) != 0) return os_error("cannot fsync", tmp_path);
+  if (::renameat(dir.fd_.get(), tmp.c_str(), dir.fd_.get(), name.c_str()) != 0)
+    return os_error("cannot rename " + tmp_path + " to", out.path);
+  renamed = true;
+  if (::fsync(dir.fd_.get()) != 0) return os_error("cannot fsync", dir.path_);
+  return {};
+}
+
+Result<Written> Directory::write(const wire::Save& save, const Source& source) {
+  OB_ASSIGN_OR_RETURN(auto writer, begin(save));
+  std::vector<uint8_t> scratch;
+  double read_s = 0;
+  for (const wire::Tensor& t : save.tensors) {
+    for (uint64_t done = 0; done < t.bytes;) {
+      const uint64_t n = std::min(kPieceBytes, t.bytes - done);
+      if (scratch.size() < n) scratch.resize(n);
+      const uint64_t t0 = now_ns();
+      auto piece = source(t.offset + done, {scratch.data(), n});
+      read_s += seconds_since(t0);
+      if (!piece.ok()) return piece.status().with_context("checkpoint: reading tensor " + quote(t.name, 256));
+      OB_RETURN_IF_ERROR(writer->append(piece.value()));
+      done += n;
+    }
   }
-  if (::fsync(fd_.get()) != 0) return os_error("cannot fsync", path_);
-  out.pruned = prune();
+  OB_ASSIGN_OR_RETURN(Written out, writer->finish());
+  out.read_s = read_s;
   return out;
 }
 
@@ -276,39 +362,6 @@ Status Directory::check_room(const wire::Save& save, const std::string& final_pa
                                        std::to_string(limits_.min_free_pct) + "% (" + std::to_string(keep) + " B)");
   }
   return Status();
-}
-
-Status Directory::write_files(int tmp_fd, const std::string& tmp, const wire::Save& save, const Source& source,
-                              Written& out) {
-  nlohmann::ordered_json files;
-  {
-    OB_ASSIGN_OR_RETURN(File f, File::create(tmp_fd, tmp, kTensorsFile));
-    OB_RETURN_IF_ERROR(f.write(safetensors_header(save), out));
-    std::vector<uint8_t> scratch;
-    for (const wire::Tensor& t : save.tensors) {
-      for (uint64_t done = 0; done < t.bytes;) {
-        const uint64_t n = std::min(kPieceBytes, t.bytes - done);
-        if (scratch.size() < n) scratch.resize(n);
-        const uint64_t t0 = now_ns();
-        auto piece = source(t.offset + done, {scratch.data(), n});
-        out.read_s += seconds_since(t0);
-        if (!piece.ok()) return piece.status().with_context("checkpoint: reading tensor " + quote(t.name, 256));
-        OB_RETURN_IF_ERROR(f.write(piece.value(), out));
-        done += n;
-      }
-    }
-    OB_ASSIGN_OR_RETURN(files[kTensorsFile], f.finish(out));
-  }
-  nlohmann::ordered_json manifest;
-  manifest["format"] = kFormat;
-  manifest["version"] = kFormatVersion;
-  manifest["step"] = save.step;
-  manifest["files"] = std::move(files);
-  manifest["tensors"] = save.tensors.size();
-  manifest["state"] = nlohmann::ordered_json::parse(save.state);  // decode_save checked it
-  OB_ASSIGN_OR_RETURN(File m, File::create(tmp_fd, tmp, kManifestFile));
-  OB_RETURN_IF_ERROR(m.write(manifest.dump(1), out));
-  return m.finish(out).status();
 }
 
 uint32_t Directory::prune() {

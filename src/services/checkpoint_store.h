@@ -50,6 +50,34 @@ struct Written {
   uint32_t pruned = 0;  // older checkpoints removed for keep_last
 };
 
+class Directory;
+
+/// One checkpoint being written (Directory::begin): fed its tensors' bytes in table order, then
+/// finished, made durable and renamed into place. Destroyed unfinished, it leaves nothing.
+/// Thread mode: the directory's writer thread only; its Directory outlives it.
+class Writer {
+ public:
+  ~Writer();
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  /// The next bytes of the tensors, in table order (they may straddle tensors); kOutOfRange,
+  /// nothing written, past the last tensor's end.
+  Status append(std::span<const uint8_t> bytes);
+  [[nodiscard]] uint64_t written() const { return written_; }
+  [[nodiscard]] uint64_t total() const { return total_; }
+  /// Once every tensor byte is in (else kBadState): the manifest, fsyncs, the rename, the pruning.
+  Result<Written> finish();
+
+ private:
+  friend class Directory;
+  struct Impl;
+  Writer(std::unique_ptr<Impl> impl, uint64_t total);
+  std::unique_ptr<Impl> impl_;
+  uint64_t total_ = 0;
+  uint64_t written_ = 0;
+};
+
 class Directory {
  public:
   /// `dir` (absolute, or relative to `root`) must lie inside `root`, an existing directory; its
@@ -58,18 +86,19 @@ class Directory {
   static Result<std::unique_ptr<Directory>> open(const std::string& root, const std::string& dir, uint32_t keep_last,
                                                  Limits limits = {});
 
-  /// Writes checkpoint `save.step` (kBadState if it exists; kTooBig, before writing, if it would break
-  /// a limit), then prunes the oldest beyond keep_last. On any error nothing of it remains and earlier
-  /// checkpoints are untouched.
+  /// Starts checkpoint `save.step` (kBadState if it exists; kTooBig, before writing, if it would break
+  /// a limit). On any error, here or in the Writer, nothing of it remains and earlier checkpoints
+  /// are untouched.
+  Result<std::unique_ptr<Writer>> begin(const checkpoint_wire::Save& save);
+  /// begin(), every tensor read from `source` at its offset, finish().
   Result<Written> write(const checkpoint_wire::Save& save, const Source& source);
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
   Directory(net::Fd fd, net::Fd lock, std::string path, uint32_t keep_last, Limits limits)
       : fd_(std::move(fd)), lock_(std::move(lock)), path_(std::move(path)), keep_last_(keep_last), limits_(limits) {}
+  friend class Writer;
   Status check_room(const checkpoint_wire::Save& save, const std::string& final_path) const;
-  Status write_files(int tmp_fd, const std::string& tmp, const checkpoint_wire::Save& save, const Source& source,
-                     Written& out);
   uint32_t prune();
 
   net::Fd fd_;

@@ -84,6 +84,22 @@ std::vector<uint8_t> encode(const Save& save) {
   return std::move(w.bytes);
 }
 
+uint64_t Save::tensor_bytes() const {
+  uint64_t n = 0;
+  for (const Tensor& t : tensors) n += t.bytes;  // no overflow: decode_save bounds the sum
+  return n;
+}
+
+std::vector<uint8_t> encode(const Piece& piece) {
+  codec::Writer w;
+  header(w, Kind::kPiece);
+  w.put(piece.handle);
+  w.put(piece.step);
+  w.put(piece.offset);
+  w.put_bytes(piece.bytes);
+  return std::move(w.bytes);
+}
+
 std::vector<uint8_t> encode_close(uint32_t handle) {
   codec::Writer w;
   header(w, Kind::kClose);
@@ -132,6 +148,7 @@ Result<Save> decode_save(std::span<const uint8_t> bytes) {
   if (count > r.in.size() / 22) return bad("save: " + std::to_string(count) + " tensors, truncated");
   save.tensors.resize(count);
   std::unordered_set<std::string_view> names;
+  uint64_t total = 0;
   for (Tensor& t : save.tensors) {
     std::span<const uint8_t> name;
     OB_RETURN_IF_ERROR(get_bytes(r, kMaxNameBytes, "tensor name", name));
@@ -159,6 +176,8 @@ Result<Save> decode_save(std::span<const uint8_t> bytes) {
       return bad("tensor " + quote(t.name) + ": " + std::to_string(t.bytes) + " B at offset " +
                  std::to_string(t.offset) + " is not what its shape and dtype " +
                  std::string(dtype_name(t.dtype)) + " make");
+    if (__builtin_add_overflow(total, t.bytes, &total))
+      return bad("tensor " + quote(t.name) + ": the tensors' bytes add up beyond 2^64");
   }
   // Names are checked once all strings are in place (the views point into save.tensors).
   for (const Tensor& t : save.tensors)
@@ -168,6 +187,20 @@ Result<Save> decode_save(std::span<const uint8_t> bytes) {
   if (!nlohmann::json::accept(save.state)) return bad("the state is not JSON text");
   OB_RETURN_IF_ERROR(done(r, "state"));
   return save;
+}
+
+Result<Piece> decode_piece(std::span<const uint8_t> bytes) {
+  codec::Reader r;
+  OB_RETURN_IF_ERROR(body(bytes, Kind::kPiece, r));
+  Piece piece;
+  if (!r.get(piece.handle) || !r.get(piece.step) || !r.get(piece.offset)) return bad("piece: truncated");
+  piece.bytes = r.in;
+  uint64_t end = 0;
+  if (piece.bytes.empty() || piece.bytes.size() > kMaxPieceBytes ||
+      __builtin_add_overflow(piece.offset, piece.bytes.size(), &end))
+    return bad("piece of " + std::to_string(piece.bytes.size()) + " B at " + std::to_string(piece.offset) +
+               ": a piece holds 1 to kMaxPieceBytes " + std::to_string(kMaxPieceBytes) + " B");
+  return piece;
 }
 
 Result<uint32_t> decode_close(std::span<const uint8_t> bytes) {

@@ -10,6 +10,12 @@
 //        tensors, each: name (u32 length + bytes), u8 Dtype, u8-counted u64 dims, u64 offset in the
 //        region, u64 bytes; then the state's JSON (u32 length + bytes) -> answers a JSON object.
 // Close: u32 handle -> answers nothing (empty): the directory's lock is released.
+// Piece: u32 handle, u64 step, u64 offset, then the bytes -> answers nothing (empty) once written.
+//
+// A save with an empty descriptor is in-band, for a link where one-sided access is refused (TLS):
+// its tensors' bytes follow in Piece requests, in table order and back to back (offset counts
+// from the first tensor's first byte; the tensors' staging offsets are not read), each at most
+// kMaxPieceBytes. The save is answered once the last piece is written.
 
 #include <cstdint>
 #include <span>
@@ -36,9 +42,11 @@ inline constexpr uint8_t kMaxDims = 16;
 inline constexpr uint64_t kMaxStep = 999'999'999'999;
 /// Checkpoints a directory keeps.
 inline constexpr uint32_t kMaxKeepLast = 1u << 16;
+/// Bytes of one piece of an in-band save.
+inline constexpr uint64_t kMaxPieceBytes = 8ull << 20;
 
-enum class Kind : uint8_t { kOpen, kSave, kClose };
-inline constexpr uint8_t kKinds = 3;
+enum class Kind : uint8_t { kOpen, kSave, kClose, kPiece };
+inline constexpr uint8_t kKinds = 4;
 
 /// safetensors' element types, in its spelling (dtype_name) and size.
 enum class Dtype : uint8_t { kBool, kU8, kI8, kU16, kI16, kF16, kBF16, kU32, kI32, kF32, kU64, kI64, kF64 };
@@ -65,11 +73,23 @@ struct Save {
   std::vector<uint8_t> region;  // descriptor
   std::vector<Tensor> tensors;
   std::string state;  // JSON
+
+  [[nodiscard]] bool in_band() const { return region.empty(); }
+  /// The tensors' bytes: what an in-band save's pieces carry.
+  [[nodiscard]] uint64_t tensor_bytes() const;
+};
+
+struct Piece {
+  uint32_t handle = 0;
+  uint64_t step = 0;
+  uint64_t offset = 0;               // in the save's tensor bytes
+  std::span<const uint8_t> bytes;    // into the decoded message
 };
 
 std::vector<uint8_t> encode(const Open& open);
 std::vector<uint8_t> encode(const Save& save);
 std::vector<uint8_t> encode_close(uint32_t handle);
+std::vector<uint8_t> encode(const Piece& piece);
 /// The message's kind, or an error for a version or kind this agent does not speak.
 Result<Kind> kind_of(std::span<const uint8_t> bytes);
 /// A directory within kMaxPathBytes with no NUL, keep_last <= kMaxKeepLast, nothing left over.
@@ -80,5 +100,7 @@ Result<Open> decode_open(std::span<const uint8_t> bytes);
 /// the state a JSON text, nothing left over. Not checked here: the region's size (the service does).
 Result<Save> decode_save(std::span<const uint8_t> bytes);
 Result<uint32_t> decode_close(std::span<const uint8_t> bytes);
+/// A piece of 1..kMaxPieceBytes bytes whose end does not overflow; it points into `bytes`.
+Result<Piece> decode_piece(std::span<const uint8_t> bytes);
 
 }  // namespace outboard::services::checkpoint_wire

@@ -1,5 +1,5 @@
 // libFuzzer: a message to the agent's `checkpoint` service (services/checkpoint_wire.h) — open,
-// save or close — decoded before anything else reads it. What decodes encodes back to the same
+// save, close or an in-band save's piece — decoded before anything else reads it. What decodes encodes back to the same
 // bytes, and a save's tensors are within the bounds the writer relies on: unique non-empty names,
 // byte counts that match their shape and dtype, offsets that do not overflow.
 #include <cstring>
@@ -48,6 +48,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case Kind::kSave: save(data, size); break;
     case Kind::kClose:
       if (auto h = decode_close({data, size}); h.ok()) same(encode_close(h.value()), data, size);
+      break;
+    case Kind::kPiece:
+      if (auto p = decode_piece({data, size}); p.ok()) {
+        uint64_t end = 0;
+        if (p->bytes.empty() || p->bytes.size() > kMaxPieceBytes || p->bytes.data() + p->bytes.size() != data + size ||
+            __builtin_add_overflow(p->offset, p->bytes.size(), &end))
+          __builtin_trap();
+        same(encode(p.value()), data, size);
+      }
       break;
   }
   return 0;

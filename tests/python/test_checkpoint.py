@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import outboard
-from outboard import checkpoint
+from outboard import checkpoint, cli
 from outboard.errors import BadConfig, BadState, InvalidArgument, IoError, NotFound, OutOfRange, TooBig
 
 
@@ -307,12 +307,12 @@ def test_kill_9_of_the_agent_mid_write_leaves_the_newest_intact_checkpoint(tmp_p
 
 
 TRAINER = textwrap.dedent("""
-    import os, signal, sys
+    import json, os, signal, sys
     import numpy as np
     import outboard
     sys.path.insert(0, sys.argv[3])
     from test_checkpoint import make_state
-    client = outboard.connect(sys.argv[1])
+    client = outboard.connect(sys.argv[1], **json.loads(sys.argv[4]))
     ck = outboard.Checkpointer(sys.argv[2], client)
     ck.save(0, make_state(0))
     ck.wait()
@@ -321,13 +321,24 @@ TRAINER = textwrap.dedent("""
 """)
 
 
-def test_a_trainer_killed_mid_save_leaves_an_intact_checkpoint_and_frees_the_directory(tmp_path: Path,
-                                                                                       start_agent) -> None:
-    agent = start_agent("--checkpoint-root", str(tmp_path))
-    r = subprocess.run([sys.executable, "-c", TRAINER, agent.address, str(tmp_path / "run"), str(Path(__file__).parent)],
-                       capture_output=True, text=True, timeout=60)
+def tls(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """Keys made by `outboard keys init`: the agent's options and a client's connect() arguments."""
+    k = tmp_path / "keys"
+    assert cli.main(["keys", "init", str(k)]) == 0
+    agent = ["--secure", "always", "--cert", str(k / "agent.pem"), "--key", str(k / "agent.key"), "--ca", str(k / "ca.pem")]
+    return agent, {"secure": "always", "cert": str(k / "client.pem"), "key": str(k / "client.key"), "ca": str(k / "ca.pem")}
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["plaintext", "tls"])
+def test_a_trainer_killed_mid_save_leaves_an_intact_checkpoint_and_frees_the_directory(tmp_path: Path, start_agent,
+                                                                                       secure: bool) -> None:
+    # Over TLS the kill falls between pieces: the agent gives up the half-sent save.
+    agent_args, connect_args = tls(tmp_path) if secure else ([], {})
+    agent = start_agent("--checkpoint-root", str(tmp_path), *agent_args)
+    r = subprocess.run([sys.executable, "-c", TRAINER, agent.address, str(tmp_path / "run"), str(Path(__file__).parent),
+                        json.dumps(connect_args)], capture_output=True, text=True, timeout=60)
     assert r.returncode == -signal.SIGKILL, r.stderr
-    client = outboard.connect(agent.address)
+    client = outboard.connect(agent.address, **connect_args)
     deadline = time.monotonic() + 10
     while True:  # the trainer's session lets the directory go once it sees the trainer gone
         try:
@@ -384,6 +395,30 @@ def test_an_agent_that_does_not_map_the_staging_reads_it_with_one_sided_gets(tmp
         assert ck.status().bytes > 20 << 20
     for step, state in enumerate(states):
         assert_same(state, checkpoint.load(tmp_path, step).state)
+
+
+def test_over_tls_the_snapshot_goes_in_sealed_pieces_and_loads_back(tmp_path: Path, start_agent) -> None:
+    # The agent cannot read a TLS client's staging: 20 MiB states go in 4 MiB pieces, then a state of
+    # another shape, then one over the directory's limit, refused before a piece is written.
+    agent_args, connect_args = tls(tmp_path)
+    agent = start_agent("--checkpoint-root", str(tmp_path), "--checkpoint-max-dir-bytes", str(50 << 20), *agent_args)
+    states = [make_state(seed, mb=20) for seed in (1, 2)] + [make_state(3)]
+    with outboard.connect(agent.address, **connect_args) as client:
+        assert client.connection.security.startswith("TLS 1.3")
+        with outboard.Checkpointer(tmp_path / "run", client, keep_last=0) as ck:
+            for step, state in enumerate(states):
+                ck.save(step, state)
+            ck.wait()
+            assert ck.status().total_bytes > 40 << 20
+            ck.save(3, make_state(4, mb=20))
+            with pytest.raises(TooBig, match=r"checkpoint of step 3 failed: .*step-000000000003 takes at least \d+ B "
+                                             r"and .*/run holds \d+ B, over --checkpoint-max-dir-bytes"):
+                ck.wait()
+            ck.save(4, states[2])  # the connection and the directory still work
+        assert client.request("echo", b"still here") == b"still here"
+    assert steps_on_disk(tmp_path / "run") == [0, 1, 2, 4] and not list((tmp_path / "run").glob(".tmp-*"))
+    for step, state in enumerate(states):
+        assert_same(state, checkpoint.load(tmp_path / "run", step).state)
 
 
 def test_hostile_requests_fail_alone(tmp_path: Path, start_agent) -> None:

@@ -184,7 +184,7 @@ def write_durably(state: dict[str, Any], directory: Path, step: int) -> int:
 def read_back(impl: str, kind: str, directory: Path, step: int) -> dict[str, np.ndarray]:
     """What a placement wrote for ``step``, by its own reader."""
     path = directory / f"step-{step:012d}"
-    if impl == "outboard":
+    if impl.startswith("outboard"):
         from .. import checkpoint
         return arrays(checkpoint.load(directory, step).state)
     if kind == "mlp":
@@ -295,7 +295,7 @@ class Offloaded(Placement):
     def __init__(self, spec: dict[str, Any], state: dict[str, Any]) -> None:
         super().__init__(spec, state)
         from .. import Checkpointer, checkpoint, connect
-        self.client = connect(spec["agent"], spin_us=0)
+        self.client = connect(spec["agent"], spin_us=0, **spec.get("connect", {}))
         # Staging sized once, before the epoch, as a trainer that knows its state's size does.
         self.ck = Checkpointer(self.directory, self.client, keep_last=0, staging_bytes=checkpoint.staging_size(state))
         self.cpu0 = self.client.stats()["cpu_ns"]
@@ -320,7 +320,7 @@ class Offloaded(Placement):
 def placement(spec: dict[str, Any], state: dict[str, Any]) -> Placement:
     impl, torch_model = spec["impl"], spec["model"] != "mlp"
     kinds = {"none": Placement, "sync": Sync, "thread": Dcp if torch_model else Thread, "process": Dcp,
-             "outboard": Offloaded}
+             "outboard": Offloaded, "outboard-tls": Offloaded}
     return kinds[impl](spec, state)
 
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <thread>
 
 #include "../agent_fixture.h"
 #include "services/checkpoint_store.h"
@@ -164,6 +165,37 @@ TEST_F(CheckpointStoreTest, ACheckpointOverTheDirectorysLimitOrTheFreeSpaceIsRef
   EXPECT_EQ(steps(fs::path(root_) / "full"), (std::vector<std::string>{".outboard-lock"}));
 }
 
+TEST_F(CheckpointStoreTest, AWriterFedInPiecesWritesWhatWriteDoesAndOneLeftUnfinishedLeavesNothing) {
+  auto dir = Directory::open(root_, "run", 0);
+  ASSERT_TRUE(dir.ok());
+  ASSERT_TRUE(dir.value()->write(save(1), source()).ok());
+  // Step 2 from the same bytes in pieces of 5 B, the second straddling "w" and "b".
+  std::vector<uint8_t> bytes(staging_.begin() + 64, staging_.begin() + 88);
+  bytes.insert(bytes.end(), staging_.begin() + 256, staging_.begin() + 272);
+  auto w = dir.value()->begin(save(2));
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w.value()->total(), 40u);
+  EXPECT_EQ(w.value()->finish().status().code(), Code::kBadState);  // nothing in yet
+  for (size_t at = 0; at < bytes.size(); at += 5)
+    ASSERT_TRUE(w.value()->append({bytes.data() + at, std::min<size_t>(5, bytes.size() - at)}).ok());
+  EXPECT_EQ(w.value()->append({bytes.data(), 1}).code(), Code::kOutOfRange);
+  ASSERT_TRUE(w.value()->finish().ok());
+  w.value().reset();
+  const fs::path run = fs::path(root_) / "run";
+  const std::string one = read(run / "step-000000000001" / checkpoint::kTensorsFile);
+  std::string two = read(run / "step-000000000002" / checkpoint::kTensorsFile);
+  ASSERT_EQ(one.size(), two.size());
+  EXPECT_EQ(one.substr(one.size() - 40), two.substr(two.size() - 40));
+
+  // Destroyed half-written (the client left): no step 3, no temporary directory.
+  auto half = dir.value()->begin(save(3));
+  ASSERT_TRUE(half.ok());
+  ASSERT_TRUE(half.value()->append({bytes.data(), 30}).ok());
+  ASSERT_TRUE(fs::exists(run / ".tmp-step-000000000003"));
+  half.value().reset();
+  EXPECT_EQ(steps(run), (std::vector<std::string>{".outboard-lock", "step-000000000001", "step-000000000002"}));
+}
+
 TEST_F(CheckpointStoreTest, WhatACrashedWriterLeftIsRemovedAtOpen) {
   const fs::path stale = fs::path(root_) / "run" / ".tmp-step-000000000009";
   fs::create_directories(stale);
@@ -207,6 +239,24 @@ TEST(CheckpointWireTest, SavesRoundTripAndEachLimitIsNamed) {
   EXPECT_NE(open.status().message().find("keep_last 65537 exceeds 65536"), std::string::npos);
   EXPECT_EQ(wire::decode_close(wire::encode_close(7)).value(), 7u);
   EXPECT_EQ(wire::decode_close(wire::encode(wire::Open{})).status().code(), Code::kInvalidArgument);
+
+  const std::vector<uint8_t> bytes(100, 7);
+  const auto encoded = wire::encode(wire::Piece{3, 42, 1000, bytes});
+  auto piece = wire::decode_piece(encoded);
+  ASSERT_TRUE(piece.ok()) << piece.status().to_string();
+  EXPECT_EQ(piece->handle, 3u);
+  EXPECT_EQ(piece->step, 42u);
+  EXPECT_EQ(piece->offset, 1000u);
+  EXPECT_EQ(piece->bytes.size(), 100u);
+  EXPECT_EQ(piece->bytes.data(), encoded.data() + encoded.size() - 100);  // a view, not a copy
+  const std::vector<uint8_t> big(wire::kMaxPieceBytes + 1);
+  for (const auto& bad : {wire::encode(wire::Piece{0, 1, 0, {}}), wire::encode(wire::Piece{0, 1, 0, big}),
+                          wire::encode(wire::Piece{0, 1, UINT64_MAX, bytes})}) {
+    auto r = wire::decode_piece(bad);
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("a piece holds 1 to kMaxPieceBytes"), std::string::npos)
+        << r.status().message();
+  }
 }
 
 // The service in this process (isolation none), so the sanitizers see its worker and the
@@ -259,6 +309,91 @@ TEST_F(CheckpointServiceTest, PersistsFromTheClientsStagingRegion) {
   ASSERT_GE(bytes.size(), size_t{1} << 19);
   EXPECT_EQ(0, std::memcmp(bytes.data() + bytes.size() - (1 << 19), region->data() + 4096, 1 << 19));
   EXPECT_FALSE(fs::exists(fs::path(root_) / "run" / "step-000000000001"));
+}
+
+TEST_F(CheckpointServiceTest, AnInBandSaveTakesItsBytesInPiecesInOrderAndAnythingElseEndsIt) {
+  auto c = connect();
+  ASSERT_TRUE(c);
+  const auto deadline = [] { return Deadline::after_ms(10'000); };
+  auto opened = c->request("checkpoint", wire::encode(wire::Open{0, "run"}), deadline());
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  std::vector<uint8_t> bytes(3 << 20);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 13 + 1);
+  wire::Save s;  // no descriptor: in-band
+  s.tensors = {{"a", wire::Dtype::kU8, {1 << 20}, 0, 1 << 20}, {"b", wire::Dtype::kU8, {2 << 20}, 0, 2 << 20}};
+  s.state = "{}";
+  const auto piece = [&](uint64_t step, uint64_t at, uint64_t n) {
+    return wire::encode(wire::Piece{0, step, at, {bytes.data() + at, n}});
+  };
+  const auto text = [](const Result<Buffer>& b) {
+    return std::string(reinterpret_cast<const char*>(b.value().data()), b.value().size());
+  };
+
+  // Step 1 in pieces of 768 KiB (the last straddles "a" and "b"), the save answered after the last.
+  s.step = 1;
+  Result<Buffer> saved = Status(Code::kTimedOut, "no answer");
+  bool answered = false;
+  ASSERT_TRUE(c->submit("checkpoint", Buffer::copy_of(wire::encode(s)), deadline(), [&](Result<Buffer> r) {
+                 saved = std::move(r);
+                 answered = true;
+               }).ok());
+  for (uint64_t at = 0; at < bytes.size(); at += 768 << 10) {
+    auto r = c->request("checkpoint", piece(1, at, std::min<uint64_t>(768 << 10, bytes.size() - at)), deadline());
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+  }
+  ASSERT_TRUE(c->wait_until(deadline(), [&] { return answered; }));
+  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+  EXPECT_EQ(nlohmann::json::parse(text(saved))["step"], 1);
+  const fs::path file = fs::path(root_) / "run" / "step-000000000001" / checkpoint::kTensorsFile;
+  std::ifstream in(file, std::ios::binary);
+  const std::string written{std::istreambuf_iterator<char>(in), {}};
+  ASSERT_GE(written.size(), bytes.size());
+  EXPECT_EQ(0, std::memcmp(written.data() + written.size() - bytes.size(), bytes.data(), bytes.size()));
+
+  // A piece out of order ends step 2: its save fails naming where, and nothing of it stays.
+  s.step = 2;
+  answered = false;
+  ASSERT_TRUE(c->submit("checkpoint", Buffer::copy_of(wire::encode(s)), deadline(), [&](Result<Buffer> r) {
+                 saved = std::move(r);
+                 answered = true;
+               }).ok());
+  ASSERT_TRUE(c->request("checkpoint", piece(2, 0, 1000), deadline()).ok());
+  auto skipped = c->request("checkpoint", piece(2, 2000, 1000), deadline());
+  EXPECT_EQ(skipped.status().code(), Code::kOutOfRange);
+  ASSERT_TRUE(c->wait_until(deadline(), [&] { return answered; }));
+  EXPECT_EQ(saved.status().code(), Code::kOutOfRange);
+  EXPECT_NE(saved.status().message().find("a piece of 1000 B at 2000 of step 2, whose next byte is 1000 of 3145728"),
+            std::string::npos)
+      << saved.status().message();
+  EXPECT_EQ(c->request("checkpoint", piece(2, 1000, 1000), deadline()).status().code(), Code::kNotFound);
+
+  // A region save while one receives pieces is refused; a close gives the unfinished one up.
+  s.step = 3;
+  answered = false;
+  ASSERT_TRUE(c->submit("checkpoint", Buffer::copy_of(wire::encode(s)), deadline(), [&](Result<Buffer> r) {
+                 saved = std::move(r);
+                 answered = true;
+               }).ok());
+  ASSERT_TRUE(c->request("checkpoint", piece(3, 0, 1000), deadline()).ok());
+  wire::Save other = s;
+  other.step = 4;
+  other.region = {1, 2, 3};
+  auto busy = c->request("checkpoint", wire::encode(other), deadline());
+  EXPECT_EQ(busy.status().code(), Code::kBadState);
+  EXPECT_NE(busy.status().message().find("still receiving the pieces of step 3"), std::string::npos);
+  ASSERT_TRUE(c->request("checkpoint", wire::encode_close(0), deadline()).ok());
+  ASSERT_TRUE(c->wait_until(deadline(), [&] { return answered; }));
+  EXPECT_NE(saved.status().message().find("closed before the last piece came"), std::string::npos);
+  // The worker drops the half-written step after the close: the directory opens again clean.
+  const fs::path half = fs::path(root_) / "run/.tmp-step-000000000003";
+  for (int i = 0; i < 10'000 && fs::exists(half); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(fs::exists(half));
+  auto again = c->request("checkpoint", wire::encode(wire::Open{0, "run"}), deadline());
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(fs::path(root_) / "run")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".outboard-lock", "step-000000000001"}));
 }
 
 }  // namespace

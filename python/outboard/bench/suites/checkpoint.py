@@ -1,6 +1,8 @@
 """Suite ``checkpoint``: what checkpointing costs a training loop, by placement — none, the trainer
 writing synchronously (torch.save), DCP's async_save (a thread; a process where PyTorch has it),
-and Outboard (the trainer copies into staging memory, the agent persists).
+and Outboard (the trainer copies into staging memory, the agent persists): reading the staging
+itself (``outboard``), or, over TLS (``outboard-tls``, a second agent with keys from ``outboard
+keys init``), sent the bytes in sealed pieces by the trainer's sender thread, as a remote agent is.
 
 Each cell and placement is a fresh trainer process (``outboard.bench.trainer``) on core 0, with
 BLAS and torch held to one thread; the agent runs on core 1 (a DPU's cores in production): the
@@ -25,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..._agent import LocalAgent
+from ..._agent import LocalAgent, agent_executable
 from ...errors import BadConfig
 from .. import trainer
 from ..declare import Case, Chart, Column, Goal, Impl, Measurement, Option, Options, Suite, numbers
@@ -43,7 +45,8 @@ def _trainer(impl: str):
     def measure(env: CheckpointEnv, p: dict[str, Any]) -> Measurement:
         spec = {"impl": impl, "model": env.model, "steps": p["steps"], "every": p["every"], "state_mb": p["state_mb"],
                 "seed": 1,
-                "core": env.trainer_core, "agent": env.address,
+                "core": env.trainer_core, "agent": env.tls_address if impl == "outboard-tls" else env.address,
+                "connect": env.tls_connect if impl == "outboard-tls" else {},
                 "dir": tempfile.mkdtemp(dir=env.root, prefix=f"{impl}-")}
         r = subprocess.run([sys.executable, "-m", "outboard.bench.trainer", json.dumps(spec)], capture_output=True,
                            text=True, timeout=CELL_TIMEOUT_S,
@@ -72,6 +75,10 @@ def _no_agent(env: CheckpointEnv, p: dict[str, Any]) -> str | None:
     return None if env.address else "no agent"
 
 
+def _no_tls_agent(env: CheckpointEnv, p: dict[str, Any]) -> str | None:
+    return None if env.tls_address else "a TLS agent is started only without --agent"
+
+
 def _no_process_mode(env: CheckpointEnv, p: dict[str, Any]) -> str | None:
     if env.model == "mlp":
         return "DCP's process mode needs PyTorch (pip install outboard[torch])"
@@ -97,17 +104,19 @@ EPOCH = Case(
     sweep={"state_mb": [16, 128], "every": [5, 10], "steps": [20]},
     quick={"state_mb": [8], "every": [5], "steps": [10]},
     impls=[Impl("none", _trainer("none")), Impl("sync", _trainer("sync")), Impl("thread", _trainer("thread")),
-           Impl("process", _trainer("process"), _no_process_mode), Impl("outboard", _trainer("outboard"), _no_agent)],
+           Impl("process", _trainer("process"), _no_process_mode), Impl("outboard", _trainer("outboard"), _no_agent),
+           Impl("outboard-tls", _trainer("outboard-tls"), _no_tls_agent)],
     columns=[Column("epoch s", "epoch_s", 3), Column("stall ms p50", "stall_ms.p50", 2),
              Column("stall ms p99", "stall_ms.p99", 2), Column("stall ÷ memcpy", "stall_vs_memcpy", 2),
              Column("durable ms p50", "durable_ms.p50", 1), Column("trainer CPU s", "trainer_cpu_s", 3),
              Column("agent CPU ms/ckpt", "agent_cpu_ms_per_ckpt", 1), Column("state MiB", "state_mb", 1),
              Column("written MiB", "written_mb", 1)],
-    reference="none", ratio_metric="epoch_s", also_ratio=("sync", "thread", "process"), goal=Goal(1.05),
+    reference="none", ratio_metric="epoch_s", also_ratio=("sync", "thread", "process", "outboard-tls"), goal=Goal(1.05),
     notes="Ratios are epoch time over the same run's no-checkpoint epoch. Goals: Outboard ≤ 1.05× and below "
           "`thread` (DCP async_save's thread mode: the trainer copies, its own thread writes; for the numpy MLP "
           "the same by hand); stall ≤ 1.5× memcpy. `sync` is torch.save (for the MLP safetensors' save_file), "
-          "fsynced. Durable: from the save call to the checkpoint fsynced and in place.")
+          "fsynced. Durable: from the save call to the checkpoint fsynced and in place. `outboard-tls` pays "
+          "for the encryption in the trainer's process (its sender thread) and the agent's.")
 
 SUITE = Suite(
     name="checkpoint", title="Checkpoint offload: the trainer snapshots, the agent persists",
@@ -132,7 +141,8 @@ SUITE = Suite(
 class CheckpointEnv:
     """A directory for the run's checkpoints (on the disk of the system's temporary directory),
     and an agent rooted there on its own core (--agent's, which must then have its
-    --checkpoint-root above it, else a local one)."""
+    --checkpoint-root above it, else a local one, and a second local one that takes TLS clients
+    only)."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -142,16 +152,31 @@ class CheckpointEnv:
         self.agent_core = cores[AGENT_CORE % len(cores)]
         self.root = Path(tempfile.mkdtemp(prefix="outboard-bench-checkpoint-", dir="/var/tmp"))
         self.address: str | None = options.agent
-        self._agent: LocalAgent | None = None
+        self.tls_address: str | None = None
+        self.tls_connect: dict[str, str] = {}
+        self._agents: list[LocalAgent] = []
 
     def __enter__(self) -> CheckpointEnv:
         if self.address is None:
-            self._agent = LocalAgent("--checkpoint-root", str(self.root), "--cores", str(self.agent_core),
-                                     "--spin-us", "0", log_level=self.options.log_level).start()
-            self.address = self._agent.address
+            self.address = self._start().address
+            keys = self.root / "keys"
+            made = subprocess.run([agent_executable(), "--keys-init", str(keys), "outboard agent"], capture_output=True,
+                                  text=True)  # `outboard keys init`
+            if made.returncode != 0:
+                raise BadConfig(f"outboard keys init {keys}: {made.stderr.strip()}")
+            self.tls_address = self._start("--secure", "always", "--cert", str(keys / "agent.pem"),
+                                           "--key", str(keys / "agent.key"), "--ca", str(keys / "ca.pem")).address
+            self.tls_connect = {"secure": "always", "cert": str(keys / "client.pem"), "key": str(keys / "client.key"),
+                                "ca": str(keys / "ca.pem")}
         return self
 
+    def _start(self, *args: str) -> LocalAgent:
+        agent = LocalAgent("--checkpoint-root", str(self.root), "--cores", str(self.agent_core), "--spin-us", "0",
+                           *args, log_level=self.options.log_level).start()
+        self._agents.append(agent)
+        return agent
+
     def __exit__(self, *exc: object) -> None:
-        if self._agent is not None:
-            self._agent.stop()
+        for agent in self._agents:
+            agent.stop()
         shutil.rmtree(self.root, ignore_errors=True)
