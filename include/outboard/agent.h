@@ -77,6 +77,8 @@ struct AgentConfig {
   // The checkpoint service.
   std::string checkpoint_root;  ///< --checkpoint-root: where clients' checkpoints may go; empty: nowhere
   uint64_t checkpoint_max_dir_bytes = 0;  ///< --checkpoint-max-dir-bytes: one directory's checkpoints; 0: no limit
+  /// --checkpoint-max-client-bytes: the checkpoints of one TLS identity, in all its directories; 0: no limit
+  uint64_t checkpoint_max_client_bytes = 0;
   /// --checkpoint-min-free-pct: of the checkpoint filesystem, what a checkpoint must leave free (for
   /// the host, and for other clients' checkpoints).
   uint32_t checkpoint_min_free_pct = 2;

@@ -250,6 +250,9 @@ class Connection {
   /// over X25519, agent <its certificate's subject or psk:identity>", with
   /// ", resumed" when the handshake resumed an earlier session.
   [[nodiscard]] const std::string& security() const;
+  /// Agent side: who the client authenticated as through TLS (its
+  /// certificate's subject, or psk:identity); empty for a plaintext client.
+  [[nodiscard]] const std::string& peer_identity() const;
   /// Send credits currently free (messages).
   [[nodiscard]] uint32_t send_credits() const;
   /// Runs `fn` once, from progress(), when the peer next returns credits

@@ -197,7 +197,9 @@ class Checkpointer:
     memory the agent reads and returns; the agent writes, fsyncs and prunes while training goes on.
 
     ``client``: a ``Client`` whose agent was started with ``--checkpoint-root`` above ``dir``; None
-    starts a local agent rooted at ``dir``. ``staging_bytes``: the staging memory (None: sized to
+    starts a local agent rooted at ``dir``. A TLS client's directories lie in its own under that
+    root (``tenants/<its identity>-<digest>``: no tenant reaches another's), ``dir`` relative to it
+    or inside it; ``self.dir`` is where the agent put it. ``staging_bytes``: the staging memory (None: sized to
     the state, growing with it). ``policy`` when a save finds the previous one still persisting:
     "block" until it is done, "skip" this one, or "queue-one" (a second staging slot: the newest
     waiting snapshot replaces an older waiting one). One thread saves; status(), wait() and load()
@@ -214,16 +216,18 @@ class Checkpointer:
             raise InvalidArgument(f"policy {policy!r} is not 'block', 'skip' or 'queue-one'")
         if keep_last < 0:
             raise InvalidArgument(f"keep_last {keep_last} is negative (0 keeps every checkpoint)")
-        self.dir = Path(dir).absolute()
         self.policy, self.timeout = policy, timeout
         if client is None:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            client = connect(agent_args=("--checkpoint-root", str(self.dir)))
+            Path(dir).mkdir(parents=True, exist_ok=True)
+            client = connect(agent_args=("--checkpoint-root", str(Path(dir).absolute())))
             self._own_client = True
         else:
             self._own_client = False
         self.client = client
-        path = str(self.dir).encode()
+        self._in_band = client.connection.security != "plaintext"
+        # A plaintext client shares the agent's host and user: its paths are the agent's. A TLS client's
+        # go to its own directory under the agent's root, which the answer names.
+        path = str(dir if self._in_band else Path(dir).absolute()).encode()
         try:
             answer = client.request("checkpoint", struct.pack("<BBII", _VERSION, _OPEN, keep_last, len(path)) + path,
                                     timeout=timeout)
@@ -231,8 +235,9 @@ class Checkpointer:
             if self._own_client:
                 client.close()
             raise
-        self._handle = struct.unpack("<I", answer)[0]
-        self._in_band = client.connection.security != "plaintext"
+        self._handle, n = struct.unpack_from("<II", answer)
+        #: The directory on the agent's host (where load() reads, when that is this host or a shared filesystem).
+        self.dir = Path(answer[8:8 + n].decode())
         self._slots_wanted = 2 if policy == "queue-one" else 1
         self._fixed = staging_bytes
         self._region: Any = None

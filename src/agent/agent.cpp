@@ -124,6 +124,9 @@ config::Options agent_options(const AgentConfig& a) {
            "it); empty: the service refuses every directory"},
           {"checkpoint-max-dir-bytes", Type::kSize, std::to_string(a.checkpoint_max_dir_bytes),
            "bytes one checkpoint directory may hold, its kept checkpoints and the one being written (0: no limit)"},
+          {"checkpoint-max-client-bytes", Type::kSize, std::to_string(a.checkpoint_max_client_bytes),
+           "bytes the checkpoints of one TLS client identity may hold, in all its directories (its own under "
+           "--checkpoint-root) with the one being written (0: no limit)"},
           {"checkpoint-min-free-pct", Type::kInt, std::to_string(a.checkpoint_min_free_pct),
            "percent of the checkpoint filesystem a checkpoint must leave free, for the host and other clients "
            "(0: none; a save may then fill the disk and fail alone)"},
@@ -229,6 +232,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.tokenize_cache_bytes = o.size("tokenize-cache-bytes");
   a.checkpoint_root = o.str("checkpoint-root");
   a.checkpoint_max_dir_bytes = o.size("checkpoint-max-dir-bytes");
+  a.checkpoint_max_client_bytes = o.size("checkpoint-max-client-bytes");
   a.checkpoint_min_free_pct = static_cast<uint32_t>(min_free_pct);
   a.channel.recv_window_msgs = static_cast<uint32_t>(window);
   a.channel.max_outstanding_requests = static_cast<uint32_t>(outstanding);

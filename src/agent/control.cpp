@@ -19,6 +19,7 @@ std::vector<uint8_t> encode_adopt(const channel::PeerInfo& peer, std::span<const
   codec::Writer w;
   w.put(ControlKind::kAdopt);
   w.put_string(peer.name);
+  w.put_string(peer.identity);
   w.put(static_cast<uint8_t>(peer.policy.shared_memory));
   w.put(static_cast<int32_t>(peer.policy.owner));
   w.put(static_cast<uint8_t>(peer.keys.has_value()));
@@ -41,7 +42,8 @@ Result<Adopt> decode_adopt(std::span<const uint8_t> body) {
   uint8_t shared = 0;
   int32_t owner = 0;
   uint8_t sealed = 0;
-  if (!r.get_string(a.peer.name) || !r.get(shared) || !r.get(owner) || !r.get(sealed))
+  if (!r.get_string(a.peer.name) || !r.get_string(a.peer.identity) || !r.get(shared) || !r.get(owner) ||
+      !r.get(sealed))
     return Status(Code::kInvalidArgument, "adopt message is truncated");
   if (sealed) {
     secure::Keys keys;

@@ -113,7 +113,8 @@ Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
        {config.mpi_unexpected_bytes, config.mpi_max_messages, config.mpi_forward_window_bytes},
        config.channel.secure}));
   extra.push_back(services::make_checkpoint(
-      {config.checkpoint_root, config.checkpoint_max_dir_bytes, config.checkpoint_min_free_pct}));
+      {config.checkpoint_root, config.checkpoint_max_dir_bytes, config.checkpoint_min_free_pct,
+       config.checkpoint_max_client_bytes}));
   for (auto& s : extra) {
     std::string name = s->name();
     if (!im->services.emplace(name, std::move(s)).second)

@@ -147,6 +147,7 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   std::vector<std::string> peer_services;
   channel::Facts agent_info;  // what the agent announced (client side)
   std::string security = "plaintext";  // Connection::security()
+  std::string peer_identity;           // agent side: the client's TLS identity ("" plaintext)
   std::vector<std::string> local_services;  // agent side: advertised in the welcome
 
   // Credits.

@@ -67,6 +67,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   conn->send_bytes = hello.window_bytes;
   conn->peer_address = "client " + std::to_string(conn->local_id) + " (" + peer.name + ")";
   conn->peer_policy = peer.policy;
+  conn->peer_identity = peer.identity;
   if (peer.policy.shared_memory) {
     // Its memory is reached by pid (posix segments, process keys): held as a pidfd of the very
     // process that holds this socket, copies stop once it ended, before the pid can be reused.

@@ -20,10 +20,11 @@ struct PeerInfo {
   /// A client that came through TLS: the keys its frames are sealed with.
   std::optional<secure::Keys> keys;
   /// Who it authenticated as (Tls::peer_identity()): sessions never mix
-  /// identities, and each holds at most --max-client-connections.
+  /// identities, and each holds at most --max-client-connections. Services
+  /// read it (Connection::peer_identity()) to keep tenants apart.
   std::string identity;
   /// And its certificate (DER; none with a PSK), which the listener checks
-  /// again when the agent's keys change (a CRL revoking it). Neither is sent to sessions.
+  /// again when the agent's keys change (a CRL revoking it). Not sent to sessions.
   std::string certificate;
 };
 

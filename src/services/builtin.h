@@ -93,6 +93,7 @@ struct CheckpointConfig {
   std::string root;
   uint64_t max_dir_bytes = 0;  ///< --checkpoint-max-dir-bytes: a directory's checkpoints; 0: no limit
   uint32_t min_free_pct = 0;   ///< --checkpoint-min-free-pct: of the filesystem, what a checkpoint leaves free
+  uint64_t max_client_bytes = 0;  ///< --checkpoint-max-client-bytes: a TLS identity's checkpoints; 0: no limit
 };
 /// `checkpoint`: persists trainers' snapshots from their staging regions as safetensors files and
 /// a manifest, durably (services/checkpoint_store.h; wire format: services/checkpoint_wire.h).

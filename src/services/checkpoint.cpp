@@ -197,9 +197,16 @@ class CheckpointService final : public Service {
       return r.responder.fail({Code::kTooBig, "checkpoint: this connection has " + std::to_string(live) +
                                                   " directories open, the limit kMaxDirectoriesPerConnection"});
     const uint32_t id = r.peer->id();
-    enqueue(r, [core = core_, open = std::move(open).value(), responder = r.responder, id]() -> std::function<void()> {
+    // A TLS client's directories lie in its own, which no other tenant reaches; this host's
+    // plaintext clients (the agent's user, the kernel's word) share the root.
+    const std::string& identity = r.peer->peer_identity();
+    std::string home = identity.empty() ? std::string() : checkpoint::tenant_dir(identity);
+    enqueue(r, [core = core_, open = std::move(open).value(), home = std::move(home), responder = r.responder,
+                id]() -> std::function<void()> {
       auto dir = Directory::open(core->config.root, open.dir, open.keep_last,
-                                 {core->config.max_dir_bytes, core->config.min_free_pct});
+                                 {core->config.max_dir_bytes, core->config.min_free_pct,
+                                  home.empty() ? 0 : core->config.max_client_bytes},
+                                 home);
       if (dir.ok()) OB_LOG_INFO("checkpoints of connection %u go to %s", id, dir.value()->path().c_str());
       std::shared_ptr<Directory> shared = dir.ok() ? std::move(dir).value() : nullptr;
       return [core, responder, id, shared, status = dir.status()] {
@@ -212,7 +219,7 @@ class CheckpointService final : public Service {
         if (slot == dirs.end()) slot = dirs.insert(slot, nullptr);
         *slot = shared;
         const auto handle = static_cast<uint32_t>(slot - dirs.begin());
-        responder.respond(Buffer::copy_of({reinterpret_cast<const uint8_t*>(&handle), sizeof handle}));
+        responder.respond(Buffer::copy_of(wire::encode_opened(handle, shared->path())));
       };
     });
   }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -83,6 +84,22 @@ uint64_t checkpoint_bytes(int dir_fd) {
       if (::fstatat(fd, f.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
         total += static_cast<uint64_t>(st.st_size);
     }
+    ::close(fd);
+  }
+  return total;
+}
+
+// Bytes of the checkpoints in a directory and in every directory below it, `depth` levels down
+// (links not followed).
+uint64_t tree_bytes(int dir_fd, size_t depth) {
+  uint64_t total = checkpoint_bytes(dir_fd);
+  if (depth == 0) return total;
+  for (const std::string& name : entries(dir_fd)) {
+    uint64_t step = 0;
+    if (parse_step(name, step) || name.starts_with(kTmpPrefix)) continue;
+    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;  // a file, or a link
+    total += tree_bytes(fd, depth - 1);
     ::close(fd);
   }
   return total;
@@ -182,8 +199,18 @@ std::string step_name(uint64_t step) {
   return std::string(kStepPrefix) + std::string(digits.size() < 12 ? 12 - digits.size() : 0, '0') + digits;
 }
 
+std::string tenant_dir(std::string_view identity) {
+  std::string name;
+  for (char c : identity.substr(0, 64))
+    name += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '=' ? c : '_';
+  const size_t first = name.find_first_not_of("_.");
+  Sha256 sha;
+  sha.update({reinterpret_cast<const uint8_t*>(identity.data()), identity.size()});
+  return "tenants/" + (first == std::string::npos ? std::string() : name.substr(first) + "-") + sha.hex().substr(0, 16);
+}
+
 Result<std::unique_ptr<Directory>> Directory::open(const std::string& root, const std::string& dir,
-                                                   uint32_t keep_last, Limits limits) {
+                                                   uint32_t keep_last, Limits limits, const std::string& home) {
   namespace fs = std::filesystem;
   if (root.empty())
     return Status(Code::kBadConfig, "checkpoint: the agent was started without --checkpoint-root, the directory "
@@ -192,17 +219,33 @@ Result<std::unique_ptr<Directory>> Directory::open(const std::string& root, cons
   const fs::path base = fs::canonical(root, ec);
   if (ec || !fs::is_directory(base, ec))
     return Status(Code::kBadConfig, "checkpoint: --checkpoint-root " + root + " is not a directory");
+  const fs::path inside = (base / home).lexically_normal();
   const fs::path asked = fs::path(dir).lexically_normal();
-  fs::path rel = asked.is_absolute() ? asked.lexically_relative(base) : asked;
+  fs::path rel = asked.is_absolute() ? asked.lexically_relative(inside) : asked;
   if (rel.empty() || *rel.begin() == ".." || rel.is_absolute() ||
       std::any_of(rel.begin(), rel.end(), [](const fs::path& p) { return p == ".."; }))
-    return Status(Code::kInvalidArgument, "checkpoint: directory " + quote(dir, 256) +
-                                              " is not inside the agent's --checkpoint-root " + base.string());
+    return Status(Code::kInvalidArgument,
+                  "checkpoint: directory " + quote(dir, 256) + " is not inside " +
+                      (home.empty() ? "the agent's --checkpoint-root " + base.string()
+                                    : "this client's own directory " + inside.string() +
+                                          " (its TLS identity's, under the agent's --checkpoint-root)"));
+  const auto depth = static_cast<size_t>(
+      std::count_if(rel.begin(), rel.end(), [](const fs::path& p) { return !p.empty() && p != "."; }));
+  if (depth > kMaxDirDepth)
+    return Status(Code::kInvalidArgument, "checkpoint: directory " + quote(dir, 256) + " lies " +
+                                              std::to_string(depth) + " levels down, over kMaxDirDepth " +
+                                              std::to_string(kMaxDirDepth));
   // Down from the root one component at a time, refusing links: nothing leads out of it.
   net::Fd fd(::open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd.valid()) return os_error("cannot open", base.string());
   fs::path path = base;
-  for (const fs::path& part : rel) {
+  const fs::path walk = fs::path(home) / rel;
+  const fs::path home_path(home);
+  const auto home_parts = std::distance(home_path.begin(), home_path.end());
+  net::Fd home_fd;  // for the home's limit
+  ptrdiff_t at = 0;
+  for (const fs::path& part : walk) {
+    if (at++ == home_parts && limits.max_home_bytes != 0) home_fd = net::Fd(::dup(fd.get()));
     if (part == "." || part.empty()) continue;
     path /= part;
     if (::mkdirat(fd.get(), part.c_str(), 0755) != 0 && errno != EEXIST) return os_error("cannot create", path.string());
@@ -223,7 +266,8 @@ Result<std::unique_ptr<Directory>> Directory::open(const std::string& root, cons
   // Whoever wrote these is gone: the lock was free.
   for (const std::string& name : entries(fd.get()))
     if (name.starts_with(kTmpPrefix)) remove_tree(fd.get(), name);
-  return std::unique_ptr<Directory>(new Directory(std::move(fd), std::move(lock), path.string(), keep_last, limits));
+  return std::unique_ptr<Directory>(
+      new Directory(std::move(fd), std::move(lock), std::move(home_fd), path.string(), inside.string(), keep_last, limits));
 }
 
 // What a Writer holds: the temporary directory and the tensors file being written into it.
@@ -349,6 +393,13 @@ Status Directory::check_room(const wire::Save& save, const std::string& final_pa
       return Status(Code::kTooBig, takes + " and " + path_ + " holds " + std::to_string(held) +
                                        " B, over --checkpoint-max-dir-bytes " + std::to_string(limits_.max_dir_bytes) +
                                        " B (a smaller keep_last keeps fewer)");
+  }
+  if (limits_.max_home_bytes != 0) {
+    const uint64_t held = home_.valid() ? tree_bytes(home_.get(), kMaxDirDepth) : 0;
+    if (held > limits_.max_home_bytes || incoming > limits_.max_home_bytes - held)
+      return Status(Code::kTooBig, takes + " and this client's directories under " + home_path_ + " hold " +
+                                       std::to_string(held) + " B, over --checkpoint-max-client-bytes " +
+                                       std::to_string(limits_.max_home_bytes) + " B");
   }
   if (limits_.min_free_pct != 0) {
     struct statvfs fs {};

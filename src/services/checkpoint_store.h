@@ -26,9 +26,16 @@ inline constexpr int kFormatVersion = 1;
 /// Bytes read from the staging region per piece (and what a piece of the file is hashed and
 /// written in).
 inline constexpr uint64_t kPieceBytes = 8ull << 20;
+/// Components of a directory a client names, below the root or its home: what a count of a home's
+/// checkpoints walks down to.
+inline constexpr size_t kMaxDirDepth = 32;
 
 /// "step-000000000042": zero-padded so names sort as steps do.
 std::string step_name(uint64_t step);
+
+/// Where a TLS client's directories go under the root: "tenants/<its identity, spelled for a file
+/// name>-<16 hex digits of its SHA-256>" (the digest keeps identities that spell alike apart).
+std::string tenant_dir(std::string_view identity);
 
 /// Bytes [offset, offset + scratch.size()) of the staging region: a view of memory mapped here,
 /// or `scratch` filled.
@@ -39,6 +46,9 @@ using Source = std::function<Result<std::span<const uint8_t>>(uint64_t offset, s
 struct Limits {
   uint64_t max_dir_bytes = 0;  ///< its checkpoints with the one being written; 0: no limit
   uint32_t min_free_pct = 0;   ///< of its filesystem, what must stay free after the checkpoint
+  /// the checkpoints of every directory under its home (a tenant's), with the one being written;
+  /// 0: no limit. Writers of one home in other processes are not waited for: each checks alone.
+  uint64_t max_home_bytes = 0;
 };
 
 struct Written {
@@ -80,11 +90,12 @@ class Writer {
 
 class Directory {
  public:
-  /// `dir` (absolute, or relative to `root`) must lie inside `root`, an existing directory; its
-  /// missing parts are made, none of them may be a symbolic link, and it is locked (kBadState when
+  /// `dir` (absolute, or relative to root/home) must lie inside root/home, where `root` is an
+  /// existing directory and `home` a relative path in it (a tenant's, or empty); the missing parts
+  /// of both are made, none of them may be a symbolic link, and `dir` is locked (kBadState when
   /// another writer holds it). Temporary directories a crashed writer left are removed.
   static Result<std::unique_ptr<Directory>> open(const std::string& root, const std::string& dir, uint32_t keep_last,
-                                                 Limits limits = {});
+                                                 Limits limits = {}, const std::string& home = {});
 
   /// Starts checkpoint `save.step` (kBadState if it exists; kTooBig, before writing, if it would break
   /// a limit). On any error, here or in the Writer, nothing of it remains and earlier checkpoints
@@ -95,15 +106,24 @@ class Directory {
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
-  Directory(net::Fd fd, net::Fd lock, std::string path, uint32_t keep_last, Limits limits)
-      : fd_(std::move(fd)), lock_(std::move(lock)), path_(std::move(path)), keep_last_(keep_last), limits_(limits) {}
+  Directory(net::Fd fd, net::Fd lock, net::Fd home, std::string path, std::string home_path, uint32_t keep_last,
+            Limits limits)
+      : fd_(std::move(fd)),
+        lock_(std::move(lock)),
+        home_(std::move(home)),
+        path_(std::move(path)),
+        home_path_(std::move(home_path)),
+        keep_last_(keep_last),
+        limits_(limits) {}
   friend class Writer;
   Status check_room(const checkpoint_wire::Save& save, const std::string& final_path) const;
   uint32_t prune();
 
   net::Fd fd_;
   net::Fd lock_;  // flock()ed: closing it releases the directory
+  net::Fd home_;  // where limits_.max_home_bytes counts, when set
   std::string path_;
+  std::string home_path_;
   uint32_t keep_last_ = 0;
   Limits limits_;
 };

@@ -100,6 +100,13 @@ std::vector<uint8_t> encode(const Piece& piece) {
   return std::move(w.bytes);
 }
 
+std::vector<uint8_t> encode_opened(uint32_t handle, std::string_view path) {
+  codec::Writer w;
+  w.put(handle);
+  w.put_string(path);
+  return std::move(w.bytes);
+}
+
 std::vector<uint8_t> encode_close(uint32_t handle) {
   codec::Writer w;
   header(w, Kind::kClose);

@@ -5,7 +5,9 @@
 // as a safetensors file plus a JSON manifest, makes both durable and answers once they are.
 //
 // Every message: u8 kVersion, u8 Kind.
-// Open:  u32 keep_last, then the directory (u32 length + bytes) -> answers u32 handle.
+// Open:  u32 keep_last, then the directory (u32 length + bytes) -> answers u32 handle, then the
+//        directory's absolute path on the agent's host (u32 length + bytes). A TLS client's
+//        directory lies in its own under the root (checkpoint::tenant_dir), relative paths too.
 // Save:  u32 handle, u64 step, the staging region's descriptor (u32 length + bytes), u32-counted
 //        tensors, each: name (u32 length + bytes), u8 Dtype, u8-counted u64 dims, u64 offset in the
 //        region, u64 bytes; then the state's JSON (u32 length + bytes) -> answers a JSON object.
@@ -89,6 +91,8 @@ struct Piece {
 std::vector<uint8_t> encode(const Open& open);
 std::vector<uint8_t> encode(const Save& save);
 std::vector<uint8_t> encode_close(uint32_t handle);
+/// The answer to an open.
+std::vector<uint8_t> encode_opened(uint32_t handle, std::string_view path);
 std::vector<uint8_t> encode(const Piece& piece);
 /// The message's kind, or an error for a version or kind this agent does not speak.
 Result<Kind> kind_of(std::span<const uint8_t> bytes);

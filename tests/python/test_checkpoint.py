@@ -332,22 +332,24 @@ def tls(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
 @pytest.mark.parametrize("secure", [False, True], ids=["plaintext", "tls"])
 def test_a_trainer_killed_mid_save_leaves_an_intact_checkpoint_and_frees_the_directory(tmp_path: Path, start_agent,
                                                                                        secure: bool) -> None:
-    # Over TLS the kill falls between pieces: the agent gives up the half-sent save.
+    # Over TLS the kill falls between pieces: the agent gives up the half-sent save. A TLS client's
+    # "run" is in its own directory under the root.
     agent_args, connect_args = tls(tmp_path) if secure else ([], {})
     agent = start_agent("--checkpoint-root", str(tmp_path), *agent_args)
-    r = subprocess.run([sys.executable, "-c", TRAINER, agent.address, str(tmp_path / "run"), str(Path(__file__).parent),
+    run = "run" if secure else str(tmp_path / "run")
+    r = subprocess.run([sys.executable, "-c", TRAINER, agent.address, run, str(Path(__file__).parent),
                         json.dumps(connect_args)], capture_output=True, text=True, timeout=60)
     assert r.returncode == -signal.SIGKILL, r.stderr
     client = outboard.connect(agent.address, **connect_args)
     deadline = time.monotonic() + 10
     while True:  # the trainer's session lets the directory go once it sees the trainer gone
         try:
-            ck = outboard.Checkpointer(tmp_path / "run", client)
+            ck = outboard.Checkpointer(run, client)
             break
         except BadState:
             assert time.monotonic() < deadline, "the dead trainer's lock was never released"
             time.sleep(0.05)
-    loaded = checkpoint.load(tmp_path / "run")
+    loaded = checkpoint.load(ck.dir)
     assert loaded.step in (0, 1) and not loaded.skipped
     assert_same(make_state(loaded.step, mb=0.01 if loaded.step == 0 else 64), loaded.state)
     ck.close()
@@ -405,7 +407,9 @@ def test_over_tls_the_snapshot_goes_in_sealed_pieces_and_loads_back(tmp_path: Pa
     states = [make_state(seed, mb=20) for seed in (1, 2)] + [make_state(3)]
     with outboard.connect(agent.address, **connect_args) as client:
         assert client.connection.security.startswith("TLS 1.3")
-        with outboard.Checkpointer(tmp_path / "run", client, keep_last=0) as ck:
+        with outboard.Checkpointer("run", client, keep_last=0) as ck:
+            run = ck.dir
+            assert run.parent.parent == tmp_path / "tenants" and run.name == "run"
             for step, state in enumerate(states):
                 ck.save(step, state)
             ck.wait()
@@ -416,9 +420,49 @@ def test_over_tls_the_snapshot_goes_in_sealed_pieces_and_loads_back(tmp_path: Pa
                 ck.wait()
             ck.save(4, states[2])  # the connection and the directory still work
         assert client.request("echo", b"still here") == b"still here"
-    assert steps_on_disk(tmp_path / "run") == [0, 1, 2, 4] and not list((tmp_path / "run").glob(".tmp-*"))
+    assert steps_on_disk(run) == [0, 1, 2, 4] and not list(run.glob(".tmp-*"))
     for step, state in enumerate(states):
-        assert_same(state, checkpoint.load(tmp_path / "run", step).state)
+        assert_same(state, checkpoint.load(run, step).state)
+
+
+def test_tls_tenants_checkpoint_into_their_own_directories_only(tmp_path: Path, start_agent) -> None:
+    # Two tenants name the same "run": each gets its own, and neither reaches the other's by path.
+    # Each holds at most 1 MiB of checkpoints, in all its directories.
+    from test_secure import agent_args, certs, tenants
+    tenants(tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+    agent = start_agent("--checkpoint-root", str(root), "--secure", "always", *agent_args(tmp_path, "k"),
+                        "--checkpoint-max-client-bytes", "1MiB")
+    a, b = (outboard.connect(agent.address, secure="always", **certs(tmp_path, t, "k")) for t in ("tenant1", "tenant2"))
+    cka, ckb = outboard.Checkpointer("run", a, keep_last=1), outboard.Checkpointer("run", b, keep_last=1)
+    assert cka.dir.parent.name.startswith("O=outboard_CN=tenant1-") and cka.dir.parent.parent == root / "tenants"
+    assert ckb.dir.parent.name.startswith("O=outboard_CN=tenant2-") and cka.dir != ckb.dir
+    cka.save(1, make_state(1))
+    ckb.save(1, make_state(2))
+    cka.wait()
+    ckb.wait()
+    cka.close()  # tenant1's directory is free: still out of tenant2's reach
+    for where in (str(cka.dir), f"../{cka.dir.parent.name}/run", str(root / "run")):
+        with pytest.raises(InvalidArgument, match=r"is not inside this client's own directory .*/tenants/"
+                                                  r"O=outboard_CN=tenant2-[0-9a-f]{16} \(its TLS identity's"):
+            outboard.Checkpointer(where, b)
+    ckb.save(2, make_state(3))  # keep_last=1 prunes tenant2's step 1, never tenant1's
+    ckb.close()
+    assert steps_on_disk(cka.dir) == [1] and steps_on_disk(ckb.dir) == [2]
+    assert_same(make_state(1), checkpoint.load(cka.dir).state)
+    with outboard.Checkpointer("more/runs", a, keep_last=0) as more:  # tenant1's quota spans its directories
+        more.save(1, make_state(4, mb=0.6))
+        more.wait()
+        more.save(2, make_state(5, mb=0.6))
+        with pytest.raises(TooBig, match=r"this client's directories under .*/tenants/O=outboard_CN=tenant1-[0-9a-f]{16} "
+                                         r"hold \d+ B, over --checkpoint-max-client-bytes 1048576 B"):
+            more.wait()
+    with outboard.Checkpointer("run", b, keep_last=0) as ckb:  # tenant2's is its own
+        ckb.save(3, make_state(6, mb=0.6))
+    assert steps_on_disk(ckb.dir) == [2, 3]
+    a.close()
+    b.close()
 
 
 def test_hostile_requests_fail_alone(tmp_path: Path, start_agent) -> None:

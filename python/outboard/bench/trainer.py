@@ -296,8 +296,11 @@ class Offloaded(Placement):
         super().__init__(spec, state)
         from .. import Checkpointer, checkpoint, connect
         self.client = connect(spec["agent"], spin_us=0, **spec.get("connect", {}))
-        # Staging sized once, before the epoch, as a trainer that knows its state's size does.
-        self.ck = Checkpointer(self.directory, self.client, keep_last=0, staging_bytes=checkpoint.staging_size(state))
+        # Staging sized once, before the epoch, as a trainer that knows its state's size does. A TLS
+        # client's directory is its tenant's, under the agent's root: named relative to it.
+        where = self.directory.name if spec.get("connect") else self.directory
+        self.ck = Checkpointer(where, self.client, keep_last=0, staging_bytes=checkpoint.staging_size(state))
+        self.directory = self.ck.dir
         self.cpu0 = self.client.stats()["cpu_ns"]
 
     def save(self, step: int, state: dict[str, Any]) -> None:

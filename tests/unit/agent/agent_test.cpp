@@ -61,10 +61,10 @@ TEST(ControlTest, AnAdoptCarriesThePeerAndItsHello) {
   EXPECT_EQ(truncated.status().message(), "adopt message is truncated");
 }
 
-TEST(ControlTest, AnAdoptCarriesATlsPeersKeysAndAead) {
+TEST(ControlTest, AnAdoptCarriesATlsPeersKeysAeadAndIdentity) {
   secure::Keys keys;
   keys.client_to_agent[0] = 1, keys.agent_to_client[31] = 2, keys.aead = secure::Aead::kChaCha20Poly1305;
-  channel::PeerInfo peer{.name = "10.0.0.2:40312", .keys = keys};
+  channel::PeerInfo peer{.name = "10.0.0.2:40312", .keys = keys, .identity = "/O=outboard/CN=tenant1"};
   const std::vector<uint8_t> hello = {1, 2, 3, 4};
   std::vector<uint8_t> message = agent::encode_adopt(peer, hello);
   auto adopt = agent::decode_adopt(std::span(message).subspan(1));
@@ -72,6 +72,7 @@ TEST(ControlTest, AnAdoptCarriesATlsPeersKeysAndAead) {
   EXPECT_EQ(adopt->peer.keys->client_to_agent, keys.client_to_agent);
   EXPECT_EQ(adopt->peer.keys->agent_to_client, keys.agent_to_client);
   EXPECT_EQ(adopt->peer.keys->aead, secure::Aead::kChaCha20Poly1305);
+  EXPECT_EQ(adopt->peer.identity, "/O=outboard/CN=tenant1");  // services keep tenants apart by it
   EXPECT_EQ(std::vector<uint8_t>(adopt->hello.begin(), adopt->hello.end()), hello);
 
   message[message.size() - hello.size() - 1] = 9;  // the AEAD's byte

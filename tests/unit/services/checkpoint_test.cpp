@@ -20,6 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace wire = checkpoint_wire;
 using checkpoint::Directory;
+using checkpoint::Limits;
 
 class CheckpointStoreTest : public ::testing::Test {
  protected:
@@ -194,6 +195,64 @@ TEST_F(CheckpointStoreTest, AWriterFedInPiecesWritesWhatWriteDoesAndOneLeftUnfin
   ASSERT_TRUE(fs::exists(run / ".tmp-step-000000000003"));
   half.value().reset();
   EXPECT_EQ(steps(run), (std::vector<std::string>{".outboard-lock", "step-000000000001", "step-000000000002"}));
+}
+
+TEST_F(CheckpointStoreTest, ATenantsDirectoriesLieInItsOwnHomeUnderTheRoot) {
+  const std::string home = checkpoint::tenant_dir("/O=outboard/CN=tenant1");
+  ASSERT_EQ(home.rfind("tenants/O=outboard_CN=tenant1-", 0), 0u) << home;
+  EXPECT_EQ(home.size(), std::string("tenants/O=outboard_CN=tenant1-").size() + 16);
+  EXPECT_NE(checkpoint::tenant_dir("/O=a/CN=b"), checkpoint::tenant_dir("_O=a_CN=b"));  // spelled alike
+  for (const char* identity : {"../..", "psk:../../etc", "/"}) {
+    const fs::path p = checkpoint::tenant_dir(identity);
+    EXPECT_EQ(std::distance(p.begin(), p.end()), 2) << p;  // "tenants" and one name, never a way out
+    EXPECT_TRUE(p.filename() != ".." && p.filename() != ".") << p;
+  }
+  auto dir = Directory::open(root_, "run", 1, {}, home);
+  ASSERT_TRUE(dir.ok()) << dir.status().to_string();
+  EXPECT_EQ(dir.value()->path(), (fs::path(root_) / home / "run").string());
+  auto again = Directory::open(root_, (fs::path(root_) / home / "run2").string(), 1, {}, home);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  for (const std::string& outside : {(fs::path(root_) / "run").string(), std::string("../x/run")}) {
+    auto d = Directory::open(root_, outside, 1, {}, home);
+    EXPECT_EQ(d.status().code(), Code::kInvalidArgument) << outside;
+    EXPECT_NE(d.status().message().find("is not inside this client's own directory " + root_ + "/" + home),
+              std::string::npos)
+        << d.status().message();
+  }
+}
+
+TEST_F(CheckpointStoreTest, AHomesLimitCountsTheCheckpointsOfAllItsDirectories) {
+  auto probe = Directory::open(root_, "probe", 0);
+  ASSERT_TRUE(probe.ok());
+  ASSERT_TRUE(probe.value()->write(save(1), source()).ok());
+  const fs::path one = fs::path(root_) / "probe/step-000000000001";
+  const uint64_t checkpoint = fs::file_size(one / checkpoint::kTensorsFile) + fs::file_size(one / checkpoint::kManifestFile);
+  // Room for three checkpoints in the home, whichever of its directories (nested too) hold them.
+  const Limits limits{.max_home_bytes = 3 * checkpoint + 67};
+  const std::string home = checkpoint::tenant_dir("tenant");
+  auto a = Directory::open(root_, "a", 0, limits, home);
+  auto b = Directory::open(root_, "b/deeper", 0, limits, home);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(a.value()->write(save(1), source()).ok());
+  ASSERT_TRUE(b.value()->write(save(1), source()).ok());
+  ASSERT_TRUE(a.value()->write(save(2), source()).ok());
+  auto over = b.value()->write(save(2), source());
+  ASSERT_EQ(over.status().code(), Code::kTooBig) << over.status().to_string();
+  EXPECT_NE(over.status().message().find("this client's directories under " + root_ + "/" + home + " hold " +
+                                         std::to_string(3 * checkpoint) + " B, over --checkpoint-max-client-bytes"),
+            std::string::npos)
+      << over.status().message();
+  // Another home's limit is its own.
+  auto other = Directory::open(root_, "a", 0, limits, checkpoint::tenant_dir("other"));
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other.value()->write(save(1), source()).ok());
+  // How deep a client may name a directory bounds the count's walk.
+  std::string deep;
+  for (size_t i = 0; i <= checkpoint::kMaxDirDepth; ++i) deep += "d/";
+  auto too_deep = Directory::open(root_, deep, 0, limits, home);
+  EXPECT_EQ(too_deep.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(too_deep.status().message().find("33 levels down, over kMaxDirDepth 32"), std::string::npos)
+      << too_deep.status().message();
 }
 
 TEST_F(CheckpointStoreTest, WhatACrashedWriterLeftIsRemovedAtOpen) {
