@@ -153,8 +153,8 @@ def main() -> int:
         "envelope": struct.pack("<IiQB", 2, 7, 64, 1),
     }
     # checkpoint_save: services/checkpoint_wire.h, an open (keep_last, directory), a save (handle, step, region,
-    # tensors: name, dtype, dims, offset, bytes; the state's JSON), a close (handle) or a piece (handle, step,
-    # offset, bytes) of an in-band save (no region).
+    # tensors: name, dtype, dims, offset, bytes; the state's JSON), a close (handle), a piece (handle, step,
+    # offset, bytes) of an in-band save (no region), a list (handle) or a read (handle, step, file, offset, length).
     def tensor(name: bytes, dtype: int, dims: list[int], offset: int, nbytes: int) -> bytes:
         return (blob(name) + struct.pack("<BB", dtype, len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
                 + struct.pack("<QQ", offset, nbytes))
@@ -170,6 +170,8 @@ def main() -> int:
         "close": struct.pack("<BBI", 1, 2, 0),
         "save-in-band": save(7, [tensor(b"w", 1, [3], 0, 3)], b"{}").replace(blob(b"staging-key"), blob(b"")),
         "piece": struct.pack("<BBIQQ", 1, 3, 0, 7, 0) + b"abc",
+        "list": struct.pack("<BBI", 1, 4, 0),
+        "read": struct.pack("<BBIQBQI", 1, 5, 0, 7, 0, 0, 4 << 20),
     }
     for target, files in seeds.items():
         d = CORPUS / target

@@ -20,10 +20,11 @@ import json
 import os
 import struct
 import sys
+import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -51,7 +52,10 @@ MANIFEST_FILE = "manifest.json"
 FORMAT, FORMAT_VERSION = "outboard-checkpoint", 1
 
 _VERSION = 1  # services/checkpoint_wire.h
-_OPEN, _SAVE, _CLOSE, _PIECE = 0, 1, 2, 3
+_OPEN, _SAVE, _CLOSE, _PIECE, _LIST, _READ = 0, 1, 2, 3, 4, 5
+_FILES = {TENSORS_FILE: 0, MANIFEST_FILE: 1}  # checkpoint_wire::File
+#: Bytes of one read of a checkpoint's file through the agent (its kMaxPieceBytes is 8 MiB).
+READ_PIECE = 4 << 20
 # numpy's dtypes by wire code, in checkpoint_wire::Dtype's order: BOOL, U8, I8, U16, I16, F16, BF16
 # (none in numpy), U32, I32, F32, U64, I64, F64.
 _NUMPY_CODES = {np.dtype(t): i for i, t in enumerate(
@@ -400,8 +404,9 @@ class Checkpointer:
                 if left <= 0 or not self._cv.wait(left):
                     raise TimedOut(f"checkpoints still persisting after {timeout or self.timeout} s")
             self._raise_error()
-            return step is None or self._status.last_persisted == step or (
-                step in _steps(self.dir) and step not in self._status.skipped_steps)
+            if step is None or self._status.last_persisted == step or step in self._status.skipped_steps:
+                return step is None or self._status.last_persisted == step
+        return step in self._steps()
 
     def status(self) -> Status:
         with self._cv:
@@ -410,19 +415,67 @@ class Checkpointer:
 
     def latest(self) -> int | None:
         """The newest step with a checkpoint in the directory (not checked: load() checks)."""
-        steps = _steps(self.dir)
+        steps = self._steps()
         return steps[-1] if steps else None
 
-    def load(self, step: int | None = None, map_location: Any = None) -> Any:
+    def load(self, step: int | None = None, map_location: Any = None, *, through_agent: bool | None = None) -> Any:
         """The state of checkpoint ``step`` (None: the newest intact one), every file checked against
         the manifest's size and sha256, once this checkpointer's snapshots are persisted; checkpoints
-        skipped as damaged are named in a warning."""
+        skipped as damaged are named in a warning. ``through_agent``: read the files through the
+        agent (None: when ``self.dir`` is not a directory here, as on a remote agent's host)."""
         if not self._closed:
             self.wait()
-        loaded = load(self.dir, step, map_location=map_location)
+        if not self._through_agent(through_agent):
+            loaded = load(self.dir, step, map_location=map_location)
+        else:
+            with tempfile.TemporaryDirectory(prefix="outboard-load-") as tmp:
+                def read(s: int) -> Any:
+                    try:
+                        return _read(self._fetch(s, Path(tmp)), map_location)
+                    except Damaged as e:  # named where it is, not where it was fetched to
+                        raise Damaged(e.message.replace(tmp, f"{self.dir} (on the agent)")) from None
+                loaded = _load(f"{self.dir} (on the agent)", self._steps(True), read, step)
         for s, why in loaded.skipped:
             warnings.warn(f"checkpoint step {s} skipped: {why}", stacklevel=2)
         return loaded.state
+
+    def _through_agent(self, asked: bool | None = None) -> bool:
+        if self._closed:
+            if asked:
+                raise BadState("the checkpointer is closed: its directory is no longer open on the agent")
+            return False
+        return not self.dir.is_dir() if asked is None else asked
+
+    def _steps(self, through_agent: bool | None = None) -> list[int]:
+        if not self._through_agent(through_agent):
+            return _steps(self.dir)
+        answer = self.client.request("checkpoint", struct.pack("<BBI", _VERSION, _LIST, self._handle),
+                                     timeout=self.timeout)
+        return list(struct.unpack_from(f"<{struct.unpack_from('<I', answer)[0]}Q", answer, 4))
+
+    def _fetch(self, step: int, into: Path) -> Path:
+        """Checkpoint ``step``'s files, read through the agent into ``into``; a file the agent does not
+        have is left out (reading the checkpoint then says which)."""
+        d = into / f"step-{step:012d}"
+        d.mkdir()
+        for name, code in _FILES.items():
+            at, size = 0, None
+            with open(d / name, "wb") as f:
+                while size is None or at < size:
+                    try:
+                        answer = self.client.request("checkpoint", struct.pack("<BBIQBQI", _VERSION, _READ, self._handle,
+                                                                               step, code, at, READ_PIECE),
+                                                     timeout=self.timeout)
+                    except NotFound:
+                        break
+                    size = struct.unpack_from("<Q", answer)[0]
+                    if len(answer) == 8:  # shorter than its size said: the size check names it
+                        break
+                    f.write(memoryview(answer)[8:])
+                    at += len(answer) - 8
+            if size is None:
+                (d / name).unlink()
+        return d
 
     # ---- closing
     def close(self) -> None:
@@ -564,16 +617,20 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, map_loca
     checking each file's size and sha256 against the manifest. Needs ``safetensors`` (and torch
     for states saved from torch tensors); no agent."""
     directory = Path(directory)
-    steps = _steps(directory)
+    return _load(str(directory), _steps(directory), lambda s: _read(directory / f"step-{s:012d}", map_location), step)
+
+
+def _load(where: str, steps: list[int], read: Callable[[int], Any], step: int | None) -> Loaded:
+    """Checkpoint ``step`` (None: the newest of ``steps`` that ``read`` reads intact) of ``where``."""
     if step is not None:
         if step not in steps:
-            raise NotFound(f"no checkpoint of step {step} in {directory}")
+            raise NotFound(f"no checkpoint of step {step} in {where}")
         steps = [step]
     skipped: list[tuple[int, str]] = []
     for s in reversed(steps):
         try:
-            return Loaded(s, _read(directory / f"step-{s:012d}", map_location), skipped)
+            return Loaded(s, read(s), skipped)
         except (Damaged, KeyError, ValueError, TypeError) as e:
-            skipped.append((s, str(e) if isinstance(e, Damaged) else f"unreadable: {e!r}"))
+            skipped.append((s, e.message if isinstance(e, Damaged) else f"unreadable: {e!r}"))
     reasons = "; ".join(f"step {s}: {why}" for s, why in skipped)
-    raise NotFound(f"no intact checkpoint in {directory}" + (f" ({reasons})" if reasons else ""))
+    raise NotFound(f"no intact checkpoint in {where}" + (f" ({reasons})" if reasons else ""))

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -128,6 +129,8 @@ class CheckpointService final : public Service {
       case wire::Kind::kSave: return save(std::move(r));
       case wire::Kind::kClose: return close(std::move(r));
       case wire::Kind::kPiece: return piece(std::move(r));
+      case wire::Kind::kList: return list(std::move(r));
+      case wire::Kind::kRead: return read(std::move(r));
     }
   }
 
@@ -347,6 +350,52 @@ class CheckpointService final : public Service {
       return abandon(client, p.handle, {Code::kAgain, "checkpoint: a piece of step " + std::to_string(p.step) +
                                                           " was refused: too many requests of this connection wait"});
     s->received += p.bytes.size();
+  }
+
+  // The steps a directory holds, listed on the worker (which writes and prunes them).
+  void list(ServiceRequest r) {
+    auto handle = wire::decode_list(r.payload.span());
+    if (!handle.ok()) return r.responder.fail(handle.status());
+    auto dir = directory(r.peer->id(), handle.value());
+    if (!dir.ok()) return r.responder.fail(dir.status());
+    const uint32_t id = r.peer->id();
+    enqueue(r, [core = core_, dir = std::move(dir).value(), responder = r.responder, id]() -> std::function<void()> {
+      const std::vector<uint64_t> steps = dir->steps();
+      auto answer = std::make_shared<Buffer>(4 + 8 * steps.size());
+      const auto n = static_cast<uint32_t>(steps.size());
+      std::memcpy(answer->data(), &n, 4);
+      if (n != 0) std::memcpy(answer->data() + 4, steps.data(), 8 * steps.size());
+      return [core, responder, id, answer] {
+        if (core->detached) return;
+        finished(*core, id);
+        responder.respond(std::move(*answer));
+      };
+    });
+  }
+
+  // A piece of a checkpoint's file, for a client whose filesystem is not the agent's.
+  void read(ServiceRequest r) {
+    auto decoded = wire::decode_read(r.payload.span());
+    if (!decoded.ok()) return r.responder.fail(decoded.status());
+    const wire::Read want = decoded.value();
+    auto dir = directory(r.peer->id(), want.handle);
+    if (!dir.ok()) return r.responder.fail(dir.status());
+    const uint32_t id = r.peer->id();
+    enqueue(r, [core = core_, dir = std::move(dir).value(), want, responder = r.responder,
+                id]() -> std::function<void()> {
+      auto got = dir->read(want.step, want.file, want.offset, want.length);
+      auto answer = std::make_shared<Buffer>(got.ok() ? 8 + got.value().second.size() : 0);
+      if (got.ok()) {
+        std::memcpy(answer->data(), &got.value().first, 8);
+        if (!got.value().second.empty()) std::memcpy(answer->data() + 8, got.value().second.data(), got.value().second.size());
+      }
+      return [core, responder, id, answer, status = got.status()] {
+        if (core->detached) return;
+        finished(*core, id);
+        if (status.ok()) responder.respond(std::move(*answer));
+        else responder.fail(status);
+      };
+    });
   }
 
   // The directory's lock goes once the saves queued for it are done; a save still receiving pieces

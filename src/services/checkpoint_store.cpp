@@ -415,6 +415,47 @@ Status Directory::check_room(const wire::Save& save, const std::string& final_pa
   return Status();
 }
 
+std::vector<uint64_t> Directory::steps() const {
+  std::vector<uint64_t> steps;
+  for (const std::string& name : entries(fd_.get()))
+    if (uint64_t step = 0; parse_step(name, step)) steps.push_back(step);
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+Result<std::pair<uint64_t, std::vector<uint8_t>>> Directory::read(uint64_t step, wire::File file, uint64_t offset,
+                                                                  uint32_t length) const {
+  const std::string checkpoint = step_name(step);
+  const char* file_name = file == wire::File::kTensors ? kTensorsFile : kManifestFile;
+  const std::string path = path_ + "/" + checkpoint + "/" + file_name;
+  const auto refused = [&](int err) -> Status {
+    if (err == ENOENT || err == ELOOP || err == ENOTDIR)
+      return {Code::kNotFound, "checkpoint: " + path + " is missing or not a regular file"};
+    return os_error("cannot open", path, err);
+  };
+  net::Fd dir(::openat(fd_.get(), checkpoint.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir.valid()) return refused(errno);
+  // O_NONBLOCK: a FIFO put in its place must not hold the worker (a regular file ignores the flag).
+  net::Fd f(::openat(dir.get(), file_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!f.valid()) return refused(errno);
+  struct stat st {};
+  if (::fstat(f.get(), &st) != 0) return os_error("cannot read", path);
+  if (!S_ISREG(st.st_mode)) return refused(ENOENT);
+  const auto size = static_cast<uint64_t>(st.st_size);
+  std::vector<uint8_t> bytes(offset >= size ? 0 : std::min<uint64_t>(length, size - offset));
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::pread(f.get(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return os_error("cannot read", path);
+    if (n == 0) {  // shorter than fstat said: a checkpoint's files never change, so it was damaged
+      bytes.resize(done);
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return std::make_pair(size, std::move(bytes));
+}
+
 uint32_t Directory::prune() {
   if (keep_last_ == 0) return 0;
   std::vector<std::pair<uint64_t, std::string>> steps;

@@ -10,6 +10,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "outboard/status.h"
 #include "services/checkpoint_wire.h"
@@ -103,6 +105,12 @@ class Directory {
   Result<std::unique_ptr<Writer>> begin(const checkpoint_wire::Save& save);
   /// begin(), every tensor read from `source` at its offset, finish().
   Result<Written> write(const checkpoint_wire::Save& save, const Source& source);
+  /// The steps of the checkpoints it holds, ascending.
+  [[nodiscard]] std::vector<uint64_t> steps() const;
+  /// Up to `length` bytes at `offset` of one file of checkpoint `step` (none past its end), after the
+  /// file's size; kNotFound naming the file when it or the checkpoint is missing (or not a regular file).
+  Result<std::pair<uint64_t, std::vector<uint8_t>>> read(uint64_t step, checkpoint_wire::File file, uint64_t offset,
+                                                         uint32_t length) const;
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:

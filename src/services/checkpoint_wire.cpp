@@ -100,6 +100,24 @@ std::vector<uint8_t> encode(const Piece& piece) {
   return std::move(w.bytes);
 }
 
+std::vector<uint8_t> encode_list(uint32_t handle) {
+  codec::Writer w;
+  header(w, Kind::kList);
+  w.put(handle);
+  return std::move(w.bytes);
+}
+
+std::vector<uint8_t> encode(const Read& read) {
+  codec::Writer w;
+  header(w, Kind::kRead);
+  w.put(read.handle);
+  w.put(read.step);
+  w.put(static_cast<uint8_t>(read.file));
+  w.put(read.offset);
+  w.put(read.length);
+  return std::move(w.bytes);
+}
+
 std::vector<uint8_t> encode_opened(uint32_t handle, std::string_view path) {
   codec::Writer w;
   w.put(handle);
@@ -208,6 +226,32 @@ Result<Piece> decode_piece(std::span<const uint8_t> bytes) {
     return bad("piece of " + std::to_string(piece.bytes.size()) + " B at " + std::to_string(piece.offset) +
                ": a piece holds 1 to kMaxPieceBytes " + std::to_string(kMaxPieceBytes) + " B");
   return piece;
+}
+
+Result<uint32_t> decode_list(std::span<const uint8_t> bytes) {
+  codec::Reader r;
+  OB_RETURN_IF_ERROR(body(bytes, Kind::kList, r));
+  uint32_t handle = 0;
+  if (!r.get(handle)) return bad("list: truncated");
+  OB_RETURN_IF_ERROR(done(r, "handle"));
+  return handle;
+}
+
+Result<Read> decode_read(std::span<const uint8_t> bytes) {
+  codec::Reader r;
+  OB_RETURN_IF_ERROR(body(bytes, Kind::kRead, r));
+  Read read;
+  uint8_t file = 0;
+  if (!r.get(read.handle) || !r.get(read.step) || !r.get(file) || !r.get(read.offset) || !r.get(read.length))
+    return bad("read: truncated");
+  if (read.step > kMaxStep) return bad("step " + std::to_string(read.step) + " exceeds " + std::to_string(kMaxStep));
+  if (file >= kFiles) return bad("read: unknown file " + std::to_string(file));
+  read.file = static_cast<File>(file);
+  if (read.length == 0 || read.length > kMaxPieceBytes)
+    return bad("read of " + std::to_string(read.length) + " B: a read takes 1 to kMaxPieceBytes " +
+               std::to_string(kMaxPieceBytes) + " B");
+  OB_RETURN_IF_ERROR(done(r, "read"));
+  return read;
 }
 
 Result<uint32_t> decode_close(std::span<const uint8_t> bytes) {

@@ -13,6 +13,10 @@
 //        region, u64 bytes; then the state's JSON (u32 length + bytes) -> answers a JSON object.
 // Close: u32 handle -> answers nothing (empty): the directory's lock is released.
 // Piece: u32 handle, u64 step, u64 offset, then the bytes -> answers nothing (empty) once written.
+// List:  u32 handle -> answers u32 count, then the steps the directory holds (u64 each, ascending).
+// Read:  u32 handle, u64 step, u8 File, u64 offset, u32 length (1..kMaxPieceBytes) -> answers the
+//        file's u64 size, then its bytes from offset (fewer than length at its end): how a client
+//        whose filesystem is not the agent's loads a checkpoint.
 //
 // A save with an empty descriptor is in-band, for a link where one-sided access is refused (TLS):
 // its tensors' bytes follow in Piece requests, in table order and back to back (offset counts
@@ -47,8 +51,11 @@ inline constexpr uint32_t kMaxKeepLast = 1u << 16;
 /// Bytes of one piece of an in-band save.
 inline constexpr uint64_t kMaxPieceBytes = 8ull << 20;
 
-enum class Kind : uint8_t { kOpen, kSave, kClose, kPiece };
-inline constexpr uint8_t kKinds = 4;
+enum class Kind : uint8_t { kOpen, kSave, kClose, kPiece, kList, kRead };
+inline constexpr uint8_t kKinds = 6;
+/// The files of a checkpoint a Read names.
+enum class File : uint8_t { kTensors, kManifest };
+inline constexpr uint8_t kFiles = 2;
 
 /// safetensors' element types, in its spelling (dtype_name) and size.
 enum class Dtype : uint8_t { kBool, kU8, kI8, kU16, kI16, kF16, kBF16, kU32, kI32, kF32, kU64, kI64, kF64 };
@@ -81,6 +88,14 @@ struct Save {
   [[nodiscard]] uint64_t tensor_bytes() const;
 };
 
+struct Read {
+  uint32_t handle = 0;
+  uint64_t step = 0;
+  File file = File::kTensors;
+  uint64_t offset = 0;
+  uint32_t length = 0;
+};
+
 struct Piece {
   uint32_t handle = 0;
   uint64_t step = 0;
@@ -94,6 +109,8 @@ std::vector<uint8_t> encode_close(uint32_t handle);
 /// The answer to an open.
 std::vector<uint8_t> encode_opened(uint32_t handle, std::string_view path);
 std::vector<uint8_t> encode(const Piece& piece);
+std::vector<uint8_t> encode_list(uint32_t handle);
+std::vector<uint8_t> encode(const Read& read);
 /// The message's kind, or an error for a version or kind this agent does not speak.
 Result<Kind> kind_of(std::span<const uint8_t> bytes);
 /// A directory within kMaxPathBytes with no NUL, keep_last <= kMaxKeepLast, nothing left over.
@@ -106,5 +123,8 @@ Result<Save> decode_save(std::span<const uint8_t> bytes);
 Result<uint32_t> decode_close(std::span<const uint8_t> bytes);
 /// A piece of 1..kMaxPieceBytes bytes whose end does not overflow; it points into `bytes`.
 Result<Piece> decode_piece(std::span<const uint8_t> bytes);
+Result<uint32_t> decode_list(std::span<const uint8_t> bytes);
+/// A step <= kMaxStep, a known file, a length of 1..kMaxPieceBytes, nothing left over.
+Result<Read> decode_read(std::span<const uint8_t> bytes);
 
 }  // namespace outboard::services::checkpoint_wire

@@ -1,5 +1,5 @@
 // libFuzzer: a message to the agent's `checkpoint` service (services/checkpoint_wire.h) — open,
-// save, close or an in-band save's piece — decoded before anything else reads it. What decodes encodes back to the same
+// save, close, an in-band save's piece, a list or a read — decoded before anything else reads it. What decodes encodes back to the same
 // bytes, and a save's tensors are within the bounds the writer relies on: unique non-empty names,
 // byte counts that match their shape and dtype, offsets that do not overflow.
 #include <cstring>
@@ -56,6 +56,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             __builtin_add_overflow(p->offset, p->bytes.size(), &end))
           __builtin_trap();
         same(encode(p.value()), data, size);
+      }
+      break;
+    case Kind::kList:
+      if (auto h = decode_list({data, size}); h.ok()) same(encode_list(h.value()), data, size);
+      break;
+    case Kind::kRead:
+      if (auto r = decode_read({data, size}); r.ok()) {
+        if (r->step > kMaxStep || r->length == 0 || r->length > kMaxPieceBytes) __builtin_trap();
+        same(encode(r.value()), data, size);
       }
       break;
   }

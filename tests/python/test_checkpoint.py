@@ -16,6 +16,7 @@ import tempfile
 import textwrap
 import time
 import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -423,6 +424,54 @@ def test_over_tls_the_snapshot_goes_in_sealed_pieces_and_loads_back(tmp_path: Pa
     assert steps_on_disk(run) == [0, 1, 2, 4] and not list(run.glob(".tmp-*"))
     for step, state in enumerate(states):
         assert_same(state, checkpoint.load(run, step).state)
+
+
+def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path: Path, start_agent) -> None:
+    # As a trainer whose filesystem is not the agent's does (over TLS, as a remote agent is reached).
+    agent_args, connect_args = tls(tmp_path)
+    agent = start_agent("--checkpoint-root", str(tmp_path), *agent_args)
+    sizes = {1: 0.01, 2: 10, 3: 0.01}  # step 2's tensors take three reads
+    client = outboard.connect(agent.address, **connect_args)
+    ck = outboard.Checkpointer("run", client, keep_last=0)
+    for step, mb in sizes.items():
+        ck.save(step, make_state(step, mb=mb))
+    ck.wait()
+    assert ck._steps(through_agent=True) == [1, 2, 3] and ck.latest() == 3
+    assert_same(make_state(2, mb=10), ck.load(2, through_agent=True))
+    assert_same(make_state(3), ck.load(through_agent=True))
+    # Damaged on the agent's disk: skipped, and named where it lies.
+    tensors = ck.dir / "step-000000000003" / checkpoint.TENSORS_FILE
+    data = bytearray(tensors.read_bytes())
+    data[-1] ^= 1
+    tensors.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match=r"step 3 skipped: .*/run \(on the agent\)/step-000000000003/"
+                                         r"tensors.safetensors: sha256 differs"):
+        assert_same(make_state(2, mb=10), ck.load(through_agent=True))
+    (ck.dir / "step-000000000002" / checkpoint.MANIFEST_FILE).unlink()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert_same(make_state(1), ck.load(through_agent=True))
+    assert [str(w.message).split(":")[0] for w in caught] == ["checkpoint step 3 skipped", "checkpoint step 2 skipped"]
+    assert str(caught[1].message).endswith("(on the agent)/step-000000000002/manifest.json is missing")
+    with pytest.raises(NotFound, match=r"no checkpoint of step 9 in .*/run \(on the agent\)"):
+        ck.load(9, through_agent=True)
+
+    def read(handle: int, step: int, file: int, offset: int, length: int) -> bytes:
+        return client.request("checkpoint", struct.pack("<BBIQBQI", 1, 5, handle, step, file, offset, length))
+
+    assert struct.unpack_from("<Q", read(0, 1, 1, 1 << 40, 16))[0] > 0  # past the end: the size, no bytes
+    for args, error, message in [((0, 9, 0, 0, 16), NotFound, r"step-000000000009/tensors.safetensors is missing"),
+                                 ((0, 1, 2, 0, 16), InvalidArgument, r"unknown file 2"),
+                                 ((0, 1, 0, 0, 0), InvalidArgument, r"a read takes 1 to kMaxPieceBytes"),
+                                 ((0, 1, 0, 0, (8 << 20) + 1), InvalidArgument, r"a read takes 1 to kMaxPieceBytes"),
+                                 ((7, 1, 0, 0, 16), NotFound, r"directory 7 is not open")]:
+        with pytest.raises(error, match=message):
+            read(*args)
+    ck.close()
+    with pytest.raises(BadState, match=r"no longer open on the agent"):
+        ck.load(through_agent=True)
+    assert_same(make_state(1), checkpoint.load(ck.dir).state)  # from the disk, as ever
+    client.close()
 
 
 def test_tls_tenants_checkpoint_into_their_own_directories_only(tmp_path: Path, start_agent) -> None:

@@ -255,6 +255,39 @@ TEST_F(CheckpointStoreTest, AHomesLimitCountsTheCheckpointsOfAllItsDirectories) 
       << too_deep.status().message();
 }
 
+TEST_F(CheckpointStoreTest, StepsAreListedAndTheirFilesReadInPiecesOnlyInsideTheDirectory) {
+  auto dir = Directory::open(root_, "run", 0);
+  ASSERT_TRUE(dir.ok());
+  EXPECT_TRUE(dir.value()->steps().empty());
+  for (uint64_t step : {12, 3}) ASSERT_TRUE(dir.value()->write(save(step), source()).ok());
+  EXPECT_EQ(dir.value()->steps(), (std::vector<uint64_t>{3, 12}));
+  const fs::path run = fs::path(root_) / "run";
+  const std::string whole = read(run / "step-000000000003" / checkpoint::kTensorsFile);
+  std::string pieces;
+  for (uint64_t at = 0;;) {
+    auto got = dir.value()->read(3, wire::File::kTensors, at, 7);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(got->first, whole.size());
+    if (got->second.empty()) break;
+    pieces.append(got->second.begin(), got->second.end());
+    at += got->second.size();
+  }
+  EXPECT_EQ(pieces, whole);
+  auto manifest = dir.value()->read(12, wire::File::kManifest, 0, 1 << 20);
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_EQ(std::string(manifest->second.begin(), manifest->second.end()),
+            read(run / "step-000000000012" / checkpoint::kManifestFile));
+  // A missing step, a missing file, and a file that is a link (to one outside) are not read.
+  EXPECT_EQ(dir.value()->read(4, wire::File::kTensors, 0, 8).status().code(), Code::kNotFound);
+  fs::remove(run / "step-000000000012" / checkpoint::kManifestFile);
+  auto gone = dir.value()->read(12, wire::File::kManifest, 0, 8);
+  EXPECT_EQ(gone.status().code(), Code::kNotFound);
+  EXPECT_NE(gone.status().message().find("step-000000000012/manifest.json is missing"), std::string::npos);
+  std::ofstream(fs::path(root_) / "secret") << "not a checkpoint";
+  fs::create_symlink(fs::path(root_) / "secret", run / "step-000000000012" / checkpoint::kManifestFile);
+  EXPECT_EQ(dir.value()->read(12, wire::File::kManifest, 0, 8).status().code(), Code::kNotFound);
+}
+
 TEST_F(CheckpointStoreTest, WhatACrashedWriterLeftIsRemovedAtOpen) {
   const fs::path stale = fs::path(root_) / "run" / ".tmp-step-000000000009";
   fs::create_directories(stale);
@@ -308,6 +341,16 @@ TEST(CheckpointWireTest, SavesRoundTripAndEachLimitIsNamed) {
   EXPECT_EQ(piece->offset, 1000u);
   EXPECT_EQ(piece->bytes.size(), 100u);
   EXPECT_EQ(piece->bytes.data(), encoded.data() + encoded.size() - 100);  // a view, not a copy
+  auto r = wire::decode_read(wire::encode(wire::Read{2, 9, wire::File::kManifest, 100, 4096}));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->step, 9u);
+  EXPECT_EQ(r->file, wire::File::kManifest);
+  EXPECT_EQ(r->length, 4096u);
+  EXPECT_EQ(wire::decode_list(wire::encode_list(5)).value(), 5u);
+  for (const auto& bad : {wire::Read{0, 1, wire::File::kTensors, 0, 0},
+                          wire::Read{0, 1, wire::File::kTensors, 0, static_cast<uint32_t>(wire::kMaxPieceBytes + 1)},
+                          wire::Read{0, wire::kMaxStep + 1, wire::File::kTensors, 0, 8}})
+    EXPECT_EQ(wire::decode_read(wire::encode(bad)).status().code(), Code::kInvalidArgument);
   const std::vector<uint8_t> big(wire::kMaxPieceBytes + 1);
   for (const auto& bad : {wire::encode(wire::Piece{0, 1, 0, {}}), wire::encode(wire::Piece{0, 1, 0, big}),
                           wire::encode(wire::Piece{0, 1, UINT64_MAX, bytes})}) {
