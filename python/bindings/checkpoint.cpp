@@ -26,9 +26,10 @@ using namespace nb::literals;
 using ByteArray = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 // An in-band save's pieces: half the agent's largest (checkpoint_wire::kMaxPieceBytes), and at most
-// this many in flight, so that they and the save fit the 4 requests the agent queues per connection.
+// this many in flight: with the save's own request, and another of the connection's (a List), they
+// fit the 4 requests the agent queues per connection (a piece over them would end the save).
 constexpr uint64_t kInBandPieceBytes = 4ull << 20;
-constexpr int kInBandWindow = 3;
+constexpr int kInBandWindow = 2;
 
 // An in-band save (services/checkpoint_wire.h) for a link where the agent cannot read the staging
 // (TLS): the save request, then the tensors' bytes from `staging`, back to back in pieces, each a

@@ -94,6 +94,27 @@ def test_allocated_region_is_a_numpy_view(client: outboard.Client) -> None:
     assert len(region.descriptor) > 20
 
 
+def test_gather_copies_every_size_to_every_alignment(client: outboard.Client) -> None:
+    # The copy streams 64 B at a time past a 16 B-aligned head: heads, bodies and tails of each length.
+    region = client.connection.allocate_memory(1 << 16)
+    rng = np.random.default_rng(7)
+    sources = [rng.integers(0, 256, n, dtype=np.uint8) for n in (*range(0, 160), 4095, 4096, 12345)]
+    offsets, at = [], 0
+    for i, s in enumerate(sources):
+        at += i % 17  # every destination alignment mod 16
+        offsets.append(at)
+        at += s.size
+    region.array()[:] = 0xEE
+    region.gather(sources, offsets)
+    staged = region.array()
+    for s, o in zip(sources, offsets):
+        assert np.array_equal(staged[o:o + s.size], s)
+    gaps = np.ones(staged.size, bool)
+    for s, o in zip(sources, offsets):
+        gaps[o:o + s.size] = False
+    assert (staged[gaps] == 0xEE).all()  # nothing written outside the sources' places
+
+
 def test_gather_copies_arrays_and_addresses_and_refuses_what_ends_past_the_region(client: outboard.Client) -> None:
     region = client.connection.allocate_memory(4096)
     a, b = np.arange(10, dtype=np.int64), np.arange(7, dtype=np.uint8) + 100
