@@ -203,8 +203,8 @@ class Checkpointer:
     ``client``: a ``Client`` whose agent was started with ``--checkpoint-root`` above ``dir``; None
     starts a local agent rooted at ``dir``. A TLS client's directories lie in its own under that
     root (``tenants/<its identity>-<digest>``: no tenant reaches another's), ``dir`` relative to it
-    or inside it; ``self.dir`` is where the agent put it. ``staging_bytes``: the staging memory (None: sized to
-    the state, growing with it). ``policy`` when a save finds the previous one still persisting:
+    or inside it; ``self.dir`` is where the agent put it. ``staging_bytes``: the staging memory
+    (None: sized to the state, growing with it). ``policy`` when a save finds the previous one still persisting:
     "block" until it is done, "skip" this one, or "queue-one" (a second staging slot: the newest
     waiting snapshot replaces an older waiting one). One thread saves; status(), wait() and load()
     may be called from any.

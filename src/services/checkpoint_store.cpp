@@ -239,8 +239,8 @@ Result<std::unique_ptr<Directory>> Directory::open(const std::string& root, cons
   net::Fd fd(::open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd.valid()) return os_error("cannot open", base.string());
   fs::path path = base;
-  const fs::path walk = fs::path(home) / rel;
   const fs::path home_path(home);
+  const fs::path walk = home_path / rel;
   const auto home_parts = std::distance(home_path.begin(), home_path.end());
   net::Fd home_fd;  // for the home's limit
   ptrdiff_t at = 0;
