@@ -51,7 +51,7 @@ TENSORS_FILE = "tensors.safetensors"
 MANIFEST_FILE = "manifest.json"
 FORMAT, FORMAT_VERSION = "outboard-checkpoint", 1
 
-_VERSION = 1  # services/checkpoint_wire.h
+_VERSION = 2  # services/checkpoint_wire.h
 _OPEN, _SAVE, _CLOSE, _PIECE, _LIST, _READ = 0, 1, 2, 3, 4, 5
 _FILES = {TENSORS_FILE: 0, MANIFEST_FILE: 1}  # checkpoint_wire::File
 #: Bytes of one read of a checkpoint's file through the agent (its kMaxPieceBytes is 8 MiB).

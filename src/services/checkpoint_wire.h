@@ -33,7 +33,8 @@
 
 namespace outboard::services::checkpoint_wire {
 
-inline constexpr uint8_t kVersion = 1;
+/// 2: the open's answer names the directory; in-band saves, List and Read.
+inline constexpr uint8_t kVersion = 2;
 /// Bytes of a directory a client names.
 inline constexpr uint32_t kMaxPathBytes = 4096;
 /// Bytes of a region descriptor (UCX's packed key and address run to a few hundred).

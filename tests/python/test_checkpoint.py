@@ -457,7 +457,7 @@ def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path:
         ck.load(9, through_agent=True)
 
     def read(handle: int, step: int, file: int, offset: int, length: int) -> bytes:
-        return client.request("checkpoint", struct.pack("<BBIQBQI", 1, 5, handle, step, file, offset, length))
+        return client.request("checkpoint", struct.pack("<BBIQBQI", checkpoint._VERSION, 5, handle, step, file, offset, length))
 
     assert struct.unpack_from("<Q", read(0, 1, 1, 1 << 40, 16))[0] > 0  # past the end: the size, no bytes
     for args, error, message in [((0, 9, 0, 0, 16), NotFound, r"step-000000000009/tensors.safetensors is missing"),
@@ -522,7 +522,7 @@ def test_hostile_requests_fail_alone(tmp_path: Path, start_agent) -> None:
 
     def save(tensors: bytes, count: int, handle: int = 0, state: bytes = b"null") -> bytes:
         d = region.descriptor
-        return (struct.pack("<BBIQI", 1, 1, handle, 5, len(d)) + d + struct.pack("<I", count) + tensors
+        return (struct.pack("<BBIQI", checkpoint._VERSION, 1, handle, 5, len(d)) + d + struct.pack("<I", count) + tensors
                 + struct.pack("<I", len(state)) + state)
 
     def tensor(name: bytes, dims: tuple[int, ...], offset: int, nbytes: int, dtype: int = 9) -> bytes:
