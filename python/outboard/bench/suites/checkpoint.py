@@ -1,8 +1,9 @@
 """Suite ``checkpoint``: what checkpointing costs a training loop, by placement — none, the trainer
 writing synchronously (torch.save), DCP's async_save (a thread; a process where PyTorch has it),
-and Outboard (the trainer copies into staging memory, the agent persists): reading the staging
-itself (``outboard``), or, over TLS (``outboard-tls``, a second agent with keys from ``outboard
-keys init``), sent the bytes in sealed pieces by the trainer's sender thread, as a remote agent is.
+and Outboard (the trainer copies into staging memory, the agent persists): the agent reading the
+staging itself (``outboard``), or over TLS (``outboard-tls``: a second agent, with keys from
+``outboard keys init``), where the trainer's sender thread sends it the bytes in sealed pieces, as
+to a remote agent.
 
 Each cell and placement is a fresh trainer process (``outboard.bench.trainer``) on core 0, with
 BLAS and torch held to one thread; the agent runs on core 1 (a DPU's cores in production): the
