@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -358,18 +359,13 @@ class CheckpointService final : public Service {
     if (!handle.ok()) return r.responder.fail(handle.status());
     auto dir = directory(r.peer->id(), handle.value());
     if (!dir.ok()) return r.responder.fail(dir.status());
-    const uint32_t id = r.peer->id();
-    enqueue(r, [core = core_, dir = std::move(dir).value(), responder = r.responder, id]() -> std::function<void()> {
+    on_worker(r, [dir = std::move(dir).value()]() -> Result<Buffer> {
       const std::vector<uint64_t> steps = dir->steps();
-      auto answer = std::make_shared<Buffer>(4 + 8 * steps.size());
+      Buffer answer(4 + 8 * steps.size());
       const auto n = static_cast<uint32_t>(steps.size());
-      std::memcpy(answer->data(), &n, 4);
-      if (n != 0) std::memcpy(answer->data() + 4, steps.data(), 8 * steps.size());
-      return [core, responder, id, answer] {
-        if (core->detached) return;
-        finished(*core, id);
-        responder.respond(std::move(*answer));
-      };
+      std::memcpy(answer.data(), &n, 4);
+      if (n != 0) std::memcpy(answer.data() + 4, steps.data(), 8 * steps.size());
+      return answer;
     });
   }
 
@@ -380,20 +376,25 @@ class CheckpointService final : public Service {
     const wire::Read want = decoded.value();
     auto dir = directory(r.peer->id(), want.handle);
     if (!dir.ok()) return r.responder.fail(dir.status());
-    const uint32_t id = r.peer->id();
-    enqueue(r, [core = core_, dir = std::move(dir).value(), want, responder = r.responder,
-                id]() -> std::function<void()> {
-      auto got = dir->read(want.step, want.file, want.offset, want.length);
-      auto answer = std::make_shared<Buffer>(got.ok() ? 8 + got.value().second.size() : 0);
-      if (got.ok()) {
-        std::memcpy(answer->data(), &got.value().first, 8);
-        if (!got.value().second.empty()) std::memcpy(answer->data() + 8, got.value().second.data(), got.value().second.size());
-      }
-      return [core, responder, id, answer, status = got.status()] {
+    on_worker(r, [dir = std::move(dir).value(), want]() -> Result<Buffer> {
+      OB_ASSIGN_OR_RETURN(auto got, dir->read(want.step, want.file, want.offset, want.length));
+      Buffer answer(8 + got.second.size());
+      std::memcpy(answer.data(), &got.first, 8);
+      if (!got.second.empty()) std::memcpy(answer.data() + 8, got.second.data(), got.second.size());
+      return answer;
+    });
+  }
+
+  // Runs `work` on the worker and answers the request with what it returns.
+  void on_worker(const ServiceRequest& r, std::function<Result<Buffer>()> work) {
+    enqueue(r, [core = core_, work = std::move(work), responder = r.responder,
+                id = r.peer->id()]() -> std::function<void()> {
+      auto answer = std::make_shared<Result<Buffer>>(work());
+      return [core, responder, id, answer] {
         if (core->detached) return;
         finished(*core, id);
-        if (status.ok()) responder.respond(std::move(*answer));
-        else responder.fail(status);
+        if (answer->ok()) responder.respond(std::move(*answer).value());
+        else responder.fail(answer->status());
       };
     });
   }

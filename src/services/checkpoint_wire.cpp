@@ -54,6 +54,23 @@ Status body(std::span<const uint8_t> bytes, Kind want, codec::Reader& r) {
   return {};
 }
 
+// The messages that carry a directory's handle only: Close and List.
+std::vector<uint8_t> encode_handle(Kind kind, uint32_t handle) {
+  codec::Writer w;
+  header(w, kind);
+  w.put(handle);
+  return std::move(w.bytes);
+}
+
+Result<uint32_t> decode_handle(std::span<const uint8_t> bytes, Kind kind, const char* what) {
+  codec::Reader r;
+  OB_RETURN_IF_ERROR(body(bytes, kind, r));
+  uint32_t handle = 0;
+  if (!r.get(handle)) return bad(std::string(what) + ": truncated");
+  OB_RETURN_IF_ERROR(done(r, "handle"));
+  return handle;
+}
+
 }  // namespace
 
 std::vector<uint8_t> encode(const Open& open) {
@@ -100,13 +117,6 @@ std::vector<uint8_t> encode(const Piece& piece) {
   return std::move(w.bytes);
 }
 
-std::vector<uint8_t> encode_list(uint32_t handle) {
-  codec::Writer w;
-  header(w, Kind::kList);
-  w.put(handle);
-  return std::move(w.bytes);
-}
-
 std::vector<uint8_t> encode(const Read& read) {
   codec::Writer w;
   header(w, Kind::kRead);
@@ -125,12 +135,8 @@ std::vector<uint8_t> encode_opened(uint32_t handle, std::string_view path) {
   return std::move(w.bytes);
 }
 
-std::vector<uint8_t> encode_close(uint32_t handle) {
-  codec::Writer w;
-  header(w, Kind::kClose);
-  w.put(handle);
-  return std::move(w.bytes);
-}
+std::vector<uint8_t> encode_close(uint32_t handle) { return encode_handle(Kind::kClose, handle); }
+std::vector<uint8_t> encode_list(uint32_t handle) { return encode_handle(Kind::kList, handle); }
 
 Result<Kind> kind_of(std::span<const uint8_t> bytes) {
   if (bytes.size() < 2) return bad("message of " + std::to_string(bytes.size()) + " B is truncated");
@@ -228,15 +234,6 @@ Result<Piece> decode_piece(std::span<const uint8_t> bytes) {
   return piece;
 }
 
-Result<uint32_t> decode_list(std::span<const uint8_t> bytes) {
-  codec::Reader r;
-  OB_RETURN_IF_ERROR(body(bytes, Kind::kList, r));
-  uint32_t handle = 0;
-  if (!r.get(handle)) return bad("list: truncated");
-  OB_RETURN_IF_ERROR(done(r, "handle"));
-  return handle;
-}
-
 Result<Read> decode_read(std::span<const uint8_t> bytes) {
   codec::Reader r;
   OB_RETURN_IF_ERROR(body(bytes, Kind::kRead, r));
@@ -254,13 +251,7 @@ Result<Read> decode_read(std::span<const uint8_t> bytes) {
   return read;
 }
 
-Result<uint32_t> decode_close(std::span<const uint8_t> bytes) {
-  codec::Reader r;
-  OB_RETURN_IF_ERROR(body(bytes, Kind::kClose, r));
-  uint32_t handle = 0;
-  if (!r.get(handle)) return bad("close: truncated");
-  OB_RETURN_IF_ERROR(done(r, "handle"));
-  return handle;
-}
+Result<uint32_t> decode_close(std::span<const uint8_t> bytes) { return decode_handle(bytes, Kind::kClose, "close"); }
+Result<uint32_t> decode_list(std::span<const uint8_t> bytes) { return decode_handle(bytes, Kind::kList, "list"); }
 
 }  // namespace outboard::services::checkpoint_wire

@@ -25,6 +25,7 @@ import pytest
 import outboard
 from outboard import checkpoint, cli
 from outboard.errors import BadConfig, BadState, InvalidArgument, IoError, NotFound, OutOfRange, TooBig
+from test_secure import agent_args, certs, tenants
 
 
 def make_state(seed: int, mb: float = 0.01) -> dict:
@@ -324,10 +325,8 @@ TRAINER = textwrap.dedent("""
 
 def tls(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     """Keys made by `outboard keys init`: the agent's options and a client's connect() arguments."""
-    k = tmp_path / "keys"
-    assert cli.main(["keys", "init", str(k)]) == 0
-    agent = ["--secure", "always", "--cert", str(k / "agent.pem"), "--key", str(k / "agent.key"), "--ca", str(k / "ca.pem")]
-    return agent, {"secure": "always", "cert": str(k / "client.pem"), "key": str(k / "client.key"), "ca": str(k / "ca.pem")}
+    assert cli.main(["keys", "init", str(tmp_path / "k")]) == 0
+    return ["--secure", "always", *agent_args(tmp_path, "k")], {"secure": "always", **certs(tmp_path, "client", "k")}
 
 
 @pytest.mark.parametrize("secure", [False, True], ids=["plaintext", "tls"])
@@ -477,7 +476,6 @@ def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path:
 def test_tls_tenants_checkpoint_into_their_own_directories_only(tmp_path: Path, start_agent) -> None:
     # Two tenants name the same "run": each gets its own, and neither reaches the other's by path.
     # Each holds at most 1 MiB of checkpoints, in all its directories.
-    from test_secure import agent_args, certs, tenants
     tenants(tmp_path)
     root = tmp_path / "root"
     root.mkdir()

@@ -22,6 +22,11 @@ namespace wire = checkpoint_wire;
 using checkpoint::Directory;
 using checkpoint::Limits;
 
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
 class CheckpointStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -46,10 +51,6 @@ class CheckpointStoreTest : public ::testing::Test {
       std::memcpy(scratch.data(), staging_.data() + offset, scratch.size());
       return std::span<const uint8_t>(scratch);
     };
-  }
-  static std::string read(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
   }
   std::vector<std::string> steps(const fs::path& dir) const {
     std::vector<std::string> names;
@@ -405,9 +406,7 @@ TEST_F(CheckpointServiceTest, PersistsFromTheClientsStagingRegion) {
   s.tensors[0].offset = (1 << 20) - 8;
   auto outside = c->request("checkpoint", wire::encode(s), deadline());
   EXPECT_EQ(outside.status().code(), Code::kOutOfRange);
-  const fs::path file = fs::path(root_) / "run" / "step-000000000002" / checkpoint::kTensorsFile;
-  std::ifstream in(file, std::ios::binary);
-  const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  const std::string bytes = read(fs::path(root_) / "run" / "step-000000000002" / checkpoint::kTensorsFile);
   ASSERT_GE(bytes.size(), size_t{1} << 19);
   EXPECT_EQ(0, std::memcmp(bytes.data() + bytes.size() - (1 << 19), region->data() + 4096, 1 << 19));
   EXPECT_FALSE(fs::exists(fs::path(root_) / "run" / "step-000000000001"));
@@ -431,14 +430,20 @@ TEST_F(CheckpointServiceTest, AnInBandSaveTakesItsBytesInPiecesInOrderAndAnythin
     return std::string(reinterpret_cast<const char*>(b.value().data()), b.value().size());
   };
 
-  // Step 1 in pieces of 768 KiB (the last straddles "a" and "b"), the save answered after the last.
-  s.step = 1;
+  // Each save's answer comes after its pieces: submitted, then awaited.
   Result<Buffer> saved = Status(Code::kTimedOut, "no answer");
   bool answered = false;
-  ASSERT_TRUE(c->submit("checkpoint", Buffer::copy_of(wire::encode(s)), deadline(), [&](Result<Buffer> r) {
-                 saved = std::move(r);
-                 answered = true;
-               }).ok());
+  const auto start = [&](uint64_t step) {
+    s.step = step;
+    answered = false;
+    return c->submit("checkpoint", Buffer::copy_of(wire::encode(s)), deadline(), [&](Result<Buffer> r) {
+      saved = std::move(r);
+      answered = true;
+    });
+  };
+
+  // Step 1 in pieces of 768 KiB (the last straddles "a" and "b"), the save answered after the last.
+  ASSERT_TRUE(start(1).ok());
   for (uint64_t at = 0; at < bytes.size(); at += 768 << 10) {
     auto r = c->request("checkpoint", piece(1, at, std::min<uint64_t>(768 << 10, bytes.size() - at)), deadline());
     ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -446,19 +451,12 @@ TEST_F(CheckpointServiceTest, AnInBandSaveTakesItsBytesInPiecesInOrderAndAnythin
   ASSERT_TRUE(c->wait_until(deadline(), [&] { return answered; }));
   ASSERT_TRUE(saved.ok()) << saved.status().to_string();
   EXPECT_EQ(nlohmann::json::parse(text(saved))["step"], 1);
-  const fs::path file = fs::path(root_) / "run" / "step-000000000001" / checkpoint::kTensorsFile;
-  std::ifstream in(file, std::ios::binary);
-  const std::string written{std::istreambuf_iterator<char>(in), {}};
+  const std::string written = read(fs::path(root_) / "run" / "step-000000000001" / checkpoint::kTensorsFile);
   ASSERT_GE(written.size(), bytes.size());
   EXPECT_EQ(0, std::memcmp(written.data() + written.size() - bytes.size(), bytes.data(), bytes.size()));
 
   // A piece out of order ends step 2: its save fails naming where, and nothing of it stays.
-  s.step = 2;
-  answered = false;
-  ASSERT_TRUE(c->submit("checkpoint", Buffer::copy_of(wire::encode(s)), deadline(), [&](Result<Buffer> r) {
-                 saved = std::move(r);
-                 answered = true;
-               }).ok());
+  ASSERT_TRUE(start(2).ok());
   ASSERT_TRUE(c->request("checkpoint", piece(2, 0, 1000), deadline()).ok());
   auto skipped = c->request("checkpoint", piece(2, 2000, 1000), deadline());
   EXPECT_EQ(skipped.status().code(), Code::kOutOfRange);
@@ -470,12 +468,7 @@ TEST_F(CheckpointServiceTest, AnInBandSaveTakesItsBytesInPiecesInOrderAndAnythin
   EXPECT_EQ(c->request("checkpoint", piece(2, 1000, 1000), deadline()).status().code(), Code::kNotFound);
 
   // A region save while one receives pieces is refused; a close gives the unfinished one up.
-  s.step = 3;
-  answered = false;
-  ASSERT_TRUE(c->submit("checkpoint", Buffer::copy_of(wire::encode(s)), deadline(), [&](Result<Buffer> r) {
-                 saved = std::move(r);
-                 answered = true;
-               }).ok());
+  ASSERT_TRUE(start(3).ok());
   ASSERT_TRUE(c->request("checkpoint", piece(3, 0, 1000), deadline()).ok());
   wire::Save other = s;
   other.step = 4;
