@@ -29,6 +29,7 @@ def test_every_placement_ran_and_every_checkpoint_read_back_equal(smoke_run: Pat
         expected = 0 if r["impl"] == "none" else r["params"]["steps"] // r["params"]["every"]
         assert m["checkpoints"] == r["correctness"]["checkpoints_read_back"] == expected
         assert m["written_mb"] == pytest.approx(0 if r["impl"] == "none" else expected * m["state_mb"], rel=0.01)
+        assert m["memcpy_ms"] > 0 and m["memcpy_step_ms"] > 0
         if r["impl"] != "none":
             assert 0 < m["stall_ms"]["p50"] <= m["durable_ms"]["p50"] + 1e-6
     assert all(r["metrics"]["agent_cpu_ms_per_ckpt"] > 0 for r in rows if r["impl"].startswith("outboard"))
