@@ -155,23 +155,24 @@ def main() -> int:
     # checkpoint_save: services/checkpoint_wire.h, an open (keep_last, directory), a save (handle, step, region,
     # tensors: name, dtype, dims, offset, bytes; the state's JSON), a close (handle), a piece (handle, step,
     # offset, bytes) of an in-band save (no region), a list (handle) or a read (handle, step, file, offset, length).
+    version = 3  # checkpoint_wire::kVersion
     def tensor(name: bytes, dtype: int, dims: list[int], offset: int, nbytes: int) -> bytes:
         return (blob(name) + struct.pack("<BB", dtype, len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
                 + struct.pack("<QQ", offset, nbytes))
     def save(step: int, tensors: list[bytes], state: bytes) -> bytes:
-        return (struct.pack("<BBIQ", 2, 1, 0, step) + blob(b"staging-key") + struct.pack("<I", len(tensors))
+        return (struct.pack("<BBIQ", version, 1, 0, step) + blob(b"staging-key") + struct.pack("<I", len(tensors))
                 + b"".join(tensors) + blob(state))
     seeds["checkpoint_save"] = {
-        "open": struct.pack("<BBI", 2, 0, 3) + blob(b"run-1/checkpoints"),
+        "open": struct.pack("<BBI", version, 0, 3) + blob(b"run-1/checkpoints"),
         "save": save(42, [tensor(b"model.fc.weight", 9, [4, 8], 0, 128), tensor(b"model.fc.bias", 9, [4], 128, 16),
                           tensor(b"optimizer.state.0.step", 11, [], 192, 8)],
                      b'{"dict":[["epoch",{"v":3}],["model",{"tensor":"model.fc.weight"}]]}'),
         "save-empty": save(0, [], b"null"),
-        "close": struct.pack("<BBI", 2, 2, 0),
+        "close": struct.pack("<BBI", version, 2, 0),
         "save-in-band": save(7, [tensor(b"w", 1, [3], 0, 3)], b"{}").replace(blob(b"staging-key"), blob(b"")),
-        "piece": struct.pack("<BBIQQ", 2, 3, 0, 7, 0) + b"abc",
-        "list": struct.pack("<BBI", 2, 4, 0),
-        "read": struct.pack("<BBIQBQI", 2, 5, 0, 7, 0, 0, 4 << 20),
+        "piece": struct.pack("<BBIQQ", version, 3, 0, 7, 0) + b"abc",
+        "list": struct.pack("<BBI", version, 4, 0),
+        "read": struct.pack("<BBIQBQI", version, 5, 0, 7, 0, 0, 4 << 20),
     }
     for target, files in seeds.items():
         d = CORPUS / target

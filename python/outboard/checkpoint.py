@@ -49,9 +49,10 @@ STATUS_LOG = 256
 STAGING_QUANTUM = 1 << 20
 TENSORS_FILE = "tensors.safetensors"
 MANIFEST_FILE = "manifest.json"
+LOCK_FILE = ".outboard-lock"  # the agent's, while a checkpointer has the directory open
 FORMAT, FORMAT_VERSION = "outboard-checkpoint", 1
 
-_VERSION = 2  # services/checkpoint_wire.h
+_VERSION = 3  # services/checkpoint_wire.h
 _OPEN, _SAVE, _CLOSE, _PIECE, _LIST, _READ = 0, 1, 2, 3, 4, 5
 _FILES = {TENSORS_FILE: 0, MANIFEST_FILE: 1}  # checkpoint_wire::File
 #: Bytes of one read of a checkpoint's file through the agent (its kMaxPieceBytes is 8 MiB).
@@ -242,6 +243,8 @@ class Checkpointer:
         self._handle, n = struct.unpack_from("<II", answer)
         #: The directory on the agent's host (where load() reads, when that is this host or a shared filesystem).
         self.dir = Path(answer[8:8 + n].decode())
+        (m,) = struct.unpack_from("<I", answer, 8 + n)
+        self._token = bytes(answer[12 + n:12 + n + m])  # what the agent wrote into the directory's lock file
         self._slots_wanted = 2 if policy == "queue-one" else 1
         self._fixed = staging_bytes
         self._region: Any = None
@@ -422,7 +425,7 @@ class Checkpointer:
         """The state of checkpoint ``step`` (None: the newest intact one), every file checked against
         the manifest's size and sha256, once this checkpointer's snapshots are persisted; checkpoints
         skipped as damaged are named in a warning. ``through_agent``: read the files through the
-        agent (None: when ``self.dir`` is not a directory here, as on a remote agent's host)."""
+        agent (None: unless ``self.dir`` here is the agent's directory, as it is not on another host)."""
         if not self._closed:
             self.wait()
         if not self._through_agent(through_agent):
@@ -444,7 +447,15 @@ class Checkpointer:
             if asked:
                 raise BadState("the checkpointer is closed: its directory is no longer open on the agent")
             return False
-        return not self.dir.is_dir() if asked is None else asked
+        return not self._here() if asked is None else asked
+
+    def _here(self) -> bool:
+        """Whether ``self.dir`` on this host is the agent's directory: its lock file holds the token the
+        agent wrote there when it opened it (a directory at the same path elsewhere does not)."""
+        try:
+            return (self.dir / LOCK_FILE).read_bytes() == self._token
+        except OSError:
+            return False
 
     def _steps(self, through_agent: bool | None = None) -> list[int]:
         if not self._through_agent(through_agent):

@@ -223,7 +223,7 @@ class CheckpointService final : public Service {
         if (slot == dirs.end()) slot = dirs.insert(slot, nullptr);
         *slot = shared;
         const auto handle = static_cast<uint32_t>(slot - dirs.begin());
-        responder.respond(Buffer::copy_of(wire::encode_opened(handle, shared->path())));
+        responder.respond(Buffer::copy_of(wire::encode_opened(handle, shared->path(), shared->token())));
       };
     });
   }

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +30,7 @@ namespace {
 namespace wire = checkpoint_wire;
 constexpr std::string_view kStepPrefix = "step-";
 constexpr std::string_view kTmpPrefix = ".tmp-";
+constexpr char kReserveFile[] = ".reserved";  // see reserved_bytes
 
 Status os_error(const std::string& what, const std::string& path, int err = errno) {
   return {Code::kIoError, what + " " + path + ": " + std::strerror(err)};
@@ -61,6 +64,9 @@ std::vector<std::string> entries(int dir_fd) {
   return names;
 }
 
+// What a checkpoint takes at least: its tensors and its state (headers and the manifest add a few KiB).
+uint64_t incoming_bytes(const wire::Save& save) { return save.tensor_bytes() + save.state.size(); }
+
 // Removes directory `name` of `dir_fd` and the files in it (a checkpoint holds no directories).
 void remove_tree(int dir_fd, const std::string& name) {
   const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -89,10 +95,28 @@ uint64_t checkpoint_bytes(int dir_fd) {
   return total;
 }
 
+// Bytes that checkpoints being written hold in a directory: under a home limit each writer's
+// temporary directory holds a sparse file as long as its checkpoint, flock()ed while the writer
+// lives. One a dead writer left holds nothing (its lock is free; reopening the directory removes it).
+uint64_t reserved_bytes(int dir_fd) {
+  uint64_t total = 0;
+  for (const std::string& name : entries(dir_fd)) {
+    if (!name.starts_with(kTmpPrefix)) continue;
+    net::Fd tmp(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!tmp.valid()) continue;
+    net::Fd f(::openat(tmp.get(), kReserveFile, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st {};
+    if (!f.valid() || ::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::flock(f.get(), LOCK_SH | LOCK_NB) == 0) continue;  // no writer holds it (closing unlocks)
+    total += static_cast<uint64_t>(st.st_size);
+  }
+  return total;
+}
+
 // Bytes of the checkpoints in a directory and in every directory below it, `depth` levels down
-// (links not followed).
+// (links not followed), with those being written.
 uint64_t tree_bytes(int dir_fd, size_t depth) {
-  uint64_t total = checkpoint_bytes(dir_fd);
+  uint64_t total = checkpoint_bytes(dir_fd) + reserved_bytes(dir_fd);
   if (depth == 0) return total;
   for (const std::string& name : entries(dir_fd)) {
     uint64_t step = 0;
@@ -115,6 +139,35 @@ Status write_all(int fd, std::span<const uint8_t> bytes, const std::string& path
   return {};
 }
 
+std::string to_hex(std::span<const uint8_t> bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : bytes) out += {kHex[b >> 4], kHex[b & 15]};
+  return out;
+}
+
+// A home's lock (flock of its directory), held while a writer counts the home's bytes and reserves
+// its own, and while one trades its reservation for the checkpoint it renames into place: writers
+// in other processes count one or the other, never neither.
+class HomeLock {
+ public:
+  static Result<HomeLock> take(const net::Fd& home, const std::string& path) {
+    if (!home.valid()) return HomeLock(-1);
+    while (::flock(home.get(), LOCK_EX) != 0)
+      if (errno != EINTR) return os_error("cannot lock", path);
+    return HomeLock(home.get());
+  }
+  HomeLock(HomeLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  HomeLock& operator=(HomeLock&&) = delete;
+  ~HomeLock() {
+    if (fd_ >= 0) ::flock(fd_, LOCK_UN);
+  }
+
+ private:
+  explicit HomeLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
 // SHA-256 through OpenSSL: its SHA-NI code hashes 1.4 GB/s here, libsodium's portable C 0.19 GB/s.
 class Sha256 {
  public:
@@ -127,10 +180,7 @@ class Sha256 {
     uint8_t digest[32];
     unsigned n = 0;
     EVP_DigestFinal_ex(ctx_, digest, &n);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned i = 0; i < n; ++i) out += {kHex[digest[i] >> 4], kHex[digest[i] & 15]};
-    return out;
+    return to_hex({digest, n});
   }
 
  private:
@@ -263,11 +313,20 @@ Result<std::unique_ptr<Directory>> Directory::open(const std::string& root, cons
                                                               " is in use by another checkpointer (it holds " +
                                                               kLockFile + ")")
                                 : os_error("cannot lock", (path / kLockFile).string());
+  // A token in the lock file: a client that finds it there reads this directory (token()).
+  uint8_t random[16];
+  if (::getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random))
+    return os_error("getrandom for", (path / kLockFile).string());
+  std::string token = to_hex(random);
+  if (::ftruncate(lock.get(), 0) != 0 ||
+      ::pwrite(lock.get(), token.data(), token.size(), 0) != static_cast<ssize_t>(token.size()))
+    return os_error("cannot write", (path / kLockFile).string());
   // Whoever wrote these is gone: the lock was free.
   for (const std::string& name : entries(fd.get()))
     if (name.starts_with(kTmpPrefix)) remove_tree(fd.get(), name);
   return std::unique_ptr<Directory>(
-      new Directory(std::move(fd), std::move(lock), std::move(home_fd), path.string(), inside.string(), keep_last, limits));
+      new Directory(std::move(fd), std::move(lock), std::move(home_fd), path.string(), inside.string(),
+                    std::move(token), keep_last, limits));
 }
 
 // What a Writer holds: the temporary directory and the tensors file being written into it.
@@ -278,6 +337,7 @@ struct Writer::Impl {
   std::string state;  // the JSON the manifest holds
   std::string name, tmp, tmp_path;
   net::Fd tmp_fd;
+  net::Fd reserved;          // the home's room it holds (kReserveFile), under a home limit
   std::optional<File> file;  // tensors.safetensors, until finished
   Written out;
   bool renamed = false;
@@ -296,6 +356,7 @@ Result<std::unique_ptr<Writer>> Directory::begin(const wire::Save& save) {
   struct stat st {};
   if (::fstatat(fd_.get(), impl->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
     return Status(Code::kBadState, "checkpoint: " + impl->out.path + " exists; a step is saved once");
+  OB_ASSIGN_OR_RETURN(HomeLock home, HomeLock::take(home_, home_path_));
   OB_RETURN_IF_ERROR(check_room(save, impl->out.path));
   impl->tmp = std::string(kTmpPrefix) + impl->name;
   impl->tmp_path = path_ + "/" + impl->tmp;
@@ -307,6 +368,13 @@ Result<std::unique_ptr<Writer>> Directory::begin(const wire::Save& save) {
   w.state = save.state;
   w.tmp_fd = net::Fd(::openat(fd_.get(), w.tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!w.tmp_fd.valid()) return os_error("cannot open", w.tmp_path);
+  if (home_.valid()) {
+    w.reserved = net::Fd(
+        ::openat(w.tmp_fd.get(), kReserveFile, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!w.reserved.valid() || ::flock(w.reserved.get(), LOCK_EX | LOCK_NB) != 0 ||
+        ::ftruncate(w.reserved.get(), static_cast<off_t>(incoming_bytes(save))) != 0)
+      return os_error("cannot reserve room in", w.tmp_path);
+  }
   OB_ASSIGN_OR_RETURN(File f, File::create(w.tmp_fd.get(), w.tmp_path, kTensorsFile));
   OB_RETURN_IF_ERROR(f.write(safetensors_header(save), w.out));
   w.file.emplace(std::move(f));
@@ -354,6 +422,9 @@ Status Writer::Impl::finish() {
   OB_ASSIGN_OR_RETURN(File m, File::create(tmp_fd.get(), tmp_path, kManifestFile));
   OB_RETURN_IF_ERROR(m.write(manifest.dump(1), out));
   OB_RETURN_IF_ERROR(m.finish(out).status());
+  OB_ASSIGN_OR_RETURN(HomeLock home, HomeLock::take(dir.home_, dir.home_path_));
+  if (reserved.valid() && ::unlinkat(tmp_fd.get(), kReserveFile, 0) != 0)
+    return os_error("cannot remove", tmp_path + "/" + kReserveFile);
   if (::fsync(tmp_fd.get()) != 0) return os_error("cannot fsync", tmp_path);
   if (::renameat(dir.fd_.get(), tmp.c_str(), dir.fd_.get(), name.c_str()) != 0)
     return os_error("cannot rename " + tmp_path + " to", out.path);
@@ -384,8 +455,7 @@ Result<Written> Directory::write(const wire::Save& save, const Source& source) {
 }
 
 Status Directory::check_room(const wire::Save& save, const std::string& final_path) const {
-  uint64_t incoming = save.state.size();
-  for (const wire::Tensor& t : save.tensors) incoming += t.bytes;
+  const uint64_t incoming = incoming_bytes(save);
   const std::string takes = "checkpoint: " + final_path + " takes at least " + std::to_string(incoming) + " B";
   if (limits_.max_dir_bytes != 0) {
     const uint64_t held = checkpoint_bytes(fd_.get());  // listed per save, only where limited
@@ -398,7 +468,8 @@ Status Directory::check_room(const wire::Save& save, const std::string& final_pa
     const uint64_t held = home_.valid() ? tree_bytes(home_.get(), kMaxDirDepth) : 0;
     if (held > limits_.max_home_bytes || incoming > limits_.max_home_bytes - held)
       return Status(Code::kTooBig, takes + " and this client's directories under " + home_path_ + " hold " +
-                                       std::to_string(held) + " B, over --checkpoint-max-client-bytes " +
+                                       std::to_string(held) + " B (with the checkpoints being written), over "
+                                       "--checkpoint-max-client-bytes " +
                                        std::to_string(limits_.max_home_bytes) + " B");
   }
   if (limits_.min_free_pct != 0) {

@@ -48,8 +48,8 @@ using Source = std::function<Result<std::span<const uint8_t>>(uint64_t offset, s
 struct Limits {
   uint64_t max_dir_bytes = 0;  ///< its checkpoints with the one being written; 0: no limit
   uint32_t min_free_pct = 0;   ///< of its filesystem, what must stay free after the checkpoint
-  /// the checkpoints of every directory under its home (a tenant's), with the one being written;
-  /// 0: no limit. Writers of one home in other processes are not waited for: each checks alone.
+  /// the checkpoints of every directory under its home (a tenant's), with the one being written
+  /// and those being written in its other directories, by any process; 0: no limit
   uint64_t max_home_bytes = 0;
 };
 
@@ -112,15 +112,19 @@ class Directory {
   Result<std::pair<uint64_t, std::vector<uint8_t>>> read(uint64_t step, checkpoint_wire::File file, uint64_t offset,
                                                          uint32_t length) const;
   [[nodiscard]] const std::string& path() const { return path_; }
+  /// 32 random hex digits that open() wrote into the directory's lock file: a client that reads
+  /// them there shares this directory (rather than another host's at the same path).
+  [[nodiscard]] const std::string& token() const { return token_; }
 
  private:
-  Directory(net::Fd fd, net::Fd lock, net::Fd home, std::string path, std::string home_path, uint32_t keep_last,
-            Limits limits)
+  Directory(net::Fd fd, net::Fd lock, net::Fd home, std::string path, std::string home_path, std::string token,
+            uint32_t keep_last, Limits limits)
       : fd_(std::move(fd)),
         lock_(std::move(lock)),
         home_(std::move(home)),
         path_(std::move(path)),
         home_path_(std::move(home_path)),
+        token_(std::move(token)),
         keep_last_(keep_last),
         limits_(limits) {}
   friend class Writer;
@@ -132,6 +136,7 @@ class Directory {
   net::Fd home_;  // where limits_.max_home_bytes counts, when set
   std::string path_;
   std::string home_path_;
+  std::string token_;
   uint32_t keep_last_ = 0;
   Limits limits_;
 };

@@ -128,10 +128,11 @@ std::vector<uint8_t> encode(const Read& read) {
   return std::move(w.bytes);
 }
 
-std::vector<uint8_t> encode_opened(uint32_t handle, std::string_view path) {
+std::vector<uint8_t> encode_opened(uint32_t handle, std::string_view path, std::string_view token) {
   codec::Writer w;
   w.put(handle);
   w.put_string(path);
+  w.put_string(token);
   return std::move(w.bytes);
 }
 

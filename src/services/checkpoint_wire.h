@@ -33,8 +33,9 @@
 
 namespace outboard::services::checkpoint_wire {
 
-/// 2: the open's answer names the directory; in-band saves, List and Read.
-inline constexpr uint8_t kVersion = 2;
+/// 2: the open's answer names the directory; in-band saves, List and Read. 3: the open's answer
+/// carries the directory's token.
+inline constexpr uint8_t kVersion = 3;
 /// Bytes of a directory a client names.
 inline constexpr uint32_t kMaxPathBytes = 4096;
 /// Bytes of a region descriptor (UCX's packed key and address run to a few hundred).
@@ -107,8 +108,8 @@ struct Piece {
 std::vector<uint8_t> encode(const Open& open);
 std::vector<uint8_t> encode(const Save& save);
 std::vector<uint8_t> encode_close(uint32_t handle);
-/// The answer to an open.
-std::vector<uint8_t> encode_opened(uint32_t handle, std::string_view path);
+/// The answer to an open: the handle, the directory's path and its token (Directory::token).
+std::vector<uint8_t> encode_opened(uint32_t handle, std::string_view path, std::string_view token);
 std::vector<uint8_t> encode(const Piece& piece);
 std::vector<uint8_t> encode_list(uint32_t handle);
 std::vector<uint8_t> encode(const Read& read);

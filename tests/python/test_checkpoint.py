@@ -466,6 +466,21 @@ def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path:
                                  ((7, 1, 0, 0, 16), NotFound, r"directory 7 is not open")]:
         with pytest.raises(error, match=message):
             read(*args)
+    # Which way load() goes by itself: from the disk here, where the directory's lock file holds the
+    # token the agent wrote; through the agent once it does not (as another host's directory at that path).
+    fetched, fetch = [], ck._fetch
+    ck._fetch = lambda step, into: fetched.append(step) or fetch(step, into)  # noqa: E731 (observes, fakes nothing)
+    lock = ck.dir / checkpoint.LOCK_FILE
+    token = lock.read_bytes()
+    assert len(token) == 32
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_same(make_state(1), ck.load())
+        assert fetched == []
+        lock.write_bytes(b"0" * 32)
+        assert_same(make_state(1), ck.load())
+        assert fetched == [3, 2, 1]
+    lock.write_bytes(token)
     ck.close()
     with pytest.raises(BadState, match=r"no longer open on the agent"):
         ck.load(through_agent=True)
@@ -503,7 +518,8 @@ def test_tls_tenants_checkpoint_into_their_own_directories_only(tmp_path: Path, 
         more.wait()
         more.save(2, make_state(5, mb=0.6))
         with pytest.raises(TooBig, match=r"this client's directories under .*/tenants/O=outboard_CN=tenant1-[0-9a-f]{16} "
-                                         r"hold \d+ B, over --checkpoint-max-client-bytes 1048576 B"):
+                                         r"hold \d+ B \(with the checkpoints being written\), over "
+                                         r"--checkpoint-max-client-bytes 1048576 B"):
             more.wait()
     with outboard.Checkpointer("run", b, keep_last=0) as ckb:  # tenant2's is its own
         ckb.save(3, make_state(6, mb=0.6))

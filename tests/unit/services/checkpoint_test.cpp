@@ -52,6 +52,13 @@ class CheckpointStoreTest : public ::testing::Test {
       return std::span<const uint8_t>(scratch);
     };
   }
+  // The bytes of save(1)'s checkpoint on disk (its files), written in a directory of its own.
+  uint64_t checkpoint_size() const {
+    auto probe = Directory::open(root_, "probe", 0);
+    EXPECT_TRUE(probe.ok() && probe.value()->write(save(1), source()).ok());
+    const fs::path one = fs::path(root_) / "probe/step-000000000001";
+    return fs::file_size(one / checkpoint::kTensorsFile) + fs::file_size(one / checkpoint::kManifestFile);
+  }
   std::vector<std::string> steps(const fs::path& dir) const {
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
@@ -223,11 +230,7 @@ TEST_F(CheckpointStoreTest, ATenantsDirectoriesLieInItsOwnHomeUnderTheRoot) {
 }
 
 TEST_F(CheckpointStoreTest, AHomesLimitCountsTheCheckpointsOfAllItsDirectories) {
-  auto probe = Directory::open(root_, "probe", 0);
-  ASSERT_TRUE(probe.ok());
-  ASSERT_TRUE(probe.value()->write(save(1), source()).ok());
-  const fs::path one = fs::path(root_) / "probe/step-000000000001";
-  const uint64_t checkpoint = fs::file_size(one / checkpoint::kTensorsFile) + fs::file_size(one / checkpoint::kManifestFile);
+  const uint64_t checkpoint = checkpoint_size();
   // Room for three checkpoints in the home, whichever of its directories (nested too) hold them.
   const Limits limits{.max_home_bytes = 3 * checkpoint + 67};
   const std::string home = checkpoint::tenant_dir("tenant");
@@ -240,7 +243,8 @@ TEST_F(CheckpointStoreTest, AHomesLimitCountsTheCheckpointsOfAllItsDirectories) 
   auto over = b.value()->write(save(2), source());
   ASSERT_EQ(over.status().code(), Code::kTooBig) << over.status().to_string();
   EXPECT_NE(over.status().message().find("this client's directories under " + root_ + "/" + home + " hold " +
-                                         std::to_string(3 * checkpoint) + " B, over --checkpoint-max-client-bytes"),
+                                         std::to_string(3 * checkpoint) +
+                                         " B (with the checkpoints being written), over --checkpoint-max-client-bytes"),
             std::string::npos)
       << over.status().message();
   // Another home's limit is its own.
@@ -254,6 +258,38 @@ TEST_F(CheckpointStoreTest, AHomesLimitCountsTheCheckpointsOfAllItsDirectories) 
   EXPECT_EQ(too_deep.status().code(), Code::kInvalidArgument);
   EXPECT_NE(too_deep.status().message().find("33 levels down, over kMaxDirDepth 32"), std::string::npos)
       << too_deep.status().message();
+}
+
+TEST_F(CheckpointStoreTest, AHomesLimitCountsTheCheckpointsBeingWrittenInItsOtherDirectories) {
+  const uint64_t checkpoint = checkpoint_size();
+  const uint64_t incoming = save(1).tensor_bytes() + save(1).state.size();  // what a writer reserves
+  // Room for one checkpoint and one being written: a's, started and not finished, until it gives up.
+  const Limits limits{.max_home_bytes = checkpoint + incoming};
+  const std::string home = checkpoint::tenant_dir("tenant");
+  auto a = Directory::open(root_, "a", 0, limits, home);
+  auto b = Directory::open(root_, "b", 1, limits, home);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto writing = a.value()->begin(save(1));
+  ASSERT_TRUE(writing.ok()) << writing.status().to_string();
+  ASSERT_TRUE(b.value()->write(save(1), source()).ok());
+  auto over = b.value()->write(save(2), source());
+  ASSERT_EQ(over.status().code(), Code::kTooBig) << over.status().to_string();
+  EXPECT_NE(over.status().message().find(" hold " + std::to_string(checkpoint + incoming) +
+                                         " B (with the checkpoints being written)"),
+            std::string::npos)
+      << over.status().message();
+  writing.value().reset();  // given up: its room is free again
+  ASSERT_TRUE(b.value()->write(save(2), source()).ok());
+  // A temporary directory no writer holds (one left by a dead agent) reserves nothing.
+  const fs::path stale = fs::path(root_) / home / "c" / ".tmp-step-000000000001";
+  fs::create_directories(stale);
+  std::ofstream(stale / ".reserved").close();
+  fs::resize_file(stale / ".reserved", 1ull << 30);
+  ASSERT_TRUE(b.value()->write(save(3), source()).ok());
+  // A finished checkpoint keeps no reservation.
+  ASSERT_TRUE(a.value()->write(save(5), source()).ok());
+  EXPECT_EQ(steps(fs::path(root_) / home / "a/step-000000000005"),
+            (std::vector<std::string>{checkpoint::kManifestFile, checkpoint::kTensorsFile}));
 }
 
 TEST_F(CheckpointStoreTest, StepsAreListedAndTheirFilesReadInPiecesOnlyInsideTheDirectory) {
