@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
+#include <sodium.h>
 
 #include "outboard/clock.h"
 #include "util/text.h"
@@ -77,54 +77,56 @@ void remove_tree(int dir_fd, const std::string& name) {
   ::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);
 }
 
-// Bytes of the files in the checkpoints (step-*) of a directory.
+// Bytes of the files of checkpoint (step-*) `name` of a directory.
+uint64_t step_bytes(int dir_fd, const std::string& name) {
+  net::Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return 0;
+  uint64_t total = 0;
+  for (const std::string& f : entries(fd.get())) {
+    struct stat st {};
+    if (::fstatat(fd.get(), f.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      total += static_cast<uint64_t>(st.st_size);
+  }
+  return total;
+}
+
+// Bytes of the checkpoints of a directory.
 uint64_t checkpoint_bytes(int dir_fd) {
   uint64_t total = 0;
   for (const std::string& name : entries(dir_fd)) {
     uint64_t step = 0;
-    if (!parse_step(name, step)) continue;
-    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) continue;
-    for (const std::string& f : entries(fd)) {
-      struct stat st {};
-      if (::fstatat(fd, f.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-        total += static_cast<uint64_t>(st.st_size);
-    }
-    ::close(fd);
+    if (parse_step(name, step)) total += step_bytes(dir_fd, name);
   }
   return total;
 }
 
-// Bytes that checkpoints being written hold in a directory: under a home limit each writer's
-// temporary directory holds a sparse file as long as its checkpoint, flock()ed while the writer
-// lives. One a dead writer left holds nothing (its lock is free; reopening the directory removes it).
-uint64_t reserved_bytes(int dir_fd) {
-  uint64_t total = 0;
-  for (const std::string& name : entries(dir_fd)) {
-    if (!name.starts_with(kTmpPrefix)) continue;
-    net::Fd tmp(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!tmp.valid()) continue;
-    net::Fd f(::openat(tmp.get(), kReserveFile, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    struct stat st {};
-    if (!f.valid() || ::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    if (::flock(f.get(), LOCK_SH | LOCK_NB) == 0) continue;  // no writer holds it (closing unlocks)
-    total += static_cast<uint64_t>(st.st_size);
-  }
-  return total;
+// Bytes that the checkpoint being written in temporary directory `name` holds: under a home limit
+// its writer keeps a sparse file there as long as the checkpoint, flock()ed while the writer lives.
+// One a dead writer left holds nothing (its lock is free; reopening the directory removes it).
+uint64_t reserved_bytes(int dir_fd, const std::string& name) {
+  net::Fd tmp(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!tmp.valid()) return 0;
+  net::Fd f(::openat(tmp.get(), kReserveFile, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!f.valid() || ::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  if (::flock(f.get(), LOCK_SH | LOCK_NB) == 0) return 0;  // no writer holds it (closing unlocks)
+  return static_cast<uint64_t>(st.st_size);
 }
 
 // Bytes of the checkpoints in a directory and in every directory below it, `depth` levels down
-// (links not followed), with those being written.
+// (links not followed), with those being written: one listing per directory.
 uint64_t tree_bytes(int dir_fd, size_t depth) {
-  uint64_t total = checkpoint_bytes(dir_fd) + reserved_bytes(dir_fd);
-  if (depth == 0) return total;
+  uint64_t total = 0;
   for (const std::string& name : entries(dir_fd)) {
     uint64_t step = 0;
-    if (parse_step(name, step) || name.starts_with(kTmpPrefix)) continue;
-    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) continue;  // a file, or a link
-    total += tree_bytes(fd, depth - 1);
-    ::close(fd);
+    if (parse_step(name, step)) {
+      total += step_bytes(dir_fd, name);
+    } else if (name.starts_with(kTmpPrefix)) {
+      total += reserved_bytes(dir_fd, name);
+    } else if (depth > 0) {
+      net::Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (fd.valid()) total += tree_bytes(fd.get(), depth - 1);  // else a file, or a link
+    }
   }
   return total;
 }
@@ -140,10 +142,10 @@ Status write_all(int fd, std::span<const uint8_t> bytes, const std::string& path
 }
 
 std::string to_hex(std::span<const uint8_t> bytes) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : bytes) out += {kHex[b >> 4], kHex[b & 15]};
-  return out;
+  std::string hex(2 * bytes.size() + 1, '\0');
+  sodium_bin2hex(hex.data(), hex.size(), bytes.data(), bytes.size());
+  hex.pop_back();
+  return hex;
 }
 
 // A home's lock (flock of its directory), held while a writer counts the home's bytes and reserves
@@ -314,9 +316,9 @@ Result<std::unique_ptr<Directory>> Directory::open(const std::string& root, cons
                                                               kLockFile + ")")
                                 : os_error("cannot lock", (path / kLockFile).string());
   // A token in the lock file: a client that finds it there reads this directory (token()).
+  [[maybe_unused]] static const int sodium = sodium_init();  // randombytes_buf is thread-safe after it
   uint8_t random[16];
-  if (::getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random))
-    return os_error("getrandom for", (path / kLockFile).string());
+  randombytes_buf(random, sizeof random);
   std::string token = to_hex(random);
   if (::ftruncate(lock.get(), 0) != 0 ||
       ::pwrite(lock.get(), token.data(), token.size(), 0) != static_cast<ssize_t>(token.size()))

@@ -469,7 +469,7 @@ def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path:
     # Which way load() goes by itself: from the disk here, where the directory's lock file holds the
     # token the agent wrote; through the agent once it does not (as another host's directory at that path).
     fetched, fetch = [], ck._fetch
-    ck._fetch = lambda step, into: fetched.append(step) or fetch(step, into)  # noqa: E731 (observes, fakes nothing)
+    ck._fetch = lambda step, into: fetched.append(step) or fetch(step, into)  # observes; fakes nothing
     lock = ck.dir / checkpoint.LOCK_FILE
     token = lock.read_bytes()
     assert len(token) == 32
