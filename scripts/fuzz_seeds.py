@@ -12,8 +12,11 @@ from pathlib import Path
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fuzz" / "corpus"
 
 
+NO_BELL = 0xFFFFFFFF  # bootstrap.h's kNoBell
+
+
 def frame(kind: int, payload: bytes) -> bytes:
-    return struct.pack("<IBBHI", 0x3142424F, kind, 2, 0, len(payload)) + payload
+    return struct.pack("<IBBHI", 0x3142424F, kind, 3, 0, len(payload)) + payload
 
 
 def blob(b: bytes) -> bytes:
@@ -22,7 +25,8 @@ def blob(b: bytes) -> bytes:
 
 def hello(ring: bool) -> bytes:
     body = struct.pack("<III", 7, 4242, 1) + bytes(range(32)) + struct.pack("<QIQ", 1 << 20, 256, 1 << 27)
-    body += blob(b"\x01" * 180) + (struct.pack("<I", 64) + blob(b"\x02" * 60) if ring else struct.pack("<I", 0) + blob(b""))
+    body += blob(b"\x01" * 180) + (struct.pack("<I", 64) + blob(b"\x02" * 60) + struct.pack("<I", 9) if ring
+                                    else struct.pack("<I", 0) + blob(b"") + struct.pack("<I", NO_BELL))
     return frame(1, body)
 
 
@@ -30,6 +34,7 @@ def welcome() -> bytes:
     body = struct.pack("<II", 3, 5151) + blob(b"\x03" * 200) + struct.pack("<QIQ", 1 << 26, 256, 1 << 27)
     names = [b"echo", b"graph", b"memory", b"sink", b"stats", b"tokenize"]
     body += struct.pack("<I", len(names)) + b"".join(blob(n) for n in names) + struct.pack("<I", 0) + blob(b"")
+    body += struct.pack("<I", NO_BELL)
     facts = [(b"tokenize_threads", 2), (b"graph_threads", 0)]
     body += struct.pack("<I", len(facts)) + b"".join(blob(n) + struct.pack("<Q", v) for n, v in facts)
     return frame(2, body)

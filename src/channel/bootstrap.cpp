@@ -82,6 +82,8 @@ Status check_common(Fields& f, const M& m) {
   if ((m.ring_slots == 0) != m.ring_descriptor.empty())
     return f.invalid("ring_descriptor", m.ring_descriptor.size(),
                      m.ring_slots ? "a descriptor for the ring" : "none without a ring");
+  if (m.bell_fd != kNoBell && (m.ring_slots == 0 || m.bell_fd > INT32_MAX))
+    return f.invalid("bell_fd", m.bell_fd, m.ring_slots ? "a descriptor number or none" : "none without a ring");
   return {};
 }
 
@@ -139,6 +141,7 @@ std::vector<uint8_t> encode(const Hello& h) {
   put_blob(w, h.worker_address);
   w.put(h.ring_slots);
   put_blob(w, h.ring_descriptor);
+  w.put(h.bell_fd);
   return frame(BootKind::kHello, std::move(w.bytes));
 }
 
@@ -154,6 +157,7 @@ std::vector<uint8_t> encode(const Welcome& m) {
   for (const auto& s : m.services) w.put_string(s);
   w.put(m.ring_slots);
   put_blob(w, m.ring_descriptor);
+  w.put(m.bell_fd);
   w.put(static_cast<uint32_t>(m.facts.size()));
   for (const auto& [name, value] : m.facts) {
     w.put_string(name);
@@ -182,6 +186,7 @@ Result<Hello> decode_hello(std::span<const uint8_t> payload) {
   OB_RETURN_IF_ERROR(f.blob(h.worker_address, kMaxWorkerAddress, "worker_address"));
   OB_RETURN_IF_ERROR(f.get(h.ring_slots, "ring_slots"));
   OB_RETURN_IF_ERROR(f.blob(h.ring_descriptor, kMaxRingDescriptor, "ring_descriptor"));
+  OB_RETURN_IF_ERROR(f.get(h.bell_fd, "bell_fd"));
   OB_RETURN_IF_ERROR(f.end());
   if (h.flags & ~kHelloFlags) return f.invalid("flags", h.flags, "a subset of " + std::to_string(kHelloFlags));
   OB_RETURN_IF_ERROR(check_common(f, h));
@@ -208,6 +213,7 @@ Result<Welcome> decode_welcome(std::span<const uint8_t> payload) {
   }
   OB_RETURN_IF_ERROR(f.get(m.ring_slots, "ring_slots"));
   OB_RETURN_IF_ERROR(f.blob(m.ring_descriptor, kMaxRingDescriptor, "ring_descriptor"));
+  OB_RETURN_IF_ERROR(f.get(m.bell_fd, "bell_fd"));
   uint32_t facts = 0;
   OB_RETURN_IF_ERROR(f.get(facts, "facts"));
   if (facts > kMaxFacts) return f.invalid("facts", facts, "at most " + std::to_string(kMaxFacts));

@@ -24,7 +24,7 @@
 namespace outboard::channel {
 
 inline constexpr uint32_t kBootMagic = 0x3142424f;  // "OBB1"
-inline constexpr uint8_t kBootVersion = 2;
+inline constexpr uint8_t kBootVersion = 3;
 inline constexpr size_t kBootHeaderBytes = 12;
 /// Largest bootstrap message either side accepts.
 inline constexpr size_t kMaxBootMessage = 16 << 10;
@@ -32,6 +32,8 @@ inline constexpr size_t kMaxBootMessage = 16 << 10;
 inline constexpr size_t kMaxWorkerAddress = 8 << 10;
 /// Largest ring descriptor (a region descriptor).
 inline constexpr size_t kMaxRingDescriptor = 1 << 10;
+/// `bell_fd` of a side that offers no doorbell descriptor.
+inline constexpr uint32_t kNoBell = UINT32_MAX;
 /// Services an agent may advertise, and the longest name.
 inline constexpr size_t kMaxServices = 256;
 inline constexpr size_t kMaxServiceName = 64;
@@ -69,6 +71,7 @@ struct Hello {
   std::vector<uint8_t> worker_address;
   uint32_t ring_slots = 0;     ///< 0: no ring
   std::vector<uint8_t> ring_descriptor;
+  uint32_t bell_fd = kNoBell;  ///< the eventfd (in `pid`) that rings this side's doorbell (Hub::bell_fd)
 };
 
 /// Agent -> client.
@@ -82,6 +85,7 @@ struct Welcome {
   std::vector<std::string> services;
   uint32_t ring_slots = 0;
   std::vector<uint8_t> ring_descriptor;
+  uint32_t bell_fd = kNoBell;
   Facts facts;
 };
 

@@ -89,6 +89,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
     hello.worker_address = config.network_only ? hub->worker().net_address() : hub->worker().address();
     if (config.network_only) hello.flags |= channel::kHelloNetworkOnly;
     hello.ring_slots = impl->rx_ring ? impl->config.ring_slots : 0;
+    hello.bell_fd = impl->offered_bell();
   }
   auto fail = [&](Status st) {
     Lock lock(hub->mutex());
@@ -144,6 +145,11 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   impl->agent_info = std::move(welcome->facts);
   impl->start_data_endpoint(welcome->worker_address);
   impl->bind_peer_ring(welcome->ring_slots, welcome->ring_descriptor);
+  if (impl->tx_ring && welcome->bell_fd != channel::kNoBell) {
+    // The agent's session process, confirmed as the holder of the socket's other end.
+    auto process = net::open_peer_process(sock.get(), impl->peer_pid);
+    if (process.ok()) impl->take_peer_bell(welcome->bell_fd, *process);
+  }
   if (impl->state != Impl::State::kClosed) {
     if (Status st = impl->watch_socket(std::move(sock)); !st.ok()) impl->fail(st);
   }

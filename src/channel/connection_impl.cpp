@@ -1,6 +1,7 @@
 // Connection::Impl: the protocol of one connection (receiving in order,
 // credits, sending), shared by the client's Connection and the agent's Server.
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -46,6 +47,7 @@ Connection::Impl::~Impl() {
   hub->remove_ring(this);
   rx_ring.reset();
   tx_ring.reset();
+  peer_bell = net::Fd();
   if (socket.valid()) hub->unwatch(socket.get());
   data_ep.close(true);
 }
@@ -119,6 +121,21 @@ void Connection::Impl::bind_peer_ring(uint32_t slots, std::span<const uint8_t> d
              tx_ring ? "go into its ring" : "go through UCX (its ring is not mapped here)");
 }
 
+void Connection::Impl::take_peer_bell(uint32_t bell_fd, const net::Fd& process) {
+  if (!tx_ring || bell_fd == channel::kNoBell) return;
+  auto bell = net::take_peer_eventfd(process, static_cast<int>(bell_fd));
+  if (!bell.ok()) {
+    OB_LOG_DBG("connection %u: doorbell of %s through UCX: %s", local_id, peer_address.c_str(),
+               bell.status().to_string().c_str());
+    return;
+  }
+  peer_bell = std::move(bell).value();
+}
+
+uint32_t Connection::Impl::offered_bell() const {
+  return rx_ring ? static_cast<uint32_t>(hub->bell_fd()) : channel::kNoBell;
+}
+
 void Connection::Impl::fail(const Status& why) {
   if (state == State::kClosed) return;
   auto keep = shared_from_this();
@@ -128,6 +145,7 @@ void Connection::Impl::fail(const Status& why) {
   hub->remove(local_id);
   hub->remove_ring(this);
   tx_ring.reset();
+  peer_bell = net::Fd();
   data_ep.close(why.code() != Code::kNotConnected);
   if (socket.valid()) {
     hub->unwatch(socket.get());
@@ -478,6 +496,17 @@ bool Connection::Impl::post_to_ring(const channel::WireHeader& w, std::span<cons
   if (counters) {
     ++counters->ring_frames_out;
     counters->doorbells_out += doorbell;
+  }
+  if (doorbell && peer_bell.valid()) {
+    const uint64_t one = 1;
+    // EAGAIN: its count is at the limit, so it is readable anyway.
+    if (::write(peer_bell.get(), &one, sizeof one) == sizeof one || errno == EAGAIN) {
+      if (counters) ++counters->doorbells_by_eventfd;
+      return true;
+    }
+    OB_LOG_WARN("connection %u: doorbell of %s: %s; through UCX from now on", local_id, peer_address.c_str(),
+                std::strerror(errno));
+    peer_bell = net::Fd();
   }
   if (doorbell) {
     FrameHeader bell;

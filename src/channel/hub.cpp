@@ -37,25 +37,29 @@ Result<std::shared_ptr<Hub>> Hub::get(const transport::TransportConfig& transpor
   OB_ASSIGN_OR_RETURN(net::Poller watched, net::Poller::create());
   net::Fd epoll_fd(epoll_create1(EPOLL_CLOEXEC));
   net::Fd wake_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!epoll_fd.valid() || !wake_fd.valid())
+  net::Fd bell_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!epoll_fd.valid() || !wake_fd.valid() || !bell_fd.valid())
     return Status(Code::kIoError, std::string("epoll/eventfd: ") + std::strerror(errno));
-  for (int fd : {worker->event_fd(), watched.fd(), wake_fd.get()}) {
+  for (int fd : {worker->event_fd(), watched.fd(), wake_fd.get(), bell_fd.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
     if (epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
       return Status(Code::kIoError, std::string("epoll_ctl: ") + std::strerror(errno));
   }
-  std::shared_ptr<Hub> hub(new Hub(std::move(worker), std::move(epoll_fd), std::move(watched), std::move(wake_fd)));
+  std::shared_ptr<Hub> hub(
+      new Hub(std::move(worker), std::move(epoll_fd), std::move(watched), std::move(wake_fd), std::move(bell_fd)));
   current = hub;
   return hub;
 }
 
-Hub::Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd)
+Hub::Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd,
+         net::Fd bell_fd)
     : worker_(std::move(worker)),
       epoll_fd_(std::move(epoll_fd)),
       watched_(std::move(watched)),
-      wake_fd_(std::move(wake_fd)) {
+      wake_fd_(std::move(wake_fd)),
+      bell_fd_(std::move(bell_fd)) {
   worker_->set_am_handler([this](transport::IncomingAm& am) OB_HUB_LOCKED { on_am(am); });
 }
 
@@ -104,12 +108,18 @@ void Hub::wake_rings() {
 void Hub::sleep(int timeout_ms) {
   if (!arm().ok()) return;
   transport::process_mutex.unlock();
-  epoll_event events[3];
-  const int n = ::epoll_wait(epoll_fd_.get(), events, 3, timeout_ms);
+  epoll_event events[4];
+  const int n = ::epoll_wait(epoll_fd_.get(), events, 4, timeout_ms);
   transport::process_mutex.lock();
   // The watched fds are polled when epoll says one is ready (or it failed),
   // not on every wake-up: an epoll_wait each, twice per answer that woke us.
-  for (int i = 0; i < n; ++i) watch_due_ |= events[i].data.fd == watched_.fd();
+  for (int i = 0; i < n; ++i) {
+    watch_due_ |= events[i].data.fd == watched_.fd();
+    if (events[i].data.fd == bell_fd_.get()) {  // rung: the rings are polled next; reset it, or epoll stays readable
+      uint64_t rings;
+      [[maybe_unused]] ssize_t r = ::read(bell_fd_.get(), &rings, sizeof rings);
+    }
+  }
   if (n < 0) watch_due_ = true;
   next_watch_ns_ = now_ns() + kWatchIntervalNs;
 }

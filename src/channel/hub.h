@@ -80,6 +80,11 @@ class Hub {
   RecursiveMutex& mutex() OB_RETURN_CAPABILITY(transport::process_mutex) { return transport::process_mutex; }
   /// Readable when the worker or a watched fd has events (after arm()).
   [[nodiscard]] int event_fd() const { return epoll_fd_.get(); }
+  /// The eventfd a peer process on this host rings (a write of 1) when it
+  /// publishes into our sleeping ring: its copy (net::take_peer_eventfd)
+  /// wakes us at a futex's cost, where a kDoorbell frame through UCX also
+  /// costs both sides UCX's signal socket.
+  [[nodiscard]] int bell_fd() const { return bell_fd_.get(); }
   /// Arms the worker; kAgain when events are pending. Lock held.
   Status arm() OB_HUB_LOCKED;
 
@@ -143,7 +148,8 @@ class Hub {
       OB_REQUIRES(transport::process_mutex);
 
  private:
-  Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd);
+  Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd,
+      net::Fd bell_fd);
   unsigned run_posted() OB_HUB_LOCKED;
   void on_am(transport::IncomingAm& am) OB_HUB_LOCKED;
   /// `ring_owner`: the connection whose ring held the frame, which it must name.
@@ -165,6 +171,7 @@ class Hub {
   net::Fd epoll_fd_;
   net::Poller watched_;  // its own epoll, itself in epoll_fd_
   net::Fd wake_fd_;      // eventfd in epoll_fd_, written by wake()
+  net::Fd bell_fd_;      // eventfd in epoll_fd_, written by peers (bell_fd()), reset after the sleep it ended
   bool watch_due_ OB_HUB_GUARDED = false;  // a sleep ended: poll the watched fds on the next round
   Mutex posted_mu_;
   std::vector<std::function<void()>> posted_ OB_GUARDED_BY(posted_mu_);

@@ -94,6 +94,8 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   };
   conn->start_data_endpoint(hello.worker_address);
   conn->bind_peer_ring(hello.ring_slots, hello.ring_descriptor);
+  if (conn->peer_policy && conn->peer_policy->owner_process)
+    conn->take_peer_bell(hello.bell_fd, *conn->peer_policy->owner_process);
   if (conn->state == Connection::Impl::State::kClosed) return refused(conn->reason);
   auto ring = conn->open_ring();
   if (!ring.ok()) return refused(ring.status());
@@ -107,6 +109,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   welcome.services = services_;
   welcome.ring_slots = conn->rx_ring ? conn->config.ring_slots : 0;
   welcome.ring_descriptor = std::move(ring).value();
+  welcome.bell_fd = conn->offered_bell();
   welcome.facts = facts_;
   Result<std::vector<uint8_t>> answer = encode(welcome);
   if (conn->seal) answer = seal_message(conn->seal->out, 0, *answer);

@@ -336,6 +336,23 @@ bool process_ended(const Fd& pidfd) {
   return ::poll(&p, 1, 0) > 0;
 }
 
+Result<Fd> take_peer_eventfd(const Fd& pidfd, int fd) {
+  Fd copy(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));  // close-on-exec
+  if (!copy.valid())
+    return Status(Code::kUnsupported, "pidfd_getfd of descriptor " + std::to_string(fd) + ": " + errno_text(errno));
+  char link[64] = {};
+  const std::string path = "/proc/self/fd/" + std::to_string(copy.get());
+  const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+  if (n < 0 || std::string_view(link, static_cast<size_t>(n)) != "anon_inode:[eventfd]")
+    return Status(Code::kInvalidArgument, "descriptor " + std::to_string(fd) + " is " +
+                                              (n < 0 ? errno_text(errno) : std::string(link, static_cast<size_t>(n))) +
+                                              ", expected an eventfd");
+  const int flags = ::fcntl(copy.get(), F_GETFL);
+  if (flags < 0 || !(flags & O_NONBLOCK))
+    return Status(Code::kInvalidArgument, "eventfd " + std::to_string(fd) + " blocks, expected a non-blocking one");
+  return copy;
+}
+
 namespace {
 struct Gate {
   std::mutex mu;

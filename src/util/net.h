@@ -126,5 +126,10 @@ Status admit_peer(int fd);
 Result<Fd> open_peer_process(int fd, pid_t pid);
 /// Whether the process of `pidfd` has ended.
 bool process_ended(const Fd& pidfd);
+/// This process's copy of descriptor `fd` of the process of `pidfd`
+/// (pidfd_getfd: the caller may ptrace that process), accepted only if it is
+/// a non-blocking eventfd: writing 8 bytes into one reaches only its owner,
+/// and never blocks. kUnsupported or kInvalidArgument says why not.
+Result<Fd> take_peer_eventfd(const Fd& pidfd, int fd);
 
 }  // namespace outboard::net

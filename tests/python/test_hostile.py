@@ -26,7 +26,7 @@ from outboard import errors
 
 GOOD_DEADLINE_S = 2.0
 #: The bootstrap's magic ("OBB1") and version (src/channel/bootstrap.h).
-BOOT_MAGIC, BOOT_VERSION = 0x3142424F, 2
+BOOT_MAGIC, BOOT_VERSION = 0x3142424F, 3
 
 
 # ------------------------------------------------------------------ helpers

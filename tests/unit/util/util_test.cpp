@@ -1,6 +1,8 @@
 // Status, statistics, checksums, core lists, and who holds a loopback connection.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -121,5 +123,48 @@ TEST(NetTest, APeerProcessIsHeldByPidfdOnlyIfItHoldsTheSocket) {
   EXPECT_EQ(net::open_peer_process(served.get(), child).status().code(), Code::kUnsupported);  // no such process
 }
 
+
+TEST(NetTest, OnlyANonBlockingEventfdOfAnotherProcessIsTakenAsItsDoorbell) {
+  int numbers[2];
+  ASSERT_EQ(0, ::pipe(numbers));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the peer: a doorbell rung 7 times, a blocking eventfd, a pipe
+    int bell = ::eventfd(0, EFD_NONBLOCK), blocking = ::eventfd(0, 0), fds[2];
+    if (::pipe(fds) != 0) ::_exit(1);
+    const uint64_t seven = 7;
+    (void)!::write(bell, &seven, sizeof seven);
+    const int sent[3] = {bell, blocking, fds[0]};
+    (void)!::write(numbers[1], sent, sizeof sent);
+    ::pause();
+    ::_exit(0);
+  }
+  int fd[3];
+  ASSERT_EQ(static_cast<ssize_t>(sizeof fd), ::read(numbers[0], fd, sizeof fd));
+  ::close(numbers[0]), ::close(numbers[1]);
+  net::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
+  ASSERT_TRUE(pidfd.valid());
+
+  auto bell = net::take_peer_eventfd(pidfd, fd[0]);
+  ASSERT_TRUE(bell.ok()) << bell.status().to_string();
+  uint64_t count = 0;
+  ASSERT_EQ(static_cast<ssize_t>(sizeof count), ::read(bell->get(), &count, sizeof count));
+  EXPECT_EQ(count, 7u) << "the child's own eventfd, not a new one";
+  EXPECT_EQ(::fcntl(bell->get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+
+  auto blocking = net::take_peer_eventfd(pidfd, fd[1]);
+  EXPECT_EQ(blocking.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(blocking.status().message().find("blocks, expected a non-blocking one"), std::string::npos)
+      << blocking.status().to_string();
+  auto pipe = net::take_peer_eventfd(pidfd, fd[2]);
+  EXPECT_EQ(pipe.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(pipe.status().message().find("is pipe:["), std::string::npos) << pipe.status().to_string();
+  EXPECT_NE(pipe.status().message().find("expected an eventfd"), std::string::npos);
+  EXPECT_EQ(net::take_peer_eventfd(pidfd, 1000).status().code(), Code::kUnsupported);  // not open there
+
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_EQ(net::take_peer_eventfd(pidfd, fd[0]).status().code(), Code::kUnsupported);  // ended
+}
 }  // namespace
 }  // namespace outboard
