@@ -132,8 +132,8 @@ void Connection::Impl::take_peer_bell(uint32_t bell_fd, const net::Fd& process) 
   peer_bell = std::move(bell).value();
 }
 
-uint32_t Connection::Impl::offered_bell() const {
-  return rx_ring ? static_cast<uint32_t>(hub->bell_fd()) : channel::kNoBell;
+uint32_t Connection::Impl::offered_bell() {
+  return rx_ring ? static_cast<uint32_t>(hub->offer_bell()) : channel::kNoBell;
 }
 
 void Connection::Impl::fail(const Status& why) {

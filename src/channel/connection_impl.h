@@ -114,7 +114,7 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   /// (the peer's pidfd), else a kDoorbell frame through UCX as before.
   void take_peer_bell(uint32_t bell_fd, const net::Fd& process) OB_HUB_LOCKED;
   /// What our hello or welcome offers as bell_fd: ours where we have a ring.
-  [[nodiscard]] uint32_t offered_bell() const OB_HUB_LOCKED;
+  uint32_t offered_bell() OB_HUB_LOCKED;
   /// A region descriptor from the peer, checked against peer_policy first
   /// when the peer is not trusted.
   Result<transport::RemoteKey> import(std::span<const uint8_t> descriptor, bool map) OB_HUB_LOCKED;

@@ -80,6 +80,10 @@ unsigned Hub::poll_watched() {
 }
 
 Status Hub::arm() {
+  if (bell_offered_) {  // else epoll_fd_ stays readable: a sleep here or an event loop polling it would spin
+    uint64_t rings;
+    [[maybe_unused]] ssize_t r = ::read(bell_fd_.get(), &rings, sizeof rings);
+  }
   if (has_posted_.load(std::memory_order_acquire)) return {Code::kAgain, "posted work pending"};
   if (!sleep_rings()) return {Code::kAgain, "a frame waits in a ring"};
   Status st = worker_->arm();
@@ -113,13 +117,7 @@ void Hub::sleep(int timeout_ms) {
   transport::process_mutex.lock();
   // The watched fds are polled when epoll says one is ready (or it failed),
   // not on every wake-up: an epoll_wait each, twice per answer that woke us.
-  for (int i = 0; i < n; ++i) {
-    watch_due_ |= events[i].data.fd == watched_.fd();
-    if (events[i].data.fd == bell_fd_.get()) {  // rung: the rings are polled next; reset it, or epoll stays readable
-      uint64_t rings;
-      [[maybe_unused]] ssize_t r = ::read(bell_fd_.get(), &rings, sizeof rings);
-    }
-  }
+  for (int i = 0; i < n; ++i) watch_due_ |= events[i].data.fd == watched_.fd();
   if (n < 0) watch_due_ = true;
   next_watch_ns_ = now_ns() + kWatchIntervalNs;
 }

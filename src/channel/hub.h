@@ -81,11 +81,17 @@ class Hub {
   /// Readable when the worker or a watched fd has events (after arm()).
   [[nodiscard]] int event_fd() const { return epoll_fd_.get(); }
   /// The eventfd a peer process on this host rings (a write of 1) when it
-  /// publishes into our sleeping ring: its copy (net::take_peer_eventfd)
-  /// wakes us at a futex's cost, where a kDoorbell frame through UCX also
-  /// costs both sides UCX's signal socket.
-  [[nodiscard]] int bell_fd() const { return bell_fd_.get(); }
-  /// Arms the worker; kAgain when events are pending. Lock held.
+  /// publishes into our sleeping ring, for a hello or welcome to offer: its
+  /// copy (net::take_peer_eventfd) wakes us at a futex's cost, where a
+  /// kDoorbell frame through UCX also costs both sides UCX's signal socket.
+  /// From then on every arm() resets it. Lock held.
+  int offer_bell() OB_HUB_LOCKED {
+    bell_offered_ = true;
+    return bell_fd_.get();
+  }
+  /// Arms the worker (and resets the bell, which may have rung for an earlier
+  /// sleep or woken whoever polls event_fd()); kAgain when events are
+  /// pending. Lock held.
   Status arm() OB_HUB_LOCKED;
 
   uint32_t add(Connection::Impl* conn) OB_HUB_LOCKED;
@@ -171,7 +177,8 @@ class Hub {
   net::Fd epoll_fd_;
   net::Poller watched_;  // its own epoll, itself in epoll_fd_
   net::Fd wake_fd_;      // eventfd in epoll_fd_, written by wake()
-  net::Fd bell_fd_;      // eventfd in epoll_fd_, written by peers (bell_fd()), reset after the sleep it ended
+  net::Fd bell_fd_;      // eventfd in epoll_fd_, written by peers (offer_bell()), reset by arm()
+  bool bell_offered_ OB_HUB_GUARDED = false;
   bool watch_due_ OB_HUB_GUARDED = false;  // a sleep ended: poll the watched fds on the next round
   Mutex posted_mu_;
   std::vector<std::function<void()>> posted_ OB_GUARDED_BY(posted_mu_);

@@ -291,7 +291,7 @@ def test_peers_asleep_over_their_rings_are_woken_by_the_doorbell(start_agent) ->
             slow += time.perf_counter() - t0 >= 0.009
         s = c.stats()
     assert s["doorbells_out"] > 0, s
-    # The agent rang the client's eventfd (Hub::bell_fd), which it may take where it may ptrace the client.
+    # The agent rang the client's eventfd (Hub::offer_bell), which it may take where it may ptrace the client.
     if _may_ptrace_a_parent():
         assert s["doorbells_by_eventfd"] == s["doorbells_out"], s
     assert slow < 20, f"{slow} of 200 requests waited out the missed-wake-up bound"

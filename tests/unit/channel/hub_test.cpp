@@ -1,6 +1,8 @@
 // The hub's waits: adaptive spinning polls while answers come soon after a
 // wait goes idle, and sleeps at once when they come late.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -62,5 +64,25 @@ TEST(HubWait, AdaptiveWaitsSleepThroughLateAnswersThatFixedSpinsPollFor) {
   EXPECT_LT(adaptive, fixed / 3) << "adaptive " << adaptive << " ns, fixed " << fixed << " ns";
 }
 
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+TEST(HubBell, ARungBellWakesWhoeverPollsTheEventFdOnceAndArmResetsIt) {
+  auto hub = Hub::get().value();
+  Lock lock(hub->mutex());
+  const int bell = hub->offer_bell();
+  ASSERT_TRUE(hub->arm().ok());
+  ASSERT_FALSE(readable(hub->event_fd())) << "an idle hub, armed";
+  const uint64_t one = 1;
+  ASSERT_EQ(static_cast<ssize_t>(sizeof one), ::write(bell, &one, sizeof one));  // as a peer rings it
+  EXPECT_TRUE(readable(hub->event_fd()));
+  hub->progress();
+  // An event loop that polls event_fd() arms before it sleeps again: it must not find it readable forever.
+  ASSERT_TRUE(hub->arm().ok());
+  EXPECT_FALSE(readable(hub->event_fd())) << "the bell was not reset: whoever polls the hub would spin";
+}
 }  // namespace
 }  // namespace outboard::channel
