@@ -184,7 +184,7 @@ std::string Session::stats_json() {
   j["ring_frames_in"] = c.ring_frames_in;
   j["ring_frames_out"] = c.ring_frames_out;
   j["doorbells_out"] = c.doorbells_out;
-  j["doorbells_by_eventfd"] = c.doorbells_by_eventfd;
+  j["doorbells_by_pipe"] = c.doorbells_by_pipe;
   j["clients"] = server_->connections();
   std::vector<std::string> names;
   for (auto& [name, s] : impl_->services) names.push_back(name);

@@ -71,7 +71,7 @@ struct Hello {
   std::vector<uint8_t> worker_address;
   uint32_t ring_slots = 0;     ///< 0: no ring
   std::vector<uint8_t> ring_descriptor;
-  uint32_t bell_fd = kNoBell;  ///< the eventfd (in `pid`) that rings this side's doorbell (Hub::offer_bell)
+  uint32_t bell_fd = kNoBell;  ///< the pipe (in `pid`) that rings this side's doorbell (Hub::offer_bell)
 };
 
 /// Agent -> client.

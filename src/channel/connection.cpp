@@ -148,7 +148,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   if (impl->tx_ring && welcome->bell_fd != channel::kNoBell) {
     // The agent's session process, confirmed as the holder of the socket's other end.
     auto process = net::open_peer_process(sock.get(), impl->peer_pid);
-    if (process.ok()) impl->take_peer_bell(welcome->bell_fd, *process);
+    if (process.ok()) impl->take_peer_bell(welcome->bell_fd, impl->peer_pid, *process);
   }
   if (impl->state != Impl::State::kClosed) {
     if (Status st = impl->watch_socket(std::move(sock)); !st.ok()) impl->fail(st);

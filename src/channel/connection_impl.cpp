@@ -121,9 +121,9 @@ void Connection::Impl::bind_peer_ring(uint32_t slots, std::span<const uint8_t> d
              tx_ring ? "go into its ring" : "go through UCX (its ring is not mapped here)");
 }
 
-void Connection::Impl::take_peer_bell(uint32_t bell_fd, const net::Fd& process) {
+void Connection::Impl::take_peer_bell(uint32_t bell_fd, pid_t pid, const net::Fd& process) {
   if (!tx_ring || bell_fd == channel::kNoBell) return;
-  auto bell = net::take_peer_eventfd(process, static_cast<int>(bell_fd));
+  auto bell = net::open_peer_pipe(process, pid, static_cast<int>(bell_fd));
   if (!bell.ok()) {
     OB_LOG_DBG("connection %u: doorbell of %s through UCX: %s", local_id, peer_address.c_str(),
                bell.status().to_string().c_str());
@@ -498,10 +498,10 @@ bool Connection::Impl::post_to_ring(const channel::WireHeader& w, std::span<cons
     counters->doorbells_out += doorbell;
   }
   if (doorbell && peer_bell.valid()) {
-    const uint64_t one = 1;
-    // EAGAIN: its count is at the limit, so it is readable anyway.
-    if (::write(peer_bell.get(), &one, sizeof one) == sizeof one || errno == EAGAIN) {
-      if (counters) ++counters->doorbells_by_eventfd;
+    const uint8_t ring = 1;
+    // EAGAIN: the pipe is full, so readable anyway (our end never blocks).
+    if (::write(peer_bell.get(), &ring, 1) == 1 || errno == EAGAIN) {
+      if (counters) ++counters->doorbells_by_pipe;
       return true;
     }
     OB_LOG_WARN("connection %u: doorbell of %s: %s; through UCX from now on", local_id, peer_address.c_str(),

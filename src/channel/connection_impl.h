@@ -31,7 +31,7 @@ struct Counters {
   uint64_t ring_frames_in = 0;   // frames clients wrote into the agent's rings
   uint64_t ring_frames_out = 0;  // frames the agent wrote into clients' rings
   uint64_t doorbells_out = 0;    // of those, how many woke a sleeping client
-  uint64_t doorbells_by_eventfd = 0;  // of those, how many through the client's eventfd (not UCX)
+  uint64_t doorbells_by_pipe = 0;  // of those, how many through the client's bell pipe (not UCX)
 };
 }
 
@@ -109,10 +109,10 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   /// Small frames go into the peer's ring where it is mapped here (after
   /// start_data_endpoint); a peer without one or out of reach is no error.
   void bind_peer_ring(uint32_t slots, std::span<const uint8_t> descriptor) OB_HUB_LOCKED;
-  /// Once its ring is bound: the peer's doorbell is its eventfd `bell_fd`
-  /// (its Hub::bell_fd) where this process may take a copy from `process`
-  /// (the peer's pidfd), else a kDoorbell frame through UCX as before.
-  void take_peer_bell(uint32_t bell_fd, const net::Fd& process) OB_HUB_LOCKED;
+  /// Once its ring is bound: the peer's doorbell is its pipe `bell_fd` (its
+  /// Hub::offer_bell) where this process may open it through /proc (`pid`,
+  /// held as `process`), else a kDoorbell frame through UCX as before.
+  void take_peer_bell(uint32_t bell_fd, pid_t pid, const net::Fd& process) OB_HUB_LOCKED;
   /// What our hello or welcome offers as bell_fd: ours where we have a ring.
   uint32_t offered_bell() OB_HUB_LOCKED;
   /// A region descriptor from the peer, checked against peer_policy first
@@ -149,7 +149,7 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   std::unique_ptr<secure::FrameSeal> seal;
   std::unique_ptr<channel::RxRing> rx_ring;
   std::unique_ptr<channel::TxRing> tx_ring;
-  net::Fd peer_bell;  // the peer's eventfd (take_peer_bell), rung instead of a kDoorbell frame
+  net::Fd peer_bell;  // our write end of the peer's bell (take_peer_bell), rung instead of a kDoorbell frame
 
   uint64_t peer_max_msg = 0;
   std::vector<std::string> peer_services;

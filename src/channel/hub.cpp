@@ -1,5 +1,6 @@
 #include "channel/hub.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -37,10 +38,13 @@ Result<std::shared_ptr<Hub>> Hub::get(const transport::TransportConfig& transpor
   OB_ASSIGN_OR_RETURN(net::Poller watched, net::Poller::create());
   net::Fd epoll_fd(epoll_create1(EPOLL_CLOEXEC));
   net::Fd wake_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  net::Fd bell_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!epoll_fd.valid() || !wake_fd.valid() || !bell_fd.valid())
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0)
+    return Status(Code::kIoError, std::string("pipe2: ") + std::strerror(errno));
+  Bell bell{net::Fd(pipe_fds[0]), net::Fd(pipe_fds[1])};
+  if (!epoll_fd.valid() || !wake_fd.valid())
     return Status(Code::kIoError, std::string("epoll/eventfd: ") + std::strerror(errno));
-  for (int fd : {worker->event_fd(), watched.fd(), wake_fd.get(), bell_fd.get()}) {
+  for (int fd : {worker->event_fd(), watched.fd(), wake_fd.get(), bell.read.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -48,18 +52,17 @@ Result<std::shared_ptr<Hub>> Hub::get(const transport::TransportConfig& transpor
       return Status(Code::kIoError, std::string("epoll_ctl: ") + std::strerror(errno));
   }
   std::shared_ptr<Hub> hub(
-      new Hub(std::move(worker), std::move(epoll_fd), std::move(watched), std::move(wake_fd), std::move(bell_fd)));
+      new Hub(std::move(worker), std::move(epoll_fd), std::move(watched), std::move(wake_fd), std::move(bell)));
   current = hub;
   return hub;
 }
 
-Hub::Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd,
-         net::Fd bell_fd)
+Hub::Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd, Bell bell)
     : worker_(std::move(worker)),
       epoll_fd_(std::move(epoll_fd)),
       watched_(std::move(watched)),
       wake_fd_(std::move(wake_fd)),
-      bell_fd_(std::move(bell_fd)) {
+      bell_(std::move(bell)) {
   worker_->set_am_handler([this](transport::IncomingAm& am) OB_HUB_LOCKED { on_am(am); });
 }
 
@@ -81,8 +84,8 @@ unsigned Hub::poll_watched() {
 
 Status Hub::arm() {
   if (bell_offered_) {  // else epoll_fd_ stays readable: a sleep here or an event loop polling it would spin
-    uint64_t rings;
-    [[maybe_unused]] ssize_t r = ::read(bell_fd_.get(), &rings, sizeof rings);
+    uint8_t rings[256];  // one byte per ring; a peer that writes more only wakes us more often
+    [[maybe_unused]] ssize_t r = ::read(bell_.read.get(), rings, sizeof rings);
   }
   if (has_posted_.load(std::memory_order_acquire)) return {Code::kAgain, "posted work pending"};
   if (!sleep_rings()) return {Code::kAgain, "a frame waits in a ring"};

@@ -80,14 +80,14 @@ class Hub {
   RecursiveMutex& mutex() OB_RETURN_CAPABILITY(transport::process_mutex) { return transport::process_mutex; }
   /// Readable when the worker or a watched fd has events (after arm()).
   [[nodiscard]] int event_fd() const { return epoll_fd_.get(); }
-  /// The eventfd a peer process on this host rings (a write of 1) when it
+  /// The pipe a peer process on this host rings (a write of a byte) when it
   /// publishes into our sleeping ring, for a hello or welcome to offer: its
-  /// copy (net::take_peer_eventfd) wakes us at a futex's cost, where a
+  /// own write end (net::open_peer_pipe) wakes us at a futex's cost, where a
   /// kDoorbell frame through UCX also costs both sides UCX's signal socket.
-  /// From then on every arm() resets it. Lock held.
+  /// From then on every arm() empties it. Lock held.
   int offer_bell() OB_HUB_LOCKED {
     bell_offered_ = true;
-    return bell_fd_.get();
+    return bell_.read.get();
   }
   /// Arms the worker (and resets the bell, which may have rung for an earlier
   /// sleep or woken whoever polls event_fd()); kAgain when events are
@@ -154,8 +154,11 @@ class Hub {
       OB_REQUIRES(transport::process_mutex);
 
  private:
-  Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd,
-      net::Fd bell_fd);
+  struct Bell {
+    net::Fd read;   // in epoll_fd_
+    net::Fd write;  // never written here: held so that the read end never hangs up
+  };
+  Hub(std::shared_ptr<transport::Worker> worker, net::Fd epoll_fd, net::Poller watched, net::Fd wake_fd, Bell bell);
   unsigned run_posted() OB_HUB_LOCKED;
   void on_am(transport::IncomingAm& am) OB_HUB_LOCKED;
   /// `ring_owner`: the connection whose ring held the frame, which it must name.
@@ -177,7 +180,7 @@ class Hub {
   net::Fd epoll_fd_;
   net::Poller watched_;  // its own epoll, itself in epoll_fd_
   net::Fd wake_fd_;      // eventfd in epoll_fd_, written by wake()
-  net::Fd bell_fd_;      // eventfd in epoll_fd_, written by peers (offer_bell()), reset by arm()
+  Bell bell_;            // written by peers (offer_bell()), emptied by arm()
   bool bell_offered_ OB_HUB_GUARDED = false;
   bool watch_due_ OB_HUB_GUARDED = false;  // a sleep ended: poll the watched fds on the next round
   Mutex posted_mu_;

@@ -95,7 +95,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   conn->start_data_endpoint(hello.worker_address);
   conn->bind_peer_ring(hello.ring_slots, hello.ring_descriptor);
   if (conn->peer_policy && conn->peer_policy->owner_process)
-    conn->take_peer_bell(hello.bell_fd, *conn->peer_policy->owner_process);
+    conn->take_peer_bell(hello.bell_fd, conn->peer_policy->owner, *conn->peer_policy->owner_process);
   if (conn->state == Connection::Impl::State::kClosed) return refused(conn->reason);
   auto ring = conn->open_ring();
   if (!ring.ok()) return refused(ring.status());

@@ -10,6 +10,7 @@
 #include <linux/filter.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -336,21 +337,23 @@ bool process_ended(const Fd& pidfd) {
   return ::poll(&p, 1, 0) > 0;
 }
 
-Result<Fd> take_peer_eventfd(const Fd& pidfd, int fd) {
-  Fd copy(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));  // close-on-exec
-  if (!copy.valid())
-    return Status(Code::kUnsupported, "pidfd_getfd of descriptor " + std::to_string(fd) + ": " + errno_text(errno));
+Result<Fd> open_peer_pipe(const Fd& pidfd, pid_t pid, int fd) {
+  const std::string what = "descriptor " + std::to_string(fd) + " of process " + std::to_string(pid);
+  // O_PATH opens nothing (no device's open runs); the inode it pins is the one checked and reopened.
+  Fd path(::open(("/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd)).c_str(), O_PATH | O_CLOEXEC));
+  if (!path.valid()) return Status(Code::kUnsupported, what + ": " + errno_text(errno));
+  if (process_ended(pidfd)) return Status(Code::kUnsupported, what + ": that process has ended");  // its pid may be another's
+  // An anonymous pipe only: a named FIFO reopened here would be opened with our rights, not its holder's.
+  const std::string pinned = "/proc/self/fd/" + std::to_string(path.get());
   char link[64] = {};
-  const std::string path = "/proc/self/fd/" + std::to_string(copy.get());
-  const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
-  if (n < 0 || std::string_view(link, static_cast<size_t>(n)) != "anon_inode:[eventfd]")
-    return Status(Code::kInvalidArgument, "descriptor " + std::to_string(fd) + " is " +
-                                              (n < 0 ? errno_text(errno) : std::string(link, static_cast<size_t>(n))) +
-                                              ", expected an eventfd");
-  const int flags = ::fcntl(copy.get(), F_GETFL);
-  if (flags < 0 || !(flags & O_NONBLOCK))
-    return Status(Code::kInvalidArgument, "eventfd " + std::to_string(fd) + " blocks, expected a non-blocking one");
-  return copy;
+  const ssize_t n = ::readlink(pinned.c_str(), link, sizeof link - 1);
+  struct stat st {};
+  if (n < 0 || ::fstat(path.get(), &st) != 0 || !S_ISFIFO(st.st_mode) || std::strncmp(link, "pipe:[", 6) != 0)
+    return Status(Code::kInvalidArgument, what + " is " + (n < 0 ? errno_text(errno) : std::string(link)) +
+                                              ", not an anonymous pipe");
+  Fd end(::open(pinned.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!end.valid()) return Status(Code::kUnsupported, what + ": " + errno_text(errno));
+  return end;
 }
 
 namespace {

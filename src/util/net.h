@@ -126,10 +126,11 @@ Status admit_peer(int fd);
 Result<Fd> open_peer_process(int fd, pid_t pid);
 /// Whether the process of `pidfd` has ended.
 bool process_ended(const Fd& pidfd);
-/// This process's copy of descriptor `fd` of the process of `pidfd`
-/// (pidfd_getfd: the caller may ptrace that process), accepted only if it is
-/// a non-blocking eventfd: writing 8 bytes into one reaches only its owner,
-/// and never blocks. kUnsupported or kInvalidArgument says why not.
-Result<Fd> take_peer_eventfd(const Fd& pidfd, int fd);
+/// A write end of this process's own to pipe `fd` of process `pid` (held as
+/// `pidfd`), opened anew through /proc/`pid`/fd (the caller may ptrace it):
+/// its file status flags are ours alone, so a write is non-blocking whatever
+/// that process does with its ends, and reaches only that pipe. kUnsupported
+/// (not reachable, ended) or kInvalidArgument (not a pipe) says why not.
+Result<Fd> open_peer_pipe(const Fd& pidfd, pid_t pid, int fd);
 
 }  // namespace outboard::net

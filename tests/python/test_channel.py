@@ -291,14 +291,14 @@ def test_peers_asleep_over_their_rings_are_woken_by_the_doorbell(start_agent) ->
             slow += time.perf_counter() - t0 >= 0.009
         s = c.stats()
     assert s["doorbells_out"] > 0, s
-    # The agent rang the client's eventfd (Hub::offer_bell), which it may take where it may ptrace the client.
+    # The agent rang the client's bell pipe (Hub::offer_bell), which it opens where it may ptrace the client.
     if _may_ptrace_a_parent():
-        assert s["doorbells_by_eventfd"] == s["doorbells_out"], s
+        assert s["doorbells_by_pipe"] == s["doorbells_out"], s
     assert slow < 20, f"{slow} of 200 requests waited out the missed-wake-up bound"
 
 
 def _may_ptrace_a_parent() -> bool:
-    """Whether an agent this process started may take descriptors from it (pidfd_getfd, as ptrace):
+    """Whether an agent this process started may open its descriptors (/proc/<pid>/fd, as ptrace):
     Yama's ptrace_scope 1 and 2 refuse a child that unless it is root, 3 refuses everyone."""
     try:
         scope = int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())

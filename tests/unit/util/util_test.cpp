@@ -1,12 +1,16 @@
-// Status, statistics, checksums, core lists, and who holds a loopback connection.
+// Status, statistics, checksums, core lists, who holds a loopback connection, and doorbell pipes.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <string>
+#include <vector>
 
 #include "outboard/affinity.h"
 #include "outboard/checksum.h"
@@ -124,47 +128,55 @@ TEST(NetTest, APeerProcessIsHeldByPidfdOnlyIfItHoldsTheSocket) {
 }
 
 
-TEST(NetTest, OnlyANonBlockingEventfdOfAnotherProcessIsTakenAsItsDoorbell) {
+TEST(NetTest, ADoorbellIsAWriteEndOfOurOwnToAnotherProcesssAnonymousPipe) {
   int numbers[2];
   ASSERT_EQ(0, ::pipe(numbers));
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
-  if (child == 0) {  // the peer: a doorbell rung 7 times, a blocking eventfd, a pipe
-    int bell = ::eventfd(0, EFD_NONBLOCK), blocking = ::eventfd(0, 0), fds[2];
-    if (::pipe(fds) != 0) ::_exit(1);
-    const uint64_t seven = 7;
-    (void)!::write(bell, &seven, sizeof seven);
-    const int sent[3] = {bell, blocking, fds[0]};
+  if (child == 0) {  // the peer: a blocking pipe (its flags are not ours), an eventfd, a named FIFO
+    int bell[2];
+    const std::string fifo = "/tmp/outboard-net-test-fifo-" + std::to_string(::getpid());
+    if (::pipe(bell) != 0 || ::mkfifo(fifo.c_str(), 0600) != 0) ::_exit(1);
+    const int named = ::open(fifo.c_str(), O_RDWR);
+    ::unlink(fifo.c_str());
+    const int sent[4] = {bell[0], bell[1], ::eventfd(0, EFD_NONBLOCK), named};
     (void)!::write(numbers[1], sent, sizeof sent);
+    char got[4] = {};
+    (void)!::read(bell[0], got, 3);  // what the test rang, sent back
+    (void)!::write(numbers[1], got, 3);
     ::pause();
     ::_exit(0);
   }
-  int fd[3];
+  int fd[4];
   ASSERT_EQ(static_cast<ssize_t>(sizeof fd), ::read(numbers[0], fd, sizeof fd));
-  ::close(numbers[0]), ::close(numbers[1]);
   net::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
   ASSERT_TRUE(pidfd.valid());
 
-  auto bell = net::take_peer_eventfd(pidfd, fd[0]);
+  auto bell = net::open_peer_pipe(pidfd, child, fd[0]);  // its read end names the pipe as well
   ASSERT_TRUE(bell.ok()) << bell.status().to_string();
-  uint64_t count = 0;
-  ASSERT_EQ(static_cast<ssize_t>(sizeof count), ::read(bell->get(), &count, sizeof count));
-  EXPECT_EQ(count, 7u) << "the child's own eventfd, not a new one";
   EXPECT_EQ(::fcntl(bell->get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  ASSERT_EQ(3, ::write(bell->get(), "abc", 3));
+  char back[4] = {};
+  ASSERT_EQ(3, ::read(numbers[0], back, 3));
+  EXPECT_STREQ(back, "abc") << "the child's own pipe";
+  // Its end blocks; ours does not: a full pipe answers EAGAIN, the writer goes on.
+  ssize_t n = 0;
+  const std::vector<char> chunk(4096, 'x');
+  while ((n = ::write(bell->get(), chunk.data(), chunk.size())) > 0) {}
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_TRUE(net::open_peer_pipe(pidfd, child, fd[1]).ok()) << "its write end names the same pipe";
 
-  auto blocking = net::take_peer_eventfd(pidfd, fd[1]);
-  EXPECT_EQ(blocking.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(blocking.status().message().find("blocks, expected a non-blocking one"), std::string::npos)
-      << blocking.status().to_string();
-  auto pipe = net::take_peer_eventfd(pidfd, fd[2]);
-  EXPECT_EQ(pipe.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(pipe.status().message().find("is pipe:["), std::string::npos) << pipe.status().to_string();
-  EXPECT_NE(pipe.status().message().find("expected an eventfd"), std::string::npos);
-  EXPECT_EQ(net::take_peer_eventfd(pidfd, 1000).status().code(), Code::kUnsupported);  // not open there
-
+  for (int i : {2, 3}) {
+    auto refused = net::open_peer_pipe(pidfd, child, fd[i]);
+    EXPECT_EQ(refused.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("not an anonymous pipe"), std::string::npos)
+        << refused.status().to_string();
+  }
+  EXPECT_EQ(net::open_peer_pipe(pidfd, child, 1000).status().code(), Code::kUnsupported);  // not open there
+  ::close(numbers[0]), ::close(numbers[1]);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
-  EXPECT_EQ(net::take_peer_eventfd(pidfd, fd[0]).status().code(), Code::kUnsupported);  // ended
+  EXPECT_EQ(net::open_peer_pipe(pidfd, child, fd[0]).status().code(), Code::kUnsupported);  // ended
 }
 }  // namespace
 }  // namespace outboard
