@@ -1,5 +1,5 @@
 // The hub's waits: adaptive spinning polls while answers come soon after a
-// wait goes idle, and sleeps at once when they come late.
+// wait goes idle, and sleeps at once when they come late; its bell.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/syscall.h>
@@ -66,7 +66,6 @@ TEST(HubWait, AdaptiveWaitsSleepThroughLateAnswersThatFixedSpinsPollFor) {
   EXPECT_LT(adaptive, fixed / 3) << "adaptive " << adaptive << " ns, fixed " << fixed << " ns";
 }
 
-
 bool readable(int fd) {
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
@@ -87,5 +86,6 @@ TEST(HubBell, ARungBellWakesWhoeverPollsTheEventFdOnceAndArmResetsIt) {
   ASSERT_TRUE(hub->arm().ok());
   EXPECT_FALSE(readable(hub->event_fd())) << "the bell was not reset: whoever polls the hub would spin";
 }
+
 }  // namespace
 }  // namespace outboard::channel
