@@ -134,6 +134,11 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
     return fail(Status(Code::kIoError, what + ": the agent answered with a hello"));
   auto welcome = channel::decode_welcome(answer->payload);
   if (!welcome.ok()) return fail(welcome.status().with_context(what));
+  // The agent's session process, confirmed as the holder of the socket's other end, for its bell:
+  // found outside the hub's lock (it reads /proc/net/tcp and the session's descriptors).
+  Result<net::Fd> agent_process = Status(Code::kUnsupported, "no bell offered or no ring of ours");
+  if (hello.ring_slots != 0 && welcome->bell_fd != channel::kNoBell)
+    agent_process = net::open_peer_process(sock.get(), static_cast<pid_t>(welcome->pid));
   Lock lock(hub->mutex());
   impl->peer_id = welcome->connection_id;
   impl->peer_in_process = welcome->pid == static_cast<uint32_t>(::getpid());
@@ -145,11 +150,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& addre
   impl->agent_info = std::move(welcome->facts);
   impl->start_data_endpoint(welcome->worker_address);
   impl->bind_peer_ring(welcome->ring_slots, welcome->ring_descriptor);
-  if (impl->tx_ring && welcome->bell_fd != channel::kNoBell) {
-    // The agent's session process, confirmed as the holder of the socket's other end.
-    auto process = net::open_peer_process(sock.get(), impl->peer_pid);
-    if (process.ok()) impl->take_peer_bell(welcome->bell_fd, impl->peer_pid, *process);
-  }
+  if (agent_process.ok()) impl->take_peer_bell(welcome->bell_fd, impl->peer_pid, *agent_process);
   if (impl->state != Impl::State::kClosed) {
     if (Status st = impl->watch_socket(std::move(sock)); !st.ok()) impl->fail(st);
   }

@@ -47,7 +47,6 @@ Connection::Impl::~Impl() {
   hub->remove_ring(this);
   rx_ring.reset();
   tx_ring.reset();
-  peer_bell = net::Fd();
   if (socket.valid()) hub->unwatch(socket.get());
   data_ep.close(true);
 }

@@ -128,7 +128,7 @@ TEST(NetTest, APeerProcessIsHeldByPidfdOnlyIfItHoldsTheSocket) {
 }
 
 
-TEST(NetTest, ADoorbellIsAWriteEndOfOurOwnToAnotherProcesssAnonymousPipe) {
+TEST(NetTest, ADoorbellIsAWriteEndOfOurOwnToAnAnonymousPipeOfAnotherProcess) {
   int numbers[2];
   ASSERT_EQ(0, ::pipe(numbers));
   const pid_t child = ::fork();
