@@ -91,6 +91,7 @@ def main() -> int:
     }
     # Services: byte 0 picks echo, graph, memory, sink, stats, tokenize (| 0x80: one-way).
     encode = struct.pack("<IIQQIIB7x", 0, 0, 0, 1024, 2, 0, 0) + struct.pack("<QQ", 5, 6) + b"hello world!"
+    in_band = struct.pack("<IIQQIIB7x", 0, 9, 0, 1024, 2, 0, 16) + struct.pack("<QQ", 5, 6) + b"hello world!"
     graph = b"G" + blob(b"seed") + struct.pack("<QI", 4096, 2) + b"\x01" + blob(b"sha") + b"\x03" + blob(b"check")
     graph += struct.pack("<III", 1, 0, 1)
     seeds["service_requests"] = {
@@ -105,6 +106,7 @@ def main() -> int:
         "stats": b"\x04",
         "tokenize-open": b"\x05Ogpt2",
         "tokenize-encode": b"\x05E" + encode,
+        "tokenize-encode-in-band": b"\x05E" + in_band,  # kIdsInBand: no output named (9 is none)
         "tokenize-upload": b"\x05L\x03[PAD]\n[UNK]\nhello\n",
     }
     # mpi_post: services/mpi_wire.h, a post (version, kind, comm, seq, size, rank, coll, elem, op, flags, root,

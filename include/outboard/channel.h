@@ -250,6 +250,9 @@ class Connection {
   /// over X25519, agent <its certificate's subject or psk:identity>", with
   /// ", resumed" when the handshake resumed an earlier session.
   [[nodiscard]] const std::string& security() const;
+  /// Every frame is sealed (a secure connection): one-sided access to either
+  /// side's memory is refused, so services carry their data in messages.
+  [[nodiscard]] bool sealed() const;
   /// Agent side: who the client authenticated as through TLS (its
   /// certificate's subject, or psk:identity); empty for a plaintext client.
   [[nodiscard]] const std::string& peer_identity() const;

@@ -1,6 +1,8 @@
 // Client of the agent's `tokenize` service: texts go to the agent, exact ids
 // come back by a one-sided write into this process's registered memory, so a
-// consumer reads them in place (no copy, no parsing).
+// consumer reads them in place (no copy, no parsing). On a sealed connection,
+// where one-sided access is refused, they come in the answer, sealed with
+// it, and are copied into the same slots.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +67,8 @@ class EncodedBatch {
 };
 
 /// Memory of the caller's where ids land (pinned host memory that a GPU's
-/// copy engine reads, say). It is registered for the tokenizer's life and
+/// copy engine reads, say). It is registered for the tokenizer's life (on a
+/// sealed connection, ids are copied into it from the answer) and
 /// `owner` is held until no batch views it. Batches that do not fit get slabs
 /// of the tokenizer's own.
 struct OutputMemory {

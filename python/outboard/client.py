@@ -54,7 +54,8 @@ class Client:
         gets memory of the tokenizer's own. Host batches return arrays of their own. On one host with
         UCX 1.13 the agent reaches only the tokenizer's own memory (UCX-allocated) with one-sided
         writes: into ``output`` they are emulated with messages this process copies, so pass it only
-        when the ids must be in that memory (a GPU's pinned buffer)."""
+        when the ids must be in that memory (a GPU's pinned buffer). Over a secure connection no
+        one-sided write is allowed: the ids come in the agent's sealed answer and are copied into place."""
         return OffloadTokenizer(self._conn, name, placement=placement, policy=policy, timeout=timeout, output=output)
 
     def detokenizer(self, name: str | Path, *, timeout: float = DEFAULT_TIMEOUT_S) -> Detokenizer:

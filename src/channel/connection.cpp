@@ -352,6 +352,7 @@ uint64_t Connection::peer_max_msg_size() const { return impl_->peer_max_msg; }
 std::vector<std::string> Connection::peer_services() const { return impl_->peer_services; }
 std::vector<std::pair<std::string, uint64_t>> Connection::agent_info() const { return impl_->agent_info; }
 const std::string& Connection::security() const { return impl_->security; }
+bool Connection::sealed() const { return impl_->seal != nullptr; }
 const std::string& Connection::peer_identity() const { return impl_->peer_identity; }
 uint32_t Connection::send_credits() const {
   Lock lock(impl_->hub->mutex());

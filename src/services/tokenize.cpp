@@ -1,6 +1,7 @@
 // The `tokenize` service: batches of texts in, exact token ids written with
-// a one-sided put straight into the client's registered output buffer, then
-// an answer with per-text offsets, lengths and errors. Tokenizing runs on the
+// a one-sided put straight into the client's registered output buffer (in
+// the answer instead on a sealed connection), then an answer with per-text
+// offsets, lengths and errors. Tokenizing runs on the
 // service's own worker threads; the progress thread only parses, queues, and
 // writes the results back (posted by the workers). With no workers the
 // progress thread tokenizes too: on one dedicated core it can then poll
@@ -141,14 +142,18 @@ class Tokenize final : public Service {
     Client& client = core_->clients[r.peer->id()];
     if (h.tokenizer >= client.tokenizers.size())
       return r.responder.fail({Code::kNotFound, "tokenizer " + std::to_string(h.tokenizer) + " was not opened on this connection"});
-    if (h.output >= client.outputs.size() || !client.outputs[h.output])
-      return r.responder.fail({Code::kNotFound, "output buffer " + std::to_string(h.output) + " is not bound on this connection"});
-    const RemoteRegion& region = *client.outputs[h.output];
-    const uint64_t slots = region.size() / sizeof(int32_t);
-    if (h.out_offset > slots || h.out_capacity > slots - h.out_offset)
-      return r.responder.fail({Code::kOutOfRange, "output range of " + std::to_string(h.out_capacity) + " ids at id " +
-                                                      std::to_string(h.out_offset) + " exceeds the output buffer of " +
-                                                      std::to_string(slots) + " ids"});
+    // In band, the ids go in the answer: its size is checked when it is sent.
+    std::shared_ptr<RemoteRegion> output;
+    if (!(h.flags & wire::kIdsInBand)) {
+      if (h.output >= client.outputs.size() || !client.outputs[h.output])
+        return r.responder.fail({Code::kNotFound, "output buffer " + std::to_string(h.output) + " is not bound on this connection"});
+      output = client.outputs[h.output];
+      const uint64_t slots = output->size() / sizeof(int32_t);
+      if (h.out_offset > slots || h.out_capacity > slots - h.out_offset)
+        return r.responder.fail({Code::kOutOfRange, "output range of " + std::to_string(h.out_capacity) + " ids at id " +
+                                                        std::to_string(h.out_offset) + " exceeds the output buffer of " +
+                                                        std::to_string(slots) + " ids"});
+    }
     std::vector<uint64_t> lengths(h.texts);
     uint64_t total = 0;
     for (auto& len : lengths) {
@@ -160,7 +165,7 @@ class Tokenize final : public Service {
                                                            " B but the request carries " + std::to_string(in.in.size()) + " B"});
     Responder responder = r.responder;
     const uint8_t* texts = in.in.data();
-    auto job = std::make_shared<Job>(Job{std::move(r), client.tokenizers[h.tokenizer], client.outputs[h.output], h,
+    auto job = std::make_shared<Job>(Job{std::move(r), client.tokenizers[h.tokenizer], std::move(output), h,
                                          std::move(lengths), texts, Clock::now(), static_cast<uint32_t>(core_->workers.waiting())});
     enqueue([core = core_, job] { return run(core, job); }, responder);
   }
@@ -168,7 +173,7 @@ class Tokenize final : public Service {
   struct Job {
     ServiceRequest request;  // owns the payload the texts point into
     std::shared_ptr<const Tokenizer> tokenizer;
-    std::shared_ptr<RemoteRegion> output;
+    std::shared_ptr<RemoteRegion> output;  // null: the ids go in the answer
     wire::EncodeHeader header;
     std::vector<uint64_t> lengths;
     const uint8_t* texts;
@@ -220,6 +225,10 @@ class Tokenize final : public Service {
     wire::Writer answer;
     answer.put(rh);
     for (const auto& res : results) answer.put(res);
+    if (!job.output) {
+      answer.put_bytes({reinterpret_cast<const uint8_t*>(ids->data()), ids->size() * sizeof(int32_t)});
+      ids->clear();
+    }
     for (const auto& e : errors) {
       answer.put(static_cast<uint32_t>(e.size()));
       answer.put_bytes(e);
@@ -233,6 +242,11 @@ class Tokenize final : public Service {
   static void finish(Job& job, const std::vector<int32_t>& ids, std::vector<uint8_t>& answer) {
     ServiceRequest& r = job.request;
     if (!r.peer->is_open()) return;  // the client left mid-batch
+    if (!job.output && answer.size() > r.peer->peer_max_msg_size())
+      return r.responder.fail({Code::kTooBig, "the answer of " + std::to_string(answer.size()) +
+                                                  " B, its ids in band (a sealed connection), exceeds the client's "
+                                                  "max_msg_size " + std::to_string(r.peer->peer_max_msg_size()) +
+                                                  " B: send smaller batches"});
     const auto t0 = Clock::now();
     if (!ids.empty()) {
       const auto deadline = Deadline::after_ms(kPutDeadlineMs);

@@ -25,32 +25,54 @@ Result<Buffer> call(Connection& conn, std::span<const uint8_t> payload, Deadline
 // reserves its slots before it is sent and keeps them while any view lives.
 // The first slab (ours, or the caller's OutputMemory) stays; one added for a
 // peak (a long text, many batches in flight) is unbound and unregistered once
-// it is empty again.
+// it is empty again. On a sealed connection the agent may not write here:
+// the slabs are plain memory, never bound, and the ids come in the answer.
 struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
   struct Slab {
-    Region region;
+    Region region;                       // registered (not in band)
+    std::unique_ptr<int32_t[]> own;      // or ours, in band
+    std::span<int32_t> memory;           // what either holds, or the caller's OutputMemory
     uint32_t handle = 0;                 // the agent's name for it
     std::map<uint64_t, uint64_t> free;   // first slot -> slots
-    [[nodiscard]] uint64_t ids() const { return region.size() / sizeof(int32_t); }
+    [[nodiscard]] uint64_t ids() const { return memory.size(); }
   };
   Connection& conn;
   uint64_t slab_ids;
   std::shared_ptr<void> owner;  // of the caller's memory: outlives the slab registered on it
+  const bool in_band;           // conn.sealed()
   std::mutex mu;
   std::vector<std::unique_ptr<Slab>> slabs;
   std::vector<std::unique_ptr<Slab>> emptied;  // to unbind, by the next reserve()
 
   Pool(Connection& c, uint64_t ids, std::shared_ptr<void> memory_owner)
-      : conn(c), slab_ids(ids), owner(std::move(memory_owner)) {}
+      : conn(c), slab_ids(ids), owner(std::move(memory_owner)), in_band(c.sealed()) {}
 
   Result<std::unique_ptr<Slab>> new_slab(uint64_t ids, Deadline deadline) {
+    if (in_band) {
+      auto slab = std::make_unique<Slab>();
+      slab->own = std::make_unique_for_overwrite<int32_t[]>(ids);
+      const std::span<int32_t> memory(slab->own.get(), ids);
+      return with_memory(std::move(slab), memory);
+    }
     OB_ASSIGN_OR_RETURN(Region region, conn.allocate_memory(ids * sizeof(int32_t)));
     return bind(std::move(region), deadline);
   }
 
+  // The caller's memory: registered and bound, or in band used as it is.
+  Result<std::unique_ptr<Slab>> adopt(std::span<int32_t> ids, Deadline deadline) {
+    if (in_band) return with_memory(std::make_unique<Slab>(), ids);
+    OB_ASSIGN_OR_RETURN(Region region, conn.register_memory(ids.data(), ids.size_bytes()));
+    return bind(std::move(region), deadline);
+  }
+
+  static std::unique_ptr<Slab> with_memory(std::unique_ptr<Slab> slab, std::span<int32_t> memory) {
+    slab->memory = memory;
+    slab->free[0] = memory.size();
+    return slab;
+  }
+
   // Blocks for a round trip: called without `mu`.
   Result<std::unique_ptr<Slab>> bind(Region region, Deadline deadline) {
-    const uint64_t ids = region.size() / sizeof(int32_t);
     wire::Writer w;
     w.put(wire::kBind);
     w.put_bytes(region.descriptor());
@@ -58,9 +80,9 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
     auto slab = std::make_unique<Slab>();
     wire::Reader r{reply.span()};
     if (!r.get(slab->handle)) return Status(Code::kIoError, "tokenize service answered a bind with " + std::to_string(reply.size()) + " B");
+    std::span<int32_t> memory(reinterpret_cast<int32_t*>(region.data()), region.size() / sizeof(int32_t));
     slab->region = std::move(region);
-    slab->free[0] = ids;
-    return slab;
+    return with_memory(std::move(slab), memory);
   }
 
   struct Reservation {
@@ -123,6 +145,7 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
       std::lock_guard lock(mu);
       unbind.swap(emptied);
     }
+    if (in_band) return;  // never bound: freeing it is all
     for (auto it = unbind.begin(); it != unbind.end(); ++it) {
       const auto handle = (*it)->handle;
       wire::Writer w;
@@ -193,8 +216,7 @@ Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& conne
   if (output.ids.empty()) {
     OB_ASSIGN_OR_RETURN(slab, pool->new_slab(pool->slab_ids, deadline));
   } else {
-    OB_ASSIGN_OR_RETURN(Region region, connection.register_memory(output.ids.data(), output.ids.size_bytes()));
-    OB_ASSIGN_OR_RETURN(slab, pool->bind(std::move(region), deadline));
+    OB_ASSIGN_OR_RETURN(slab, pool->adopt(output.ids, deadline));
   }
   pool->slabs.push_back(std::move(slab));
   return std::unique_ptr<RemoteTokenizer>(new RemoteTokenizer(connection, handle, vocab, std::move(pool)));
@@ -240,7 +262,7 @@ Result<RemoteTokenizer::Request> RemoteTokenizer::prepare(std::span<const std::s
   const EncodeOptions& e = options.encode;
   h.flags = (e.allow_special ? wire::kAllowSpecial : 0) | (e.ordinary ? wire::kOrdinary : 0) |
             (e.utf8 == Utf8Policy::kReplace ? wire::kUtf8Replace : 0) |
-            (e.add_special_tokens ? wire::kAddSpecialTokens : 0);
+            (e.add_special_tokens ? wire::kAddSpecialTokens : 0) | (pool_->in_band ? wire::kIdsInBand : 0);
   req.bytes = Buffer(1 + sizeof h + texts.size() * sizeof(uint64_t) + bytes);
   uint8_t* out = req.bytes.data();
   auto put = [&out](const void* p, size_t n) {
@@ -280,13 +302,18 @@ Result<EncodedBatch> RemoteTokenizer::finish(const Buffer& reply, std::shared_pt
   }
   if (expect != rh.ids) return malformed("total");
   offsets.push_back(expect);
+  int32_t* base = res.slab->memory.data() + res.first;
+  if (slots->pool->in_band) {
+    std::span<const uint8_t> ids;
+    if (!r.take(rh.ids * sizeof(int32_t), ids)) return malformed("ids");
+    if (!ids.empty()) std::memcpy(base, ids.data(), ids.size());
+  }
   for (auto [i, code] : failed) {
     uint32_t len = 0;
     std::span<const uint8_t> msg;
     if (!r.get(len) || !r.take(len, msg)) return malformed("messages");
     errors[i] = Status(static_cast<Code>(code), std::string(reinterpret_cast<const char*>(msg.data()), msg.size()));
   }
-  const auto* base = reinterpret_cast<const int32_t*>(res.slab->region.data()) + res.first;
   return EncodedBatch(std::move(slots), {base, rh.ids}, std::move(offsets), std::move(errors),
                       {rh.queued_before, rh.queue_ns, rh.tokenize_ns, rh.cpu_ns, rh.put_ns});
 }

@@ -10,7 +10,9 @@
 //   'E' EncodeHeader, u64 length[n], texts back to back
 //       -> the ids are put into the output region first, then
 //          ResultHeader, TextResult[n], then for each failed text a u32
-//          length and its message.
+//          length and its message. With kIdsInBand (a sealed connection,
+//          where one-sided writes are refused) no output is named and the
+//          ids come in the answer instead, after TextResult[n]: i32[ids].
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,7 @@ enum Flags : uint8_t {
   kOrdinary = 2,
   kUtf8Replace = 4,
   kAddSpecialTokens = 8,
+  kIdsInBand = 16,
 };
 
 struct EncodeHeader {

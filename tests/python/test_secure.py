@@ -14,11 +14,13 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import outboard
 from outboard import cli, errors
 from outboard.bench import netns
+from offload_support import sample_texts
 from test_hostile import _allocates, wait_for
 
 MARKER = b"OUTBOARD-PLAINTEXT-MARKER-"
@@ -230,6 +232,33 @@ def test_a_tenants_sessions_share_one_memory_quota(tmp_path: Path) -> None:
         other.close()
 
 
+def test_a_tls_client_tokenizes_with_its_ids_in_the_sealed_answer(keys: Path) -> None:
+    texts = [t for t in sample_texts() if t][:20] + ["", "tail"]
+    local = outboard.Tokenizer.gpt2()
+    with outboard.LocalAgent("--secure", "always", *agent_args(keys)) as agent:
+        with outboard.connect(agent.address, secure="always", max_msg_size=1 << 20, **certs(keys, "client")) as c:
+            assert c.connection.security.startswith("TLS 1.3")
+            output = np.full(1 << 16, -1, np.int32)
+            for tok in (c.tokenizer("gpt2"), c.tokenizer("gpt2", output=output)):
+                batch = tok.encode_batch(texts)
+                assert all(np.array_equal(batch[i], local.encode(t)) for i, t in enumerate(texts))
+                futures = [tok.submit([t]) for t in texts]  # many in flight, each in its own slots
+                assert all(np.array_equal(f.result(timeout=10)[0], local.encode(t)) for f, t in zip(futures, texts))
+                failed = tok.encode_batch(["short", texts[0]], max_len=4)
+                assert np.array_equal(failed[0], local.encode("short"))
+                assert isinstance(failed.errors[1], errors.TooBig)
+                tok.close()
+            assert np.array_equal(output[:len(local.encode(texts[0]))], local.encode(texts[0]))  # copied into place
+            # The ids of ~1.3 MB of hex words do not fit our 1 MiB messages: the batch fails, saying so.
+            distinct = " ".join(f"{i * 2654435761 % 2**32:x}" for i in range(150_000))
+            tok = c.tokenizer("gpt2")
+            with pytest.raises(errors.TooBig, match=r"its ids in band \(a sealed connection\), exceeds the client's "
+                                                    r"max_msg_size 1048576 B: send smaller batches"):
+                tok.encode_batch([distinct[: 1 << 19], distinct[: 1 << 19]])
+            assert np.array_equal(tok.encode_batch(["still served"])[0], local.encode("still served"))
+            tok.close()
+
+
 def test_a_crl_that_stops_loading_refuses_tls_clients_until_it_loads(tmp_path: Path) -> None:
     d = tenants(tmp_path)
     mine = certs(tmp_path, "client", "k")
@@ -291,13 +320,17 @@ SNIFFER = textwrap.dedent("""
 """)
 
 CLIENT = textwrap.dedent("""
-    import json, sys, outboard
+    import json, sys, numpy, outboard
     kwargs = json.loads(sys.argv[2])
     payload = bytes.fromhex(sys.argv[3]) * 4096
     with outboard.connect(sys.argv[1], connect_timeout=10, **kwargs) as c:
         assert c.request("echo", payload) == payload
         c.send(payload, service="sink")
         assert c.request("echo", b"sync") == b"sync"
+        tok = c.tokenizer("gpt2")  # the ids in a sealed answer, or put one-sided in clear
+        text = payload.decode()
+        assert numpy.array_equal(tok.encode_batch([text])[0], outboard.Tokenizer.gpt2().encode(text))
+        tok.close()
     print("ok")
 """)
 
