@@ -56,6 +56,11 @@ struct AgentConfig {
   uint64_t max_session_memory = 2ull << 30;
   /// --max-client-memory: of it, what one TLS identity's sessions hold together.
   uint64_t max_client_memory = 2ull << 30;
+  /// --max-client-tokenize-threads: tokenize workers one TLS identity's
+  /// sessions keep busy at once, so that a tenant opening more sessions
+  /// gets no more of the agent's cores; 0: as many as one session has
+  /// (--tokenize-threads, at least 1).
+  uint32_t max_client_tokenize_threads = 0;
   // The tokenize service.
   uint32_t tokenize_threads = 1;          ///< --tokenize-threads: workers tokenizing batches (0: the progress thread)
   uint32_t tokenize_queue = 1024;         ///< --tokenize-queue: batches waiting for a worker

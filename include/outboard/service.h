@@ -2,6 +2,7 @@
 // the agent's progress thread and answers it exactly once, now or later.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -76,6 +77,12 @@ class ServiceHost {
   /// release_memory(). Thread mode: any thread.
   [[nodiscard]] virtual Status reserve_memory(uint64_t /*bytes*/, std::string_view /*what*/) { return {}; }
   virtual void release_memory(uint64_t /*bytes*/) {}
+  /// Called on a service's worker before it tokenizes for a client: waits
+  /// while the client's other sessions keep its --max-client-tokenize-threads
+  /// busy. False, having taken nothing, once `stop` is set; give each true
+  /// back with end_client_work(). Thread mode: any thread.
+  [[nodiscard]] virtual bool begin_client_work(const std::atomic<bool>& /*stop*/) { return true; }
+  virtual void end_client_work() {}
 };
 
 class Service {

@@ -107,6 +107,9 @@ config::Options agent_options(const AgentConfig& a) {
           {"max-client-memory", Type::kSize, std::to_string(a.max_client_memory),
            "of --max-memory, what the sessions of one TLS identity (certificate subject, PSK identity) hold "
            "together"},
+          {"max-client-tokenize-threads", Type::kInt, std::to_string(a.max_client_tokenize_threads),
+           "tokenize threads the sessions of one TLS identity keep busy at once, waiting beyond: a tenant with more "
+           "sessions gets no more of the agent's cores (0: as many as --tokenize-threads, at least 1)"},
           {"graph-max-memory", Type::kSize, std::to_string(a.graph_max_memory),
            "agent memory a connection's graph instances may hold"},
           {"mpi-max-pending", Type::kInt, std::to_string(a.mpi_max_pending),
@@ -201,6 +204,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t outstanding, positive("max-outstanding-requests"));
   OB_ASSIGN_OR_RETURN(int64_t keepalive, positive("keepalive-ms"));
   OB_ASSIGN_OR_RETURN(int64_t threads, in_range("tokenize-threads", 0, kMaxTokenizeThreads));
+  OB_ASSIGN_OR_RETURN(int64_t client_threads, in_range("max-client-tokenize-threads", 0, kMaxTokenizeThreads));
   OB_ASSIGN_OR_RETURN(int64_t queue, positive("tokenize-queue"));
   OB_ASSIGN_OR_RETURN(int64_t batch, positive("max-batch-texts"));
   OB_ASSIGN_OR_RETURN(int64_t graph_threads, in_range("graph-threads", 0, graph::Executor::kMaxThreads));
@@ -224,6 +228,7 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   a.mpi_unexpected_bytes = o.size("mpi-unexpected-bytes");
   a.mpi_forward_window_bytes = o.size("mpi-forward-window-bytes");
   a.tokenize_threads = static_cast<uint32_t>(threads);
+  a.max_client_tokenize_threads = static_cast<uint32_t>(client_threads);
   a.tokenize_queue = static_cast<uint32_t>(queue);
   a.max_batch_texts = static_cast<uint32_t>(batch);
   a.max_text_bytes = o.size("max-text-bytes");
@@ -361,7 +366,7 @@ Status Agent::start() {
   agent::ListenerLimits limits{im.config.max_connections, im.config.max_handshakes, im.config.handshake_timeout_ms};
   auto closed = [&listener_slot = im.listener](size_t n) { listener_slot->closed(n); };
   if (im.config.isolation == Isolation::kNone) {
-    OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::create(im.config.max_memory, agent::budget_quotas(im.config), 1));
+    OB_ASSIGN_OR_RETURN(auto budget, SessionBudget::create(im.config.max_memory, agent::budget_quotas(im.config), 1));
     OB_ASSIGN_OR_RETURN(im.session, agent::Session::create(im.config, std::move(im.extra), std::move(budget),
                                                            [closed] { closed(1); }));
     im.dispatch = std::make_unique<InProcessSessions>(*im.session);
@@ -376,7 +381,7 @@ Status Agent::start() {
     }
     if (::access(program.c_str(), X_OK) != 0)
       return {Code::kBadConfig, "session program '" + program + "' is not executable: " + std::strerror(errno)};
-    OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::create(im.config.max_memory, agent::budget_quotas(im.config),
+    OB_ASSIGN_OR_RETURN(auto budget, SessionBudget::create(im.config.max_memory, agent::budget_quotas(im.config),
                                                                  im.config.max_connections));
     auto processes = std::make_unique<agent::ProcessSessions>(im.config, program, std::move(budget), *im.poller, closed);
     im.processes = processes.get();

@@ -43,7 +43,7 @@ std::string session_key(const channel::SessionToken& token, bool shared_memory, 
 }
 }  // namespace
 
-ProcessSessions::ProcessSessions(const AgentConfig& config, std::string program, std::shared_ptr<MemoryBudget> budget,
+ProcessSessions::ProcessSessions(const AgentConfig& config, std::string program, std::shared_ptr<SessionBudget> budget,
                                  net::Poller& poller, std::function<void(size_t)> closed)
     : config_(config), program_(std::move(program)), budget_(std::move(budget)), poller_(poller), closed_(std::move(closed)) {
   for (uint32_t slot = config_.max_connections; slot-- > 0;) free_slots_.push_back(slot);
@@ -89,7 +89,7 @@ Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bo
   free_slots_.pop_back();
   held_[pid] = {slot, identity};
   // A session is never without a group slot: there are as many as sessions.
-  uint32_t group = MemoryBudget::kNoGroup;
+  uint32_t group = SessionBudget::kNoGroup;
   if (!identity.empty()) {
     auto [it, added] = groups_.try_emplace(identity);
     if (added) it->second.index = free_groups_.back(), free_groups_.pop_back();
@@ -222,7 +222,7 @@ void ProcessSessions::reap() {
     if (auto it = held_.find(pid); it != held_.end()) {
       const Held& h = it->second;
       auto group = groups_.find(h.identity);
-      budget_->release_slot(h.slot, group == groups_.end() ? MemoryBudget::kNoGroup : group->second.index);
+      budget_->release_slot(h.slot, group == groups_.end() ? SessionBudget::kNoGroup : group->second.index);
       free_slots_.push_back(h.slot);
       if (group != groups_.end() && --group->second.sessions == 0) {
         free_groups_.push_back(group->second.index);

@@ -26,7 +26,7 @@ class ProcessSessions final : public SessionDispatch {
   /// `config` is read at each start (the agent's: it outlives this, and
   /// holds the port once bound); `budget`: the agent's --max-memory, shared
   /// with every session (a slot each).
-  ProcessSessions(const AgentConfig& config, std::string program, std::shared_ptr<MemoryBudget> budget,
+  ProcessSessions(const AgentConfig& config, std::string program, std::shared_ptr<SessionBudget> budget,
                   net::Poller& poller, std::function<void(size_t)> closed);
   ~ProcessSessions() override;
 
@@ -57,7 +57,7 @@ class ProcessSessions final : public SessionDispatch {
 
   const AgentConfig& config_;
   std::string program_;
-  std::shared_ptr<MemoryBudget> budget_;
+  std::shared_ptr<SessionBudget> budget_;
   // What a session holds of the budget until it is reaped: its slot, and
   // its TLS identity's group (shared by that identity's sessions).
   struct Held {

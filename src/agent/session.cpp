@@ -33,8 +33,16 @@ class HubHost final : public ServiceHost {
   void add_poller(std::function<bool()> poll) override OB_HUB_LOCKED { hub->add_poller(std::move(poll)); }
   Status reserve_memory(uint64_t bytes, std::string_view what) override { return budget->reserve(bytes, what); }
   void release_memory(uint64_t bytes) override { budget->release(bytes); }
+  bool begin_client_work(const std::atomic<bool>& stop) override {
+    bool waited = false;
+    const bool began = budget->begin_work(stop, waited);
+    if (waited) client_quota_waits.fetch_add(1, std::memory_order_relaxed);
+    return began;
+  }
+  void end_client_work() override { budget->end_work(); }
   std::shared_ptr<channel::Hub> hub;
-  std::shared_ptr<MemoryBudget> budget;
+  std::shared_ptr<SessionBudget> budget;
+  std::atomic<uint64_t> client_quota_waits{0};  // work that waited for its client's other sessions
 };
 
 }  // namespace
@@ -88,7 +96,7 @@ Session::~Session() {
 
 Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
                                                  std::vector<std::unique_ptr<Service>> extra,
-                                                 std::shared_ptr<MemoryBudget> budget, std::function<void()> on_closed) {
+                                                 std::shared_ptr<SessionBudget> budget, std::function<void()> on_closed) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->host.budget = std::move(budget);
@@ -191,6 +199,7 @@ std::string Session::stats_json() {
   j["services"] = names;
   j["cpu_ns"] = process_cpu_ns();
   j["tokenize_threads"] = impl_->config.tokenize_threads;
+  j["tokenize_client_quota_waits"] = impl_->host.client_quota_waits.load(std::memory_order_relaxed);
   j["address"] = impl_->config.listen;
   j["isolation"] = impl_->config.isolation == Isolation::kProcess ? "process" : "none";
   j["pid"] = getpid();
@@ -262,7 +271,7 @@ Status serve_session(net::Fd control) {
   // UCX's TCP listeners answer only the hosts of this session's clients (and of the agents it dials).
   if (setup.transport.transports.find("tcp") != std::string::npos) OB_RETURN_IF_ERROR(net::guard_listeners());
   const int fd = control.get();
-  OB_ASSIGN_OR_RETURN(auto budget, MemoryBudget::attach(budget_fd.release(), setup.config.max_memory,
+  OB_ASSIGN_OR_RETURN(auto budget, SessionBudget::attach(budget_fd.release(), setup.config.max_memory,
                                                         budget_quotas(setup.config), setup.config.max_connections,
                                                         setup.budget_slot, setup.budget_group));
   OB_ASSIGN_OR_RETURN(auto session, Session::create(setup.config, {}, std::move(budget),

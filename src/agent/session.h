@@ -5,6 +5,7 @@
 // Thread mode: run() on one thread; adopt() on that thread (post it there).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -26,7 +27,7 @@ class Session {
   /// `budget`: where the services' memory for clients is counted.
   static Result<std::unique_ptr<Session>> create(const AgentConfig& config,
                                                  std::vector<std::unique_ptr<Service>> extra,
-                                                 std::shared_ptr<MemoryBudget> budget, std::function<void()> on_closed);
+                                                 std::shared_ptr<SessionBudget> budget, std::function<void()> on_closed);
   ~Session();
 
   /// Serves a client whose hello the listener read; one that does not
@@ -53,13 +54,16 @@ struct SessionSetup {
   AgentConfig config;
   transport::TransportConfig transport;
   log::Level log_level = log::Level::kWarning;
-  uint32_t budget_slot = 0;  ///< this session's slot of the agent's MemoryBudget (its fd comes with the setup)
-  uint32_t budget_group = MemoryBudget::kNoGroup;  ///< and its TLS identity's group there
+  uint32_t budget_slot = 0;  ///< this session's slot of the agent's SessionBudget (its fd comes with the setup)
+  uint32_t budget_group = SessionBudget::kNoGroup;  ///< and its TLS identity's group there
 };
 std::string encode_setup(const SessionSetup& setup);
-/// The MemoryBudget quotas of `config` (--max-session-memory, --max-client-memory).
-inline MemoryBudget::Quotas budget_quotas(const AgentConfig& config) {
-  return {config.max_session_memory, config.max_client_memory};
+/// The SessionBudget quotas of `config` (--max-session-memory, --max-client-memory,
+/// --max-client-tokenize-threads).
+inline SessionBudget::Quotas budget_quotas(const AgentConfig& config) {
+  const uint32_t workers = config.max_client_tokenize_threads != 0 ? config.max_client_tokenize_threads
+                                                                   : std::max<uint32_t>(config.tokenize_threads, 1);
+  return {config.max_session_memory, config.max_client_memory, workers};
 }
 Result<SessionSetup> decode_setup(std::string_view json);
 

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "graph/deque.h"
-#include "graph/futex.h"
+#include "util/futex.h"
 #include "graph/graph_impl.h"
 #include "graph/steal.h"
 #include "outboard/affinity.h"
@@ -633,7 +633,7 @@ void idle_wait(ExecutorCore& core, const std::function<bool()>& done, Deadline d
   uint32_t epoch = core.completion_epoch.load(std::memory_order_seq_cst);
   if (!wake()) {
     Deadline cap = Deadline::after(detail::kIdleRecheck);
-    detail::futex_wait(core.completion_epoch, epoch, cap.at() < deadline.at() ? cap : deadline);
+    futex_wait(core.completion_epoch, epoch, cap.at() < deadline.at() ? cap : deadline);
   }
   core.waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
@@ -672,7 +672,7 @@ Executor::~Executor() {
   c.stop.store(true, std::memory_order_seq_cst);
   for (size_t i = 0; i < c.config.threads; ++i) {
     c.workers[i]->sleep.store(detail::kNotified, std::memory_order_seq_cst);
-    detail::futex_wake(c.workers[i]->sleep, 1);
+    futex_wake(c.workers[i]->sleep, 1);
   }
   for (size_t i = 0; i < c.config.threads; ++i) c.workers[i]->thread.join();
   {

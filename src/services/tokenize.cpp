@@ -41,6 +41,7 @@ struct Core {
   std::atomic<bool> detached{false};  // the service is gone: posted closures do nothing
   std::unordered_map<uint32_t, Client> clients;  // progress thread only
   WorkerQueue workers;
+  ServiceHost* host = nullptr;  // set by attach(), before any request
   std::shared_ptr<Vocabularies> vocabularies;
 };
 
@@ -57,7 +58,10 @@ class Tokenize final : public Service {
 
   std::string name() const override { return "tokenize"; }
 
-  void attach(ServiceHost& host) override { core_->workers.attach(host, core_->config.threads); }
+  void attach(ServiceHost& host) override {
+    core_->host = &host;
+    core_->workers.attach(host, core_->config.threads);
+  }
 
   void on_disconnect(uint32_t id) override { core_->clients.erase(id); }
 
@@ -181,8 +185,15 @@ class Tokenize final : public Service {
     uint32_t queued_before;
   };
 
-  // Worker thread: tokenize every text; a failing text fails alone.
+  // Worker thread: tokenize every text; a failing text fails alone. A
+  // tenant's batches take at most its --max-client-tokenize-threads workers
+  // at once, across its sessions: the wait counts as queueing.
   static std::function<void()> run(const std::shared_ptr<Core>& core, const std::shared_ptr<Job>& jobp) {
+    if (!core->host->begin_client_work(core->detached)) return [] {};  // the service is going
+    struct EndWork {
+      ServiceHost* host;
+      ~EndWork() { host->end_client_work(); }
+    } end_work{core->host};
     Job& job = *jobp;
     const auto started = Clock::now();
     const uint64_t cpu0 = thread_cpu_ns();

@@ -4,19 +4,26 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <optional>
 #include <string>
 
+#include "util/futex.h"
+
 namespace outboard {
 
 namespace {
-size_t bytes_for(uint32_t slots) { return sizeof(std::atomic<uint64_t>) * (2 * size_t{slots} + 1); }
+// A waiting worker looks at its stop flag this often.
+constexpr auto kWorkRecheck = std::chrono::milliseconds(100);
 
-Result<std::atomic<uint64_t>*> map(int fd, uint32_t slots) {
+size_t words_bytes(uint32_t slots) { return sizeof(std::atomic<uint64_t>) * (2 * size_t{slots} + 1); }
+size_t bytes_for(uint32_t slots) { return words_bytes(slots) + sizeof(std::atomic<uint32_t>) * 3 * size_t{slots}; }
+
+Result<void*> map(int fd, uint32_t slots) {
   void* p = ::mmap(nullptr, bytes_for(slots), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return Status(Code::kIoError, std::string("mmap of the memory budget: ") + std::strerror(errno));
-  return static_cast<std::atomic<uint64_t>*>(p);
+  if (p == MAP_FAILED) return Status(Code::kIoError, std::string("mmap of the session budget: ") + std::strerror(errno));
+  return p;
 }
 
 // Adds `bytes` to `word` unless that passes `cap`; what it held before, or nothing.
@@ -26,39 +33,58 @@ std::optional<uint64_t> take(std::atomic<uint64_t>& word, uint64_t bytes, uint64
   word.fetch_sub(bytes, std::memory_order_relaxed);
   return before;
 }
+
+// Takes up to `n` from `word`, never below 0: a session that crashed between
+// its two counts makes the listener give back one its group never took.
+void give_back(std::atomic<uint32_t>& word, uint32_t n) {
+  uint32_t now = word.load(std::memory_order_relaxed);
+  while (!word.compare_exchange_weak(now, now - std::min(now, n), std::memory_order_seq_cst)) {
+  }
+}
 }  // namespace
 
-Result<std::shared_ptr<MemoryBudget>> MemoryBudget::create(uint64_t limit, Quotas quotas, uint32_t slots) {
-  const int fd = ::memfd_create("outboard-memory-budget", MFD_CLOEXEC);
+SessionBudget::SessionBudget(int fd, void* mapped, uint32_t slots, uint64_t limit, Quotas quotas, uint32_t slot,
+                             uint32_t group)
+    : fd_(fd),
+      words_(static_cast<std::atomic<uint64_t>*>(mapped)),
+      workers_(reinterpret_cast<std::atomic<uint32_t>*>(static_cast<char*>(mapped) + words_bytes(slots))),
+      slots_(slots),
+      limit_(limit),
+      quotas_(quotas),
+      slot_(slot),
+      group_(group) {}
+
+Result<std::shared_ptr<SessionBudget>> SessionBudget::create(uint64_t limit, Quotas quotas, uint32_t slots) {
+  const int fd = ::memfd_create("outboard-session-budget", MFD_CLOEXEC);
   if (fd < 0) return Status(Code::kIoError, std::string("memfd_create: ") + std::strerror(errno));
   if (::ftruncate(fd, static_cast<off_t>(bytes_for(slots))) != 0) {
-    Status st(Code::kIoError, std::string("ftruncate of the memory budget: ") + std::strerror(errno));
+    Status st(Code::kIoError, std::string("ftruncate of the session budget: ") + std::strerror(errno));
     ::close(fd);
     return st;
   }
-  auto words = map(fd, slots);
-  if (!words.ok()) {
+  auto mapped = map(fd, slots);
+  if (!mapped.ok()) {
     ::close(fd);
-    return words.status();
+    return mapped.status();
   }
-  return std::shared_ptr<MemoryBudget>(new MemoryBudget(fd, words.value(), slots, limit, quotas, 0, kNoGroup));
+  return std::shared_ptr<SessionBudget>(new SessionBudget(fd, mapped.value(), slots, limit, quotas, 0, kNoGroup));
 }
 
-Result<std::shared_ptr<MemoryBudget>> MemoryBudget::attach(int fd, uint64_t limit, Quotas quotas, uint32_t slots,
-                                                           uint32_t slot, uint32_t group) {
+Result<std::shared_ptr<SessionBudget>> SessionBudget::attach(int fd, uint64_t limit, Quotas quotas, uint32_t slots,
+                                                             uint32_t slot, uint32_t group) {
   if (slot >= slots || (group != kNoGroup && group >= slots))
-    return Status(Code::kInvalidArgument, "memory budget slot " + std::to_string(slot) + " or group " +
+    return Status(Code::kInvalidArgument, "session budget slot " + std::to_string(slot) + " or group " +
                                               std::to_string(group) + " of " + std::to_string(slots));
-  OB_ASSIGN_OR_RETURN(auto* words, map(fd, slots));
-  return std::shared_ptr<MemoryBudget>(new MemoryBudget(fd, words, slots, limit, quotas, slot, group));
+  OB_ASSIGN_OR_RETURN(void* mapped, map(fd, slots));
+  return std::shared_ptr<SessionBudget>(new SessionBudget(fd, mapped, slots, limit, quotas, slot, group));
 }
 
-MemoryBudget::~MemoryBudget() {
+SessionBudget::~SessionBudget() {
   ::munmap(words_, bytes_for(slots_));
   ::close(fd_);
 }
 
-Status MemoryBudget::reserve(uint64_t bytes, std::string_view what) {
+Status SessionBudget::reserve(uint64_t bytes, std::string_view what) {
   const std::string use = std::string(what) + " of " + std::to_string(bytes) + " B: ";
   if (auto held = take(words_[1 + slot_], bytes, quotas_.session))
     return {Code::kNoMemory, use + "this session holds " + std::to_string(*held) + " B of its quota of " +
@@ -79,17 +105,54 @@ Status MemoryBudget::reserve(uint64_t bytes, std::string_view what) {
   return {};
 }
 
-void MemoryBudget::release(uint64_t bytes) {
+void SessionBudget::release(uint64_t bytes) {
   words_[1 + slot_].fetch_sub(bytes, std::memory_order_relaxed);
   if (group_ != kNoGroup) group_word(group_).fetch_sub(bytes, std::memory_order_relaxed);
   words_[0].fetch_sub(bytes, std::memory_order_relaxed);
 }
 
-void MemoryBudget::release_slot(uint32_t slot, uint32_t group) {
+bool SessionBudget::begin_work(const std::atomic<bool>& stop, bool& waited) {
+  waited = false;
+  if (group_ == kNoGroup || quotas_.group_workers == 0) return true;
+  std::atomic<uint32_t>& busy = workers_[slots_ + group_];
+  std::atomic<uint32_t>& waiters = workers_[2 * slots_ + group_];
+  // The session's count first: a crash between the two gives back too much, never too little.
+  workers_[slot_].fetch_add(1, std::memory_order_relaxed);
+  for (;;) {
+    uint32_t now = busy.load(std::memory_order_seq_cst);
+    while (now < quotas_.group_workers)
+      if (busy.compare_exchange_weak(now, now + 1, std::memory_order_seq_cst)) return true;
+    if (stop.load(std::memory_order_relaxed)) {
+      workers_[slot_].fetch_sub(1, std::memory_order_relaxed);
+      return false;
+    }
+    waited = true;
+    waiters.fetch_add(1, std::memory_order_seq_cst);
+    // end_work() reads the waiters after its decrement: one of us sees the other.
+    if ((now = busy.load(std::memory_order_seq_cst)) >= quotas_.group_workers)
+      futex_wait(busy, now, Deadline::after(kWorkRecheck), FutexScope::kShared);
+    waiters.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void SessionBudget::end_work() {
+  if (group_ == kNoGroup || quotas_.group_workers == 0) return;
+  std::atomic<uint32_t>& busy = workers_[slots_ + group_];
+  give_back(busy, 1);
+  workers_[slot_].fetch_sub(1, std::memory_order_relaxed);
+  if (workers_[2 * slots_ + group_].load(std::memory_order_seq_cst) != 0) futex_wake(busy, 1, FutexScope::kShared);
+}
+
+void SessionBudget::release_slot(uint32_t slot, uint32_t group) {
   if (slot >= slots_) return;
   const uint64_t held = words_[1 + slot].exchange(0, std::memory_order_relaxed);
   if (group < slots_) group_word(group).fetch_sub(held, std::memory_order_relaxed);
   words_[0].fetch_sub(held, std::memory_order_relaxed);
+  const uint32_t working = workers_[slot].exchange(0, std::memory_order_relaxed);
+  if (group < slots_ && working != 0) {
+    give_back(workers_[slots_ + group], working);
+    futex_wake(workers_[slots_ + group], INT_MAX, FutexScope::kShared);
+  }
 }
 
 }  // namespace outboard

@@ -1,11 +1,14 @@
-// Agent memory that services hold for clients (regions, graph instances),
-// counted agent-wide against --max-memory. A session process is one of
-// many: the count lives in memory they all map (a memfd the listener makes),
-// with a slot per session so that what a session held when it ended (or
-// crashed) goes back, and so that no session holds more than its quota
-// (--max-session-memory): one client cannot take what the others need.
+// What sessions hold for clients, counted in memory every session process
+// maps (a memfd the listener makes), with a slot per session so that what a
+// session held when it ended (or crashed) goes back:
+// - agent memory that services hold (regions, graph instances), against
+//   --max-memory agent-wide and --max-session-memory per session, so that
+//   one client cannot take what the others need;
+// - tokenize workers busy at once, the agent's CPU a client takes.
 // Sessions of one TLS identity (a tenant) also share a group, which holds
-// at most its own quota (--max-client-memory) across them.
+// at most its own quota of each across them (--max-client-memory,
+// --max-client-tokenize-threads): a tenant that opens more sessions gets no
+// more memory and no more of the agent's cores.
 // Thread mode: multi (atomics).
 #pragma once
 
@@ -18,42 +21,55 @@
 
 namespace outboard {
 
-class MemoryBudget {
+class SessionBudget {
  public:
   /// A session in no group (a plaintext client's).
   static constexpr uint32_t kNoGroup = UINT32_MAX;
   /// What one session and one group may hold.
   struct Quotas {
-    uint64_t session = 0;  ///< --max-session-memory
-    uint64_t group = 0;    ///< --max-client-memory
+    uint64_t session = 0;        ///< --max-session-memory
+    uint64_t group = 0;          ///< --max-client-memory
+    uint32_t group_workers = 0;  ///< --max-client-tokenize-threads; 0: no limit
   };
   /// A budget of `limit` bytes, at most `quotas` of them per session and
   /// per group, for up to `slots` sessions (and as many groups), in shared memory.
-  static Result<std::shared_ptr<MemoryBudget>> create(uint64_t limit, Quotas quotas, uint32_t slots);
+  static Result<std::shared_ptr<SessionBudget>> create(uint64_t limit, Quotas quotas, uint32_t slots);
   /// A session's view of the listener's budget (`fd` from create()'s fd()):
   /// its `slot`, in `group` (< slots) or kNoGroup.
-  static Result<std::shared_ptr<MemoryBudget>> attach(int fd, uint64_t limit, Quotas quotas, uint32_t slots,
-                                                      uint32_t slot, uint32_t group = kNoGroup);
-  ~MemoryBudget();
+  static Result<std::shared_ptr<SessionBudget>> attach(int fd, uint64_t limit, Quotas quotas, uint32_t slots,
+                                                       uint32_t slot, uint32_t group = kNoGroup);
+  ~SessionBudget();
 
   /// Takes `bytes` for `what` in this session's slot; kNoMemory naming the
   /// use and the limit (the session's quota, its group's or the agent's) it would go over.
   [[nodiscard]] Status reserve(uint64_t bytes, std::string_view what);
   void release(uint64_t bytes);
+
+  /// Takes one of its group's quotas.group_workers for a worker about to
+  /// tokenize, waiting while the group's other sessions keep them all busy
+  /// (each ends its batch, or its session ends). False, having taken none,
+  /// once `stop` is set. Whether it had to wait goes to `waited`.
+  [[nodiscard]] bool begin_work(const std::atomic<bool>& stop, bool& waited);
+  /// Gives back what begin_work() took.
+  void end_work();
+
   /// The listener: session `slot` of `group` ended, what it held is free.
   void release_slot(uint32_t slot, uint32_t group = kNoGroup);
 
   [[nodiscard]] int fd() const { return fd_; }
   [[nodiscard]] uint64_t used() const { return words_[0].load(std::memory_order_relaxed); }
   [[nodiscard]] uint64_t limit() const { return limit_; }
+  /// Workers the sessions of `group` keep busy now.
+  [[nodiscard]] uint32_t busy_workers(uint32_t group) const {
+    return group < slots_ ? workers_[slots_ + group].load(std::memory_order_relaxed) : 0;
+  }
 
  private:
-  MemoryBudget(int fd, std::atomic<uint64_t>* words, uint32_t slots, uint64_t limit, Quotas quotas, uint32_t slot,
-               uint32_t group)
-      : fd_(fd), words_(words), slots_(slots), limit_(limit), quotas_(quotas), slot_(slot), group_(group) {}
+  SessionBudget(int fd, void* mapped, uint32_t slots, uint64_t limit, Quotas quotas, uint32_t slot, uint32_t group);
   std::atomic<uint64_t>& group_word(uint32_t group) const { return words_[1 + slots_ + group]; }
   int fd_;
-  std::atomic<uint64_t>* words_;  // [0] total, [1 + i] session i's, [1 + slots + g] group g's
+  std::atomic<uint64_t>* words_;    // [0] total bytes, [1 + i] session i's, [1 + slots + g] group g's
+  std::atomic<uint32_t>* workers_;  // [i] session i's busy, [slots + g] group g's (a futex word), [2 slots + g] its waiters
   uint32_t slots_;
   uint64_t limit_;
   Quotas quotas_;

@@ -259,6 +259,35 @@ def test_a_tls_client_tokenizes_with_its_ids_in_the_sealed_answer(keys: Path) ->
             tok.close()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_tenants_sessions_share_its_tokenize_threads_and_hold_back_no_other_tenant(tmp_path: Path,
+                                                                                      workers: int) -> None:
+    tenants(tmp_path)
+    tenant = {t: {"secure": "always", "session": "new", **certs(tmp_path, t, "k")} for t in ("tenant1", "tenant2")}
+    distinct = " ".join(f"{i * 2654435761 % 2**32:x}" for i in range(150_000))  # ~1.3 MB, no word repeated
+    batch = [distinct] * 8  # ~0.4 s on one worker here: the three are sent within milliseconds
+    expected = outboard.Tokenizer.gpt2().encode(distinct)
+    with outboard.LocalAgent("--secure", "always", *agent_args(tmp_path, "k"), "--tokenize-threads", "1",
+                             "--max-client-tokenize-threads", str(workers)) as agent:
+        first, second = (outboard.connect(agent.address, **tenant["tenant1"]) for _ in range(2))
+        other = outboard.connect(agent.address, **tenant["tenant2"])
+        clients = (first, second, other)
+        assert len({c.stats()["pid"] for c in clients}) == 3  # a session each
+        toks = [c.tokenizer("gpt2") for c in clients]
+        futures = [t.submit(batch) for t in toks]  # all three at once: each session's one worker is busy
+        for f in futures:
+            result = f.result(timeout=120)
+            assert all(np.array_equal(result[i], expected) for i in range(len(batch)))
+        waits = [c.stats()["tokenize_client_quota_waits"] for c in clients]
+        # With one thread for tenant1, one of its batches waited for the other; with two, neither did.
+        # tenant2's batch, tokenized beside them, never waits for tenant1's.
+        assert waits == ([1, 0, 0] if workers == 1 and waits[0] else [0, 1, 0] if workers == 1 else [0, 0, 0]), waits
+        for t in toks:
+            t.close()
+        for c in clients:
+            c.close()
+
+
 def test_a_crl_that_stops_loading_refuses_tls_clients_until_it_loads(tmp_path: Path) -> None:
     d = tenants(tmp_path)
     mine = certs(tmp_path, "client", "k")
