@@ -1,10 +1,12 @@
-// Open MPI's Fortran entry points (mpif.h and `use mpi`, gfortran's names): its Fortran library
-// calls PMPI_ directly, so the C wrappers never see these calls. The collectives convert their
-// handles and call their C twins (which route, count and offload); init, finalize and the
-// completion calls do what their C twins do around the Fortran PMPI entry point that follows this
-// library in load order (dlsym RTLD_NEXT: Open MPI's libmpi_mpifh, or another tool stacked after
-// us), which converts statuses. MPICH's Fortran library calls the C MPI_ functions, which
-// interpose.cpp already defines.
+// Open MPI's Fortran entry points (mpif.h, `use mpi` and `use mpi_f08`, gfortran's names): its
+// Fortran library calls PMPI_ directly, so the C wrappers never see these calls. The collectives
+// convert their handles and call their C twins (which route, count and offload); init, finalize
+// and the completion calls do what their C twins do around the Fortran PMPI entry point that
+// follows this library in load order (dlsym RTLD_NEXT: Open MPI's libmpi_mpifh, or another tool
+// stacked after us), which converts statuses. MPICH's mpif.h and `use mpi` bindings call the C
+// MPI_ functions, which interpose.cpp already defines; its mpi_f08 bindings call PMPI_Init and
+// the PMPI_ completions, so there the interposer never starts and the program runs as it would
+// without it.
 
 #include <dlfcn.h>
 
@@ -476,4 +478,70 @@ OB_MPI_EXPORT void mpi_request_get_status_(Fint* request, Fint* flag, Fint* stat
   seen_through(request, 1, [&](Fint* rs) {
     OB_NEXT(pmpi_request_get_status_, Fint*, Fint*, Fint*, Fint*)(rs, flag, status, ierr);
   });
+}
+
+// Open MPI's `use mpi_f08` library calls most bindings by their internal names (the weak
+// mpi_<name>_ above are its aliases of ompi_<name>_f, with the same arguments): the wrappers
+// answer there too. Its PMPI_ entry points call pompi_<name>_f, which stay MPI's own.
+#define OB_F08(name) \
+  OB_MPI_EXPORT decltype(mpi_##name##_) ompi_##name##_f __attribute__((alias("mpi_" #name "_")));
+OB_F08(init) OB_F08(init_thread) OB_F08(finalize) OB_F08(abort) OB_F08(comm_dup) OB_F08(comm_split)
+OB_F08(ialltoall) OB_F08(ialltoallv) OB_F08(iallgather) OB_F08(ibcast) OB_F08(iallreduce) OB_F08(isend)
+OB_F08(issend) OB_F08(ibsend) OB_F08(irsend) OB_F08(send_init) OB_F08(recv_init) OB_F08(ssend_init)
+OB_F08(bsend_init) OB_F08(rsend_init) OB_F08(start) OB_F08(startall) OB_F08(request_free) OB_F08(cancel)
+OB_F08(irecv) OB_F08(send) OB_F08(ssend) OB_F08(bsend) OB_F08(rsend) OB_F08(recv)
+OB_F08(sendrecv) OB_F08(sendrecv_replace) OB_F08(probe) OB_F08(mprobe) OB_F08(mrecv) OB_F08(imrecv)
+OB_F08(wait) OB_F08(waitall) OB_F08(waitany) OB_F08(waitsome)
+#undef OB_F08
+
+// The calls with LOGICAL arguments it sends to the Fortran PMPI_ entry points instead, so their f08
+// subroutines are wrapped themselves; their ierror is OPTIONAL (absent: a null pointer).
+namespace {
+struct F08Error {
+  Fint* out;
+  Fint code = MPI_SUCCESS;
+  ~F08Error() {
+    if (out) *out = code;
+  }
+};
+}  // namespace
+
+OB_MPI_EXPORT void mpi_cart_create_f08_(Fint* comm, Fint* ndims, Fint* dims, Fint* periods, Fint* reorder, Fint* cart,
+                                        Fint* ierr) {
+  F08Error e{ierr};
+  mpi_cart_create_(comm, ndims, dims, periods, reorder, cart, &e.code);
+}
+OB_MPI_EXPORT void mpi_cart_sub_f08_(Fint* comm, Fint* remain_dims, Fint* newcomm, Fint* ierr) {
+  F08Error e{ierr};
+  mpi_cart_sub_(comm, remain_dims, newcomm, &e.code);
+}
+OB_MPI_EXPORT void mpi_iprobe_f08_(Fint* source, Fint* tag, Fint* comm, Fint* flag, Fint* status, Fint* ierr) {
+  F08Error e{ierr};
+  mpi_iprobe_(source, tag, comm, flag, status, &e.code);
+}
+OB_MPI_EXPORT void mpi_improbe_f08_(Fint* source, Fint* tag, Fint* comm, Fint* flag, Fint* message, Fint* status,
+                                    Fint* ierr) {
+  F08Error e{ierr};
+  mpi_improbe_(source, tag, comm, flag, message, status, &e.code);
+}
+OB_MPI_EXPORT void mpi_test_f08_(Fint* request, Fint* flag, Fint* status, Fint* ierr) {
+  F08Error e{ierr};
+  mpi_test_(request, flag, status, &e.code);
+}
+OB_MPI_EXPORT void mpi_testall_f08_(Fint* count, Fint* requests, Fint* flag, Fint* statuses, Fint* ierr) {
+  F08Error e{ierr};
+  mpi_testall_(count, requests, flag, statuses, &e.code);
+}
+OB_MPI_EXPORT void mpi_testany_f08_(Fint* count, Fint* requests, Fint* index, Fint* flag, Fint* status, Fint* ierr) {
+  F08Error e{ierr};
+  mpi_testany_(count, requests, index, flag, status, &e.code);
+}
+OB_MPI_EXPORT void mpi_testsome_f08_(Fint* incount, Fint* requests, Fint* outcount, Fint* indices, Fint* statuses,
+                                     Fint* ierr) {
+  F08Error e{ierr};
+  mpi_testsome_(incount, requests, outcount, indices, statuses, &e.code);
+}
+OB_MPI_EXPORT void mpi_request_get_status_f08_(Fint* request, Fint* flag, Fint* status, Fint* ierr) {
+  F08Error e{ierr};
+  mpi_request_get_status_(request, flag, status, &e.code);
 }

@@ -1,10 +1,14 @@
 ! The Fortran program for the interposer's tests: each collective Outboard may offload, called
-! from Fortran (mpif.h, or `use mpi` when built with -DUSE_MPI_MODULE), checked against the MPI
+! from Fortran (mpif.h, `use mpi` when built with -DUSE_MPI_MODULE, or `use mpi_f08` and its
+! handle types with -DUSE_MPI_F08), checked against the MPI
 ! library's blocking collective, MPI_IN_PLACE included, completed by Wait, Waitall and Testall, on
 ! MPI_COMM_WORLD and on a communicator from MPI_Cart_create and MPI_Cart_sub. Rank 0 prints "ok
 ! fortran" or names what differed (and the program stops with status 1).
 program collectives
-#ifdef USE_MPI_MODULE
+#if defined(USE_MPI_F08)
+  use mpi_f08
+  implicit none
+#elif defined(USE_MPI_MODULE)
   use mpi
   implicit none
 #else
@@ -12,8 +16,15 @@ program collectives
   include 'mpif.h'
 #endif
   integer, parameter :: n = 5
-  integer :: ierr, rank, nranks, i, req, bad, allbad, reqs(2), cart, row
+  integer :: ierr, rank, nranks, i, bad, allbad
+#ifdef USE_MPI_F08
+  type(MPI_Request) :: req, reqs(2)
+  type(MPI_Comm) :: cart, row
+  type(MPI_Status) :: stat, stats(2)
+#else
+  integer :: req, reqs(2), cart, row
   integer :: stat(MPI_STATUS_SIZE), stats(MPI_STATUS_SIZE, 2)
+#endif
   logical :: done
   integer, allocatable :: send(:), recv(:), want(:), counts(:), displs(:)
   double precision :: x(n), sum_x(n), want_x(n)

@@ -1,11 +1,24 @@
-! Point-to-point from Fortran (mpif.h, or `use mpi` when built with -DUSE_MPI_MODULE), each result
+! Point-to-point from Fortran (mpif.h, `use mpi` when built with -DUSE_MPI_MODULE, or `use mpi_f08`
+! and its handle types with -DUSE_MPI_F08), each result
 ! checked: a ring of Isend/Irecv completed by Waitall, Send and Recv with MPI_ANY_SOURCE and the
 ! status's source, tag and count, Ssend, Sendrecv, Sendrecv_replace, Probe and Iprobe, and a
 ! persistent ring (Send_init, Recv_init, Startall, Waitall, Request_free) over three rounds, and
 ! a matched probe (Mprobe, then Mrecv of the probed size). Rank 0
 ! prints "ok fortran p2p" or names what differed (and the program stops with status 1).
+#ifdef USE_MPI_F08
+#define STAT(field) stat%field
+#define STAT1(field) stats(1)%field
+#define STATS1 stats(1)
+#else
+#define STAT(field) stat(field)
+#define STAT1(field) stats(field, 1)
+#define STATS1 stats(:, 1)
+#endif
 program p2p
-#ifdef USE_MPI_MODULE
+#if defined(USE_MPI_F08)
+  use mpi_f08
+  implicit none
+#elif defined(USE_MPI_MODULE)
   use mpi
   implicit none
 #else
@@ -13,8 +26,14 @@ program p2p
   include 'mpif.h'
 #endif
   integer, parameter :: n = 100
-  integer :: ierr, rank, nranks, right, left, i, count, bad, allbad
-  integer :: reqs(2), preqs(2), round, msg, stat(MPI_STATUS_SIZE), stats(MPI_STATUS_SIZE, 2)
+  integer :: ierr, rank, nranks, right, left, i, count, bad, allbad, round
+#ifdef USE_MPI_F08
+  type(MPI_Request) :: reqs(2), preqs(2)
+  type(MPI_Message) :: msg
+  type(MPI_Status) :: stat, stats(2)
+#else
+  integer :: reqs(2), preqs(2), msg, stat(MPI_STATUS_SIZE), stats(MPI_STATUS_SIZE, 2)
+#endif
   integer :: out(n), in(n)
   logical :: found
 
@@ -32,8 +51,8 @@ program p2p
   call MPI_Irecv(in, n, MPI_INTEGER, left, 1, MPI_COMM_WORLD, reqs(1), ierr)
   call MPI_Isend(out, n, MPI_INTEGER, right, 1, MPI_COMM_WORLD, reqs(2), ierr)
   call MPI_Waitall(2, reqs, stats, ierr)
-  call MPI_Get_count(stats(:, 1), MPI_INTEGER, count, ierr)
-  call expect(stats(MPI_SOURCE, 1) == left .and. stats(MPI_TAG, 1) == 1 .and. count == n, 'Irecv status')
+  call MPI_Get_count(STATS1, MPI_INTEGER, count, ierr)
+  call expect(STAT1(MPI_SOURCE) == left .and. STAT1(MPI_TAG) == 1 .and. count == n, 'Irecv status')
   call expect(all(in == out - rank * 1000 + left * 1000), 'Isend/Irecv ring')
 
   ! Every rank but 0 sends rank 0 (n - rank) integers with tag rank; rank 0 takes any source.
@@ -43,8 +62,8 @@ program p2p
     do i = 1, nranks - 1
       call MPI_Recv(in, n, MPI_INTEGER, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, stat, ierr)
       call MPI_Get_count(stat, MPI_INTEGER, count, ierr)
-      call expect(stat(MPI_TAG) == stat(MPI_SOURCE) .and. count == n - stat(MPI_SOURCE) .and. &
-                  in(1) == stat(MPI_SOURCE) * 1000 + 1, 'Recv from any source')
+      call expect(STAT(MPI_TAG) == STAT(MPI_SOURCE) .and. count == n - STAT(MPI_SOURCE) .and. &
+                  in(1) == STAT(MPI_SOURCE) * 1000 + 1, 'Recv from any source')
     end do
   end if
   ! Any tag would also take the messages below, sent by ranks already past this point.
@@ -59,7 +78,7 @@ program p2p
 
   in = -1
   call MPI_Sendrecv(out, n, MPI_INTEGER, right, 3, in, n, MPI_INTEGER, left, 3, MPI_COMM_WORLD, stat, ierr)
-  call expect(stat(MPI_SOURCE) == left .and. in(1) == left * 1000 + 1, 'Sendrecv')
+  call expect(STAT(MPI_SOURCE) == left .and. in(1) == left * 1000 + 1, 'Sendrecv')
   in = out
   call MPI_Sendrecv_replace(in, n, MPI_INTEGER, right, 4, left, 4, MPI_COMM_WORLD, stat, ierr)
   call expect(in(n) == left * 1000 + n, 'Sendrecv_replace')
@@ -68,7 +87,7 @@ program p2p
   if (rank == 0 .and. nranks > 1) then
     call MPI_Probe(MPI_ANY_SOURCE, 5, MPI_COMM_WORLD, stat, ierr)
     call MPI_Get_count(stat, MPI_INTEGER, count, ierr)
-    call expect(stat(MPI_SOURCE) == 1 .and. count == 7, 'Probe')
+    call expect(STAT(MPI_SOURCE) == 1 .and. count == 7, 'Probe')
     call MPI_Recv(in, count, MPI_INTEGER, 1, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE, ierr)
     call MPI_Iprobe(1, 5, MPI_COMM_WORLD, found, MPI_STATUS_IGNORE, ierr)
     call expect(.not. found, 'Iprobe after the receive')
@@ -81,7 +100,7 @@ program p2p
     in = -1
     call MPI_Startall(2, preqs, ierr)
     call MPI_Waitall(2, preqs, stats, ierr)
-    call expect(stats(MPI_SOURCE, 1) == left .and. in(1) == left * 1000 + round .and. &
+    call expect(STAT1(MPI_SOURCE) == left .and. in(1) == left * 1000 + round .and. &
                 preqs(1) /= MPI_REQUEST_NULL, 'persistent ring')
   end do
   call MPI_Request_free(preqs(1), ierr)
@@ -93,7 +112,7 @@ program p2p
     in = -1
     call MPI_Mprobe(MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, msg, stat, ierr)
     call MPI_Get_count(stat, MPI_INTEGER, count, ierr)
-    call expect(stat(MPI_SOURCE) == 1 .and. count == 9, 'Mprobe')
+    call expect(STAT(MPI_SOURCE) == 1 .and. count == 9, 'Mprobe')
     call MPI_Mrecv(in, count, MPI_INTEGER, msg, stat, ierr)
     call expect(msg == MPI_MESSAGE_NULL .and. in(9) == 1000 + 9 .and. in(10) == -1, 'Mrecv')
   end if
