@@ -108,8 +108,9 @@ class RemoteTokenizer {
   [[nodiscard]] Status submit(std::span<const std::string_view> texts, const OffloadOptions& options, Deadline deadline,
                               EncodeDone done, Connection::Credit credit = Connection::Credit::kWait);
   [[nodiscard]] size_t vocab_size() const { return vocab_size_; }
-  /// Memory registered for ids: the first `pool_ids` slots, plus slabs added
-  /// for peaks until they are empty and the next batch unbinds them.
+  /// Memory registered for ids (plain memory on a sealed connection): the
+  /// first `pool_ids` slots, plus slabs added for peaks until they are empty
+  /// and the next batch unbinds (or frees) them.
   [[nodiscard]] uint64_t registered_bytes() const;
 
   /// The most ids `text` can produce (what capacity 0 reserves).

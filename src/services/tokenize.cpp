@@ -1,11 +1,11 @@
 // The `tokenize` service: batches of texts in, exact token ids written with
 // a one-sided put straight into the client's registered output buffer (in
 // the answer instead on a sealed connection), then an answer with per-text
-// offsets, lengths and errors. Tokenizing runs on the
-// service's own worker threads; the progress thread only parses, queues, and
-// writes the results back (posted by the workers). With no workers the
-// progress thread tokenizes too: on one dedicated core it can then poll
-// without taking the core from a worker, and a client never has to wake it.
+// offsets, lengths and errors. Tokenizing runs on the service's own worker
+// threads; the progress thread only parses, queues, and writes the results
+// back (posted by the workers). With no workers the progress thread
+// tokenizes too: on one dedicated core it can then poll without taking the
+// core from a worker, and a client never has to wake it.
 #include <algorithm>
 #include <atomic>
 #include <unordered_map>
