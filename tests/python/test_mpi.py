@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -77,9 +78,28 @@ def _offloaded(stderr: str) -> int:
     return sum(int(line.split()[0]) for line in _report_lines(stderr).values())
 
 
+def _run_job(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """An MPI job (mpirun, or `outboard mpirun`) within RUN_TIMEOUT_S, in a process group of its own.
+    At the timeout the group is told to end, and mpirun ends its ranks (each in a group of its own):
+    subprocess.run's kill of the one process it started left a hung job's ranks spinning on
+    through every later test."""
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or _env(),
+                           start_new_session=True)
+    try:
+        out, err = job.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, job.returncode, out, err)
+
+
 def _outboard(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "outboard.cli", *args], capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, env={**_env(), **(env or {})})
+    return _run_job([sys.executable, "-m", "outboard.cli", *args], {**_env(), **(env or {})})
 
 
 MIXED = 7  # Ialltoalls beside point-to-point, one per completion call
@@ -164,7 +184,7 @@ def test_without_an_agent_everything_passes_through_with_one_warning(built) -> N
     assert _report_lines(run.stderr) == _expected(2, offloaded=False)
     # An agent named but not there: the same, saying why.
     cmd = mpi.command([str(exe), "1"], 2, which, agent="127.0.0.1:9")
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+    run = _run_job(cmd)
     assert run.returncode == 0 and "ok 1 rounds" in run.stdout, run.stdout + run.stderr
     assert run.stderr.count("outboard-mpi: no agent: ") == 1 and "every operation passes through" in run.stderr
 
@@ -253,12 +273,10 @@ def test_ten_thousand_collectives_back_to_back_leave_no_memory_behind(built) -> 
 def test_a_receive_buffer_freed_before_completion_kills_that_rank_not_the_agent(built) -> None:
     which, exe = built
     with LocalAgent(*mpi.NODE_AGENT_ARGS) as agent:
-        bad = subprocess.run(mpi.command([str(exe), "freed"], 2, which, agent=agent.address), capture_output=True,
-                             text=True, timeout=RUN_TIMEOUT_S, env=_env())
+        bad = _run_job(mpi.command([str(exe), "freed"], 2, which, agent=agent.address))
         assert bad.returncode != 0 and "rank 0: waited" not in bad.stdout, bad.stdout + bad.stderr
         # The agent serves the next job as if nothing happened.
-        good = subprocess.run(mpi.command([str(exe), "1"], 2, which, agent=agent.address, report=True),
-                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+        good = _run_job(mpi.command([str(exe), "1"], 2, which, agent=agent.address, report=True))
         assert good.returncode == 0 and "ok 1 rounds" in good.stdout, good.stdout + good.stderr
         assert agent.process.poll() is None
         assert not _report_lines(good.stderr)["MPI_Ialltoall"].startswith("0 offloaded"), good.stderr
@@ -285,7 +303,7 @@ def test_the_interposer_built_with_asan_runs_the_program_clean(built) -> None:
         sanitizer_env = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1",
                          "UCX_MEM_MALLOC_HOOKS": "no", "UCX_MEM_MMAP_HOOK_MODE": "none"}
         cmd = [cmd[0], *which.env_args(sanitizer_env), *cmd[1:]]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+        run = _run_job(cmd)
     assert run.returncode == 0 and "ok 2 rounds" in run.stdout, run.stdout + run.stderr[-3000:]
     assert "ERROR: AddressSanitizer" not in run.stderr and "runtime error" not in run.stderr
     assert _report_lines(run.stderr)["MPI_Ialltoallv"] == f"12 offloaded {0:8} passed through"
@@ -296,7 +314,7 @@ def test_collectives_larger_than_the_staging_memory_pass_through_and_the_rest_of
     with LocalAgent() as agent:
         cmd = mpi.command([str(exe), "2"], 2, which, report=True, agent=agent.address)
         cmd = [cmd[0], *which.env_args({"OUTBOARD_MPI_STAGING_BYTES": "16384"}), *cmd[1:]]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+        run = _run_job(cmd)
     assert run.returncode == 0 and "ok 2 rounds" in run.stdout, run.stdout + run.stderr
     alltoall = _report_lines(run.stderr)["MPI_Ialltoall"]
     assert "larger than the staging memory" in alltoall and not alltoall.startswith("0 offloaded"), alltoall
@@ -321,7 +339,7 @@ def test_the_program_picks_its_interposer_and_the_wrong_one_refuses_to_run(built
         pytest.skip(f"only {which.family} is built here")
     cmd = mpi.command([str(exe), "1"], 2, which)
     cmd = [a.replace(str(mpi.interposer(which)), str(wrong)) for a in cmd]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+    run = _run_job(cmd)
     assert run.returncode != 0 and "ok" not in run.stdout
     assert (f"liboutboard_mpi_{other.name}.so is built for {other.family} but this program runs on "
             f"'{which.family}") in run.stderr

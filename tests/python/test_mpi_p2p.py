@@ -16,7 +16,7 @@ import pytest
 
 from outboard import mpi
 from outboard._agent import LocalAgent
-from test_mpi import FORTRAN_FLAVOURS, MPIF90, RUN_TIMEOUT_S, _env, _killed_mid_wait, _outboard, _report_lines, build
+from test_mpi import FORTRAN_FLAVOURS, MPIF90, _killed_mid_wait, _outboard, _report_lines, _run_job, build
 
 PROGRAM = Path(__file__).resolve().parents[2] / "tests" / "mpi" / "p2p.c"
 FORTRAN = PROGRAM.with_suffix(".F90")
@@ -93,7 +93,7 @@ def test_a_flood_over_the_agents_budget_waits_for_its_receives_and_loses_nothing
     which, exe = built
     with LocalAgent(*mpi.NODE_AGENT_ARGS, "--mpi-unexpected-bytes", "1M") as agent:
         cmd = mpi.command([str(exe), str(FLOOD)], 2, which, agent=agent.address, report=True, p2p="all")
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+        run = _run_job(cmd)
     assert run.returncode == 0 and "ok p2p" in run.stdout, run.stdout + run.stderr
     assert _counts(_report_lines(run.stderr)["MPI_Isend"])[0] >= FLOOD
 
@@ -106,7 +106,7 @@ def test_a_flood_across_agents_stays_within_the_window_and_the_budget_and_loses_
     args = (*mpi.NODE_AGENT_ARGS, "--mpi-unexpected-bytes", "1M", "--mpi-forward-window-bytes", "256K")
     with LocalAgent(*args, env=mpi.PEER_AGENT_ENV) as a, LocalAgent(*args, env=mpi.PEER_AGENT_ENV) as b:
         cmd = mpi.command([str(exe), str(FLOOD)], 2, which, agent=f"{a.address},{b.address}", report=True, p2p="agents")
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+        run = _run_job(cmd)
     assert run.returncode == 0 and "ok p2p" in run.stdout, run.stdout + run.stderr
     assert _counts(_report_lines(run.stderr)["MPI_Isend"])[0] >= FLOOD
 
