@@ -382,7 +382,7 @@ Status Agent::start() {
     if (::access(program.c_str(), X_OK) != 0)
       return {Code::kBadConfig, "session program '" + program + "' is not executable: " + std::strerror(errno)};
     OB_ASSIGN_OR_RETURN(auto budget, SessionBudget::create(im.config.max_memory, agent::budget_quotas(im.config),
-                                                                 im.config.max_connections));
+                                                           im.config.max_connections));
     auto processes = std::make_unique<agent::ProcessSessions>(im.config, program, std::move(budget), *im.poller, closed);
     im.processes = processes.get();
     im.dispatch = std::move(processes);

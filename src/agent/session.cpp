@@ -272,8 +272,8 @@ Status serve_session(net::Fd control) {
   if (setup.transport.transports.find("tcp") != std::string::npos) OB_RETURN_IF_ERROR(net::guard_listeners());
   const int fd = control.get();
   OB_ASSIGN_OR_RETURN(auto budget, SessionBudget::attach(budget_fd.release(), setup.config.max_memory,
-                                                        budget_quotas(setup.config), setup.config.max_connections,
-                                                        setup.budget_slot, setup.budget_group));
+                                                         budget_quotas(setup.config), setup.config.max_connections,
+                                                         setup.budget_slot, setup.budget_group));
   OB_ASSIGN_OR_RETURN(auto session, Session::create(setup.config, {}, std::move(budget),
                                                     [fd] { (void)net::send_message(fd, encode_closed()); }));
   Session& s = *session;
