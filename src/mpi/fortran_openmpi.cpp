@@ -497,51 +497,42 @@ OB_F08(wait) OB_F08(waitall) OB_F08(waitany) OB_F08(waitsome)
 // The calls with LOGICAL arguments it sends to the Fortran PMPI_ entry points instead, so their f08
 // subroutines are wrapped themselves; their ierror is OPTIONAL (absent: a null pointer).
 namespace {
-struct F08Error {
-  Fint* out;
+// Calls the mpif.h wrapper with the f08 arguments, its ierror ours when the caller passed none.
+template <typename Wrapper, typename... Args>
+void f08(Wrapper wrapper, Fint* ierr, Args... args) {
   Fint code = MPI_SUCCESS;
-  ~F08Error() {
-    if (out) *out = code;
-  }
-};
+  wrapper(args..., &code);
+  if (ierr) *ierr = code;
+}
 }  // namespace
 
 OB_MPI_EXPORT void mpi_cart_create_f08_(Fint* comm, Fint* ndims, Fint* dims, Fint* periods, Fint* reorder, Fint* cart,
                                         Fint* ierr) {
-  F08Error e{ierr};
-  mpi_cart_create_(comm, ndims, dims, periods, reorder, cart, &e.code);
+  f08(mpi_cart_create_, ierr, comm, ndims, dims, periods, reorder, cart);
 }
 OB_MPI_EXPORT void mpi_cart_sub_f08_(Fint* comm, Fint* remain_dims, Fint* newcomm, Fint* ierr) {
-  F08Error e{ierr};
-  mpi_cart_sub_(comm, remain_dims, newcomm, &e.code);
+  f08(mpi_cart_sub_, ierr, comm, remain_dims, newcomm);
 }
 OB_MPI_EXPORT void mpi_iprobe_f08_(Fint* source, Fint* tag, Fint* comm, Fint* flag, Fint* status, Fint* ierr) {
-  F08Error e{ierr};
-  mpi_iprobe_(source, tag, comm, flag, status, &e.code);
+  f08(mpi_iprobe_, ierr, source, tag, comm, flag, status);
 }
 OB_MPI_EXPORT void mpi_improbe_f08_(Fint* source, Fint* tag, Fint* comm, Fint* flag, Fint* message, Fint* status,
                                     Fint* ierr) {
-  F08Error e{ierr};
-  mpi_improbe_(source, tag, comm, flag, message, status, &e.code);
+  f08(mpi_improbe_, ierr, source, tag, comm, flag, message, status);
 }
 OB_MPI_EXPORT void mpi_test_f08_(Fint* request, Fint* flag, Fint* status, Fint* ierr) {
-  F08Error e{ierr};
-  mpi_test_(request, flag, status, &e.code);
+  f08(mpi_test_, ierr, request, flag, status);
 }
 OB_MPI_EXPORT void mpi_testall_f08_(Fint* count, Fint* requests, Fint* flag, Fint* statuses, Fint* ierr) {
-  F08Error e{ierr};
-  mpi_testall_(count, requests, flag, statuses, &e.code);
+  f08(mpi_testall_, ierr, count, requests, flag, statuses);
 }
 OB_MPI_EXPORT void mpi_testany_f08_(Fint* count, Fint* requests, Fint* index, Fint* flag, Fint* status, Fint* ierr) {
-  F08Error e{ierr};
-  mpi_testany_(count, requests, index, flag, status, &e.code);
+  f08(mpi_testany_, ierr, count, requests, index, flag, status);
 }
 OB_MPI_EXPORT void mpi_testsome_f08_(Fint* incount, Fint* requests, Fint* outcount, Fint* indices, Fint* statuses,
                                      Fint* ierr) {
-  F08Error e{ierr};
-  mpi_testsome_(incount, requests, outcount, indices, statuses, &e.code);
+  f08(mpi_testsome_, ierr, incount, requests, outcount, indices, statuses);
 }
 OB_MPI_EXPORT void mpi_request_get_status_f08_(Fint* request, Fint* flag, Fint* status, Fint* ierr) {
-  F08Error e{ierr};
-  mpi_request_get_status_(request, flag, status, &e.code);
+  f08(mpi_request_get_status_, ierr, request, flag, status);
 }
