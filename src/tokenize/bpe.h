@@ -163,14 +163,16 @@ Status encode_split(const BpeVocab& vocab, std::string_view text, Split split, s
   Status st;
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   auto flush = [&] {
-    for (size_t i = 0; i < k && st.ok(); ++i)
-      st = vocab.encode_piece(s + batch[i].begin, batch[i].end - batch[i].begin, batch[i].hash, out, cache);
+    for (size_t i = 0; i < k && st.ok(); ++i)  // assigned only on error: a Status's string costs per piece
+      if (Status r = vocab.encode_piece(s + batch[i].begin, batch[i].end - batch[i].begin, batch[i].hash, out, cache);
+          !r.ok())
+        st = std::move(r);
     k = 0;
   };
   split(text, [&](size_t b, size_t e) {
     uint64_t h = BpeVocab::hash(s + b, e - b);
     vocab.prefetch(h);
-    if (cache) cache->prefetch(h);
+    if (cache) cache->prefetch(h, e - b);
     batch[k++] = {b, e, h};
     if (k == kBatch) flush();
   });

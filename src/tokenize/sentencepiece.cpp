@@ -441,7 +441,8 @@ Status SentencePieceBpe::encode_normalized(std::string_view norm, std::vector<in
       const Part& p = batch[j];
       if (p.id >= 0) out.push_back(p.id);
       else if (p.id == kFallback) for (size_t b = p.begin; b < p.end; ++b) out.push_back(byte_ids[s[b]]);
-      else st = vocab.encode_piece(s + p.begin, p.end - p.begin, p.hash, out, cache);
+      else if (Status r = vocab.encode_piece(s + p.begin, p.end - p.begin, p.hash, out, cache); !r.ok())
+        st = std::move(r);  // assigned only on error: a Status's string costs per piece
     }
     parts = 0;
   };
@@ -468,7 +469,7 @@ Status SentencePieceBpe::encode_normalized(std::string_view norm, std::vector<in
       if (p.id == kMerge) {
         p.hash = BpeVocab::hash(s + begin, i - begin);
         vocab.prefetch(p.hash);
-        if (cache) cache->prefetch(p.hash);
+        if (cache) cache->prefetch(p.hash, i - begin);
       }
       if (parts == kBatch || i == n) flush();
       OB_RETURN_IF_ERROR(st);

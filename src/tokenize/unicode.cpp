@@ -110,6 +110,18 @@ size_t first_invalid_utf8(std::string_view text) {
       while (i + 8 <= n && (load8(s + i) & 0x8080808080808080ull) == 0) i += 8;  // ASCII, 8 at a time
       continue;
     }
+    // Two- and three-byte characters inline (most non-ASCII text is made of
+    // them); the rest, and every error, as utf8_sequence says.
+    const uint8_t b = s[i];
+    if (b >= 0xC2 && b <= 0xDF && i + 1 < n && (s[i + 1] & 0xC0) == 0x80) {
+      i += 2;
+      continue;
+    }
+    if ((b & 0xF0) == 0xE0 && i + 2 < n && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80 &&
+        (b != 0xE0 || s[i + 1] >= 0xA0) && (b != 0xED || s[i + 1] < 0xA0)) {  // no overlong form, no surrogate
+      i += 3;
+      continue;
+    }
     int bad, len = utf8_sequence(s + i, n - i, bad);
     if (len == 0) break;
     i += len;

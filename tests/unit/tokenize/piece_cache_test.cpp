@@ -19,8 +19,9 @@ namespace fs = std::filesystem;
 
 const uint8_t* bytes(std::string_view s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
+// The least cache has one set in each table: pieces of one hash share it.
 TEST(PieceCacheTest, AnswersOnlyThePieceItKept) {
-  auto made = PieceCache::create(PieceCache::kSlotBytes);  // one slot: every piece shares it
+  auto made = PieceCache::create(PieceCache::kMinBytes);
   ASSERT_TRUE(made);
   const PieceCache& cache = *made;
   const int32_t ids[] = {7, 8, 9};
@@ -32,17 +33,57 @@ TEST(PieceCacheTest, AnswersOnlyThePieceItKept) {
   EXPECT_FALSE(cache.find(bytes("abd"), 3, 42, out));  // same hash, other bytes
   EXPECT_FALSE(cache.find(bytes("abc"), 3, 43, out));  // other hash
   EXPECT_FALSE(cache.find(bytes("ab"), 2, 42, out));
-  cache.insert(bytes("xyz"), 3, 42, ids, 2);  // replaces
-  EXPECT_FALSE(cache.find(bytes("abc"), 3, 42, out));
-  ASSERT_TRUE(cache.find(bytes("xyz"), 3, 42, out));
-  EXPECT_EQ(out, (std::vector<int32_t>{1, 7, 8, 9, 7, 8}));
+  EXPECT_EQ(out.size(), 4u);
+}
+
+// Two ways a set: two pieces that collide are both kept, a third evicts one.
+TEST(PieceCacheTest, ASetKeepsTwoPiecesAndAThirdEvictsOne) {
+  auto made = PieceCache::create(PieceCache::kMinBytes);
+  ASSERT_TRUE(made);
+  const PieceCache& cache = *made;
+  const int32_t ids[] = {4, 5};
+  auto found = [&](std::string_view piece) {
+    std::vector<int32_t> out;
+    return cache.find(bytes(piece), piece.size(), 42, out) && out == std::vector<int32_t>{4, 5};
+  };
+  cache.insert(bytes("xa"), 2, 42, ids, 2);
+  cache.insert(bytes("xb"), 2, 42, ids, 2);
+  EXPECT_TRUE(found("xa"));
+  EXPECT_TRUE(found("xb"));
+  cache.insert(bytes("xc"), 2, 42, ids, 2);
+  EXPECT_TRUE(found("xc"));
+  EXPECT_EQ(found("xa") + found("xb"), 1);
+}
+
+// Each table holds the pieces of its size; one hash may be in all three.
+TEST(PieceCacheTest, PiecesOfEverySizeUpToTheLargestSlot) {
+  auto made = PieceCache::create(PieceCache::kMinBytes);
+  ASSERT_TRUE(made);
+  const PieceCache& cache = *made;
+  std::vector<int32_t> ids(60);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(1000 + i);
+  struct Case {
+    std::string piece;
+    size_t count;
+  } cases[] = {{"line", 4},                    // 4 + 16: a line's way
+               {std::string(20, 'm'), 20},     // 20 + 80: a medium slot
+               {std::string(100, 'w'), 37}};   // 100 + 148: a wide slot, full
+  for (const auto& c : cases) {
+    ASSERT_TRUE(PieceCache::fits(c.piece.size(), c.count)) << c.piece.size();
+    cache.insert(bytes(c.piece), c.piece.size(), 7, ids.data(), c.count);
+  }
+  for (const auto& c : cases) {
+    std::vector<int32_t> out;
+    ASSERT_TRUE(cache.find(bytes(c.piece), c.piece.size(), 7, out)) << c.piece.size();
+    EXPECT_EQ(out, std::vector<int32_t>(ids.begin(), ids.begin() + c.count));
+  }
 }
 
 TEST(PieceCacheTest, KeepsNothingLargerThanASlot) {
-  auto made = PieceCache::create(PieceCache::kSlotBytes);
+  auto made = PieceCache::create(PieceCache::kMinBytes);
   ASSERT_TRUE(made);
   const PieceCache& cache = *made;
-  const std::string piece(PieceCache::kPayloadBytes - 8, 'q');
+  const std::string piece(PieceCache::kMaxPayloadBytes - 8, 'q');
   const int32_t ids[3] = {1, 2, 3};
   EXPECT_TRUE(PieceCache::fits(piece.size(), 2));
   EXPECT_FALSE(PieceCache::fits(piece.size(), 3));
@@ -55,10 +96,12 @@ TEST(PieceCacheTest, KeepsNothingLargerThanASlot) {
 }
 
 TEST(PieceCacheTest, StaysWithinItsBound) {
-  auto bytes = [](size_t max) { return PieceCache::create(max)->capacity_bytes(); };
-  EXPECT_EQ(bytes(1000), 512u);  // a power of two of slots, never above the bound
-  EXPECT_EQ(bytes(size_t{64} << 20), size_t{64} << 20);
-  EXPECT_EQ(bytes((size_t{64} << 20) - 1), size_t{32} << 20);
+  EXPECT_EQ(PieceCache::create(PieceCache::kMinBytes - 1), nullptr);  // too small for a set of each: none
+  for (size_t max : {PieceCache::kMinBytes, size_t{1000}, size_t{1050}, size_t{4096}, size_t{16} << 20, (size_t{64} << 20) - 1}) {
+    const size_t got = PieceCache::create(max)->capacity_bytes();
+    EXPECT_LE(got, max);
+    EXPECT_GT(got, max - PieceCache::kMinBytes) << max;  // the rest of the bound is less than a set of each
+  }
 }
 
 TEST(PieceCacheTest, OnlyModelsThatUseOneMapOne) {
@@ -100,7 +143,7 @@ TEST(PieceCacheTest, NeverChangesIds) {
   EXPECT_EQ(loaded->piece_cache_bytes(), kDefaultPieceCacheBytes);
   const auto in = texts(40);
   const auto expected = encode_all(none, in);
-  for (size_t bytes : {PieceCache::kSlotBytes, size_t{4096}, kDefaultPieceCacheBytes}) {
+  for (size_t bytes : {PieceCache::kMinBytes, size_t{4096}, kDefaultPieceCacheBytes}) {
     const Tokenizer cached = loaded->with_piece_cache(bytes);
     EXPECT_EQ(encode_all(cached, in), expected) << bytes << " B, cold";
     EXPECT_EQ(encode_all(cached, in), expected) << bytes << " B, warm";

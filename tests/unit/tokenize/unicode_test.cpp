@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace outboard::tokenize {
 namespace {
 
@@ -43,6 +45,38 @@ TEST(UnicodeTest, Utf8SequencesAndMaximalSubparts) {
   EXPECT_EQ(bad, 2);
   EXPECT_EQ(seq("\xF4\x90\x80\x80", 4, bad), 0);  // above U+10FFFF
   EXPECT_EQ(bad, 1);
+}
+
+// What first_invalid_utf8 must say: utf8_sequence at every character.
+size_t first_invalid_by_sequences(std::string_view t) {
+  size_t i = 0;
+  int bad, len;
+  while (i < t.size() && (len = seq(t.data() + i, t.size() - i, bad)) > 0) i += len;
+  return i;
+}
+
+// Every two bytes, and every three after each three-byte lead, alone and
+// between other text: its fast paths for two- and three-byte characters
+// meet every error and every end of the text.
+TEST(UnicodeTest, FirstInvalidUtf8AgreesWithTheSequencesRules) {
+  size_t checked = 0, wrong = 0;
+  std::string first_wrong;
+  auto check = [&](const std::string& t) {
+    ++checked;
+    if (first_invalid_utf8(t) != first_invalid_by_sequences(t) && wrong++ == 0) first_wrong = t;
+  };
+  for (int a = 0x80; a < 0x100; ++a)
+    for (int b = 0; b < 0x100; ++b) {
+      const std::string two{char(a), char(b)};
+      check(two);
+      check("x" + two + "\xC3\xA9yz");
+      if (a < 0xE0 || a > 0xEF) continue;
+      for (int c = 0; c < 0x100; ++c) {
+        check(two + char(c));
+        check("ab" + two + char(c) + "\xD0\x96");
+      }
+    }
+  EXPECT_EQ(wrong, 0u) << "of " << checked << "; first: " << testing::PrintToString(first_wrong);
 }
 
 }  // namespace
