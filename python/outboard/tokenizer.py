@@ -122,7 +122,8 @@ class Tokenizer:
 
     def with_cache(self, max_bytes: int) -> Tokenizer:
         """The same vocabulary with a pre-token cache (piece -> ids) of its own of at most ``max_bytes``
-        (0: none). Every tokenizer starts with one of ``DEFAULT_CACHE_BYTES``; ids never depend on it."""
+        (0, or under the 832 B the least cache takes: none). Every tokenizer starts with one of
+        ``DEFAULT_CACHE_BYTES``; ids never depend on it."""
         return Tokenizer(self._core.with_piece_cache(max_bytes))
 
     @property

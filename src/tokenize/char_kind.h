@@ -26,7 +26,10 @@ inline constexpr auto kAsciiKind = [] {
 }();
 
 inline Kind kind_of(char32_t cp) {
+  static_assert(int(Kind::kLetter) == 0 && int(Kind::kNumber) == 1 && int(Kind::kSpace) == 2 && int(Kind::kOther) == 3,
+                "detail::kBmpKinds holds these values");
   if (cp < 0x80) return kAsciiKind[cp];
+  if (cp < 0x10000) return Kind((detail::kBmpKinds[cp / 4] >> (cp % 4 * 2)) & 3);
   uint8_t c = char_class(cp);
   if (c & kLetter) return Kind::kLetter;
   if (c & kNumber) return Kind::kNumber;

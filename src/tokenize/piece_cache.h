@@ -37,6 +37,7 @@ class PieceCache {
   static constexpr size_t kMaxPayloadBytes = kWideBytes - 8;
   /// The least a cache takes: a set of each table.
   static constexpr size_t kMinBytes = kLineBytes + kSlotWays * (kMediumBytes + kWideBytes);
+  static_assert(kMinBytes == 832, "Tokenizer::with_piece_cache's and tokenizer.py's docs name it");
 
   /// A cache of at most `max_bytes`: half of it medium slots, a quarter
   /// each line sets and wide slots; null under kMinBytes or if its memory

@@ -65,6 +65,18 @@ uint8_t char_class(char32_t cp) {
   return kClassStage2[kClassStage1[cp >> 8] * 256u + (cp & 0xFF)];
 }
 
+// Built at compile time (constinit: no initialization order to mind) from
+// the class table, with kind_of's precedence.
+constinit const std::array<uint8_t, 0x10000 / 4> detail::kBmpKinds = [] {
+  std::array<uint8_t, 0x10000 / 4> kinds{};
+  for (char32_t cp = 0; cp < 0x10000; ++cp) {
+    const uint8_t c = kClassStage2[kClassStage1[cp >> 8] * 256u + (cp & 0xFF)];
+    const unsigned kind = c & kLetter ? 0 : c & kNumber ? 1 : c & kSpace ? 2 : 3;
+    kinds[cp / 4] |= kind << (cp % 4 * 2);
+  }
+  return kinds;
+}();
+
 uint8_t case_class(char32_t cp) {
   if (cp >= 0x110000) return 0;
   return kCaseStage2[kCaseStage1[cp >> 8] * 256u + (cp & 0xFF)];

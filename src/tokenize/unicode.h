@@ -2,6 +2,7 @@
 // per code point, generated at build time from a pinned Unicode version.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -21,6 +22,13 @@ enum CharClass : uint8_t {
 };
 
 uint8_t char_class(char32_t cp);
+
+namespace detail {
+/// What the byte-level pre-tokenizers ask of each code point of the Basic
+/// Multilingual Plane, 2 bits each (char_kind.h's Kind: letter, number,
+/// space, other): one load, where char_class is a call and two loads.
+extern const std::array<uint8_t, 0x10000 / 4> kBmpKinds;
+}  // namespace detail
 
 // The word classes of o200k's and Tekken's patterns (pinned version).
 enum CaseClass : uint8_t {

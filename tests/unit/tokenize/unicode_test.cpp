@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "tokenize/char_kind.h"
+
 namespace outboard::tokenize {
 namespace {
 
@@ -45,6 +47,25 @@ TEST(UnicodeTest, Utf8SequencesAndMaximalSubparts) {
   EXPECT_EQ(bad, 2);
   EXPECT_EQ(seq("\xF4\x90\x80\x80", 4, bad), 0);  // above U+10FFFF
   EXPECT_EQ(bad, 1);
+}
+
+// kind_of reads the BMP from its packed table and the rest from
+// char_class: both must say what char_class's bits say.
+TEST(UnicodeTest, KindOfEveryCodePointFollowsItsClass) {
+  size_t wrong = 0;
+  char32_t first_wrong = 0;
+  for (char32_t cp = 0; cp < 0x110000; ++cp) {
+    const uint8_t c = char_class(cp);
+    const Kind expected = c & kLetter ? Kind::kLetter : c & kNumber ? Kind::kNumber
+                          : c & kSpace ? Kind::kSpace : Kind::kOther;
+    if (kind_of(cp) != expected && wrong++ == 0) first_wrong = cp;
+  }
+  EXPECT_EQ(wrong, 0u) << "first: U+" << std::hex << uint32_t(first_wrong);
+  EXPECT_EQ(kind_of(U'Ж'), Kind::kLetter);
+  EXPECT_EQ(kind_of(U'中'), Kind::kLetter);
+  EXPECT_EQ(kind_of(0x3000), Kind::kSpace);  // ideographic space
+  EXPECT_EQ(kind_of(U'٣'), Kind::kNumber);
+  EXPECT_EQ(kind_of(U'😀'), Kind::kOther);
 }
 
 // What first_invalid_utf8 must say: utf8_sequence at every character.
