@@ -176,8 +176,8 @@ class Tokenizer {
 
   /// The same model with a pre-token cache of its own, of at most
   /// `max_bytes` (under 832, the least a cache takes: none; BPE models
-  /// only). Ids never depend on the
-  /// cache; only speed does. Threads encoding with one tokenizer share it.
+  /// only). Ids never depend on the cache; only speed does. Threads
+  /// encoding with one tokenizer share it.
   [[nodiscard]] Tokenizer with_piece_cache(size_t max_bytes) const;
   /// The memory the pre-token cache may use (0: none, as for WordPiece).
   [[nodiscard]] size_t piece_cache_bytes() const;

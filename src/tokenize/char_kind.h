@@ -25,16 +25,16 @@ inline constexpr auto kAsciiKind = [] {
   return t;
 }();
 
+/// The kind of a character of class `c` (unicode.h's bits).
+constexpr Kind kind_of_class(uint8_t c) {
+  return c & kLetter ? Kind::kLetter : c & kNumber ? Kind::kNumber : c & kSpace ? Kind::kSpace : Kind::kOther;
+}
+
 inline Kind kind_of(char32_t cp) {
-  static_assert(int(Kind::kLetter) == 0 && int(Kind::kNumber) == 1 && int(Kind::kSpace) == 2 && int(Kind::kOther) == 3,
-                "detail::kBmpKinds holds these values");
+  static_assert(int(Kind::kOther) < 4, "detail::kBmpKinds keeps a kind in 2 bits");
   if (cp < 0x80) return kAsciiKind[cp];
   if (cp < 0x10000) return Kind((detail::kBmpKinds[cp / 4] >> (cp % 4 * 2)) & 3);
-  uint8_t c = char_class(cp);
-  if (c & kLetter) return Kind::kLetter;
-  if (c & kNumber) return Kind::kNumber;
-  if (c & kSpace) return Kind::kSpace;
-  return Kind::kOther;
+  return kind_of_class(char_class(cp));
 }
 
 /// Kind of the character at s[i] (valid UTF-8); sets its length.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "tokenize/char_kind.h"
 #include "tokenize/small_load.h"
 
 namespace outboard::tokenize {
@@ -60,20 +61,16 @@ void append_utf8(char32_t cp, std::string& out) {
   }
 }
 
-uint8_t char_class(char32_t cp) {
-  if (cp >= 0x110000) return 0;
-  return kClassStage2[kClassStage1[cp >> 8] * 256u + (cp & 0xFF)];
+constexpr uint8_t class_of(char32_t cp) {
+  return cp >= 0x110000 ? 0 : kClassStage2[kClassStage1[cp >> 8] * 256u + (cp & 0xFF)];
 }
 
-// Built at compile time (constinit: no initialization order to mind) from
-// the class table, with kind_of's precedence.
+uint8_t char_class(char32_t cp) { return class_of(cp); }
+
+// Built at compile time (constinit: no initialization order to mind).
 constinit const std::array<uint8_t, 0x10000 / 4> detail::kBmpKinds = [] {
   std::array<uint8_t, 0x10000 / 4> kinds{};
-  for (char32_t cp = 0; cp < 0x10000; ++cp) {
-    const uint8_t c = kClassStage2[kClassStage1[cp >> 8] * 256u + (cp & 0xFF)];
-    const unsigned kind = c & kLetter ? 0 : c & kNumber ? 1 : c & kSpace ? 2 : 3;
-    kinds[cp / 4] |= kind << (cp % 4 * 2);
-  }
+  for (char32_t cp = 0; cp < 0x10000; ++cp) kinds[cp / 4] |= unsigned(kind_of_class(class_of(cp))) << (cp % 4 * 2);
   return kinds;
 }();
 
