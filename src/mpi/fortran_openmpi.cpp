@@ -3,10 +3,7 @@
 // convert their handles and call their C twins (which route, count and offload); init, finalize
 // and the completion calls do what their C twins do around the Fortran PMPI entry point that
 // follows this library in load order (dlsym RTLD_NEXT: Open MPI's libmpi_mpifh, or another tool
-// stacked after us), which converts statuses. MPICH's mpif.h and `use mpi` bindings call the C
-// MPI_ functions, which interpose.cpp already defines; its mpi_f08 bindings call PMPI_Init and
-// the PMPI_ completions, so there the interposer never starts and the program runs as it would
-// without it.
+// stacked after us), which converts statuses. MPICH's are in fortran_mpich.cpp.
 
 #include <dlfcn.h>
 

@@ -1,6 +1,6 @@
 #pragma once
 // What the interposer's entry points share (compiled per MPI ABI, with <mpi.h> of that MPI):
-// the C ones in interpose.cpp, Open MPI's Fortran ones in fortran_openmpi.cpp.
+// the C ones in interpose.cpp, the Fortran ones in fortran_openmpi.cpp and fortran_mpich.cpp.
 
 #include <mpi.h>
 

@@ -1,15 +1,18 @@
 ! Point-to-point from Fortran (mpif.h, `use mpi` when built with -DUSE_MPI_MODULE, or `use mpi_f08`
-! and its handle types with -DUSE_MPI_F08), each result
-! checked: a ring of Isend/Irecv completed by Waitall, Send and Recv with MPI_ANY_SOURCE and the
-! status's source, tag and count, Ssend, Sendrecv, Sendrecv_replace, Probe and Iprobe, and a
-! persistent ring (Send_init, Recv_init, Startall, Waitall, Request_free) over three rounds, and
-! a matched probe (Mprobe, then Mrecv of the probed size). Rank 0
-! prints "ok fortran p2p" or names what differed (and the program stops with status 1).
+! and its handle types with -DUSE_MPI_F08), each result checked: a ring of Isend/Irecv completed by
+! Waitall, Send and Recv with MPI_ANY_SOURCE and the status's source, tag and count, Ssend,
+! Sendrecv, Sendrecv_replace, Probe and Iprobe, a persistent ring (Send_init, Recv_init, Startall,
+! Waitall, Request_free) over three rounds, a matched probe (Mprobe, then Mrecv of the probed
+! size), and the 1-based indices of Waitany, Testany and Waitsome. Rank 0 prints "ok fortran p2p"
+! or names what differed (and the program stops with status 1).
 #ifdef USE_MPI_F08
+! f08's ierror is OPTIONAL: some calls below leave it out.
+#define IERR
 #define STAT(field) stat%field
 #define STAT1(field) stats(1)%field
 #define STATS1 stats(1)
 #else
+#define IERR , ierr
 #define STAT(field) stat(field)
 #define STAT1(field) stats(field, 1)
 #define STATS1 stats(:, 1)
@@ -26,7 +29,7 @@ program p2p
   include 'mpif.h'
 #endif
   integer, parameter :: n = 100
-  integer :: ierr, rank, nranks, right, left, i, count, bad, allbad, round
+  integer :: ierr, rank, nranks, right, left, i, count, bad, allbad, round, first, outcount, idx(2)
 #ifdef USE_MPI_F08
   type(MPI_Request) :: reqs(2), preqs(2)
   type(MPI_Message) :: msg
@@ -116,6 +119,23 @@ program p2p
     call MPI_Mrecv(in, count, MPI_INTEGER, msg, stat, ierr)
     call expect(msg == MPI_MESSAGE_NULL .and. in(9) == 1000 + 9 .and. in(10) == -1, 'Mrecv')
   end if
+
+  in = -1
+  call MPI_Irecv(in, n, MPI_INTEGER, left, 8, MPI_COMM_WORLD, reqs(1), ierr)
+  call MPI_Isend(out, n, MPI_INTEGER, right, 8, MPI_COMM_WORLD, reqs(2), ierr)
+  call MPI_Waitany(2, reqs, first, stat, ierr)
+  call expect((first == 1 .or. first == 2) .and. reqs(first) == MPI_REQUEST_NULL, 'Waitany')
+  found = .false.
+  do while (.not. found)
+    call MPI_Testany(2, reqs, i, found, MPI_STATUS_IGNORE IERR)
+  end do
+  call expect(i == 3 - first .and. in(n) == left * 1000 + n, 'Testany')
+  call MPI_Irecv(in, n, MPI_INTEGER, left, 9, MPI_COMM_WORLD, reqs(1), ierr)
+  call MPI_Isend(out, n, MPI_INTEGER, right, 9, MPI_COMM_WORLD, reqs(2), ierr)
+  call MPI_Waitsome(2, reqs, outcount, idx, stats, ierr)
+  call expect(outcount >= 1 .and. all(idx(1:outcount) >= 1 .and. idx(1:outcount) <= 2), 'Waitsome')
+  call expect(reqs(idx(1)) == MPI_REQUEST_NULL, 'Waitsome')
+  call MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE IERR)
 
   call MPI_Allreduce(bad, allbad, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
   if (rank == 0 .and. allbad == 0) print '(a)', 'ok fortran p2p'
