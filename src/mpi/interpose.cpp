@@ -238,9 +238,10 @@ int comm_size(MPI_Comm comm) {
 
 std::span<const uint8_t> bytes_of(const void* p, uint64_t n) { return {static_cast<const uint8_t*>(p), n}; }
 
-// The rules passed: offload it, or say why not. `staged` is what it would stage.
-Route decide(Route rules, MPI_Comm comm, uint64_t staged) {
-  return rules == Route::kOffloaded ? offload_route(comm, staged) : rules;
+// The rules passed: offload it, or say why not. `staged` is what it would stage; `uneven`, whether
+// its sizes differ by rank.
+Route decide(Route rules, MPI_Comm comm, uint64_t staged, bool uneven = false) {
+  return rules == Route::kOffloaded ? offload_route(comm, staged, uneven) : rules;
 }
 
 // Alltoall and allgather: one block to or from each of the communicator's `n` ranks.
@@ -294,7 +295,7 @@ OB_MPI_EXPORT int MPI_Ialltoallv(const void* sendbuf, const int sendcounts[], co
     }
     if (in_place) in_end = out_end;
   }
-  route = decide(route, comm, (in_place ? 0 : in_end) + out_end);
+  route = decide(route, comm, (in_place ? 0 : in_end) + out_end, /*uneven=*/true);
   note(Op::kIalltoallv, route);
   if (route != Route::kOffloaded)
     return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,

@@ -425,13 +425,22 @@ void name_communicator(MPI_Comm comm) {
   PMPI_Comm_set_attr(comm, g_offload->keyval, name);
 }
 
-Route offload_route(MPI_Comm comm, uint64_t staging_bytes) {
+namespace {
+// Against the whole area, not what is free now: every rank of a collective must decide alike,
+// and what is free depends on timing. A call that fits (with its two blocks' alignment) waits
+// for room when posted.
+bool fits_staging(uint64_t staging_bytes) { return staging_bytes + 2 * kAlign <= g_offload->capacity; }
+}  // namespace
+
+Route offload_route(MPI_Comm comm, uint64_t staging_bytes, bool uneven) {
   if (!g_on) return Route::kNoAgent;
-  if (!name_of(comm)) return Route::kUnknownComm;
-  // Against the whole area, not what is free now: every rank of a collective must decide alike,
-  // and what is free depends on timing. A call that fits (with its two blocks' alignment) waits
-  // for room when posted.
-  if (staging_bytes + 2 * kAlign > g_offload->capacity) return Route::kTooBig;
+  const CommName* name = name_of(comm);
+  if (!name) return Route::kUnknownComm;
+  // Every rank of a collective whose sizes agree decides alike. An uneven one too large for
+  // staging goes in place where one agent reaches the rank's memory, so that no rank passes it
+  // through while the others offload it (across agents each share is one message: no).
+  if (!fits_staging(staging_bytes) && !(uneven && g_offload->reachable && name->agents.empty()))
+    return Route::kTooBig;
   return Route::kOffloaded;
 }
 
@@ -548,7 +557,10 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   // Where one agent serves the communicator its copies are the collective's whole latency, and
   // memcpy through staging beats the kernel's copies (4x slower here: 95 against 25 µs per MiB);
   // where several do, the wire hides the agent's copies and the rank's own are saved.
-  const bool staged = !g_offload->reachable || !(g_offload->expose_all || !name_of(comm)->agents.empty());
+  // An uneven call too large for staging goes in place (offload_route let it through only where
+  // it can).
+  const bool staged = (!g_offload->reachable || !(g_offload->expose_all || !name_of(comm)->agents.empty())) &&
+                      fits_staging((own_input ? input.size() : 0) + output_bytes);
   const uint64_t in_bytes = staged && own_input ? input.size() : 0, out_bytes = staged ? output_bytes : 0;
   std::optional<uint64_t> in_at = 0, out_at = 0;
   while (staged) {  // room comes as earlier collectives finish (offload_route checked that it can)

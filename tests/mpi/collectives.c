@@ -5,8 +5,8 @@
  * communicator from MPI_Comm_create, a user-defined op, a reduction on short), then every
  * completion call over arrays mixing an Ialltoall with point-to-point requests. Prints
  * "ok <rounds> rounds" on rank 0, or names what differed and exits 1.
- * Usage: collectives [rounds]  (default 4); collectives slow|mismatch|many|abort|freed: the fault and
- * load cases below. */
+ * Usage: collectives [rounds]  (default 4); collectives slow|mismatch|many|abort|freed|uneven: the
+ * fault, load and size cases below. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,6 +308,32 @@ static void many(void) {
   sleep(1); /* the agent's session lives while this rank is connected: time for the last sample */
 }
 
+/* "uneven": one Ialltoallv whose sizes differ by rank: rank 0 gives itself 1 MiB, every other block
+ * is 4 bytes, so only rank 0's buffers exceed a small OUTBOARD_MPI_STAGING_BYTES. */
+static void uneven(void) {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  int* counts = malloc(4 * sizeof(int) * (size_t)n); /* send counts, send displs; recv the same */
+  int *displs = counts + n, total = 0;
+  for (int j = 0; j < n; j++) {
+    counts[j] = rank == 0 && j == 0 ? 1 << 20 : 4;
+    displs[j] = total;
+    total += counts[j];
+  }
+  char *in = malloc((size_t)total), *out = malloc((size_t)total), *want = malloc((size_t)total);
+  fill(in, (size_t)total, 1);
+  MPI_Request req;
+  MPI_Ialltoallv(in, counts, displs, MPI_CHAR, out, counts, displs, MPI_CHAR, MPI_COMM_WORLD, &req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  MPI_Alltoallv(in, counts, displs, MPI_CHAR, want, counts, displs, MPI_CHAR, MPI_COMM_WORLD);
+  check(!memcmp(out, want, (size_t)total), "MPI_Ialltoallv of sizes that differ by rank", "world", 0);
+  if (rank == 0 && !failures) printf("ok uneven\n");
+  free(in);
+  free(out);
+  free(want);
+  free(counts);
+}
+
 /* "abort": rank 0 waits on an Ialltoall that rank 1 never posts: rank 1 calls MPI_Abort(7). */
 static void abort_job(void) {
   int n, send[64] = {0}, recv[64];
@@ -371,8 +397,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const char* mode = argc > 1 ? argv[1] : "";
   if (!strcmp(mode, "slow") || !strcmp(mode, "mismatch") || !strcmp(mode, "many") || !strcmp(mode, "abort") ||
-      !strcmp(mode, "freed")) {
+      !strcmp(mode, "freed") || !strcmp(mode, "uneven")) {
     if (!strcmp(mode, "slow")) slow();
+    else if (!strcmp(mode, "uneven")) uneven();
     else if (!strcmp(mode, "freed")) freed();
     else if (!strcmp(mode, "mismatch")) mismatch();
     else if (!strcmp(mode, "abort")) abort_job();
