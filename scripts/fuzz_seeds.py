@@ -110,11 +110,11 @@ def main() -> int:
         "tokenize-upload": b"\x05L\x03[PAD]\n[UNK]\nhello\n",
     }
     # mpi_post: services/mpi_wire.h, a post (version, kind, comm, seq, size, rank, coll, elem, op, flags, root,
-    # bytes, send and receive offsets, arrays, regions, with kSpans the agents), another agent's share,
-    # forwarded send (its data, or with kFollows a piece at its offset) or watch, a rank's reach (value,
+    # bytes, send and receive offsets, arrays, regions, with kSpans the agents), another agent's share
+    # (whole, or its first piece) or a piece of one (comm, seq, from, offset, data), forwarded send (its data, or with kFollows a piece at its offset) or watch, a rank's reach (value,
     # region) or point-to-point message (comm, size, rank, peer, tag, flags, bytes, id, region, with kRemote
     # the token and the other agent), and the envelope answering one.
-    mpi_wire = 4
+    mpi_wire = 5
     def post(coll: int, elem: int, op: int, flags: int, root: int, nbytes: int, arrays: bytes, send: bytes,
              recv: bytes, spans: bytes = b"") -> bytes:
         return (struct.pack("<BBQQIIBBBBIQQQ", mpi_wire, 0, 7, 3, 2, 1, coll, elem, op, flags | (4 if spans else 0),
@@ -127,9 +127,12 @@ def main() -> int:
     remote = b"ab" * 32 + blob(b"127.0.0.1:7001")
     agents = (b"ab" * 32 + struct.pack("<I", 2) + blob(b"127.0.0.1:7000") + blob(b"127.0.0.1:7001")
               + struct.pack("<III", 2, 0, 1))
-    def share(coll: int, elem: int, op: int, nbytes: int, blocks: list[bytes]) -> bytes:
-        return (struct.pack("<BBQQIIBBBIQI", mpi_wire, 1, 7, 3, 2, 1, coll, elem, op, 0, nbytes, len(blocks))
-                + b"".join(struct.pack("<Q", len(b)) for b in blocks) + b"".join(blocks))
+    def share(coll: int, elem: int, op: int, nbytes: int, blocks: list[bytes], first_piece: int = 0) -> bytes:
+        """Whole, or with first_piece > 0 only the blocks' first `first_piece` bytes (kFirstPiece)."""
+        data = b"".join(blocks)
+        return (struct.pack("<BBQQIIBBBIQBI", mpi_wire, 1, 7, 3, 2, 1, coll, elem, op, 0, nbytes,
+                            1 if first_piece else 0, len(blocks))
+                + b"".join(struct.pack("<Q", len(b)) for b in blocks) + (data[:first_piece] if first_piece else data))
     v = b"".join(struct.pack("<IQQ", 2, a, b) for a, b in ((4, 4), (0, 4), (4, 4), (0, 4)))
     seeds["mpi_post"] = {
         "alltoall": post(0, 0, 0, 0, 0, 64, b"", b"send-key", b"recv-key"),
@@ -144,6 +147,8 @@ def main() -> int:
         "share-alltoall": share(0, 0, 0, 4, [b"abcd"]),
         "share-allreduce": share(4, 3, 1, 8, [b"12345678"]),
         "share-bcast-empty": share(3, 0, 0, 8, [b""]),
+        "share-first-piece": share(0, 0, 0, 4, [b"abcd", b"efgh"], 3),
+        "share-piece": struct.pack("<BBQQIQ", mpi_wire, 9, 7, 3, 1, 3) + b"defgh",
         "reach": struct.pack("<BBQ", mpi_wire, 2, 0x5EED) + blob(struct.pack("<IQQ", 0x3150424F, 0x7F0000000000, 8)),
         "p2p_send": p2p(3, 2, 7, 1, 64, b"send-key"),
         "p2p_recv_any": p2p(4, -1, -1, 0, 64, b"recv-key"),

@@ -434,13 +434,11 @@ bool fits_staging(uint64_t staging_bytes) { return staging_bytes + 2 * kAlign <=
 
 Route offload_route(MPI_Comm comm, uint64_t staging_bytes, bool uneven) {
   if (!g_on) return Route::kNoAgent;
-  const CommName* name = name_of(comm);
-  if (!name) return Route::kUnknownComm;
+  if (!name_of(comm)) return Route::kUnknownComm;
   // Every rank of a collective whose sizes agree decides alike. An uneven one too large for
-  // staging goes in place where one agent reaches the rank's memory, so that no rank passes it
-  // through while the others offload it (across agents each share is one message: no).
-  if (!fits_staging(staging_bytes) && !(uneven && g_offload->reachable && name->agents.empty()))
-    return Route::kTooBig;
+  // staging goes in place where the agent reaches the rank's memory, so that no rank passes it
+  // through while the others offload it.
+  if (!fits_staging(staging_bytes) && !(uneven && g_offload->reachable)) return Route::kTooBig;
   return Route::kOffloaded;
 }
 

@@ -64,7 +64,7 @@ void name_communicator(MPI_Comm comm);
 /// Where a collective that passed every rule goes: kOffloaded, kUnknownComm, kTooBig (more than
 /// the whole staging memory: `staging_bytes` is what it would stage, input and output) or kNoAgent.
 /// An `uneven` call (its sizes differ by rank: alltoallv's) that is too large goes in place
-/// instead where it can: one agent serves the communicator and reaches this rank's memory.
+/// instead where the agent reaches this rank's memory.
 Route offload_route(MPI_Comm comm, uint64_t staging_bytes, bool uneven);
 
 /// Posts a collective the route said to offload. `post` has coll, elem, reduce, root, bytes and the

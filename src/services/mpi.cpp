@@ -75,6 +75,8 @@ struct Pending {
   // Spanning several agents: which one this is, the others' shares, this agent's ranks' inputs.
   uint32_t me = 0;
   std::map<uint32_t, Received> shares;
+  // Shares coming in pieces, by agent: the whole share's buffer (reserved) and how much came.
+  std::map<uint32_t, std::pair<Received, uint64_t>> pieces;
   std::vector<std::vector<uint8_t>> in;          // staged (packed by destination), or
   std::vector<std::span<const uint8_t>> views;   // where every input is mapped: read in place
   uint64_t reserved = 0;
@@ -187,6 +189,7 @@ class Mpi final : public Service {
     auto kind = kind_of(r.payload.span());
     if (!kind.ok()) return r.responder.fail(kind.status());
     if (*kind == Kind::kShare) return take_share(std::move(r));
+    if (*kind == Kind::kSharePiece) return take_share_piece(std::move(r));
     if (*kind == Kind::kReach) return reach(std::move(r));
     if (*kind == Kind::kWatch) return hold_watch(std::move(r));
     if (*kind == Kind::kForward) {
@@ -241,6 +244,7 @@ class Mpi final : public Service {
       ready_.push_back({{}, key});
     } else {
       ready_.push_back({std::move(op.ranks), {}});
+      host_->release_memory(op.reserved);  // pieces of a share sent for a collective no other agent serves
       pending_.erase(key);
     }
     drain();
@@ -275,6 +279,7 @@ class Mpi final : public Service {
           m->responder.fail(left(m->post, *c.left));
         }
         for (auto& [from, got] : op->second.shares) got.responder.fail(left(got.share, *c.left));
+        host_->release_memory(op->second.reserved);  // shares coming in pieces
         op = pending_.erase(op);
       }
       comm = c.ranks.empty() ? comms_.erase(comm) : std::next(comm);
@@ -356,16 +361,78 @@ class Mpi final : public Service {
         failed != failed_.end())
       return r.responder.fail(failed->second);
     Pending& op = pending_[key];
-    if (op.shares.count(share.from))
+    if (op.shares.count(share.from) || op.pieces.count(share.from))
       return r.responder.fail({Code::kInvalidArgument, where(share) + ": agent " + std::to_string(share.from) + " shared it twice"});
     ++in_flight_[conn];
-    const uint32_t from = share.from;
-    op.shares.emplace(from, Received{std::move(share), std::move(r.payload), std::move(r.responder), conn});
-    OB_LOG_DBG("%s: share %zu from agent %u", where(op.shares.at(from).share).c_str(), op.shares.size(), from);
+    if (share.first_piece) return begin_pieces(key, op, std::move(share), std::move(r.responder), conn);
+    add_share(key, op, Received{std::move(share), std::move(r.payload), std::move(r.responder), conn});
+  }
+
+  void add_share(Key key, Pending& op, Received got) {
+    const uint32_t from = got.share.from;
+    OB_LOG_DBG("%s: share %zu from agent %u", where(got.share).c_str(), op.shares.size() + 1, from);
+    op.shares.emplace(from, std::move(got));
     if (op.shared && !op.busy && all_shared(op)) {
       ready_.push_back({{}, key});
       drain();
     }
+  }
+
+  // The first piece of a share too large for one message: the whole share's memory is reserved
+  // now (a failure fails the collective here too), and the share counts once its last piece is in.
+  void begin_pieces(Key key, Pending& op, Share share, Responder responder, uint32_t conn) {
+    uint64_t total = 0;
+    for (uint64_t n : share.lengths) total += n;  // within 64 bits: decode_share checked
+    if (Status st = host_->reserve_memory(total, "mpi share in pieces"); !st.ok()) {
+      st = st.with_context(where(share) + ": agent " + std::to_string(share.from) + "'s share of " +
+                           std::to_string(total) + " B");
+      --in_flight_[conn];
+      responder.fail(st);
+      return finish(key, st);
+    }
+    op.reserved += total;
+    Buffer whole(total);
+    std::copy(share.data.begin(), share.data.end(), whole.data());
+    const uint64_t came = share.data.size();
+    share.data = whole.span();
+    const uint32_t from = share.from;
+    op.pieces.emplace(from, std::pair{Received{std::move(share), std::move(whole), {}, conn}, came});
+    responder.respond({});
+  }
+
+  // The next piece of a share: in order after the last, within the share; the last one makes it whole.
+  void take_share_piece(ServiceRequest r) {
+    auto decoded = decode_share_piece(r.payload.span());
+    if (!decoded.ok()) return r.responder.fail(decoded.status());
+    const SharePiece& piece = *decoded;
+    const Key key{piece.comm, piece.seq};
+    if (auto failed = std::find_if(failed_.begin(), failed_.end(), [&](auto& f) { return f.first == key; });
+        failed != failed_.end())
+      return r.responder.fail(failed->second);
+    auto op = pending_.find(key);
+    auto partial = op == pending_.end() ? decltype(op->second.pieces)::iterator{} : op->second.pieces.find(piece.from);
+    if (op == pending_.end() || partial == op->second.pieces.end())
+      return r.responder.fail({Code::kInvalidArgument, "mpi: a piece of collective #" + std::to_string(piece.seq) +
+                                                           " on communicator " + std::to_string(piece.comm) +
+                                                           " from agent " + std::to_string(piece.from) +
+                                                           ", which sent no share of it in pieces"});
+    auto& [got, came] = partial->second;
+    const uint64_t total = got.payload.size();
+    if (piece.offset != came || piece.data.size() > total - came) {
+      const Status st{Code::kInvalidArgument, where(got.share) + ": agent " + std::to_string(piece.from) + "'s piece of " +
+                                                  std::to_string(piece.data.size()) + " B at " +
+                                                  std::to_string(piece.offset) + ", where its share of " +
+                                                  std::to_string(total) + " B had " + std::to_string(came) + " in"};
+      r.responder.fail(st);
+      return finish(key, st);
+    }
+    std::copy(piece.data.begin(), piece.data.end(), got.payload.data() + came);
+    came += piece.data.size();
+    if (came < total) return r.responder.respond({});
+    Received whole = std::move(got);
+    whole.responder = std::move(r.responder);  // answered as a whole share is
+    op->second.pieces.erase(partial);
+    add_share(key, op->second, std::move(whole));
   }
 
   static bool all_shared(const Pending& op) { return op.shares.size() + 1 >= first(op.ranks).agents.size(); }
@@ -401,6 +468,8 @@ class Mpi final : public Service {
       st.ok() ? got.responder.respond({}) : got.responder.fail(st);
       if (auto n = in_flight_.find(got.conn); n != in_flight_.end() && n->second) --n->second;
     }
+    for (auto& [from, partial] : op.pieces)  // their pieces so far were answered
+      if (auto n = in_flight_.find(partial.first.conn); n != in_flight_.end() && n->second) --n->second;
     host_->release_memory(op.reserved);
     pending_.erase(it);
     if (st.ok()) return;
@@ -450,6 +519,7 @@ class Mpi final : public Service {
       }
       // The header, then the blocks straight from the inputs (views, staging, or where early the
       // ranks' memory): one copy.
+      share.first_piece = total > kMaxSharePiece;
       const std::vector<uint8_t> header = encode(share);
       Buffer message(header.size() + total);
       uint8_t* at = std::copy(header.begin(), header.end(), message.data());
@@ -464,12 +534,30 @@ class Mpi final : public Service {
         const auto [from_recv, offset] = source_of(op.ranks[i]->post, j);
         OB_RETURN_IF_ERROR(read(*op.ranks[i], from_recv, offset, {at, share.lengths[k]}));
       }
-      to_agent(a.agents[to], a.token, std::move(message), [this, key](Result<Buffer> answer) {
-        if (!answer.ok()) finish(key, answer.status());
-      });
+      send_share(a, to, share, std::move(message), header.size(), key);
     }
     if (op.early) return copy_across(op.ranks);
     return {};
+  }
+
+  // Sends agent `to` its share, `message` (the header, `header_bytes` of it, then the blocks):
+  // whole, or where it goes in pieces (share.first_piece) the header with the first piece, then
+  // the rest in SharePieces. One connection carries them in order.
+  void send_share(const Post& a, uint32_t to, const Share& share, Buffer message, size_t header_bytes, Key key) {
+    auto answered = [this, key](Result<Buffer> answer) {
+      if (!answer.ok()) finish(key, answer.status());
+    };
+    if (!share.first_piece) return to_agent(a.agents[to], a.token, std::move(message), answered);
+    const std::span<const uint8_t> blocks = message.span().subspan(header_bytes);
+    for (uint64_t at = 0; at < blocks.size(); at += kMaxSharePiece) {
+      const auto data = blocks.subspan(at, std::min<uint64_t>(kMaxSharePiece, blocks.size() - at));
+      const std::vector<uint8_t> head =
+          at == 0 ? std::vector<uint8_t>(message.data(), message.data() + header_bytes)
+                  : encode(SharePiece{share.comm, share.seq, share.from, at, {}});
+      Buffer piece(head.size() + data.size());
+      std::copy(data.begin(), data.end(), std::copy(head.begin(), head.end(), piece.data()));
+      to_agent(a.agents[to], a.token, std::move(piece), answered);
+    }
   }
 
   // Bytes of what this agent's rank i gives rank j (alltoall(v)), else of its whole input.

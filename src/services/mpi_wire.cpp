@@ -44,6 +44,7 @@ std::string_view kind_name(Kind k) {
   switch (k) {
     case Kind::kPost: return "post";
     case Kind::kShare: return "share";
+    case Kind::kSharePiece: return "share piece";
     case Kind::kReach: return "reach";
     case Kind::kSend: case Kind::kRecv: case Kind::kProbe: case Kind::kCancel: case Kind::kForward:
     case Kind::kWatch:
@@ -178,6 +179,7 @@ std::vector<uint8_t> encode(const Share& s) {
   put_head(w, Kind::kShare, s, s.from);
   w.put(s.root);
   w.put(s.bytes);
+  w.put(static_cast<uint8_t>(s.first_piece ? kFirstPiece : 0));
   put_array(w, s.lengths);
   w.put_bytes(s.data);
   return std::move(w.bytes);
@@ -262,11 +264,13 @@ Result<Share> decode_share(std::span<const uint8_t> bytes) {
   if (kind != Kind::kShare) return bad("a " + std::string(kind_name(kind)) + " where a share was expected");
   codec::Reader r{bytes.subspan(2)};
   Share s;
-  uint8_t coll = 0, elem = 0, reduce = 0;
+  uint8_t coll = 0, elem = 0, reduce = 0, flags = 0;
   uint32_t blocks = 0;
   if (!r.get(s.comm) || !r.get(s.seq) || !r.get(s.size) || !r.get(s.from) || !r.get(coll) || !r.get(elem) ||
-      !r.get(reduce) || !r.get(s.root) || !r.get(s.bytes) || !r.get(blocks))
+      !r.get(reduce) || !r.get(s.root) || !r.get(s.bytes) || !r.get(flags) || !r.get(blocks))
     return bad("truncated share header");
+  if (flags & ~kFirstPiece) return bad("unknown share flags " + std::to_string(flags));
+  s.first_piece = flags & kFirstPiece;
   if (s.size == 0 || s.size > kMaxRanks || s.from >= s.size)
     return bad("share from agent " + std::to_string(s.from) + " for a communicator of " + std::to_string(s.size) +
                " ranks (1 to " + std::to_string(kMaxRanks) + ", at most one agent each)");
@@ -278,14 +282,43 @@ Result<Share> decode_share(std::span<const uint8_t> bytes) {
   uint64_t total = 0;
   for (uint64_t& n : s.lengths) {
     r.get(n);
-    if (n > r.in.size() || total + n > r.in.size())
-      return bad("share's blocks add up to more than the " + std::to_string(r.in.size()) + " B it carries");
+    if (s.first_piece ? total + n < total : n > r.in.size() || total + n > r.in.size())
+      return bad("share's blocks add up to more than " +
+                 (s.first_piece ? std::string("2^64") : "the " + std::to_string(r.in.size())) + " B it carries");
     total += n;
   }
-  if (total != r.in.size())
+  if (s.first_piece && (r.in.empty() || r.in.size() > kMaxSharePiece || r.in.size() >= total))
+    return bad("share's first piece of " + std::to_string(r.in.size()) + " B (1 to " +
+               std::to_string(kMaxSharePiece) + ", less than its blocks' " + std::to_string(total) + ")");
+  if (!s.first_piece && total != r.in.size())
     return bad("share's blocks add up to " + std::to_string(total) + " B, it carries " + std::to_string(r.in.size()));
   s.data = r.in;
   return s;
+}
+
+std::vector<uint8_t> encode(const SharePiece& p) {
+  codec::Writer w;
+  w.put(kVersion);
+  w.put(static_cast<uint8_t>(Kind::kSharePiece));
+  w.put(p.comm);
+  w.put(p.seq);
+  w.put(p.from);
+  w.put(p.offset);
+  w.put_bytes(p.data);
+  return std::move(w.bytes);
+}
+
+Result<SharePiece> decode_share_piece(std::span<const uint8_t> bytes) {
+  OB_ASSIGN_OR_RETURN(Kind kind, kind_of(bytes));
+  if (kind != Kind::kSharePiece) return bad("a " + std::string(kind_name(kind)) + " where a share's piece was expected");
+  codec::Reader r{bytes.subspan(2)};
+  SharePiece p;
+  if (!r.get(p.comm) || !r.get(p.seq) || !r.get(p.from) || !r.get(p.offset)) return bad("truncated share piece");
+  if (r.in.empty() || r.in.size() > kMaxSharePiece || p.offset + r.in.size() < p.offset)
+    return bad("share piece of " + std::to_string(r.in.size()) + " B at " + std::to_string(p.offset) + " (1 to " +
+               std::to_string(kMaxSharePiece) + ", ending within 2^64)");
+  p.data = r.in;
+  return p;
 }
 
 std::vector<uint8_t> encode(const P2p& p) {

@@ -15,7 +15,10 @@
 // elsewhere); with kSpans: the job's session token (64 hex digits), u32-counted agent addresses
 // (u32 length + bytes each) and u32-counted agent_of (u32 each, `size` of them).
 // Share: u64 comm, u64 seq, u32 size, u32 from, u8 Coll, u8 Elem, u8 Reduce, u32 root, u64 bytes,
-// u32-counted u64 block lengths, then the blocks back to back (their lengths' sum, nothing after).
+// u8 flags (kFirstPiece), u32-counted u64 block lengths, then the blocks back to back (their
+// lengths' sum, nothing after; with kFirstPiece, their first 1 to kMaxSharePiece bytes).
+// SharePiece: u64 comm, u64 seq, u32 from, u64 offset, then 1 to kMaxSharePiece bytes of the
+// share's blocks from `offset`.
 // Reach: u64 value, then a region's descriptor (u32 length + bytes) whose first 8 bytes hold it.
 // Send, Recv, Probe, Cancel (point-to-point, one message each): u64 comm, u32 size, u32 rank,
 // i32 peer, i32 tag, u8 flags (kSync, kRemote), u64 bytes, u64 id, then the buffer's region
@@ -40,7 +43,7 @@
 
 namespace outboard::services::mpi_wire {
 
-inline constexpr uint8_t kVersion = 4;
+inline constexpr uint8_t kVersion = 5;
 /// Ranks of one communicator the agent takes a collective from.
 inline constexpr uint32_t kMaxRanks = 1024;
 /// Bytes of a region descriptor (UCX's packed key and address run to a few hundred).
@@ -50,8 +53,8 @@ inline constexpr uint32_t kMaxAddressBytes = 256;
 /// Hex digits of a session token.
 inline constexpr uint32_t kTokenHexDigits = 64;
 
-enum class Kind : uint8_t { kPost, kShare, kReach, kSend, kRecv, kProbe, kCancel, kForward, kWatch };
-inline constexpr uint8_t kKinds = 9;
+enum class Kind : uint8_t { kPost, kShare, kReach, kSend, kRecv, kProbe, kCancel, kForward, kWatch, kSharePiece };
+inline constexpr uint8_t kKinds = 10;
 
 enum class Coll : uint8_t { kAlltoall, kAlltoallv, kAllgather, kBcast, kAllreduce };
 inline constexpr uint8_t kColls = 5;
@@ -111,9 +114,24 @@ struct Share {
   Reduce reduce = Reduce::kNone;
   uint32_t root = 0;
   uint64_t bytes = 0;
+  bool first_piece = false;  // kFirstPiece: `data` is the first piece of the blocks, SharePieces follow
   std::vector<uint64_t> lengths;
   std::span<const uint8_t> data;  // encode(): the blocks (none: the header alone); decode(): a view
 };
+
+/// A share whose blocks exceed kMaxSharePiece goes in pieces, so that no message nears a
+/// connection's limit whatever the collective's size: the Share carries the first piece
+/// (kFirstPiece), SharePieces the rest, in order on the one connection between the two agents.
+/// Each is answered once stored, the last one as a whole share is (once the receiver ran the
+/// collective); the receiver holds the whole share in memory it reserves at the first piece.
+struct SharePiece {
+  uint64_t comm = 0, seq = 0;
+  uint32_t from = 0;
+  uint64_t offset = 0;  // where `data` starts in the share's blocks
+  std::span<const uint8_t> data;  // encode(): the piece (none: the header alone); decode(): a view
+};
+inline constexpr uint64_t kMaxSharePiece = 4ull << 20;
+inline constexpr uint8_t kFirstPiece = 1;
 
 /// A rank asks whether its agent reaches its memory through a region of this kind (exposed
 /// memory: the kernel may forbid it) before it hands it its buffers that way: the agent reads the
@@ -203,8 +221,12 @@ Result<Kind> kind_of(std::span<const uint8_t> bytes);
 Result<Post> decode(std::span<const uint8_t> bytes);
 /// A reach: a descriptor within kMaxDescriptorBytes, nothing after it.
 Result<Reach> decode_reach(std::span<const uint8_t> bytes);
-/// A share: size <= kMaxRanks, known kinds, the lengths adding up to the data that follows.
+/// A share: size <= kMaxRanks, known kinds and flags, the lengths adding up to the data that
+/// follows (with kFirstPiece: to more than it, within 64 bits, the data 1 to kMaxSharePiece B).
 Result<Share> decode_share(std::span<const uint8_t> bytes);
+std::vector<uint8_t> encode(const SharePiece& piece);
+/// A share's piece: 1 to kMaxSharePiece B of data, ending within 64 bits.
+Result<SharePiece> decode_share_piece(std::span<const uint8_t> bytes);
 std::vector<uint8_t> encode(const P2p& p2p);
 /// A point-to-point message: rank < size <= kMaxRanks; a send's peer a rank of the communicator
 /// and its tag >= 0; a receive's or probe's peer such a rank or kAny and its tag >= 0 or kAny;

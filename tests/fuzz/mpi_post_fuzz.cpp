@@ -1,5 +1,5 @@
 // libFuzzer: a message to the agent's `mpi` service (services/mpi_wire.h) — a rank's collective
-// post, another agent's share, forwarded send or watch, a rank's reach or point-to-point message —
+// post, another agent's share (whole, or its first piece and the pieces after), forwarded send or watch, a rank's reach or point-to-point message —
 // decoded before anything else reads it, and the envelope a rank decodes from the agent's answer. What decodes encodes back
 // to the same bytes, and its counts, ranks and agents are within the bounds the service indexes by.
 #include <cstdlib>
@@ -15,10 +15,23 @@ int share(const uint8_t* data, size_t size) {
   auto s = decode_share({data, size});
   if (!s.ok()) return 0;
   uint64_t total = 0;
-  for (uint64_t n : s->lengths) total += n;
-  if (s->from >= s->size || total != s->data.size() || s->lengths.size() > uint64_t{s->size} * s->size)
-    __builtin_trap();
+  for (uint64_t n : s->lengths) {
+    if (total + n < total) __builtin_trap();
+    total += n;
+  }
+  const bool carried = s->first_piece ? !s->data.empty() && s->data.size() <= kMaxSharePiece && s->data.size() < total
+                                      : total == s->data.size();
+  if (s->from >= s->size || !carried || s->lengths.size() > uint64_t{s->size} * s->size) __builtin_trap();
   const auto again = encode(s.value());
+  if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
+  return 0;
+}
+
+int share_piece(const uint8_t* data, size_t size) {
+  auto p = decode_share_piece({data, size});
+  if (!p.ok()) return 0;
+  if (p->data.empty() || p->data.size() > kMaxSharePiece || p->offset + p->data.size() < p->offset) __builtin_trap();
+  const auto again = encode(p.value());
   if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
   return 0;
 }
@@ -82,6 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto kind = kind_of({data, size});
   if (kind.ok() && *kind == Kind::kWatch) return watch(data, size);
   if (kind.ok() && *kind == Kind::kForward) return forward(data, size);
+  if (kind.ok() && *kind == Kind::kSharePiece) return share_piece(data, size);
   if (kind.ok() && *kind >= Kind::kSend) return p2p(data, size);
   if (kind.ok() && *kind == Kind::kShare) return share(data, size);
   if (kind.ok() && *kind == Kind::kReach) return reach(data, size);

@@ -711,6 +711,70 @@ TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
 
 // Inputs in memory the agents map are read in place: nothing is staged (4 KiB of agent memory each),
 // except an in-place alltoall, which fails naming the limit.
+// Each agent's share here is 2 blocks of 3 MiB, over the agents' 5 MiB message limit: it goes in
+// pieces (the first with the header, then a SharePiece), which the other agent puts together.
+TEST_F(MpiSpanningTest, SharesLargerThanAMessageGoInPieces) {
+  constexpr uint32_t n = 3;
+  constexpr uint64_t block = 3ull << 20;
+  AgentConfig config = testing::test_config();
+  config.channel.max_msg_size = services::mpi_wire::kMaxSharePiece + (1 << 20);
+  static_assert(2 * block > services::mpi_wire::kMaxSharePiece + (1 << 20));
+  restart_both(config);
+  auto rs = spanning_ranks();
+  std::vector<Post> posts;
+  for (uint32_t i = 0; i < n; ++i) {
+    rs[i].send = random_bytes(n * block, 900 + i);
+    rs[i].recv.assign(n * block, 0);
+    posts.push_back(spanning(Coll::kAlltoall, 0, i, block));
+  }
+  post_all(rs, posts);
+  for (uint32_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+    for (uint32_t i = 0; i < n; ++i)
+      EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * block, rs[i].send.data() + j * block, block))
+          << "alltoall block from rank " << i << " at rank " << j;
+  }
+}
+
+// Another agent's pieces that do not follow a share's first piece, in order and within it, are
+// refused naming what was due; a first piece whose whole share the session cannot hold fails
+// before anything of it is allocated.
+TEST_F(MpiSpanningTest, PiecesOutOfPlaceAndSharesOverTheMemoryAreRefused) {
+  using namespace services::mpi_wire;
+  auto c = connect();
+  auto ask = [&](const std::vector<uint8_t>& message) {
+    std::optional<Status> answer;
+    EXPECT_TRUE(c->submit("mpi", Buffer::copy_of(message), Deadline::after_ms(kWaitMs),
+                          [&answer](Result<Buffer> a) { answer = a.status(); }, Connection::Credit::kWait)
+                    .ok());
+    EXPECT_TRUE(answered(*c, {&answer, 1}));
+    return answer.value_or(Status{Code::kTimedOut, "no answer"});
+  };
+  const std::vector<uint8_t> data(100, 7);
+  const Status stray = ask(encode(SharePiece{7, 5, 1, 0, data}));
+  EXPECT_NE(stray.message().find("a piece of collective #5 on communicator 7 from agent 1, which sent no share of it "
+                                 "in pieces"),
+            std::string::npos)
+      << stray.to_string();
+
+  Share first;
+  first.comm = 7, first.seq = 6, first.size = 3, first.from = 1, first.coll = Coll::kAlltoall, first.bytes = 300;
+  first.first_piece = true, first.lengths = {300, 300}, first.data = data;
+  ASSERT_TRUE(ask(encode(first)).ok());
+  const Status skipped = ask(encode(SharePiece{7, 6, 1, 200, data}));
+  EXPECT_NE(skipped.message().find("agent 1's piece of 100 B at 200, where its share of 600 B had 100 in"),
+            std::string::npos)
+      << skipped.to_string();
+  // The collective failed here: its later pieces get that failure.
+  EXPECT_NE(ask(encode(SharePiece{7, 6, 1, 100, data})).message().find("had 100 in"), std::string::npos);
+
+  first.seq = 7, first.lengths = {1ull << 50, 1};
+  const Status huge = ask(encode(first));
+  EXPECT_FALSE(huge.ok());
+  EXPECT_NE(huge.message().find("agent 1's share of " + std::to_string((1ull << 50) + 1) + " B"), std::string::npos)
+      << huge.to_string();
+}
+
 TEST_F(MpiSpanningTest, MappedInputsAreSharedAndDeliveredWithoutStaging) {
   if (agent_in_process()) GTEST_SKIP() << "an agent in this process maps no region of its own process";
   AgentConfig config = testing::test_config();
@@ -888,6 +952,49 @@ TEST(MpiWireTest, DecodeShareChecksItsBlocks) {
   bad = s, bad.coll = Coll::kAllreduce;
   fails(encode(bad), "only allreduce, and it always, names both");
   fails({kVersion, kKinds}, "unknown message kind " + std::to_string(kKinds));
+}
+
+TEST(MpiWireTest, ASharesFirstPieceAndItsPiecesAreChecked) {
+  using namespace services::mpi_wire;
+  const std::vector<uint8_t> piece(10, 1);
+  Share s;
+  s.comm = 3, s.seq = 9, s.size = 4, s.from = 2, s.coll = Coll::kAlltoall, s.bytes = 20;
+  s.first_piece = true, s.lengths = {20, 20}, s.data = piece;
+  auto round = decode_share(encode(s));
+  ASSERT_TRUE(round.ok()) << round.status().to_string();
+  EXPECT_TRUE(round->first_piece);
+  EXPECT_EQ(round->data.size(), 10u);
+  auto fails = [](const auto& decoded, const std::string& what) {
+    ASSERT_FALSE(decoded.ok()) << what;
+    EXPECT_NE(decoded.status().message().find(what), std::string::npos) << decoded.status().to_string();
+  };
+  Share bad = s;
+  bad.data = {};
+  fails(decode_share(encode(bad)), "share's first piece of 0 B (1 to 4194304, less than its blocks' 40)");
+  bad = s, bad.lengths = {5, 5};
+  fails(decode_share(encode(bad)), "share's first piece of 10 B (1 to 4194304, less than its blocks' 10)");
+  bad = s, bad.lengths = {UINT64_MAX, 2};
+  fails(decode_share(encode(bad)), "share's blocks add up to more than 2^64 B");
+  auto flags = encode(s);
+  flags[2 + 8 + 8 + 4 + 4 + 3 + 4 + 8] = 2;
+  fails(decode_share(flags), "unknown share flags 2");
+
+  const SharePiece p{3, 9, 2, 10, piece};
+  auto bytes = encode(p);
+  ASSERT_EQ(kind_of(bytes).value(), Kind::kSharePiece);
+  auto back = decode_share_piece(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->comm, 3u);
+  EXPECT_EQ(back->seq, 9u);
+  EXPECT_EQ(back->from, 2u);
+  EXPECT_EQ(back->offset, 10u);
+  EXPECT_EQ(back->data.size(), 10u);
+  fails(decode_share_piece(encode(SharePiece{3, 9, 2, 10, {}})), "share piece of 0 B at 10");
+  fails(decode_share_piece(encode(SharePiece{3, 9, 2, UINT64_MAX - 2, piece})), "ending within 2^64");
+  const std::vector<uint8_t> big(kMaxSharePiece + 1, 0);
+  fails(decode_share_piece(encode(SharePiece{3, 9, 2, 0, big})), "share piece of 4194305 B");
+  fails(decode_share_piece({bytes.begin(), bytes.begin() + 20}), "truncated share piece");
+  fails(decode_share(bytes), "a share piece where a share was expected");
 }
 
 TEST(MpiWireTest, DecodeReachChecksItsRegion) {
