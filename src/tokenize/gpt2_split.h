@@ -1,69 +1,177 @@
 // GPT-2's pre-tokenizer as a hand-written scanner. Equivalent to
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // (and to tiktoken's r50k pattern) with no regex engine and no lookahead
-// beyond one code point.
+// beyond one code point. Where SSE2 is (every x86-64), ASCII text goes 64
+// bytes at a time: where each piece starts follows from bit masks of the
+// bytes' kinds, and the scanner takes only what those cannot settle.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "tokenize/char_kind.h"
 
 namespace outboard::tokenize {
 
+/// The scanner alone: emits the piece at `i` (a piece's start) and returns its end.
+template <typename Emit>
+size_t gpt2_piece(const uint8_t* s, size_t n, size_t i, Emit& emit) {
+  auto at = [&](size_t k, int& len) { return decode_valid(s + k, len); };
+  int len;
+  char32_t c = at(i, len);
+  if (c == '\'' && i + 1 < n) {
+    uint8_t b = s[i + 1];
+    if (b == 's' || b == 'd' || b == 'm' || b == 't') {
+      emit(i, i + 2);
+      return i + 2;
+    }
+    if (i + 2 < n && ((b == 'l' && s[i + 2] == 'l') || (b == 'v' && s[i + 2] == 'e') || (b == 'r' && s[i + 2] == 'e'))) {
+      emit(i, i + 3);
+      return i + 3;
+    }
+  }
+  Kind kind = kind_of(c);
+  if (c == ' ' && i + 1 < n) {
+    int len2;
+    Kind next = kind_of(at(i + 1, len2));
+    if (next != Kind::kSpace) {  // " ?X+": the space joins the run after it
+      const size_t end = run_of(s, n, i + 1, next);
+      emit(i, end);
+      return end;
+    }
+  }
+  if (kind != Kind::kSpace) {
+    const size_t end = run_of(s, n, i, kind);
+    emit(i, end);
+    return end;
+  }
+  // Whitespace: \s+(?!\S) keeps the last character for the next piece
+  // when something other than whitespace follows.
+  const SpaceRun ws = space_run(s, n, i);
+  const size_t end = ws.end < n && ws.last > i ? ws.last : ws.end;
+  emit(i, end);
+  return end;
+}
+
+/// Calls emit(begin, end) with the byte offsets of each piece of `text`
+/// (which must be valid UTF-8), in order, one piece at a time.
+template <typename Emit>
+void split_gpt2_scanner(std::string_view text, Emit&& emit) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  for (size_t i = 0; i < text.size();) i = gpt2_piece(s, text.size(), i, emit);
+}
+
+#if defined(__SSE2__)
+namespace detail {
+
+// Bit k: byte k of 64 (or of the `n` < 64 copied into a zeroed block).
+struct AsciiKinds {
+  uint64_t letter, digit, space, blank, quote, high;
+};
+
+inline AsciiKinds ascii_kinds(const uint8_t* p) {
+  AsciiKinds m{};
+  auto set1 = [](int v) { return _mm_set1_epi8(static_cast<char>(v)); };
+  // x + (128 - lo) < -128 + count, signed: lo <= x < lo + count for ASCII x (bytes >= 0x80 land outside).
+  auto in = [&](__m128i x, int lo, int count) { return _mm_cmplt_epi8(_mm_add_epi8(x, set1(128 - lo)), set1(-128 + count)); };
+  for (int k = 0; k < 4; ++k) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+    auto bits = [&](__m128i v) { return uint64_t{static_cast<uint16_t>(_mm_movemask_epi8(v))} << (16 * k); };
+    m.letter |= bits(in(_mm_or_si128(x, set1(0x20)), 'a', 26));
+    m.digit |= bits(in(x, '0', 10));
+    m.space |= bits(_mm_or_si128(in(x, '\t', 5), _mm_cmpeq_epi8(x, set1(' '))));  // \t \n \v \f \r and ' '
+    m.blank |= bits(_mm_cmpeq_epi8(x, set1(' ')));
+    m.quote |= bits(_mm_cmpeq_epi8(x, set1('\'')));
+    m.high |= bits(x);
+  }
+  return m;
+}
+
+// The pieces that start at s[i] (a piece's start) among the next 64 bytes, as far as those bytes
+// are ASCII and settle where each one ends; returns the start of the first piece not emitted (i
+// where none could be).
+template <typename Emit>
+size_t gpt2_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
+  alignas(16) uint8_t copy[64];
+  const uint8_t* p = s + i;
+  if (n - i < 64) {  // the text's end: zeros after it, outside `valid` below
+    std::memset(copy, 0, sizeof copy);
+    std::memcpy(copy, p, n - i);
+    p = copy;
+  }
+  const AsciiKinds m = ascii_kinds(p);
+  const size_t ascii = m.high ? static_cast<size_t>(std::countr_zero(m.high)) : 64;
+  const size_t len = std::min<size_t>({64, n - i, ascii});  // bytes this window classified
+  const bool to_end = len == n - i;                          // it holds the rest of the text
+  const uint64_t valid = len == 64 ? ~uint64_t{0} : (uint64_t{1} << len) - 1;
+  const uint64_t letter = m.letter & valid, digit = m.digit & valid, space = m.space & valid;
+  const uint64_t other = valid & ~(letter | digit | space);
+  const uint64_t solid = valid & ~space;
+  auto begins = [](uint64_t kind) { return kind & ~(kind << 1); };
+  // A piece starts where the kind changes, but not just after a ' ' that joins the run after it;
+  // and at a run of whitespace's last character where two or more come before something else.
+  uint64_t starts = ((begins(letter) | begins(digit) | begins(space) | begins(other)) & ~((m.blank << 1) & solid)) |
+                    (space & (space << 1) & (solid >> 1)) | 1;
+  // An apostrophe that starts a piece may start a contraction, which ends its own piece.
+  for (uint64_t q = m.quote & valid & starts; q; q &= q - 1) {
+    const size_t k = static_cast<size_t>(std::countr_zero(q));
+    if (k + 1 >= len) break;
+    const uint8_t a = p[k + 1], b = k + 2 < len ? p[k + 2] : 0;
+    const size_t c = a == 's' || a == 'd' || a == 'm' || a == 't'                           ? 2
+                     : (a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e') ? 3
+                                                                                                   : 0;
+    if (!c) continue;
+    starts &= ~(((uint64_t{1} << (c - 1)) - 1) << (k + 1));
+    if (k + c < 64) starts |= uint64_t{1} << (k + c);
+  }
+  // A start is settled where the bytes up to two after it are: at the text's end, every one.
+  const size_t last = to_end ? len : len >= 3 ? len - 3 : 0;
+  size_t from = 0;
+  for (uint64_t e = starts & ~uint64_t{1}; e; e &= e - 1) {
+    const size_t at = static_cast<size_t>(std::countr_zero(e));
+    if (at > last) break;
+    emit(i + from, i + at);
+    from = at;
+  }
+  if (to_end && from < len) {
+    emit(i + from, n);
+    return n;
+  }
+  return i + from;
+}
+
+}  // namespace detail
+#endif
+
 /// Calls emit(begin, end) with the byte offsets of each piece of `text`
 /// (which must be valid UTF-8), in order.
 template <typename Emit>
 void split_gpt2(std::string_view text, Emit&& emit) {
+#if defined(__SSE2__)
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const size_t n = text.size();
-  auto at = [&](size_t i, int& len) { return decode_valid(s + i, len); };
-  auto run = [&](size_t i, Kind kind) { return run_of(s, n, i, kind); };
-
-  size_t i = 0;
-  while (i < n) {
-    int len;
-    char32_t c = at(i, len);
-    if (c == '\'' && i + 1 < n) {
-      uint8_t b = s[i + 1];
-      if (b == 's' || b == 'd' || b == 'm' || b == 't') {
-        emit(i, i + 2);
-        i += 2;
-        continue;
-      }
-      if (i + 2 < n && ((b == 'l' && s[i + 2] == 'l') || (b == 'v' && s[i + 2] == 'e') ||
-                        (b == 'r' && s[i + 2] == 'e'))) {
-        emit(i, i + 3);
-        i += 3;
+  for (size_t i = 0; i < n;) {
+    // Windows pay where the text is ASCII for a while; elsewhere the scanner goes a piece at a time.
+    if (n - i >= 16 && !_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)))) {
+      const size_t next = detail::gpt2_window(s, n, i, emit);
+      if (next != i) {
+        i = next;
         continue;
       }
     }
-    Kind kind = kind_of(c);
-    size_t start = i;
-    if (c == ' ' && i + 1 < n) {
-      int len2;
-      Kind next = kind_of(at(i + 1, len2));
-      if (next != Kind::kSpace) {  // " ?X+": the space joins the run after it
-        size_t end = run(i + 1, next);
-        emit(start, end);
-        i = end;
-        continue;
-      }
-    }
-    if (kind != Kind::kSpace) {
-      size_t end = run(i, kind);
-      emit(start, end);
-      i = end;
-      continue;
-    }
-    // Whitespace: \s+(?!\S) keeps the last character for the next piece
-    // when something other than whitespace follows.
-    const SpaceRun ws = space_run(s, n, i);
-    const size_t end = ws.end < n && ws.last > i ? ws.last : ws.end;
-    emit(start, end);
-    i = end;
+    i = gpt2_piece(s, n, i, emit);
   }
+#else
+  split_gpt2_scanner(text, emit);
+#endif
 }
 
 }  // namespace outboard::tokenize

@@ -2,7 +2,8 @@
 // (r50k, cl100k, o200k, Tekken) and SentencePiece BPE (Mistral 7B's) under
 // both UTF-8 policies. Never a crash or hang; valid text decodes back to
 // itself (but SentencePiece's "▁", U+2581, which decodes as a space),
-// and its ids' offsets cover it.
+// and its ids' offsets cover it; GPT-2's 64-byte windows split valid text
+// as its scanner does.
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,8 @@
 
 #include "fuzz_common.h"
 #include "outboard/tokenizer.h"
+#include "tokenize/gpt2_split.h"
+#include "tokenize/unicode.h"
 
 using namespace outboard;
 
@@ -45,8 +48,16 @@ static void check(const Tokenizer* tok, std::string_view text) {
     abort();  // valid input round-trips exactly
 }
 
+static void same_pieces(std::string_view text) {
+  std::vector<size_t> windows, scanner;
+  tokenize::split_gpt2(text, [&](size_t b, size_t e) { windows.insert(windows.end(), {b, e}); });
+  tokenize::split_gpt2_scanner(text, [&](size_t b, size_t e) { scanner.insert(scanner.end(), {b, e}); });
+  if (windows != scanner) abort();
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   for (const Tokenizer* tok : tokenizers) check(tok, text);
+  if (tokenize::first_invalid_utf8(text) == text.size()) same_pieces(text);
   return 0;
 }
