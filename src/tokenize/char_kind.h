@@ -1,12 +1,19 @@
 // What the byte-level BPE pre-tokenizers ask of a character: letter, number,
 // whitespace or other (\p{L}, \p{N}, \s, the rest), and runs of one kind,
-// ASCII letters and digits eight bytes at a time.
+// ASCII letters and digits eight bytes at a time; where SSE2 is, the kinds of
+// 64 ASCII bytes at once, as bit masks.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "tokenize/small_load.h"
 #include "tokenize/unicode.h"
@@ -119,5 +126,65 @@ inline size_t contraction_length(const uint8_t* s, size_t n, size_t i) {
   if (s[i + 1] == 0xC5 && i + 2 < n && s[i + 2] == 0xBF) return 3;  // 'ſ
   return 0;
 }
+
+#if defined(__SSE2__)
+/// The 64 bytes from s[i] (those the text has), classified as far as they are ASCII: bit k of each
+/// mask stands for the window's byte k. Where the window holds text of one kind a pre-tokenizer
+/// finds its pieces' ends by bit scans instead of byte by byte.
+class AsciiWindow {
+ public:
+  AsciiWindow(const uint8_t* s, size_t n, size_t i) : bytes(s + i) {
+    if (n - i < 64) {  // the text's end: zeros after it, outside `valid`
+      std::memset(copy_, 0, sizeof copy_);
+      std::memcpy(copy_, s + i, n - i);
+      bytes = copy_;
+    }
+    auto set1 = [](int v) { return _mm_set1_epi8(static_cast<char>(v)); };
+    // x + (128 - lo) < -128 + count, signed: lo <= x < lo + count for ASCII x (bytes >= 0x80 land outside).
+    auto in = [&](__m128i x, int lo, int count) {
+      return _mm_cmplt_epi8(_mm_add_epi8(x, set1(128 - lo)), set1(-128 + count));
+    };
+    uint64_t high = 0;
+    for (int k = 0; k < 4; ++k) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 16 * k));
+      auto bits = [&](__m128i v) { return uint64_t{static_cast<uint16_t>(_mm_movemask_epi8(v))} << (16 * k); };
+      const __m128i breaks = _mm_or_si128(_mm_cmpeq_epi8(x, set1('\n')), _mm_cmpeq_epi8(x, set1('\r')));
+      letter |= bits(in(_mm_or_si128(x, set1(0x20)), 'a', 26));
+      digit |= bits(in(x, '0', 10));
+      space |= bits(_mm_or_si128(in(x, '\t', 5), _mm_cmpeq_epi8(x, set1(' '))));  // \t \n \v \f \r and ' '
+      blank |= bits(_mm_cmpeq_epi8(x, set1(' ')));
+      quote |= bits(_mm_cmpeq_epi8(x, set1('\'')));
+      line_break |= bits(breaks);
+      high |= bits(x);
+    }
+    len = std::min<size_t>({64, n - i, high ? static_cast<size_t>(std::countr_zero(high)) : 64});
+    to_end = len == n - i;
+    valid = len == 64 ? ~uint64_t{0} : (uint64_t{1} << len) - 1;
+    for (uint64_t* m : {&letter, &digit, &space, &blank, &quote, &line_break}) *m &= valid;
+    other = valid & ~(letter | digit | space);
+  }
+  AsciiWindow(const AsciiWindow&) = delete;
+  AsciiWindow& operator=(const AsciiWindow&) = delete;
+
+  /// Bytes from k of the kind `mask` says, up to the classified end.
+  [[nodiscard]] size_t run(uint64_t mask, size_t k) const {
+    return k >= 64 ? 0 : std::min<size_t>(std::countr_one(mask >> k), len - std::min(k, len));
+  }
+
+  const uint8_t* bytes;  // the window's (a zero-padded copy at the text's end)
+  size_t len = 0;        // bytes classified: to the first non-ASCII one, the text's end or 64
+  bool to_end = false;   // the window holds the rest of the text
+  uint64_t valid = 0;    // the classified bytes
+  uint64_t letter = 0, digit = 0, space = 0, blank = 0, quote = 0, line_break = 0, other = 0;
+
+ private:
+  alignas(16) uint8_t copy_[64];
+};
+
+/// Whether a window pays at s[i]: the next 16 bytes are there and ASCII.
+inline bool ascii_ahead(const uint8_t* s, size_t n, size_t i) {
+  return n - i >= 16 && !_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+}
+#endif
 
 }  // namespace outboard::tokenize

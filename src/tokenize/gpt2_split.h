@@ -6,16 +6,10 @@
 // bytes' kinds, and the scanner takes only what those cannot settle.
 #pragma once
 
-#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string_view>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "tokenize/char_kind.h"
 
@@ -70,58 +64,22 @@ void split_gpt2_scanner(std::string_view text, Emit&& emit) {
 }
 
 #if defined(__SSE2__)
-namespace detail {
-
-// Bit k: byte k of 64 (or of the `n` < 64 copied into a zeroed block).
-struct AsciiKinds {
-  uint64_t letter, digit, space, blank, quote, high;
-};
-
-inline AsciiKinds ascii_kinds(const uint8_t* p) {
-  AsciiKinds m{};
-  auto set1 = [](int v) { return _mm_set1_epi8(static_cast<char>(v)); };
-  // x + (128 - lo) < -128 + count, signed: lo <= x < lo + count for ASCII x (bytes >= 0x80 land outside).
-  auto in = [&](__m128i x, int lo, int count) { return _mm_cmplt_epi8(_mm_add_epi8(x, set1(128 - lo)), set1(-128 + count)); };
-  for (int k = 0; k < 4; ++k) {
-    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
-    auto bits = [&](__m128i v) { return uint64_t{static_cast<uint16_t>(_mm_movemask_epi8(v))} << (16 * k); };
-    m.letter |= bits(in(_mm_or_si128(x, set1(0x20)), 'a', 26));
-    m.digit |= bits(in(x, '0', 10));
-    m.space |= bits(_mm_or_si128(in(x, '\t', 5), _mm_cmpeq_epi8(x, set1(' '))));  // \t \n \v \f \r and ' '
-    m.blank |= bits(_mm_cmpeq_epi8(x, set1(' ')));
-    m.quote |= bits(_mm_cmpeq_epi8(x, set1('\'')));
-    m.high |= bits(x);
-  }
-  return m;
-}
-
-// The pieces that start at s[i] (a piece's start) among the next 64 bytes, as far as those bytes
-// are ASCII and settle where each one ends; returns the start of the first piece not emitted (i
-// where none could be).
+/// The pieces that start at s[i] (a piece's start) among the next 64 bytes, as far as those bytes
+/// are ASCII and settle where each one ends; returns the start of the first piece not emitted (i
+/// where none could be).
 template <typename Emit>
 size_t gpt2_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
-  alignas(16) uint8_t copy[64];
-  const uint8_t* p = s + i;
-  if (n - i < 64) {  // the text's end: zeros after it, outside `valid` below
-    std::memset(copy, 0, sizeof copy);
-    std::memcpy(copy, p, n - i);
-    p = copy;
-  }
-  const AsciiKinds m = ascii_kinds(p);
-  const size_t ascii = m.high ? static_cast<size_t>(std::countr_zero(m.high)) : 64;
-  const size_t len = std::min<size_t>({64, n - i, ascii});  // bytes this window classified
-  const bool to_end = len == n - i;                          // it holds the rest of the text
-  const uint64_t valid = len == 64 ? ~uint64_t{0} : (uint64_t{1} << len) - 1;
-  const uint64_t letter = m.letter & valid, digit = m.digit & valid, space = m.space & valid;
-  const uint64_t other = valid & ~(letter | digit | space);
-  const uint64_t solid = valid & ~space;
+  const AsciiWindow w(s, n, i);
+  const uint8_t* p = w.bytes;
+  const size_t len = w.len;
+  const uint64_t solid = w.valid & ~w.space;
   auto begins = [](uint64_t kind) { return kind & ~(kind << 1); };
   // A piece starts where the kind changes, but not just after a ' ' that joins the run after it;
   // and at a run of whitespace's last character where two or more come before something else.
-  uint64_t starts = ((begins(letter) | begins(digit) | begins(space) | begins(other)) & ~((m.blank << 1) & solid)) |
-                    (space & (space << 1) & (solid >> 1)) | 1;
+  uint64_t starts = ((begins(w.letter) | begins(w.digit) | begins(w.space) | begins(w.other)) & ~((w.blank << 1) & solid)) |
+                    (w.space & (w.space << 1) & (solid >> 1)) | 1;
   // An apostrophe that starts a piece may start a contraction, which ends its own piece.
-  for (uint64_t q = m.quote & valid & starts; q; q &= q - 1) {
+  for (uint64_t q = w.quote & starts; q; q &= q - 1) {
     const size_t k = static_cast<size_t>(std::countr_zero(q));
     if (k + 1 >= len) break;
     const uint8_t a = p[k + 1], b = k + 2 < len ? p[k + 2] : 0;
@@ -133,7 +91,7 @@ size_t gpt2_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
     if (k + c < 64) starts |= uint64_t{1} << (k + c);
   }
   // A start is settled where the bytes up to two after it are: at the text's end, every one.
-  const size_t last = to_end ? len : len >= 3 ? len - 3 : 0;
+  const size_t last = w.to_end ? len : len >= 3 ? len - 3 : 0;
   size_t from = 0;
   for (uint64_t e = starts & ~uint64_t{1}; e; e &= e - 1) {
     const size_t at = static_cast<size_t>(std::countr_zero(e));
@@ -141,14 +99,12 @@ size_t gpt2_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
     emit(i + from, i + at);
     from = at;
   }
-  if (to_end && from < len) {
+  if (w.to_end && from < len) {
     emit(i + from, n);
     return n;
   }
   return i + from;
 }
-
-}  // namespace detail
 #endif
 
 /// Calls emit(begin, end) with the byte offsets of each piece of `text`
@@ -160,8 +116,8 @@ void split_gpt2(std::string_view text, Emit&& emit) {
   const size_t n = text.size();
   for (size_t i = 0; i < n;) {
     // Windows pay where the text is ASCII for a while; elsewhere the scanner goes a piece at a time.
-    if (n - i >= 16 && !_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)))) {
-      const size_t next = detail::gpt2_window(s, n, i, emit);
+    if (ascii_ahead(s, n, i)) {
+      const size_t next = gpt2_window(s, n, i, emit);
       if (next != i) {
         i = next;
         continue;

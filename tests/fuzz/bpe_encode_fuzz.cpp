@@ -2,8 +2,8 @@
 // (r50k, cl100k, o200k, Tekken) and SentencePiece BPE (Mistral 7B's) under
 // both UTF-8 policies. Never a crash or hang; valid text decodes back to
 // itself (but SentencePiece's "▁", U+2581, which decodes as a space),
-// and its ids' offsets cover it; GPT-2's 64-byte windows split valid text
-// as its scanner does.
+// and its ids' offsets cover it; GPT-2's and cl100k's 64-byte windows split
+// valid text as their scanners do.
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +12,7 @@
 
 #include "fuzz_common.h"
 #include "outboard/tokenizer.h"
+#include "tokenize/cl100k_split.h"
 #include "tokenize/gpt2_split.h"
 #include "tokenize/unicode.h"
 
@@ -48,16 +49,22 @@ static void check(const Tokenizer* tok, std::string_view text) {
     abort();  // valid input round-trips exactly
 }
 
-static void same_pieces(std::string_view text) {
-  std::vector<size_t> windows, scanner;
-  tokenize::split_gpt2(text, [&](size_t b, size_t e) { windows.insert(windows.end(), {b, e}); });
-  tokenize::split_gpt2_scanner(text, [&](size_t b, size_t e) { scanner.insert(scanner.end(), {b, e}); });
-  if (windows != scanner) abort();
+template <typename Windows, typename Scanner>
+static void same_pieces(std::string_view text, Windows windows, Scanner scanner) {
+  std::vector<size_t> a, b;
+  windows(text, [&](size_t begin, size_t end) { a.insert(a.end(), {begin, end}); });
+  scanner(text, [&](size_t begin, size_t end) { b.insert(b.end(), {begin, end}); });
+  if (a != b) abort();
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   for (const Tokenizer* tok : tokenizers) check(tok, text);
-  if (tokenize::first_invalid_utf8(text) == text.size()) same_pieces(text);
+  if (tokenize::first_invalid_utf8(text) == text.size()) {
+    same_pieces(text, [](auto t, auto&& e) { tokenize::split_gpt2(t, e); },
+                [](auto t, auto&& e) { tokenize::split_gpt2_scanner(t, e); });
+    same_pieces(text, [](auto t, auto&& e) { tokenize::split_cl100k(t, e); },
+                [](auto t, auto&& e) { tokenize::split_cl100k_scanner(t, e); });
+  }
   return 0;
 }

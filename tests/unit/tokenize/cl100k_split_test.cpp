@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "split_windows.h"
+
 namespace outboard::tokenize {
 namespace {
 
@@ -53,6 +55,11 @@ TEST(Cl100kSplitTest, DigitRunsInThreesAndPiecesTileTheText) {
   std::string joined;
   for (const auto& p : pieces(mixed)) joined += p;
   EXPECT_EQ(joined, mixed);
+}
+
+TEST(Cl100kSplitTest, WindowsAgreeWithTheScanner) {
+  testing::expect_windows_agree([](std::string_view t, auto&& emit) { split_cl100k(t, emit); },
+                                [](std::string_view t, auto&& emit) { split_cl100k_scanner(t, emit); });
 }
 
 }  // namespace
