@@ -129,8 +129,8 @@ inline size_t contraction_length(const uint8_t* s, size_t n, size_t i) {
 
 #if defined(__SSE2__)
 /// The 64 bytes from s[i] (those the text has), classified as far as they are ASCII: bit k of each
-/// mask stands for the window's byte k. Where the window holds text of one kind a pre-tokenizer
-/// finds its pieces' ends by bit scans instead of byte by byte.
+/// mask stands for the window's byte k, so a pre-tokenizer finds where a run ends by a bit scan
+/// instead of byte by byte.
 class AsciiWindow {
  public:
   AsciiWindow(const uint8_t* s, size_t n, size_t i) : bytes(s + i) {

@@ -15,23 +15,24 @@
 
 namespace outboard::tokenize {
 
+/// Length of the contraction ('s|'t|'re|'ve|'m|'ll|'d, lower case only) whose apostrophe the bytes
+/// `a` and `b` follow (0 where there is none; `b` is 0 past the text's end).
+inline size_t gpt2_contraction(uint8_t a, uint8_t b) {
+  if (a == 's' || a == 'd' || a == 'm' || a == 't') return 2;
+  return (a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e') ? 3 : 0;
+}
+
 /// The scanner alone: emits the piece at `i` (a piece's start) and returns its end.
 template <typename Emit>
 size_t gpt2_piece(const uint8_t* s, size_t n, size_t i, Emit& emit) {
   auto at = [&](size_t k, int& len) { return decode_valid(s + k, len); };
   int len;
   char32_t c = at(i, len);
-  if (c == '\'' && i + 1 < n) {
-    uint8_t b = s[i + 1];
-    if (b == 's' || b == 'd' || b == 'm' || b == 't') {
-      emit(i, i + 2);
-      return i + 2;
+  if (c == '\'' && i + 1 < n)
+    if (const size_t k = gpt2_contraction(s[i + 1], i + 2 < n ? s[i + 2] : 0)) {
+      emit(i, i + k);
+      return i + k;
     }
-    if (i + 2 < n && ((b == 'l' && s[i + 2] == 'l') || (b == 'v' && s[i + 2] == 'e') || (b == 'r' && s[i + 2] == 'e'))) {
-      emit(i, i + 3);
-      return i + 3;
-    }
-  }
   Kind kind = kind_of(c);
   if (c == ' ' && i + 1 < n) {
     int len2;
@@ -82,10 +83,7 @@ size_t gpt2_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
   for (uint64_t q = w.quote & starts; q; q &= q - 1) {
     const size_t k = static_cast<size_t>(std::countr_zero(q));
     if (k + 1 >= len) break;
-    const uint8_t a = p[k + 1], b = k + 2 < len ? p[k + 2] : 0;
-    const size_t c = a == 's' || a == 'd' || a == 'm' || a == 't'                           ? 2
-                     : (a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e') ? 3
-                                                                                                   : 0;
+    const size_t c = gpt2_contraction(p[k + 1], k + 2 < len ? p[k + 2] : 0);
     if (!c) continue;
     starts &= ~(((uint64_t{1} << (c - 1)) - 1) << (k + 1));
     if (k + c < 64) starts |= uint64_t{1} << (k + c);
