@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -150,6 +151,7 @@ class AsciiWindow {
       auto bits = [&](__m128i v) { return uint64_t{static_cast<uint16_t>(_mm_movemask_epi8(v))} << (16 * k); };
       const __m128i breaks = _mm_or_si128(_mm_cmpeq_epi8(x, set1('\n')), _mm_cmpeq_epi8(x, set1('\r')));
       letter |= bits(in(_mm_or_si128(x, set1(0x20)), 'a', 26));
+      upper |= bits(in(x, 'A', 26));
       digit |= bits(in(x, '0', 10));
       space |= bits(_mm_or_si128(in(x, '\t', 5), _mm_cmpeq_epi8(x, set1(' '))));  // \t \n \v \f \r and ' '
       blank |= bits(_mm_cmpeq_epi8(x, set1(' ')));
@@ -160,12 +162,14 @@ class AsciiWindow {
     len = std::min<size_t>({64, n - i, high ? static_cast<size_t>(std::countr_zero(high)) : 64});
     to_end = len == n - i;
     valid = len == 64 ? ~uint64_t{0} : (uint64_t{1} << len) - 1;
-    for (uint64_t* m : {&letter, &digit, &space, &blank, &quote, &line_break}) *m &= valid;
+    for (uint64_t* m : {&letter, &upper, &digit, &space, &blank, &quote, &line_break}) *m &= valid;
     other = valid & ~(letter | digit | space);
   }
   AsciiWindow(const AsciiWindow&) = delete;
   AsciiWindow& operator=(const AsciiWindow&) = delete;
 
+  /// The bits below bit k.
+  static uint64_t below(size_t k) { return k >= 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1; }
   /// Bytes from k of the kind `mask` says, up to the classified end.
   [[nodiscard]] size_t run(uint64_t mask, size_t k) const {
     return k >= 64 ? 0 : std::min<size_t>(std::countr_one(mask >> k), len - std::min(k, len));
@@ -175,7 +179,7 @@ class AsciiWindow {
   size_t len = 0;        // bytes classified: to the first non-ASCII one, the text's end or 64
   bool to_end = false;   // the window holds the rest of the text
   uint64_t valid = 0;    // the classified bytes
-  uint64_t letter = 0, digit = 0, space = 0, blank = 0, quote = 0, line_break = 0, other = 0;
+  uint64_t letter = 0, upper = 0, digit = 0, space = 0, blank = 0, quote = 0, line_break = 0, other = 0;
 
  private:
   alignas(16) uint8_t copy_[64];
@@ -184,6 +188,25 @@ class AsciiWindow {
 /// Whether a window pays at s[i]: the next 16 bytes are there and ASCII.
 inline bool ascii_ahead(const uint8_t* s, size_t n, size_t i) {
   return n - i >= 16 && !_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+}
+
+/// Splits `text` by `window(s, n, i, emit)` where it pays and `piece(s, n, i, emit)` elsewhere. Both
+/// take a piece's start and return the next one; a window that cannot settle its first piece returns i.
+template <typename Emit, typename Piece, typename Window>
+void split_by_windows(std::string_view text, Emit& emit, Piece piece, Window window) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    // Windows pay where the text is ASCII for a while; elsewhere the scanner goes a piece at a time.
+    if (ascii_ahead(s, n, i)) {
+      const size_t next = window(s, n, i, emit);
+      if (next != i) {
+        i = next;
+        continue;
+      }
+    }
+    i = piece(s, n, i, emit);
+  }
 }
 #endif
 

@@ -72,7 +72,6 @@ size_t cl100k_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
   // An end at the classified end is settled only at the text's end: else what follows (more of
   // the text, or a non-ASCII character) may continue the piece.
   auto settled = [&](size_t end) { return end < len || w.to_end; };
-  auto below = [](size_t k) { return k >= 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1; };
   size_t k = 0;
   while (k < len) {
     const uint8_t c = p[k];
@@ -100,7 +99,7 @@ size_t cl100k_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
       } else {  // whitespace: to the text's end, through its last break, all but its last, or one
         const size_t e = k + w.run(w.space, k);
         if (!settled(e)) break;
-        const uint64_t breaks = w.line_break & below(e) & ~below(k);
+        const uint64_t breaks = w.line_break & w.below(e) & ~w.below(k);
         end = e == len ? len : breaks ? 64 - static_cast<size_t>(std::countl_zero(breaks)) : e - k > 1 ? e - 1 : e;
       }
     }
@@ -117,18 +116,8 @@ size_t cl100k_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
 template <typename Emit>
 void split_cl100k(std::string_view text, Emit&& emit) {
 #if defined(__SSE2__)
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
-  for (size_t i = 0; i < n;) {
-    if (ascii_ahead(s, n, i)) {  // as in split_gpt2
-      const size_t next = cl100k_window(s, n, i, emit);
-      if (next != i) {
-        i = next;
-        continue;
-      }
-    }
-    i = cl100k_piece(s, n, i, emit);
-  }
+  split_by_windows(
+      text, emit, [](auto&&... a) { return cl100k_piece(a...); }, [](auto&&... a) { return cl100k_window(a...); });
 #else
   split_cl100k_scanner(text, emit);
 #endif

@@ -110,19 +110,8 @@ size_t gpt2_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
 template <typename Emit>
 void split_gpt2(std::string_view text, Emit&& emit) {
 #if defined(__SSE2__)
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
-  for (size_t i = 0; i < n;) {
-    // Windows pay where the text is ASCII for a while; elsewhere the scanner goes a piece at a time.
-    if (ascii_ahead(s, n, i)) {
-      const size_t next = gpt2_window(s, n, i, emit);
-      if (next != i) {
-        i = next;
-        continue;
-      }
-    }
-    i = gpt2_piece(s, n, i, emit);
-  }
+  split_by_windows(
+      text, emit, [](auto&&... a) { return gpt2_piece(a...); }, [](auto&&... a) { return gpt2_window(a...); });
 #else
   split_gpt2_scanner(text, emit);
 #endif

@@ -10,6 +10,8 @@
 // character of the U run that is in L too (Lm, Lo, M).
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -56,12 +58,21 @@ inline size_t case_run(const uint8_t* s, size_t n, size_t i, uint8_t bit, size_t
 }
 }  // namespace detail
 
-/// Calls emit(begin, end) with the byte offsets of each piece of `text`
-/// (which must be valid UTF-8), in order.
+/// The contraction that ends a word at s[end], if the rules have them.
+template <const O200kRules& kRules>
+size_t o200k_contraction(const uint8_t* s, size_t n, size_t end) {
+  return kRules.contractions && end < n && s[end] == '\'' ? contraction_length(s, n, end) : 0;
+}
+
+/// The end of [\r\n/]* from `end`.
+inline size_t o200k_trail(const uint8_t* s, size_t n, size_t end) {
+  while (end < n && (s[end] == '\r' || s[end] == '\n' || s[end] == '/')) ++end;
+  return end;
+}
+
+/// The scanner alone: emits the piece at `i` (a piece's start) and returns its end.
 template <const O200kRules& kRules, typename Emit>
-void split_o200k(std::string_view text, Emit&& emit) {
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
+size_t o200k_piece(const uint8_t* s, size_t n, size_t i, Emit& emit) {
   // U*L+ from q (0: no match), then U+L* (which, where U*L+ failed, is the U run).
   auto upper_lower = [&](size_t q, bool lower_required) -> size_t {
     size_t both_end = 0;
@@ -71,57 +82,110 @@ void split_o200k(std::string_view text, Emit&& emit) {
     if (lower_required) return both_end;
     return u > q ? u : 0;
   };
-  auto word = [&](size_t end) {
-    if (kRules.contractions && end < n && s[end] == '\'') end += contraction_length(s, n, end);
-    return end;
-  };
-  size_t i = 0;
   auto piece = [&](size_t end) {
     emit(i, end);
-    i = end;
+    return end;
   };
-  while (i < n) {
-    int len;
-    const char32_t c = decode_valid(s + i, len);
-    const Kind kind = kind_of(c);
-    // [^\r\n\p{L}\p{N}]? before the word: taken first, then not. A word
-    // starts only where a character has a case class.
-    const bool prefix = (kind == Kind::kOther || kind == Kind::kSpace) && c != '\r' && c != '\n';
-    const size_t j = i + len;
-    int next_len;
-    const uint8_t here = c < 0x80 ? detail::case_at(s, i, len) : case_class(c);
-    const uint8_t next = prefix && j < n ? detail::case_at(s, j, next_len) : 0;
-    if ((next == kLowerish && s[j] < 0x80) || (here == kLowerish && c < 0x80)) {  // most words: lower-case ASCII
-      size_t unused;
-      piece(word(detail::case_run(s, n, next == kLowerish ? j : i, kLowerish, unused)));
-      continue;
-    }
-    size_t end = 0;
-    for (bool lower_required : {true, false}) {
-      if (next && (end = upper_lower(j, lower_required))) break;
-      if (here && (end = upper_lower(i, lower_required))) break;
-    }
-    if (end) {
-      piece(word(end));
-      continue;
-    }
-    if (kind == Kind::kNumber) {
-      piece(number_run(s, n, i, kRules.max_digits));
-      continue;
-    }
-    // " ?[^\s\p{L}\p{N}]+[\r\n/]*"
-    if (kind == Kind::kOther || (c == ' ' && j < n && kind_at(s, j, next_len) == Kind::kOther)) {
-      end = run_of(s, n, kind == Kind::kOther ? i : j, Kind::kOther);
-      while (end < n && (s[end] == '\r' || s[end] == '\n' || s[end] == '/')) ++end;
-      piece(end);
-      continue;
-    }
-    // Whitespace: through its last line break (\s*[\r\n]+), else all but
-    // the last character before a non-space (\s+(?!\S)), else all (\s+).
-    const SpaceRun ws = space_run(s, n, i);
-    if (ws.after_break) piece(ws.after_break);
-    else piece(ws.end < n && ws.last > i ? ws.last : ws.end);
+  auto word = [&](size_t end) { return piece(end + o200k_contraction<kRules>(s, n, end)); };
+  int len;
+  const char32_t c = decode_valid(s + i, len);
+  const Kind kind = kind_of(c);
+  // [^\r\n\p{L}\p{N}]? before the word: taken first, then not. A word
+  // starts only where a character has a case class.
+  const bool prefix = (kind == Kind::kOther || kind == Kind::kSpace) && c != '\r' && c != '\n';
+  const size_t j = i + len;
+  int next_len;
+  const uint8_t here = c < 0x80 ? detail::case_at(s, i, len) : case_class(c);
+  const uint8_t next = prefix && j < n ? detail::case_at(s, j, next_len) : 0;
+  if ((next == kLowerish && s[j] < 0x80) || (here == kLowerish && c < 0x80)) {  // most words: lower-case ASCII
+    size_t unused;
+    return word(detail::case_run(s, n, next == kLowerish ? j : i, kLowerish, unused));
   }
+  size_t end = 0;
+  for (bool lower_required : {true, false}) {
+    if (next && (end = upper_lower(j, lower_required))) break;
+    if (here && (end = upper_lower(i, lower_required))) break;
+  }
+  if (end) return word(end);
+  if (kind == Kind::kNumber) return piece(number_run(s, n, i, kRules.max_digits));
+  // " ?[^\s\p{L}\p{N}]+[\r\n/]*"
+  if (kind == Kind::kOther || (c == ' ' && j < n && kind_at(s, j, next_len) == Kind::kOther))
+    return piece(o200k_trail(s, n, run_of(s, n, kind == Kind::kOther ? i : j, Kind::kOther)));
+  // Whitespace: through its last line break (\s*[\r\n]+), else all but
+  // the last character before a non-space (\s+(?!\S)), else all (\s+).
+  const SpaceRun ws = space_run(s, n, i);
+  if (ws.after_break) return piece(ws.after_break);
+  return piece(ws.end < n && ws.last > i ? ws.last : ws.end);
+}
+
+/// Calls emit(begin, end) with the byte offsets of each piece of `text`
+/// (which must be valid UTF-8), in order, one piece at a time.
+template <const O200kRules& kRules, typename Emit>
+void split_o200k_scanner(std::string_view text, Emit&& emit) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  for (size_t i = 0; i < text.size();) i = o200k_piece<kRules>(s, text.size(), i, emit);
+}
+
+#if defined(__SSE2__)
+/// The pieces that start at s[i] (a piece's start) among the next 64 bytes, by the scanner's rules
+/// with bit scans for the runs, as far as the bytes are ASCII and settle each piece's end; returns
+/// the start of the first piece not emitted (i where none could be). ASCII letters have one case
+/// each, so a word is its upper-case run and the lower-case run after it.
+template <const O200kRules& kRules, typename Emit>
+size_t o200k_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
+  const AsciiWindow w(s, n, i);
+  const uint8_t* p = w.bytes;
+  const size_t len = w.len;
+  auto settled = [&](size_t end) { return end < len || w.to_end; };  // as in cl100k_window
+  const uint64_t lower = w.letter & ~w.upper;
+  size_t k = 0;
+  while (k < len) {
+    const uint8_t c = p[k];
+    const Kind kind = kAsciiKind[c];
+    size_t end;
+    if (kind == Kind::kNumber) {
+      end = k + std::min<size_t>(w.run(w.digit, k), kRules.max_digits);
+    } else {
+      const size_t j = k + 1;
+      const bool prefix = kind != Kind::kLetter && c != '\r' && c != '\n';
+      if (prefix && j >= len && !w.to_end) break;  // the next character decides
+      const bool letter_next = prefix && j < len && kAsciiKind[p[j]] == Kind::kLetter;
+      if (kind == Kind::kLetter || letter_next) {
+        const size_t from = letter_next ? j : k;
+        const size_t u = from + w.run(w.upper, from);
+        end = u + w.run(lower, u);
+        if (!settled(end)) break;
+        end += o200k_contraction<kRules>(s, n, i + end);  // the text's own bytes: settled
+      } else if (kind == Kind::kOther || (c == ' ' && j < len && kAsciiKind[p[j]] == Kind::kOther)) {
+        end = (kind == Kind::kOther ? k : j) + w.run(w.other, kind == Kind::kOther ? k : j);
+        if (!settled(end)) break;
+        end = o200k_trail(s, n, i + end) - i;
+      } else {  // whitespace: through its last break, else all but its last before a non-space, else all
+        const size_t e = k + w.run(w.space, k);
+        if (!settled(e)) break;
+        const uint64_t breaks = w.line_break & w.below(e) & ~w.below(k);
+        end = breaks ? 64 - static_cast<size_t>(std::countl_zero(breaks)) : e < len && e - k > 1 ? e - 1 : e;
+      }
+    }
+    if (!settled(end)) break;
+    emit(i + k, i + end);
+    k = end;
+  }
+  return i + k;
+}
+#endif
+
+/// Calls emit(begin, end) with the byte offsets of each piece of `text`
+/// (which must be valid UTF-8), in order.
+template <const O200kRules& kRules, typename Emit>
+void split_o200k(std::string_view text, Emit&& emit) {
+#if defined(__SSE2__)
+  split_by_windows(
+      text, emit, [](auto&&... a) { return o200k_piece<kRules>(a...); },
+      [](auto&&... a) { return o200k_window<kRules>(a...); });
+#else
+  split_o200k_scanner<kRules>(text, emit);
+#endif
 }
 
 }  // namespace outboard::tokenize

@@ -2,8 +2,8 @@
 // (r50k, cl100k, o200k, Tekken) and SentencePiece BPE (Mistral 7B's) under
 // both UTF-8 policies. Never a crash or hang; valid text decodes back to
 // itself (but SentencePiece's "▁", U+2581, which decodes as a space),
-// and its ids' offsets cover it; GPT-2's and cl100k's 64-byte windows split
-// valid text as their scanners do.
+// and its ids' offsets cover it; each pre-tokenizer's 64-byte windows split
+// valid text as its scanner does.
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +14,7 @@
 #include "outboard/tokenizer.h"
 #include "tokenize/cl100k_split.h"
 #include "tokenize/gpt2_split.h"
+#include "tokenize/o200k_split.h"
 #include "tokenize/unicode.h"
 
 using namespace outboard;
@@ -65,6 +66,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 [](auto t, auto&& e) { tokenize::split_gpt2_scanner(t, e); });
     same_pieces(text, [](auto t, auto&& e) { tokenize::split_cl100k(t, e); },
                 [](auto t, auto&& e) { tokenize::split_cl100k_scanner(t, e); });
+    same_pieces(text, [](auto t, auto&& e) { tokenize::split_o200k<tokenize::kO200kRules>(t, e); },
+                [](auto t, auto&& e) { tokenize::split_o200k_scanner<tokenize::kO200kRules>(t, e); });
+    same_pieces(text, [](auto t, auto&& e) { tokenize::split_o200k<tokenize::kTekkenRules>(t, e); },
+                [](auto t, auto&& e) { tokenize::split_o200k_scanner<tokenize::kTekkenRules>(t, e); });
   }
   return 0;
 }

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "split_windows.h"
+
 namespace outboard::tokenize {
 namespace {
 
@@ -57,6 +59,13 @@ TEST(O200kSplitTest, LongLowerCaseRunsEndWhereTheyShould) {
       const bool lower = std::string(end) == "\u00e9" || std::string(end) == "\u3042" || std::string(end) == "\u0301";
       EXPECT_EQ(p[0], lower ? word + end : word) << len << " " << end;
     }
+}
+
+TEST(O200kSplitTest, WindowsAgreeWithTheScanner) {
+  testing::expect_windows_agree([](std::string_view t, auto&& emit) { split_o200k<kO200kRules>(t, emit); },
+                                [](std::string_view t, auto&& emit) { split_o200k_scanner<kO200kRules>(t, emit); });
+  testing::expect_windows_agree([](std::string_view t, auto&& emit) { split_o200k<kTekkenRules>(t, emit); },
+                                [](std::string_view t, auto&& emit) { split_o200k_scanner<kTekkenRules>(t, emit); });
 }
 
 }  // namespace

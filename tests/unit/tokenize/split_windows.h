@@ -27,8 +27,8 @@ Pieces pieces_of(Split split, std::string_view text) {
 template <typename Windows, typename Scanner>
 void expect_windows_agree(Windows windows, Scanner scanner, int rounds = 20000) {
   const std::vector<std::string> parts = {"'", "s", "t", "re", "ve", "m", "ll", "d", "l", "v", "r", "e", "S", "LL",
-                                          "Ve", " ", "  ", "\t", "\n", "\r", "\r\n", "\n\n", "\x0b", "\f", "a", "Zq",
-                                          "word", "7", "123", "4567", "!", "?!", ".", "@", "[", "`", "{", "\x01",
+                                          "Ve", "AB", "Cd", " ", "  ", "\t", "\n", "\r", "\r\n", "\n\n", "\x0b", "\f", "a", "Zq",
+                                          "word", "7", "123", "4567", "!", "?!", ".", "/", "@", "[", "`", "{", "\x01",
                                           "\u00e9", "\u00a0", "\u00b2", "\u4e2d", "\U0001F600", "\u0301", "\u2028",
                                           "\u017f"};
   std::mt19937 rng(2026);
