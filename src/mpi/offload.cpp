@@ -75,6 +75,9 @@ struct Handoff {
   uint64_t staged_at = 0, staged_bytes = 0, output_at = 0, output_bytes = 0;
   void* output = nullptr;
   Ranges results;  // staged: the parts of `output` the agent wrote, copied out at completion
+  // An uneven call too large for the staging area, where the agent cannot reach the program's
+  // buffers: staged in a region of its own, freed with the call.
+  std::optional<Region> own_staging;
   services::mpi_wire::Coll coll{};  // named in the message when it fails
   uint64_t seq = 0, comm = 0;
   // Written once by the answer's callback, which runs inside the channel's progress (under its
@@ -156,8 +159,12 @@ CommName* name_of(MPI_Comm comm) {
 }
 
 void release(Handoff& op) {
-  if (op.staged_bytes) g_offload->arena.give(op.staged_at, op.staged_bytes);
-  if (op.output_bytes) g_offload->arena.give(op.output_at, op.output_bytes);
+  if (op.own_staging) {
+    op.own_staging.reset();
+  } else {
+    if (op.staged_bytes) g_offload->arena.give(op.staged_at, op.staged_bytes);
+    if (op.output_bytes) g_offload->arena.give(op.output_at, op.output_bytes);
+  }
   op.staged_bytes = op.output_bytes = 0;
   if (op.unpack_type != MPI_DATATYPE_NULL) PMPI_Type_free(&op.unpack_type);
 }
@@ -224,6 +231,8 @@ void unpack(Handoff& op) {
               MPI_COMM_WORLD);
 }
 
+uint8_t* staging_of(const Handoff& op) { return op.own_staging ? op.own_staging->data() : g_offload->base; }
+
 // The answered ops: results copied out, staging given back, MPI told.
 void finish_answered() {
   std::vector<Handoff*> done;
@@ -233,7 +242,7 @@ void finish_answered() {
     g_offload->running.erase(op->request);
     if (op->answer->ok()) {
       for (auto [at, bytes] : op->results)
-        std::memcpy(static_cast<uint8_t*>(op->output) + at, g_offload->base + op->output_at + at, bytes);
+        std::memcpy(static_cast<uint8_t*>(op->output) + at, staging_of(*op) + op->output_at + at, bytes);
       if (op->unpack_to) unpack(*op);
     } else if (op->p2p) {
       std::fprintf(stderr, "outboard-mpi: %s failed: %s\n", describe(*op->p2p).c_str(), op->answer->to_string().c_str());
@@ -436,9 +445,9 @@ Route offload_route(MPI_Comm comm, uint64_t staging_bytes, bool uneven) {
   if (!g_on) return Route::kNoAgent;
   if (!name_of(comm)) return Route::kUnknownComm;
   // Every rank of a collective whose sizes agree decides alike. An uneven one too large for
-  // staging goes in place where the agent reaches the rank's memory, so that no rank passes it
-  // through while the others offload it.
-  if (!fits_staging(staging_bytes) && !(uneven && g_offload->reachable)) return Route::kTooBig;
+  // staging is offloaded all the same (offload_post says how), so that no rank passes it through
+  // while the others offload it.
+  if (!fits_staging(staging_bytes) && !uneven) return Route::kTooBig;
   return Route::kOffloaded;
 }
 
@@ -555,13 +564,16 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   // Where one agent serves the communicator its copies are the collective's whole latency, and
   // memcpy through staging beats the kernel's copies (4x slower here: 95 against 25 µs per MiB);
   // where several do, the wire hides the agent's copies and the rank's own are saved.
-  // An uneven call too large for staging goes in place (offload_route let it through only where
-  // it can).
-  const bool staged = (!g_offload->reachable || !(g_offload->expose_all || !name_of(comm)->agents.empty())) &&
-                      fits_staging((own_input ? input.size() : 0) + output_bytes);
+  // An uneven call too large for staging (offload_route let only those through) goes in place
+  // where the agent reaches the rank's memory, else through staging of its own.
+  const uint64_t need = (own_input ? input.size() : 0) + output_bytes;
+  const bool fits = fits_staging(need);
+  const bool own = !fits && !g_offload->reachable;
+  const bool staged = own || (fits && (!g_offload->reachable || !(g_offload->expose_all || !name_of(comm)->agents.empty())));
   const uint64_t in_bytes = staged && own_input ? input.size() : 0, out_bytes = staged ? output_bytes : 0;
   std::optional<uint64_t> in_at = 0, out_at = 0;
-  while (staged) {  // room comes as earlier collectives finish (offload_route checked that it can)
+  if (own) out_at = (in_bytes + kAlign - 1) / kAlign * kAlign;
+  while (staged && !own) {  // room comes as earlier collectives finish (offload_route checked that it can)
     {
       std::lock_guard lock(g_offload->mu);
       in_at = in_bytes ? g_offload->arena.take(in_bytes) : 0;
@@ -580,28 +592,41 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   PMPI_Comm_size(comm, &size);
   PMPI_Comm_rank(comm, &rank);
   auto op = std::make_unique<Handoff>();
-  op->staged_at = *in_at, op->staged_bytes = in_bytes;
-  op->output_at = *out_at, op->output_bytes = out_bytes, op->output = output;
+  // Fails only where the connection closed (or this process's memory ran out): then it completes
+  // as failed, as a failed submit does.
+  Status described;
+  if (own) {
+    auto region = g_offload->conn->allocate_memory(in_bytes + kAlign + out_bytes);
+    if (region.ok()) op->own_staging = std::move(region).value();
+    else described = region.status().with_context("staging of its own for " + std::to_string(need) + " B");
+  }
+  if (described.ok()) {
+    op->staged_at = *in_at, op->staged_bytes = in_bytes;
+    op->output_at = *out_at, op->output_bytes = out_bytes;
+  }
+  op->output = output;
   post.comm = name->key;
   post.seq = name->next_seq++;
   post.size = static_cast<uint32_t>(size);
   post.rank = static_cast<uint32_t>(rank);
   copy_own_block(post, input, static_cast<uint8_t*>(output));
-  if (staged) {
+  if (described.ok() && !staged) described = expose(post, own_input, input, output, output_bytes);
+  if (described.ok() && staged) {
+    uint8_t* base = staging_of(*op);
+    const std::span<const uint8_t> area = own ? op->own_staging->descriptor() : g_offload->descriptor;
+    const std::vector<uint8_t> descriptor(area.begin(), area.end());
     if (own_input) {
       for (auto [at, bytes] : blocks(post, false, input.size()))
-        std::memcpy(g_offload->base + *in_at + at, input.data() + at, bytes);
+        std::memcpy(base + *in_at + at, input.data() + at, bytes);
     } else if (!input.empty()) {  // in place (all of it: alltoallv's gaps go back unchanged), or bcast's root
-      std::memcpy(g_offload->base + *out_at, input.data(), input.size());
+      std::memcpy(base + *out_at, input.data(), input.size());
     }
-    if (own_input && !input.empty()) post.send_region = g_offload->descriptor, post.send_offset = *in_at;
-    if (output_bytes) post.recv_region = g_offload->descriptor, post.recv_offset = *out_at;
-    post.keep = true;  // the staging region lives until the connection closes
+    if (own_input && !input.empty()) post.send_region = descriptor, post.send_offset = *in_at;
+    if (output_bytes) post.recv_region = descriptor, post.recv_offset = *out_at;
+    post.keep = !own;  // the staging area lives until the connection closes
     if (post.coll != services::mpi_wire::Coll::kBcast || post.rank != post.root)  // the root's stays as it is
       op->results = blocks(post, true, output_bytes);
   }
-  // Fails only where the connection closed: then it completes as failed, as a failed submit does.
-  const Status described = staged ? Status() : expose(post, own_input, input, output, output_bytes);
   if (!name->agents.empty()) {
     post.token = g_offload->token;
     post.agents = name->agents;

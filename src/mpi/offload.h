@@ -63,8 +63,8 @@ void name_communicator(MPI_Comm comm);
 
 /// Where a collective that passed every rule goes: kOffloaded, kUnknownComm, kTooBig (more than
 /// the whole staging memory: `staging_bytes` is what it would stage, input and output) or kNoAgent.
-/// An `uneven` call (its sizes differ by rank: alltoallv's) that is too large goes in place
-/// instead where the agent reaches this rank's memory.
+/// An `uneven` call (its sizes differ by rank: alltoallv's) is never kTooBig: every rank must
+/// decide alike, so offload_post puts it in place, or in staging of its own for this call.
 Route offload_route(MPI_Comm comm, uint64_t staging_bytes, bool uneven);
 
 /// Posts a collective the route said to offload. `post` has coll, elem, reduce, root, bytes and the

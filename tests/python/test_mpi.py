@@ -320,21 +320,25 @@ def test_collectives_larger_than_the_staging_memory_pass_through_and_the_rest_of
     assert "larger than the staging memory" in alltoall and not alltoall.startswith("0 offloaded"), alltoall
 
 
-@pytest.mark.parametrize("agents", [1, 2])
-def test_an_alltoallv_too_large_for_one_ranks_staging_is_offloaded_by_every_rank(built, agents) -> None:
+@pytest.mark.parametrize("agents, reach", [(1, True), (2, True), (1, False), (2, False)],
+                         ids=["1 agent", "2 agents", "1 agent, no reach", "2 agents, no reach"])
+def test_an_alltoallv_too_large_for_one_ranks_staging_is_offloaded_by_every_rank(built, agents, reach) -> None:
     """Only rank 0's buffers exceed the staging memory; had it passed the call through while the
     other rank offloaded it, both would wait for each other. With two agents (one per rank, as on
-    two nodes) both ranks' buffers go in place."""
+    two nodes) both ranks' buffers go in place; where the agent cannot reach them, rank 0's go
+    through staging of their own."""
     which, exe = built
+    env = {"OUTBOARD_MPI_STAGING_BYTES": "65536", "OUTBOARD_MPI_TIMEOUT_S": "20"}
+    if not reach:
+        env["OUTBOARD_MPI_EXPOSE"] = "0"
     with LocalAgent(env=mpi.PEER_AGENT_ENV) as a, LocalAgent(env=mpi.PEER_AGENT_ENV) as b:
         addresses = ",".join(x.address for x in (a, b)[:agents])
         cmd = mpi.command([str(exe), "uneven"], 2, which, report=True, agent=addresses)
-        cmd = [cmd[0], *which.env_args({"OUTBOARD_MPI_STAGING_BYTES": "65536", "OUTBOARD_MPI_TIMEOUT_S": "20"}),
-               *cmd[1:]]
-        run = _run_job(cmd)
+        run = _run_job([cmd[0], *which.env_args(env), *cmd[1:]])
     assert run.returncode == 0 and "ok uneven" in run.stdout, run.stdout + run.stderr
     assert _report_lines(run.stderr)["MPI_Ialltoallv"] == f"2 offloaded {0:8} passed through"
-    assert _buffers(run.stderr) == ((1, 1) if agents == 1 else (2, 0))  # with one agent rank 1's is staged
+    # With one agent rank 1's is staged.
+    assert _buffers(run.stderr) == ((0, 2) if not reach else (1, 1) if agents == 1 else (2, 0))
 
 
 def test_without_report_no_report_is_printed(built) -> None:
