@@ -170,6 +170,14 @@ class AsciiWindow {
 
   /// The bits below bit k.
   static uint64_t below(size_t k) { return k >= 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1; }
+  /// Whether a piece may end at `end`: before the classified end, or at the text's end (else what
+  /// follows, more of the text or a non-ASCII character, may continue it).
+  [[nodiscard]] bool settled(size_t end) const { return end < len || to_end; }
+  /// Just after the last line break among bytes k to e - 1; 0 where there is none.
+  [[nodiscard]] size_t after_last_break(size_t k, size_t e) const {
+    const uint64_t breaks = line_break & below(e) & ~below(k);
+    return breaks ? 64 - static_cast<size_t>(std::countl_zero(breaks)) : 0;
+  }
   /// Bytes from k of the kind `mask` says, up to the classified end.
   [[nodiscard]] size_t run(uint64_t mask, size_t k) const {
     return k >= 64 ? 0 : std::min<size_t>(std::countr_one(mask >> k), len - std::min(k, len));

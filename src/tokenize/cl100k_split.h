@@ -69,9 +69,6 @@ size_t cl100k_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
   const AsciiWindow w(s, n, i);
   const uint8_t* p = w.bytes;
   const size_t len = w.len;
-  // An end at the classified end is settled only at the text's end: else what follows (more of
-  // the text, or a non-ASCII character) may continue the piece.
-  auto settled = [&](size_t end) { return end < len || w.to_end; };
   size_t k = 0;
   while (k < len) {
     const uint8_t c = p[k];
@@ -94,16 +91,17 @@ size_t cl100k_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
       if (next == Kind::kLetter && c != '\r' && c != '\n') {
         end = j + w.run(w.letter, j);
       } else if (kind == Kind::kOther || (c == ' ' && j < len && next == Kind::kOther)) {
-        end = (kind == Kind::kOther ? k : j) + w.run(w.other, kind == Kind::kOther ? k : j);
+        const size_t from = kind == Kind::kOther ? k : j;
+        end = from + w.run(w.other, from);
         end += w.run(w.line_break, end);
       } else {  // whitespace: to the text's end, through its last break, all but its last, or one
         const size_t e = k + w.run(w.space, k);
-        if (!settled(e)) break;
-        const uint64_t breaks = w.line_break & w.below(e) & ~w.below(k);
-        end = e == len ? len : breaks ? 64 - static_cast<size_t>(std::countl_zero(breaks)) : e - k > 1 ? e - 1 : e;
+        if (!w.settled(e)) break;
+        const size_t after = w.after_last_break(k, e);
+        end = e == len ? len : after ? after : e - k > 1 ? e - 1 : e;
       }
     }
-    if (!settled(end)) break;
+    if (!w.settled(end)) break;
     emit(i + k, i + end);
     k = end;
   }

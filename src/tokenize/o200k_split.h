@@ -137,7 +137,6 @@ size_t o200k_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
   const AsciiWindow w(s, n, i);
   const uint8_t* p = w.bytes;
   const size_t len = w.len;
-  auto settled = [&](size_t end) { return end < len || w.to_end; };  // as in cl100k_window
   const uint64_t lower = w.letter & ~w.upper;
   size_t k = 0;
   while (k < len) {
@@ -155,20 +154,21 @@ size_t o200k_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
         const size_t from = letter_next ? j : k;
         const size_t u = from + w.run(w.upper, from);
         end = u + w.run(lower, u);
-        if (!settled(end)) break;
+        if (!w.settled(end)) break;
         end += o200k_contraction<kRules>(s, n, i + end);  // the text's own bytes: settled
       } else if (kind == Kind::kOther || (c == ' ' && j < len && kAsciiKind[p[j]] == Kind::kOther)) {
-        end = (kind == Kind::kOther ? k : j) + w.run(w.other, kind == Kind::kOther ? k : j);
-        if (!settled(end)) break;
+        const size_t from = kind == Kind::kOther ? k : j;
+        end = from + w.run(w.other, from);
+        if (!w.settled(end)) break;
         end = o200k_trail(s, n, i + end) - i;
       } else {  // whitespace: through its last break, else all but its last before a non-space, else all
         const size_t e = k + w.run(w.space, k);
-        if (!settled(e)) break;
-        const uint64_t breaks = w.line_break & w.below(e) & ~w.below(k);
-        end = breaks ? 64 - static_cast<size_t>(std::countl_zero(breaks)) : e < len && e - k > 1 ? e - 1 : e;
+        if (!w.settled(e)) break;
+        const size_t after = w.after_last_break(k, e);
+        end = after ? after : e < len && e - k > 1 ? e - 1 : e;
       }
     }
-    if (!settled(end)) break;
+    if (!w.settled(end)) break;
     emit(i + k, i + end);
     k = end;
   }
