@@ -578,6 +578,24 @@ class MpiSpanningTest : public MpiServiceTest {
     p.agent_of = agent_of_;
     return p;
   }
+  // An alltoall #seq of random `block`s (seeded from `seed`), posted in `order`, and its every block checked.
+  void alltoall_across(std::vector<Rank>& rs, uint64_t seq, uint64_t block, uint64_t seed,
+                       std::vector<size_t> order = {}) {
+    const auto n = static_cast<uint32_t>(rs.size());
+    std::vector<Post> posts;
+    for (uint32_t i = 0; i < n; ++i) {
+      rs[i].send = random_bytes(n * block, seed + i);
+      rs[i].recv.assign(n * block, 0);
+      posts.push_back(spanning(Coll::kAlltoall, seq, i, block));
+    }
+    post_all(rs, posts, std::move(order));
+    for (uint32_t j = 0; j < n; ++j) {
+      ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+      for (uint32_t i = 0; i < n; ++i)
+        EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * block, rs[i].send.data() + j * block, block))
+            << "alltoall block from rank " << i << " at rank " << j;
+    }
+  }
 
   std::vector<uint32_t> agent_of_ = {0, 1, 0};
   testing::PeerAgent other_;
@@ -588,21 +606,7 @@ TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
   constexpr uint64_t block = 1000;
   auto rs = spanning_ranks();
   uint64_t seq = 0;
-  {  // alltoall
-    std::vector<Post> posts;
-    for (uint32_t i = 0; i < n; ++i) {
-      rs[i].send = random_bytes(n * block, 100 + i);
-      rs[i].recv.assign(n * block, 0);
-      posts.push_back(spanning(Coll::kAlltoall, seq, i, block));
-    }
-    post_all(rs, posts, {1, 2, 0});
-    for (uint32_t j = 0; j < n; ++j) {
-      ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
-      for (uint32_t i = 0; i < n; ++i)
-        EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * block, rs[i].send.data() + j * block, block))
-            << "alltoall block from rank " << i << " at rank " << j;
-    }
-  }
+  alltoall_across(rs, seq, block, 100, {1, 2, 0});
   {  // alltoall in place: every input staged before any result is written (others unmapped here)
     std::vector<Post> posts;
     std::vector<std::vector<uint8_t>> inputs;
@@ -709,31 +713,16 @@ TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
   }
 }
 
-// Inputs in memory the agents map are read in place: nothing is staged (4 KiB of agent memory each),
-// except an in-place alltoall, which fails naming the limit.
 // Each agent's share here is 2 blocks of 3 MiB, over the agents' 5 MiB message limit: it goes in
 // pieces (the first with the header, then a SharePiece), which the other agent puts together.
 TEST_F(MpiSpanningTest, SharesLargerThanAMessageGoInPieces) {
-  constexpr uint32_t n = 3;
   constexpr uint64_t block = 3ull << 20;
   AgentConfig config = testing::test_config();
   config.channel.max_msg_size = services::mpi_wire::kMaxSharePiece + (1 << 20);
   static_assert(2 * block > services::mpi_wire::kMaxSharePiece + (1 << 20));
   restart_both(config);
   auto rs = spanning_ranks();
-  std::vector<Post> posts;
-  for (uint32_t i = 0; i < n; ++i) {
-    rs[i].send = random_bytes(n * block, 900 + i);
-    rs[i].recv.assign(n * block, 0);
-    posts.push_back(spanning(Coll::kAlltoall, 0, i, block));
-  }
-  post_all(rs, posts);
-  for (uint32_t j = 0; j < n; ++j) {
-    ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
-    for (uint32_t i = 0; i < n; ++i)
-      EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * block, rs[i].send.data() + j * block, block))
-          << "alltoall block from rank " << i << " at rank " << j;
-  }
+  alltoall_across(rs, 0, block, 900);
 }
 
 // Another agent's pieces that do not follow a share's first piece, in order and within it, are
@@ -775,6 +764,8 @@ TEST_F(MpiSpanningTest, PiecesOutOfPlaceAndSharesOverTheMemoryAreRefused) {
       << huge.to_string();
 }
 
+// Inputs in memory the agents map are read in place: nothing is staged (4 KiB of agent memory each),
+// except an in-place alltoall, which fails naming the limit.
 TEST_F(MpiSpanningTest, MappedInputsAreSharedAndDeliveredWithoutStaging) {
   if (agent_in_process()) GTEST_SKIP() << "an agent in this process maps no region of its own process";
   AgentConfig config = testing::test_config();
@@ -786,7 +777,6 @@ TEST_F(MpiSpanningTest, MappedInputsAreSharedAndDeliveredWithoutStaging) {
   });
 }
 
-// The other agent ends while this one's ranks wait for its share: they fail, naming it.
 // Connections between agents outlive a collective: each closes once the agent that opened it has
 // no rank left and every share it sent was answered. Counted by each agent's session (its `stats`
 // service's clients, less the connection that asks).
@@ -829,6 +819,7 @@ TEST_F(MpiSpanningTest, AnAgentClosesItsConnectionsToOthersWhenItsRanksAllLeft) 
   EXPECT_EQ(settles_at(**there, 0), 0);
 }
 
+// The other agent ends while this one's ranks wait for its share: they fail, naming it.
 TEST_F(MpiSpanningTest, AnAgentThatEndsFailsTheOtherAgentsRanksNamingIt) {
   auto rs = spanning_ranks();
   std::vector<std::optional<Status>> answers(2);
