@@ -243,14 +243,17 @@ unsigned Hub::progress() {
     n += from_ucx;
   }
   if (has_posted_.load(std::memory_order_acquire)) n += run_posted();
-  while (!deferred_.empty()) {
-    // A deferred call may block, so progress again: it gets its own batch.
-    std::vector<Deferred> batch;
-    batch.swap(deferred_);
-    n += static_cast<unsigned>(batch.size());
-    for (auto& d : batch) run(d);
-    batch.clear();
-    if (deferred_.empty()) deferred_.swap(batch);  // keep the capacity: no allocation per round
+  // One at a time from the front: a deferred call may block and progress again, and the nested
+  // round goes on with the next ones, so nothing deferred later overtakes them (a connection's
+  // frames reach its services in order).
+  while (deferred_head_ < deferred_.size()) {
+    Deferred d = std::move(deferred_[deferred_head_++]);
+    ++n;
+    run(d);
+  }
+  if (!deferred_.empty()) {  // all ran: keep the capacity, no allocation per round
+    deferred_.clear();
+    deferred_head_ = 0;
   }
   if (!pollers_.empty() && !in_pollers_) run_pollers();
   // The clock is read every 16th round: timers here are tens of

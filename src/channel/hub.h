@@ -200,7 +200,8 @@ class Hub {
     Status error;
   };
   void run(Deferred& d) OB_HUB_LOCKED;
-  std::vector<Deferred> deferred_ OB_HUB_GUARDED;
+  std::vector<Deferred> deferred_ OB_HUB_GUARDED;  // run from deferred_head_ on, in order
+  size_t deferred_head_ OB_HUB_GUARDED = 0;
   void run_pollers() OB_HUB_LOCKED;
   std::vector<std::function<bool()>> pollers_ OB_HUB_GUARDED;
   std::vector<std::function<bool()>> added_ OB_HUB_GUARDED;  // by pollers while they run: pollers_ must not grow under them

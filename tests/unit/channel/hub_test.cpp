@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "channel/hub.h"
 #include "util/net.h"
@@ -85,6 +86,24 @@ TEST(HubBell, ARungBellWakesWhoeverPollsTheEventFdOnceAndArmResetsIt) {
   // An event loop that polls event_fd() arms before it sleeps again: it must not find it readable forever.
   ASSERT_TRUE(hub->arm().ok());
   EXPECT_FALSE(readable(hub->event_fd())) << "the bell was not reset: whoever polls the hub would spin";
+}
+
+// Deferred work runs in the order it was deferred, also when a call blocks and progresses again
+// meanwhile (as a service does that reads a client's memory): there the next calls run in the
+// nested round, never a later one before an earlier. (A connection's frames wait here in order.)
+TEST(HubDefer, ACallThatProgressesRunsTheNextInOrderAndNothingOvertakes) {
+  auto hub = Hub::get().value();
+  Lock lock(hub->mutex());
+  std::vector<int> ran;
+  hub->defer([&] {
+    ran.push_back(0);
+    hub->defer([&] { ran.push_back(2); });  // comes while 0 runs, after 1 was deferred
+    hub->progress();
+    ran.push_back(-1);  // 0 ends
+  });
+  hub->defer([&] { ran.push_back(1); });
+  hub->progress();
+  EXPECT_EQ(ran, (std::vector<int>{0, 1, 2, -1}));
 }
 
 }  // namespace
