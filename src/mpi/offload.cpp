@@ -569,7 +569,8 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   const uint64_t need = (own_input ? input.size() : 0) + output_bytes;
   const bool fits = fits_staging(need);
   const bool own = !fits && !g_offload->reachable;
-  const bool staged = own || (fits && (!g_offload->reachable || !(g_offload->expose_all || !name_of(comm)->agents.empty())));
+  const bool in_place_pays = g_offload->reachable && (g_offload->expose_all || !name_of(comm)->agents.empty());
+  const bool staged = own || (fits && !in_place_pays);
   const uint64_t in_bytes = staged && own_input ? input.size() : 0, out_bytes = staged ? output_bytes : 0;
   std::optional<uint64_t> in_at = 0, out_at = 0;
   if (own) out_at = (in_bytes + kAlign - 1) / kAlign * kAlign;

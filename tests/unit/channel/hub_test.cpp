@@ -1,5 +1,6 @@
 // The hub's waits: adaptive spinning polls while answers come soon after a
-// wait goes idle, and sleeps at once when they come late; its bell.
+// wait goes idle, and sleeps at once when they come late; its bell; the
+// order of its deferred work.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/syscall.h>
