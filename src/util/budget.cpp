@@ -18,7 +18,11 @@ namespace {
 constexpr auto kWorkRecheck = std::chrono::milliseconds(100);
 
 size_t words_bytes(uint32_t slots) { return sizeof(std::atomic<uint64_t>) * (2 * size_t{slots} + 1); }
-size_t bytes_for(uint32_t slots) { return words_bytes(slots) + sizeof(std::atomic<uint32_t>) * 3 * size_t{slots}; }
+size_t workers_bytes(uint32_t slots) { return sizeof(std::atomic<uint32_t>) * 3 * size_t{slots}; }
+size_t bytes_for(uint32_t slots) {
+  return words_bytes(slots) + workers_bytes(slots) +
+         sizeof(std::atomic<uint32_t>) * 2 * size_t{slots} * SessionBudget::kHeldKinds;
+}
 
 Result<void*> map(int fd, uint32_t slots) {
   void* p = ::mmap(nullptr, bytes_for(slots), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -48,6 +52,7 @@ SessionBudget::SessionBudget(int fd, void* mapped, uint32_t slots, uint64_t limi
     : fd_(fd),
       words_(static_cast<std::atomic<uint64_t>*>(mapped)),
       workers_(reinterpret_cast<std::atomic<uint32_t>*>(static_cast<char*>(mapped) + words_bytes(slots))),
+      counts_(workers_ + workers_bytes(slots) / sizeof(std::atomic<uint32_t>)),
       slots_(slots),
       limit_(limit),
       quotas_(quotas),
@@ -143,6 +148,32 @@ void SessionBudget::end_work() {
   if (workers_[2 * slots_ + group_].load(std::memory_order_seq_cst) != 0) futex_wake(busy, 1, FutexScope::kShared);
 }
 
+Status SessionBudget::hold(Held held) {
+  if (group_ == kNoGroup) return {};
+  const bool requests = held == Held::kRequests;
+  const uint32_t quota = requests ? quotas_.group_requests : quotas_.group_instances;
+  if (quota == 0) return {};
+  // The session's count first: a crash between the two gives back too much, never too little.
+  count(held, slot_).fetch_add(1, std::memory_order_relaxed);
+  std::atomic<uint32_t>& group = count(held, slots_ + group_);
+  uint32_t now = group.load(std::memory_order_relaxed);
+  while (now < quota)
+    if (group.compare_exchange_weak(now, now + 1, std::memory_order_relaxed)) return {};
+  count(held, slot_).fetch_sub(1, std::memory_order_relaxed);
+  return {Code::kAgain, "this client's connections hold " + std::to_string(now) +
+                            (requests ? " outstanding requests" : " graph instances") + " of its quota of " +
+                            std::to_string(quota) +
+                            (requests ? " (agent option --max-client-requests)"
+                                      : " (agent option --max-client-graph-instances)")};
+}
+
+void SessionBudget::drop(Held held, uint32_t n) {
+  const uint32_t quota = held == Held::kRequests ? quotas_.group_requests : quotas_.group_instances;
+  if (group_ == kNoGroup || quota == 0 || n == 0) return;
+  give_back(count(held, slots_ + group_), n);
+  count(held, slot_).fetch_sub(n, std::memory_order_relaxed);
+}
+
 void SessionBudget::release_slot(uint32_t slot, uint32_t group) {
   if (slot >= slots_) return;
   const uint64_t held = words_[1 + slot].exchange(0, std::memory_order_relaxed);
@@ -152,6 +183,10 @@ void SessionBudget::release_slot(uint32_t slot, uint32_t group) {
   if (group < slots_ && working != 0) {
     give_back(workers_[slots_ + group], working);
     futex_wake(workers_[slots_ + group], INT_MAX, FutexScope::kShared);
+  }
+  for (uint32_t k = 0; k < kHeldKinds; ++k) {
+    const uint32_t n = count(static_cast<Held>(k), slot).exchange(0, std::memory_order_relaxed);
+    if (group < slots_) give_back(count(static_cast<Held>(k), slots_ + group), n);
   }
 }
 

@@ -7,8 +7,10 @@
 // - tokenize workers busy at once, the agent's CPU a client takes.
 // Sessions of one TLS identity (a tenant) also share a group, which holds
 // at most its own quota of each across them (--max-client-memory,
-// --max-client-tokenize-threads): a tenant that opens more sessions gets no
-// more memory and no more of the agent's cores.
+// --max-client-tokenize-threads), and of what its connections hold in
+// numbers (outstanding requests, graph instances: --max-client-requests,
+// --max-client-graph-instances): a tenant that opens more sessions or
+// connections gets no more memory, cores, requests or instances.
 // Thread mode: multi (atomics).
 #pragma once
 
@@ -30,7 +32,12 @@ class SessionBudget {
     uint64_t session = 0;        ///< --max-session-memory
     uint64_t group = 0;          ///< --max-client-memory
     uint32_t group_workers = 0;  ///< --max-client-tokenize-threads; 0: no limit
+    uint32_t group_requests = 0;   ///< --max-client-requests; 0: no limit
+    uint32_t group_instances = 0;  ///< --max-client-graph-instances; 0: no limit
   };
+  /// What a group's sessions hold in numbers.
+  enum class Held : uint32_t { kRequests, kGraphInstances };
+  static constexpr uint32_t kHeldKinds = 2;
   /// A budget of `limit` bytes, at most `quotas` of them per session and
   /// per group, for up to `slots` sessions (and as many groups), in shared memory.
   static Result<std::shared_ptr<SessionBudget>> create(uint64_t limit, Quotas quotas, uint32_t slots);
@@ -53,12 +60,25 @@ class SessionBudget {
   /// Gives back what begin_work() took.
   void end_work();
 
+  /// Whether this session's holdings count in a group (a TLS client's):
+  /// hold() and drop() do nothing otherwise.
+  [[nodiscard]] bool grouped() const { return group_ != kNoGroup; }
+  /// Takes one `held` of the group's quota; kAgain naming the quota and
+  /// its option when the group holds all of it.
+  [[nodiscard]] Status hold(Held held);
+  /// Gives back `n` that hold() took.
+  void drop(Held held, uint32_t n = 1);
+
   /// The listener: session `slot` of `group` ended, what it held is free.
   void release_slot(uint32_t slot, uint32_t group = kNoGroup);
 
   [[nodiscard]] int fd() const { return fd_; }
   [[nodiscard]] uint64_t used() const { return words_[0].load(std::memory_order_relaxed); }
   [[nodiscard]] uint64_t limit() const { return limit_; }
+  /// What the sessions of `group` hold of `held` now.
+  [[nodiscard]] uint32_t held(Held held, uint32_t group) const {
+    return group < slots_ ? count(held, slots_ + group).load(std::memory_order_relaxed) : 0;
+  }
   /// Workers the sessions of `group` keep busy now.
   [[nodiscard]] uint32_t busy_workers(uint32_t group) const {
     return group < slots_ ? workers_[slots_ + group].load(std::memory_order_relaxed) : 0;
@@ -67,9 +87,14 @@ class SessionBudget {
  private:
   SessionBudget(int fd, void* mapped, uint32_t slots, uint64_t limit, Quotas quotas, uint32_t slot, uint32_t group);
   std::atomic<uint64_t>& group_word(uint32_t group) const { return words_[1 + slots_ + group]; }
+  // Session i's count of `held` at [i], group g's at [slots + g].
+  std::atomic<uint32_t>& count(Held held, uint32_t index) const {
+    return counts_[2 * size_t{slots_} * static_cast<uint32_t>(held) + index];
+  }
   int fd_;
   std::atomic<uint64_t>* words_;    // [0] total bytes, [1 + i] session i's, [1 + slots + g] group g's
   std::atomic<uint32_t>* workers_;  // [i] session i's busy, [slots + g] group g's (a futex word), [2 slots + g] its waiters
+  std::atomic<uint32_t>* counts_;   // kHeldKinds of 2 slots: count()
   uint32_t slots_;
   uint64_t limit_;
   Quotas quotas_;

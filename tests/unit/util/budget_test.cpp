@@ -1,6 +1,6 @@
 // The agent's session budget: a session's memory quota, its TLS identity's
-// group quotas across sessions (memory, busy tokenize workers), the agent's
-// limit, and what an ended session frees.
+// group quotas across sessions (memory, busy tokenize workers, outstanding
+// requests, graph instances), the agent's limit, and what an ended session frees.
 #include "util/budget.h"
 
 #include <gtest/gtest.h>
@@ -123,6 +123,52 @@ TEST(SessionBudgetTest, ATenantsSessionsShareItsTokenizeWorkersAndAnEndedSession
   plain->end_work();
   EXPECT_EQ(agent->busy_workers(0), 0u);
   EXPECT_EQ(agent->busy_workers(1), 0u);
+}
+
+TEST(SessionBudgetTest, ATenantsSessionsShareItsRequestAndInstanceQuotasAndAnEndedSessionGivesItsBack) {
+  using Held = SessionBudget::Held;
+  const SessionBudget::Quotas quotas{kMiB, kMiB, 1, 3, 1};
+  auto agent = std::move(SessionBudget::create(kMiB, quotas, 4)).value();
+  auto a1 = std::move(SessionBudget::attach(::dup(agent->fd()), kMiB, quotas, 4, 0, 0)).value();
+  auto a2 = std::move(SessionBudget::attach(::dup(agent->fd()), kMiB, quotas, 4, 1, 0)).value();
+  auto b = std::move(SessionBudget::attach(::dup(agent->fd()), kMiB, quotas, 4, 2, 1)).value();
+  auto plain = std::move(SessionBudget::attach(::dup(agent->fd()), kMiB, quotas, 4, 3)).value();
+  EXPECT_TRUE(a1->grouped());
+  EXPECT_FALSE(plain->grouped());
+
+  ASSERT_TRUE(a1->hold(Held::kRequests).ok());
+  ASSERT_TRUE(a1->hold(Held::kRequests).ok());
+  ASSERT_TRUE(a2->hold(Held::kRequests).ok());
+  Status requests = a2->hold(Held::kRequests);
+  EXPECT_EQ(requests.code(), Code::kAgain);
+  EXPECT_TRUE(says(requests, "this client's connections hold 3 outstanding requests of its quota of 3 "
+                             "(agent option --max-client-requests)"))
+      << requests.to_string();
+  ASSERT_TRUE(a1->hold(Held::kGraphInstances).ok());
+  Status instances = a2->hold(Held::kGraphInstances);
+  EXPECT_TRUE(says(instances, "this client's connections hold 1 graph instances of its quota of 1 "
+                              "(agent option --max-client-graph-instances)"))
+      << instances.to_string();
+  EXPECT_EQ(agent->held(Held::kRequests, 0), 3u);
+  EXPECT_EQ(agent->held(Held::kGraphInstances, 0), 1u);
+  // Another tenant has its own quota; a client of no tenant counts only per connection.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(b->hold(Held::kRequests).ok());
+  EXPECT_FALSE(b->hold(Held::kRequests).ok());
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(plain->hold(Held::kRequests).ok());
+
+  // A refused hold took nothing; a drop gives back.
+  a2->drop(Held::kRequests);
+  EXPECT_EQ(agent->held(Held::kRequests, 0), 2u);
+  EXPECT_TRUE(a2->hold(Held::kRequests).ok());
+  // An ended session's holdings go back to its group, no more than it held.
+  agent->release_slot(0, 0);
+  EXPECT_EQ(agent->held(Held::kRequests, 0), 1u);
+  EXPECT_EQ(agent->held(Held::kGraphInstances, 0), 0u);
+  EXPECT_TRUE(a2->hold(Held::kGraphInstances).ok());
+  agent->release_slot(1, 0);
+  EXPECT_EQ(agent->held(Held::kRequests, 0), 0u);
+  EXPECT_EQ(agent->held(Held::kGraphInstances, 0), 0u);
+  EXPECT_EQ(agent->held(Held::kRequests, 1), 3u);  // the other tenant's are its own
 }
 
 }  // namespace
