@@ -61,6 +61,13 @@ struct AgentConfig {
   /// gets no more of the agent's cores; 0: as many as one session has
   /// (--tokenize-threads, at least 1).
   uint32_t max_client_tokenize_threads = 0;
+  /// --max-client-requests: requests one TLS identity's connections have
+  /// outstanding together (each connection also at most
+  /// channel.max_outstanding_requests).
+  uint32_t max_client_requests = 1u << 16;
+  /// --max-client-graph-instances: graph instances one TLS identity's
+  /// connections hold together (each also at most graph_max_instances).
+  uint32_t max_client_graph_instances = 1u << 16;
   // The tokenize service.
   uint32_t tokenize_threads = 1;          ///< --tokenize-threads: workers tokenizing batches (0: the progress thread)
   uint32_t tokenize_queue = 1024;         ///< --tokenize-queue: batches waiting for a worker

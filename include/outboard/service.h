@@ -77,6 +77,12 @@ class ServiceHost {
   /// release_memory(). Thread mode: any thread.
   [[nodiscard]] virtual Status reserve_memory(uint64_t /*bytes*/, std::string_view /*what*/) { return {}; }
   virtual void release_memory(uint64_t /*bytes*/) {}
+  /// Takes one graph instance of the client's --max-client-graph-instances
+  /// (its TLS identity's connections together); kAgain naming the quota
+  /// when they hold all of it. Give each back with release_graph_instance().
+  /// Thread mode: any thread.
+  [[nodiscard]] virtual Status reserve_graph_instance() { return {}; }
+  virtual void release_graph_instance() {}
   /// Called on a service's worker before it tokenizes for a client: waits
   /// while the client's other sessions keep its --max-client-tokenize-threads
   /// busy. False, having taken nothing, once `stop` is set; give each true

@@ -110,6 +110,12 @@ config::Options agent_options(const AgentConfig& a) {
           {"max-client-tokenize-threads", Type::kInt, std::to_string(a.max_client_tokenize_threads),
            "tokenize threads the sessions of one TLS identity keep busy at once, waiting beyond: a tenant with more "
            "sessions gets no more of the agent's cores (0: as many as --tokenize-threads, at least 1)"},
+          {"max-client-requests", Type::kInt, std::to_string(a.max_client_requests),
+           "requests the connections of one TLS identity have outstanding together (each also at most "
+           "--max-outstanding-requests): a tenant with more connections gets no more of them"},
+          {"max-client-graph-instances", Type::kInt, std::to_string(a.max_client_graph_instances),
+           "graph instances the connections of one TLS identity hold together (each also at most "
+           "--graph-max-instances)"},
           {"graph-max-memory", Type::kSize, std::to_string(a.graph_max_memory),
            "agent memory a connection's graph instances may hold"},
           {"mpi-max-pending", Type::kInt, std::to_string(a.mpi_max_pending),
@@ -217,6 +223,10 @@ Result<AgentConfig> agent_config_from(const config::Options& o) {
   OB_ASSIGN_OR_RETURN(int64_t max_handshakes, positive("max-handshakes"));
   OB_ASSIGN_OR_RETURN(int64_t max_client_connections, positive("max-client-connections"));
   a.max_client_connections = static_cast<uint32_t>(max_client_connections);
+  OB_ASSIGN_OR_RETURN(int64_t client_requests, positive("max-client-requests"));
+  a.max_client_requests = static_cast<uint32_t>(client_requests);
+  OB_ASSIGN_OR_RETURN(int64_t client_instances, positive("max-client-graph-instances"));
+  a.max_client_graph_instances = static_cast<uint32_t>(client_instances);
   OB_ASSIGN_OR_RETURN(a.handshake_timeout_ms, in_range("handshake-timeout-ms", 1, INT32_MAX));
   a.max_connections = static_cast<uint32_t>(max_connections);
   a.max_handshakes = static_cast<uint32_t>(max_handshakes);

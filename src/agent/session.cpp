@@ -33,6 +33,8 @@ class HubHost final : public ServiceHost {
   void add_poller(std::function<bool()> poll) override OB_HUB_LOCKED { hub->add_poller(std::move(poll)); }
   Status reserve_memory(uint64_t bytes, std::string_view what) override { return budget->reserve(bytes, what); }
   void release_memory(uint64_t bytes) override { budget->release(bytes); }
+  Status reserve_graph_instance() override { return budget->hold(SessionBudget::Held::kGraphInstances); }
+  void release_graph_instance() override { budget->drop(SessionBudget::Held::kGraphInstances); }
   bool begin_client_work(const std::atomic<bool>& stop) override {
     bool waited = false;
     const bool began = budget->begin_work(stop, waited);
@@ -140,6 +142,7 @@ Result<std::unique_ptr<Session>> Session::create(const AgentConfig& config,
       channel::Server::create(
           config.channel, names, inline_ok,
           {{"tokenize_threads", config.tokenize_threads}, {"graph_threads", config.graph_threads}},
+          im->host.budget,
           [im](Connection::Impl& c, const channel::FrameHeader& h, Buffer p) { im->dispatch(c, h, std::move(p)); },
           [im](uint32_t id) {
             for (auto& [name, s] : im->services) s->on_disconnect(id);

@@ -59,11 +59,12 @@ struct SessionSetup {
 };
 std::string encode_setup(const SessionSetup& setup);
 /// The SessionBudget quotas of `config` (--max-session-memory, --max-client-memory,
-/// --max-client-tokenize-threads).
+/// --max-client-tokenize-threads, --max-client-requests, --max-client-graph-instances).
 inline SessionBudget::Quotas budget_quotas(const AgentConfig& config) {
   const uint32_t workers = config.max_client_tokenize_threads != 0 ? config.max_client_tokenize_threads
                                                                    : std::max<uint32_t>(config.tokenize_threads, 1);
-  return {config.max_session_memory, config.max_client_memory, workers};
+  return {config.max_session_memory, config.max_client_memory, workers, config.max_client_requests,
+          config.max_client_graph_instances};
 }
 Result<SessionSetup> decode_setup(std::string_view json);
 

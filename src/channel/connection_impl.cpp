@@ -43,6 +43,7 @@ Connection::Impl::Impl(std::shared_ptr<channel::Hub> h, const ChannelConfig& c)
 Connection::Impl::~Impl() {
   // The last owner may drop it on any thread, without the lock.
   Lock lock(hub->mutex());
+  if (tenant) tenant->drop(SessionBudget::Held::kRequests, static_cast<uint32_t>(open_requests.size()));
   hub->remove(local_id);
   hub->remove_ring(this);
   rx_ring.reset();
@@ -151,6 +152,7 @@ void Connection::Impl::fail(const Status& why) {
     socket.reset();
   }
   reorder.clear();
+  if (tenant) tenant->drop(SessionBudget::Held::kRequests, static_cast<uint32_t>(open_requests.size()));
   open_requests.clear();
   open_messages.clear();
   credit_waiters.clear();
@@ -356,8 +358,7 @@ void Connection::Impl::deliver_message(const FrameHeader& h, Buffer data, const 
     if (counters) ++counters->errors;
     OB_LOG_WARN("connection %u: %s", local_id, error.to_string().c_str());
     if (h.type == FrameType::kRequest) {
-      open_requests.emplace(h.id, 0);
-      respond(h.id, error);
+      answer(h.id, 0, error);
     } else {
       consumed(0);
     }
@@ -376,8 +377,7 @@ void Connection::Impl::deliver_message(const FrameHeader& h, Buffer data, const 
     return on_service(*this, h, std::move(data));
   }
   if (h.type == FrameType::kRequest) {
-    open_requests.emplace(h.id, data.size());
-    return respond(h.id, Status(Code::kUnsupported, "this side serves no requests"));
+    return answer(h.id, data.size(), Status(Code::kUnsupported, "this side serves no requests"));
   }
   inbox.push_back(Incoming{Incoming::Kind::kMessage, std::move(data)});
 }
@@ -407,13 +407,22 @@ bool Connection::Impl::admit_request(uint64_t id, uint64_t bytes) {
     return false;
   }
   const size_t open = open_requests.size();
+  if (open >= config.max_outstanding_requests) {
+    // A well-behaved client never gets here: it counts its own.
+    answer(id, bytes,
+           Status(Code::kAgain, std::to_string(open) + " requests outstanding reach max_outstanding_requests " +
+                                    std::to_string(config.max_outstanding_requests) +
+                                    " (agent option --max-outstanding-requests)"));
+    return false;
+  }
+  if (tenant) {
+    if (Status st = tenant->hold(SessionBudget::Held::kRequests); !st.ok()) {
+      answer(id, bytes, std::move(st));
+      return false;
+    }
+  }
   open_requests.emplace(id, bytes);
-  if (open < config.max_outstanding_requests) return true;
-  // A well-behaved client never gets here: it counts its own.
-  respond(id, Status(Code::kAgain, std::to_string(open) + " requests outstanding reach max_outstanding_requests " +
-                                       std::to_string(config.max_outstanding_requests) +
-                                       " (agent option --max-outstanding-requests)"));
-  return false;
+  return true;
 }
 
 void Connection::Impl::complete_request(uint64_t id, Result<Buffer> result) {
@@ -592,7 +601,12 @@ Status Connection::Impl::wait_polled(Deadline deadline, const transport::PolledO
 void Connection::Impl::respond(uint64_t id, Result<Buffer> result) {
   auto request_bytes = open_requests.take(id);
   if (!request_bytes) return;
-  consumed(*request_bytes);
+  if (tenant) tenant->drop(SessionBudget::Held::kRequests);
+  answer(id, *request_bytes, std::move(result));
+}
+
+void Connection::Impl::answer(uint64_t id, uint64_t bytes, Result<Buffer> result) {
+  consumed(bytes);
   if (state != State::kOpen) return;
   FrameHeader h;
   h.type = FrameType::kResponse;

@@ -15,6 +15,7 @@
 #include "channel/hub.h"
 #include "channel/ring.h"
 #include "transport/secure.h"
+#include "util/budget.h"
 #include "util/id_map.h"
 #include "util/net.h"
 
@@ -204,6 +205,9 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   std::set<std::pair<Clock::time_point, uint64_t>> deadlines OB_HUB_GUARDED;
   // Agent side, id -> payload bytes (the credit returned with the answer):
   IdMap<uint64_t> open_requests OB_HUB_GUARDED;  // not yet answered
+  /// Agent side, a TLS client's: its open requests count in its identity's
+  /// --max-client-requests too (null: only this connection's limit).
+  std::shared_ptr<SessionBudget> tenant;
   IdMap<uint64_t> open_messages OB_HUB_GUARDED;  // one-way by seq, not yet acknowledged
   std::vector<std::function<void()>> credit_waiters OB_HUB_GUARDED;
 
@@ -225,8 +229,11 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   void drain() OB_HUB_LOCKED;
   void complete_request(uint64_t id, Result<Buffer> result) OB_HUB_LOCKED;
   /// Agent side: opens request `id` of `bytes` for a service; false when it
-  /// was answered (over --max-outstanding-requests) or the peer cut off.
+  /// was answered (over --max-outstanding-requests or --max-client-requests)
+  /// or the peer cut off.
   bool admit_request(uint64_t id, uint64_t bytes) OB_HUB_LOCKED;
+  /// Returns the credit of a request of `bytes` and sends its answer.
+  void answer(uint64_t id, uint64_t bytes, Result<Buffer> result) OB_HUB_LOCKED;
   /// Sequence number and returned credits on an outgoing frame.
   void stamp(channel::FrameHeader& h, size_t bytes) OB_HUB_LOCKED;
   /// Puts a stamped frame into the peer's ring; false: send it through UCX.

@@ -33,6 +33,7 @@ void refuse(int socket, const Refusal& refusal) {
 
 Result<std::unique_ptr<Server>> Server::create(const ChannelConfig& config, std::vector<std::string> services,
                                                std::vector<bool> inline_services, Facts facts,
+                                               std::shared_ptr<SessionBudget> budget,
                                                Connection::Impl::ServiceFn on_service,
                                                std::function<void(uint32_t)> on_closed) {
   OB_ASSIGN_OR_RETURN(auto hub, Hub::get());
@@ -42,6 +43,7 @@ Result<std::unique_ptr<Server>> Server::create(const ChannelConfig& config, std:
   s->services_ = std::move(services);
   s->inline_services_ = std::move(inline_services);
   s->facts_ = std::move(facts);
+  if (budget && budget->grouped()) s->tenant_ = std::move(budget);
   s->on_service_ = std::move(on_service);
   s->on_closed_ = std::move(on_closed);
   return s;
@@ -68,6 +70,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   conn->peer_address = "client " + std::to_string(conn->local_id) + " (" + peer.name + ")";
   conn->peer_policy = peer.policy;
   conn->peer_identity = peer.identity;
+  conn->tenant = tenant_;
   if (peer.policy.shared_memory) {
     // Its memory is reached by pid (posix segments, process keys): held as a pidfd of the very
     // process that holds this socket, copies stop once it ended, before the pid can be reused.

@@ -32,9 +32,11 @@ class Server {
  public:
   /// `inline_services[i]`: service i's frames may be handed to `on_service`
   /// inside UCX's receive callback (Service::handles_inline()).
-  /// `facts` go into every Welcome.
+  /// `facts` go into every Welcome. `budget` (may be null): the session's,
+  /// in which a TLS client's open requests count (--max-client-requests).
   static Result<std::unique_ptr<Server>> create(const ChannelConfig& config, std::vector<std::string> services,
                                                 std::vector<bool> inline_services, Facts facts,
+                                                std::shared_ptr<SessionBudget> budget,
                                                 Connection::Impl::ServiceFn on_service,
                                                 std::function<void(uint32_t)> on_closed);
   ~Server();
@@ -60,6 +62,7 @@ class Server {
   std::vector<std::string> services_;
   std::vector<bool> inline_services_;
   Facts facts_;
+  std::shared_ptr<SessionBudget> tenant_;  // the budget, when its session is a TLS identity's
   Connection::Impl::ServiceFn on_service_;
   std::function<void(uint32_t)> on_closed_;
   std::vector<std::shared_ptr<Connection::Impl>> conns_;

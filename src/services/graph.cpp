@@ -50,11 +50,13 @@ struct Task {
 
 struct AgentInstance {
   ~AgentInstance() {
-    if (host) host->release_memory(memory_bytes);
+    if (!host) return;
+    host->release_memory(memory_bytes);
+    host->release_graph_instance();
   }
   uint32_t id = 0;
   ClientState* client = nullptr;
-  ServiceHost* host = nullptr;  // the memory came from its budget
+  ServiceHost* host = nullptr;  // the memory and the instance came from its budget
   std::unique_ptr<uint8_t[]> memory;
   uint64_t memory_bytes = 0;
   std::vector<Task> tasks;
@@ -561,9 +563,12 @@ class GraphService final : public Service {
                                                   std::to_string(g.agent_bytes) + " B of agent memory; the connection holds " +
                                                   std::to_string(c.agent_bytes) + " B of its " + std::to_string(cfg.max_memory) +
                                                   " B (agent option --graph-max-memory)"});
+    if (Status st = core_->host->reserve_graph_instance(); !st.ok()) return r.responder.fail(st);
     if (Status st = core_->host->reserve_memory(g.agent_bytes, "instance of graph " + quote(g.graph->name()));
-        !st.ok())
+        !st.ok()) {
+      core_->host->release_graph_instance();
       return r.responder.fail(st);
+    }
     auto inst = std::make_unique<AgentInstance>();
     inst->client = &c;
     inst->host = core_->host;

@@ -232,6 +232,41 @@ def test_a_tenants_sessions_share_one_memory_quota(tmp_path: Path) -> None:
         other.close()
 
 
+def test_a_tenants_connections_share_one_request_quota(tmp_path: Path) -> None:
+    tenants(tmp_path)
+    tenant = {t: {"secure": "always", "session": "new", **certs(tmp_path, t, "k")} for t in ("tenant1", "tenant2")}
+    watch = bytes([5, 8])  # an mpi watch (wire version 5): held unanswered while its session lives
+    failed: list[BaseException | None] = []
+    with outboard.LocalAgent("--secure", "always", *agent_args(tmp_path, "k"), "--max-client-requests", "3") as agent:
+        first, second = (outboard.connect(agent.address, **tenant["tenant1"]) for _ in range(2))
+        other = outboard.connect(agent.address, **tenant["tenant2"])
+        assert first.stats()["pid"] != second.stats()["pid"]  # two sessions, one tenant
+        def hold(client: outboard.Client) -> None:
+            client.connection.submit("mpi", watch, 60.0, lambda _, error: failed.append(error))
+
+        for client in (first, second):
+            hold(client)
+            assert client.request("echo", b"after") == b"after"  # in order: its watch is held now
+        hold(first)  # the tenant's third
+        for client in (first, second):  # the echo would be the fourth, on either session
+            with pytest.raises(errors.Again, match=r"this client's connections hold 3 outstanding requests of its "
+                                                   r"quota of 3 \(agent option --max-client-requests\)"):
+                client.request("echo", b"over")
+        assert other.request("echo", b"another tenant") == b"another tenant"
+        first.close()  # its connection's requests go back to the tenant
+        assert wait_for(lambda: _echoes(second)), "a closed connection's requests still count against its tenant"
+        assert len(failed) == 2 and all(isinstance(e, ConnectionError) for e in failed), failed  # first's, by its close
+        second.close()
+        other.close()
+
+
+def _echoes(client: outboard.Client) -> bool:
+    try:
+        return client.request("echo", b"again") == b"again"
+    except errors.Again:
+        return False
+
+
 def test_a_tls_client_tokenizes_with_its_ids_in_the_sealed_answer(keys: Path) -> None:
     texts = [t for t in sample_texts() if t][:20] + ["", "tail"]
     local = outboard.Tokenizer.gpt2()

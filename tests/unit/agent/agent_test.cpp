@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/control.h"
+#include "agent/session.h"
 #include "outboard/agent.h"
 
 namespace outboard {
@@ -23,6 +24,10 @@ TEST(AgentConfigTest, OptionsBecomeTheConfig) {
   EXPECT_EQ(c->max_text_bytes, 1u << 20);
   EXPECT_EQ(c->channel.ring_slots, 16u);
   EXPECT_EQ(c->isolation, Isolation::kNone);
+  auto quotas = parse({"--max-client-requests", "7", "--max-client-graph-instances", "5"});
+  ASSERT_TRUE(quotas.ok()) << quotas.status().to_string();
+  EXPECT_EQ(agent::budget_quotas(*quotas).group_requests, 7u);  // what every session's budget counts by
+  EXPECT_EQ(agent::budget_quotas(*quotas).group_instances, 5u);
 }
 
 TEST(AgentConfigTest, AValueOutOfRangeNamesTheOptionAndTheRange) {
@@ -34,6 +39,8 @@ TEST(AgentConfigTest, AValueOutOfRangeNamesTheOptionAndTheRange) {
   EXPECT_EQ(window.status().message(), "option 'recv-window-msgs' is 0, expected 1..4294967295");
   auto isolation = parse({"--isolation", "thread"});
   EXPECT_EQ(isolation.status().message(), "option 'isolation' is 'thread', expected process or none");
+  EXPECT_EQ(parse({"--max-client-requests", "0"}).status().message(),
+            "option 'max-client-requests' is 0, expected 1..4294967295");
 }
 
 TEST(AgentConfigTest, AListenerWiderThanLoopbackNeedsKeysOrInsecure) {

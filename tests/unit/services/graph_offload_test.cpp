@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 
 #include "../agent_fixture.h"
 #include "outboard/graph_offload.h"
@@ -274,6 +277,77 @@ TEST_F(GraphOffloadTest, InstanceAndMemoryLimitsOfAConnection) {
     again = off_->instantiate(remote, b, soon());
   }
   EXPECT_TRUE(again.ok()) << again.status().to_string();
+}
+
+// Each session is a process of its own: a tenant's quota holds across them.
+TEST_F(GraphOffloadTest, ATenantsConnectionsShareItsInstanceQuotaAndHoldBackNoOtherTenant) {
+  if (isolation_ != Isolation::kProcess) GTEST_SKIP() << "tenants' quotas hold across session processes";
+  stop_agent();
+  off_.reset();
+  namespace fs = std::filesystem;
+  const fs::path keys = fs::temp_directory_path() / ("outboard_graph_tenants_" + std::to_string(::getpid()));
+  fs::remove_all(keys);
+  ASSERT_TRUE(init_keys(keys.string(), "agent").ok());
+  for (const char* t : {"tenant1", "tenant2"}) ASSERT_TRUE(issue_keys(keys.string(), t, false).ok());
+  auto as = [&](const std::string& who) {
+    ChannelConfig c;
+    c.secure = {.mode = SecureConfig::Mode::kAlways, .cert = (keys / (who + ".pem")).string(),
+                .key = (keys / (who + ".key")).string(), .ca = (keys / "ca.pem").string()};
+    return c;
+  };
+  AgentConfig config = testing::test_config();
+  config.channel.secure = as("agent").secure;
+  config.max_client_graph_instances = 2;
+  start_agent(config);
+  auto connect = [&](const char* who) {
+    ChannelConfig c = as(who);
+    c.session = "new";
+    return Offload::connect(agent_->address(), soon(), c).value();
+  };
+  auto first = connect("tenant1"), second = connect("tenant1"), other = connect("tenant2");
+  fs::remove_all(keys);
+  auto g = Graph::create("g");
+  (void)g->add_engine("dma", copy_engine()).value();
+  ASSERT_TRUE(g->freeze().ok());
+  std::vector<Buffers> b{{Ref::agent(0, 8), Ref::agent(8, 8)}};
+  auto on = [&](Offload& off) { return off.instantiate(off.ship(g, 16, soon()).value(), b, soon()); };
+
+  auto a = on(*first);
+  auto c = on(*second);  // another session of the tenant's: the quota is the tenant's
+  ASSERT_TRUE(a.ok() && c.ok());
+  auto third = on(*second);
+  EXPECT_EQ(third.status().code(), Code::kAgain);
+  EXPECT_NE(third.status().message().find("this client's connections hold 2 graph instances of its quota of 2 "
+                                          "(agent option --max-client-graph-instances)"),
+            std::string::npos)
+      << third.status().to_string();
+  auto others = on(*other);
+  EXPECT_TRUE(others.ok()) << others.status().to_string();
+  auto ran = std::move(others).value();
+  ASSERT_TRUE(other->submit(*ran).ok());
+  EXPECT_TRUE(other->wait(*ran, soon()).ok());
+
+  // Its quota comes back (soon: both are one-way) when an instance is released, and when a
+  // connection that holds one closes.
+  auto soon_on = [&](Offload& off) {
+    auto inst = on(off);
+    for (int i = 0; i < 200 && !inst.ok(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      inst = on(off);
+    }
+    return inst;
+  };
+  a.value().reset();
+  auto again = soon_on(*second);
+  EXPECT_TRUE(again.ok()) << again.status().to_string();
+  c.value().reset();
+  a = soon_on(*first);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(on(*second).status().code(), Code::kAgain);
+  first->connection().close();
+  c = soon_on(*second);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  a.value().reset();  // before its Offload
 }
 
 TEST_P(GraphOffloadThreads, AClientLeavingMidRunOrSendingGarbageHarmsNoOtherClient) {
