@@ -22,6 +22,7 @@ namespace {
 using services::mpi_wire::Post;
 
 constexpr uint64_t kAlign = 64;
+uint64_t align_up(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 // Between two looks at MPI's own progress while a wait has offloaded requests to wait for.
 constexpr int64_t kNapMs = 1;
 
@@ -31,7 +32,7 @@ class Arena {
  public:
   void reset(uint64_t size) { free_ = {{0, size}}; }
   std::optional<uint64_t> take(uint64_t bytes) {
-    bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+    bytes = align_up(bytes);
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->second < bytes) continue;
       const uint64_t at = it->first, left = it->second - bytes;
@@ -42,7 +43,7 @@ class Arena {
     return std::nullopt;
   }
   void give(uint64_t at, uint64_t bytes) {
-    bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+    bytes = align_up(bytes);
     auto next = free_.lower_bound(at);
     if (next != free_.end() && at + bytes == next->first) bytes += next->second, next = free_.erase(next);
     if (next != free_.begin()) {
@@ -110,6 +111,7 @@ struct Offload {
   std::vector<uint8_t> descriptor;
   Arena arena;
   uint64_t capacity = 0;
+  uint64_t own_staging_limit = kDefaultOwnStagingBytes;
   int keyval = MPI_KEYVAL_INVALID;
   uint64_t next_name = 1;  // 0 is MPI_COMM_WORLD's
   int world_rank = 0;
@@ -301,6 +303,7 @@ std::string offload_start() {
   // The same bound either way: every rank must route a call alike, whatever its buffers' path.
   const uint64_t bytes = env_u64("OUTBOARD_MPI_STAGING_BYTES", kDefaultStagingBytes);
   o->capacity = bytes;
+  o->own_staging_limit = env_u64("OUTBOARD_MPI_OWN_STAGING_BYTES", kDefaultOwnStagingBytes);
   const char* expose = std::getenv("OUTBOARD_MPI_EXPOSE");
   o->expose_all = expose && std::strcmp(expose, "1") == 0;
   o->unreachable = expose && std::strcmp(expose, "0") == 0
@@ -573,7 +576,7 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   const bool staged = own || (fits && !in_place_pays);
   const uint64_t in_bytes = staged && own_input ? input.size() : 0, out_bytes = staged ? output_bytes : 0;
   std::optional<uint64_t> in_at = 0, out_at = 0;
-  if (own) out_at = (in_bytes + kAlign - 1) / kAlign * kAlign;
+  if (own) out_at = align_up(in_bytes);
   while (staged && !own) {  // room comes as earlier collectives finish (offload_route checked that it can)
     {
       std::lock_guard lock(g_offload->mu);
@@ -593,15 +596,18 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   PMPI_Comm_size(comm, &size);
   PMPI_Comm_rank(comm, &rank);
   auto op = std::make_unique<Handoff>();
-  // Fails only where the connection closed (or this process's memory ran out): then it completes
-  // as failed, as a failed submit does.
-  Status described;
-  if (own) {
+  // Staging of its own that cannot be had is posted all the same, saying why: the agent then fails
+  // the call for every rank, where the others would wait for this one until their timeout.
+  if (own && need > g_offload->own_staging_limit) {
+    post.failure = "staging of its own for " + std::to_string(need) + " B exceeds OUTBOARD_MPI_OWN_STAGING_BYTES " +
+                   std::to_string(g_offload->own_staging_limit);
+  } else if (own) {
     auto region = g_offload->conn->allocate_memory(in_bytes + kAlign + out_bytes);
     if (region.ok()) op->own_staging = std::move(region).value();
-    else described = region.status().with_context("staging of its own for " + std::to_string(need) + " B");
+    else post.failure = region.status().with_context("staging of its own for " + std::to_string(need) + " B").to_string();
   }
-  if (described.ok()) {
+  const bool stages = staged && post.failure.empty();
+  if (post.failure.empty()) {
     op->staged_at = *in_at, op->staged_bytes = in_bytes;
     op->output_at = *out_at, op->output_bytes = out_bytes;
   }
@@ -611,8 +617,10 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   post.size = static_cast<uint32_t>(size);
   post.rank = static_cast<uint32_t>(rank);
   copy_own_block(post, input, static_cast<uint8_t*>(output));
-  if (described.ok() && !staged) described = expose(post, own_input, input, output, output_bytes);
-  if (described.ok() && staged) {
+  // Fails only where the connection closed: then it completes as failed, as a failed submit does.
+  Status described;
+  if (!staged) described = expose(post, own_input, input, output, output_bytes);
+  if (stages) {
     uint8_t* base = staging_of(*op);
     const std::span<const uint8_t> area = own ? op->own_staging->descriptor() : g_offload->descriptor;
     const std::vector<uint8_t> descriptor(area.begin(), area.end());

@@ -29,6 +29,10 @@ namespace outboard::mpi {
 
 /// Staging memory of one rank when OUTBOARD_MPI_STAGING_BYTES does not say.
 inline constexpr uint64_t kDefaultStagingBytes = 16ull << 20;
+/// The most staging of its own one call may take (its buffers' bytes) when
+/// OUTBOARD_MPI_OWN_STAGING_BYTES does not say: an Ialltoallv too large for staging where the
+/// agent cannot reach the rank's memory.
+inline constexpr uint64_t kDefaultOwnStagingBytes = 4ull << 30;
 /// How long a rank waits for its communicator's other ranks to post a collective, when
 /// OUTBOARD_MPI_TIMEOUT_S does not say (an agent that dies fails it at once).
 inline constexpr int64_t kDefaultCollectiveTimeoutS = 3600;

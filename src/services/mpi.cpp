@@ -23,6 +23,7 @@
 #include "outboard/log.h"
 #include "services/mpi_p2p.h"
 #include "services/mpi_wire.h"
+#include "util/text.h"
 
 namespace outboard::services {
 namespace {
@@ -789,6 +790,10 @@ class Mpi final : public Service {
   // Every rank posted the same collective; alltoallv's sent and received counts pair up (between
   // this agent's ranks: the shares carry the rest).
   static Status agree(std::vector<std::optional<Member>>& ranks) {
+    for (auto& m : ranks)
+      if (m && !m->post.failure.empty())
+        return {Code::kFailed, where(m->post) + ": rank " + std::to_string(m->post.rank) + " could not take part: " +
+                                   printable(m->post.failure, kMaxFailureBytes)};
     const Post& a = first(ranks);
     for (auto& m : ranks) {
       if (!m) continue;

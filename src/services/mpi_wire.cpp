@@ -155,7 +155,7 @@ std::vector<uint8_t> encode(const Post& p) {
   codec::Writer w;
   put_head(w, Kind::kPost, p, p.rank);
   w.put(static_cast<uint8_t>((p.in_place ? kInPlace : 0) | (p.keep ? kKeep : 0) | (p.agents.empty() ? 0 : kSpans) |
-                             (p.own_block ? kOwnBlock : 0)));
+                             (p.own_block ? kOwnBlock : 0) | (p.failure.empty() ? 0 : kFailed)));
   w.put(p.root);
   w.put(p.bytes);
   w.put(p.send_offset);
@@ -171,6 +171,7 @@ std::vector<uint8_t> encode(const Post& p) {
     w.put(static_cast<uint32_t>(p.agent_of.size()));
     for (uint32_t a : p.agent_of) w.put(a);
   }
+  if (!p.failure.empty()) w.put_string(std::string_view(p.failure).substr(0, kMaxFailureBytes));
   return std::move(w.bytes);
 }
 
@@ -216,7 +217,7 @@ Result<Post> decode(std::span<const uint8_t> bytes) {
   if (p.size == 0 || p.size > kMaxRanks)
     return bad("communicator of " + std::to_string(p.size) + " ranks (1 to " + std::to_string(kMaxRanks) + ")");
   if (p.rank >= p.size) return bad("rank " + std::to_string(p.rank) + " of " + std::to_string(p.size) + " ranks");
-  if (flags & ~(kInPlace | kKeep | kSpans | kOwnBlock)) return bad("unknown flags " + std::to_string(flags));
+  if (flags & ~(kInPlace | kKeep | kSpans | kOwnBlock | kFailed)) return bad("unknown flags " + std::to_string(flags));
   OB_RETURN_IF_ERROR(shape(coll, elem, reduce, p.bytes, p.coll, p.elem, p.reduce));
   p.in_place = flags & kInPlace;
   p.keep = flags & kKeep;
@@ -239,10 +240,17 @@ Result<Post> decode(std::span<const uint8_t> bytes) {
     for (uint32_t i = 0; i < p.size; ++i) sends |= p.send_counts[i], receives |= p.recv_counts[i];
   }
   const bool needs_send = !p.in_place && p.coll != Coll::kBcast && sends;
-  if ((needs_send && p.send_region.empty()) || (receives && p.recv_region.empty()))
+  const bool failed = flags & kFailed;  // a rank that does not take part gives no regions
+  if (!failed && ((needs_send && p.send_region.empty()) || (receives && p.recv_region.empty())))
     return bad(std::string(coll_name(p.coll)) + (p.in_place ? " in place" : "") + " without its " +
                (needs_send && p.send_region.empty() ? "send" : "receive") + " region");
   if (flags & kSpans) OB_RETURN_IF_ERROR(get_spans(r, p));
+  if (failed) {
+    if (!r.get_string(p.failure)) return bad("truncated reason for not taking part");
+    if (p.failure.empty() || p.failure.size() > kMaxFailureBytes)
+      return bad("a reason for not taking part of " + std::to_string(p.failure.size()) + " B (1 to " +
+                 std::to_string(kMaxFailureBytes) + ")");
+  }
   if (!r.in.empty()) return bad(std::to_string(r.in.size()) + " B after the request");
   return p;
 }

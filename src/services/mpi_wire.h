@@ -8,12 +8,14 @@
 //
 // Every message: u8 kVersion, u8 Kind.
 // Post: u64 comm, u64 seq, u32 size, u32 rank, u8 Coll, u8 Elem, u8 Reduce, u8 flags (kInPlace,
-// kKeep, kSpans, kOwnBlock), u32 root, u64 bytes, u64 send_offset, u64 recv_offset, then for kAlltoallv four
+// kKeep, kSpans, kOwnBlock, kFailed), u32 root, u64 bytes, u64 send_offset, u64 recv_offset, then for kAlltoallv four
 // u32-counted u64 arrays (send counts, send displacements, receive counts, receive displacements,
 // in bytes, `size` each), then the send region's descriptor (u32 length + bytes; empty in place and
 // for kBcast) and the receive region's (for kBcast: the buffer, read at the root and written
 // elsewhere); with kSpans: the job's session token (64 hex digits), u32-counted agent addresses
-// (u32 length + bytes each) and u32-counted agent_of (u32 each, `size` of them).
+// (u32 length + bytes each) and u32-counted agent_of (u32 each, `size` of them); with kFailed,
+// last, why the rank could not take part (u32 length + 1 to kMaxFailureBytes bytes; no region
+// needed then).
 // Share: u64 comm, u64 seq, u32 size, u32 from, u8 Coll, u8 Elem, u8 Reduce, u32 root, u64 bytes,
 // u8 flags (kFirstPiece), u32-counted u64 block lengths, then the blocks back to back (their
 // lengths' sum, nothing after; with kFirstPiece, their first 1 to kMaxSharePiece bytes).
@@ -74,6 +76,11 @@ inline constexpr uint8_t kSpans = 4;
 /// and the agent leaves that block alone (a copy the rank makes once in its own memory, where the
 /// agent would make two through the kernel).
 inline constexpr uint8_t kOwnBlock = 8;
+/// The rank could not take part (it could not stage its buffers) and says why: the agent fails
+/// the collective for every rank with that, where the others would wait for it until their timeout.
+inline constexpr uint8_t kFailed = 16;
+/// Bytes of a rank's reason for not taking part.
+inline constexpr uint32_t kMaxFailureBytes = 1024;
 
 std::string_view coll_name(Coll c);
 size_t elem_size(Elem e);  // 1 for kBytes
@@ -100,6 +107,7 @@ struct Post {
   std::string token;
   std::vector<std::string> agents;
   std::vector<uint32_t> agent_of;
+  std::string failure;  // kFailed: why this rank could not take part (encode() keeps kMaxFailureBytes)
 };
 
 /// What agent `from` sends each other agent serving a collective: the blocks its ranks give the

@@ -111,6 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     __builtin_trap();
   for (uint32_t a : p.agent_of)
     if (a >= p.agents.size()) __builtin_trap();
+  if (p.failure.size() > kMaxFailureBytes) __builtin_trap();
   const auto again = encode(p);
   if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
   return 0;

@@ -309,8 +309,10 @@ static void many(void) {
 }
 
 /* "uneven": one Ialltoallv whose sizes differ by rank: rank 0 gives itself 1 MiB, every other block
- * is 4 bytes, so only rank 0's buffers exceed a small OUTBOARD_MPI_STAGING_BYTES. */
+ * is 4 bytes, so only rank 0's buffers exceed a small OUTBOARD_MPI_STAGING_BYTES. A failed wait
+ * (rank 0 could not stage them) is said by every rank before any exits. */
 static void uneven(void) {
+  errors_return();
   int n;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   int* counts = malloc(4 * sizeof(int) * (size_t)n); /* send counts, send displs; recv the same */
@@ -324,7 +326,9 @@ static void uneven(void) {
   fill(in, (size_t)total, 1);
   MPI_Request req;
   MPI_Ialltoallv(in, counts, displs, MPI_CHAR, out, counts, displs, MPI_CHAR, MPI_COMM_WORLD, &req);
-  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  const int rc = wait_says(&req);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rc != MPI_SUCCESS) _exit(3);
   MPI_Alltoallv(in, counts, displs, MPI_CHAR, want, counts, displs, MPI_CHAR, MPI_COMM_WORLD);
   check(!memcmp(out, want, (size_t)total), "MPI_Ialltoallv of sizes that differ by rank", "world", 0);
   if (rank == 0 && !failures) printf("ok uneven\n");

@@ -341,6 +341,25 @@ def test_an_alltoallv_too_large_for_one_ranks_staging_is_offloaded_by_every_rank
     assert _buffers(run.stderr) == ((0, 2) if not reach else (1, 1) if agents == 1 else (2, 0))
 
 
+@pytest.mark.parametrize("agents", [1, 2], ids=["1 agent", "2 agents"])
+def test_an_alltoallv_whose_own_staging_is_refused_fails_every_rank_at_once_naming_why(built, agents) -> None:
+    """Rank 0's buffers need staging of their own (the agent cannot reach them), over its limit: it
+    posts the call all the same, saying why, and rank 1 hears that rather than wait for it."""
+    which, exe = built
+    env = {"OUTBOARD_MPI_STAGING_BYTES": "65536", "OUTBOARD_MPI_EXPOSE": "0", "OUTBOARD_MPI_TIMEOUT_S": "60",
+           "OUTBOARD_MPI_OWN_STAGING_BYTES": "65536"}
+    with LocalAgent(env=mpi.PEER_AGENT_ENV) as a, LocalAgent(env=mpi.PEER_AGENT_ENV) as b:
+        addresses = ",".join(x.address for x in (a, b)[:agents])
+        cmd = mpi.command([str(exe), "uneven"], 2, which, agent=addresses)
+        start = time.monotonic()
+        run = _run_job([cmd[0], *which.env_args(env), *cmd[1:]])
+        took = time.monotonic() - start
+    assert run.returncode != 0 and run.stdout.count("MPI_Wait failed") == 2, run.stdout + run.stderr
+    assert run.stderr.count("rank 0 could not take part: staging of its own for 2097160 B exceeds "
+                            "OUTBOARD_MPI_OWN_STAGING_BYTES 65536") == 2, run.stderr
+    assert took < 30  # not the 60 s timeout
+
+
 def test_without_report_no_report_is_printed(built) -> None:
     _, exe = built
     run = _outboard("mpirun", "-np", "2", str(exe), "1")

@@ -501,6 +501,30 @@ TEST_F(MpiServiceTest, DisagreeingPostsFailEveryRankNamingBoth) {
   EXPECT_EQ(rs[1].recv, std::vector<uint8_t>(16, 2));  // nothing written
 }
 
+TEST_F(MpiServiceTest, ARankThatCannotTakePartFailsEveryRankNamingItsReason) {
+  auto rs = ranks(2);
+  std::vector<Post> posts = {post(Coll::kAlltoall, 0, 2, 0, 8), post(Coll::kAlltoall, 0, 2, 1, 8)};
+  posts[1].failure = "staging of its own for 16 B exceeds OUTBOARD_MPI_OWN_STAGING_BYTES 8";
+  rs[0].send.assign(16, 1), rs[0].recv.assign(16, 0);
+  post_all(rs, posts);
+  for (auto& r : rs) {
+    ASSERT_FALSE(r.answer->ok());
+    EXPECT_EQ(r.answer->code(), Code::kFailed);
+    EXPECT_NE(r.answer->message().find("alltoall #0 on communicator 7: rank 1 could not take part: staging of its "
+                                       "own for 16 B exceeds OUTBOARD_MPI_OWN_STAGING_BYTES 8"),
+              std::string::npos)
+        << r.answer->to_string();
+  }
+  EXPECT_EQ(rs[0].recv, std::vector<uint8_t>(16, 0));  // nothing written
+  // The communicator goes on.
+  for (uint32_t i = 0; i < 2; ++i) rs[i].send = random_bytes(16, i), rs[i].recv.assign(16, 0), rs[i].answer.reset();
+  post_all(rs, {post(Coll::kAlltoall, 1, 2, 0, 8), post(Coll::kAlltoall, 1, 2, 1, 8)});
+  for (uint32_t j = 0; j < 2; ++j) {
+    ASSERT_TRUE(rs[j].answer->ok()) << rs[j].answer->to_string();
+    for (uint32_t i = 0; i < 2; ++i) EXPECT_EQ(0, std::memcmp(rs[j].recv.data() + i * 8, rs[i].send.data() + j * 8, 8));
+  }
+}
+
 TEST_F(MpiServiceTest, ARankThatLeavesFailsTheWaitingOthersInsteadOfHangingThem) {
   std::vector<std::optional<Status>> answers(2);
   auto rs = ranks(3);
@@ -841,6 +865,25 @@ TEST_F(MpiSpanningTest, AnAgentThatEndsFailsTheOtherAgentsRanksNamingIt) {
   }
 }
 
+TEST_F(MpiSpanningTest, ARankThatCannotTakePartFailsTheOtherAgentsRanksToo) {
+  auto rs = spanning_ranks();
+  std::vector<Post> posts;
+  for (uint32_t i = 0; i < 3; ++i) {
+    if (i != 1) rs[i].send = random_bytes(3 * 10, i), rs[i].recv.assign(3 * 10, 0);
+    posts.push_back(spanning(Coll::kAlltoall, 0, i, 10));
+  }
+  posts[1].failure = "no memory";  // rank 1, the other agent's
+  post_all(rs, posts);
+  for (auto& r : rs) {
+    ASSERT_FALSE(r.answer->ok());
+    EXPECT_NE(r.answer->message().find("alltoall #0 on communicator 7: rank 1 could not take part: no memory"),
+              std::string::npos)
+        << r.answer->to_string();
+  }
+  for (auto& r : rs) r.answer.reset();
+  alltoall_across(rs, 1, 10, 5);  // the communicator goes on
+}
+
 TEST(MpiWireTest, DecodeChecksEveryField) {
   using namespace services::mpi_wire;
   Post p;
@@ -876,8 +919,8 @@ TEST(MpiWireTest, DecodeChecksEveryField) {
   bytes.push_back(0);
   EXPECT_NE(decode(bytes).status().message().find("1 B after the request"), std::string::npos);
   bytes = encode(p);
-  bytes[2 + 8 + 8 + 4 + 4 + 3] = 16;  // flags: none of kInPlace, kKeep, kSpans, kOwnBlock
-  EXPECT_NE(decode(bytes).status().message().find("unknown flags 16"), std::string::npos);
+  bytes[2 + 8 + 8 + 4 + 4 + 3] = 32;  // flags: none of kInPlace, kKeep, kSpans, kOwnBlock, kFailed
+  EXPECT_NE(decode(bytes).status().message().find("unknown flags 32"), std::string::npos);
   bytes[0] = 9;
   EXPECT_NE(decode(bytes).status().message().find("wire version 9"), std::string::npos);
   bytes.resize(10);
@@ -911,6 +954,23 @@ TEST(MpiWireTest, DecodeChecksEveryField) {
   EXPECT_TRUE(decode(encode(q))->own_block);
   q.in_place = true;
   fails(q, "allgather in place with its own block copied");
+  // A rank that cannot take part says why, and needs no region.
+  q = span, q.send_region.clear(), q.recv_region.clear(), q.failure = "no memory";
+  auto failed = decode(encode(q));
+  ASSERT_TRUE(failed.ok()) << failed.status().to_string();
+  EXPECT_EQ(failed->failure, "no memory");
+  EXPECT_EQ(failed->agents, span.agents);
+  q.failure.assign(kMaxFailureBytes + 7, 'x');
+  EXPECT_EQ(decode(encode(q))->failure.size(), kMaxFailureBytes);  // what encode() keeps
+  bytes = encode(q);
+  bytes.resize(bytes.size() - 1);
+  EXPECT_NE(decode(bytes).status().message().find("truncated reason for not taking part"), std::string::npos);
+  bytes = encode(q);
+  bytes[bytes.size() - kMaxFailureBytes - 4] = 1;  // its length's low byte: 1025 (0x401), and one more byte
+  bytes.push_back('x');
+  EXPECT_NE(decode(bytes).status().message().find("a reason for not taking part of 1025 B (1 to 1024)"),
+            std::string::npos)
+      << decode(bytes).status().to_string();
 }
 
 TEST(MpiWireTest, DecodeShareChecksItsBlocks) {
