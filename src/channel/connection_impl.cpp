@@ -43,7 +43,7 @@ Connection::Impl::Impl(std::shared_ptr<channel::Hub> h, const ChannelConfig& c)
 Connection::Impl::~Impl() {
   // The last owner may drop it on any thread, without the lock.
   Lock lock(hub->mutex());
-  if (tenant) tenant->drop(SessionBudget::Held::kRequests, static_cast<uint32_t>(open_requests.size()));
+  open_requests.for_each([this](uint64_t, uint64_t bytes) OB_HUB_LOCKED { release_request(bytes); });
   hub->remove(local_id);
   hub->remove_ring(this);
   rx_ring.reset();
@@ -152,7 +152,7 @@ void Connection::Impl::fail(const Status& why) {
     socket.reset();
   }
   reorder.clear();
-  if (tenant) tenant->drop(SessionBudget::Held::kRequests, static_cast<uint32_t>(open_requests.size()));
+  open_requests.for_each([this](uint64_t, uint64_t bytes) OB_HUB_LOCKED { release_request(bytes); });
   open_requests.clear();
   open_messages.clear();
   credit_waiters.clear();
@@ -415,14 +415,25 @@ bool Connection::Impl::admit_request(uint64_t id, uint64_t bytes) {
                                     " (agent option --max-outstanding-requests)"));
     return false;
   }
-  if (tenant) {
-    if (Status st = tenant->hold(SessionBudget::Held::kRequests); !st.ok()) {
+  if (budget) {
+    Status st = budget->hold(SessionBudget::Held::kRequests);
+    if (st.ok() && bytes >= kBudgetedRequestBytes) {
+      st = budget->reserve(bytes, "request");
+      if (!st.ok()) budget->drop(SessionBudget::Held::kRequests);
+    }
+    if (!st.ok()) {
       answer(id, bytes, std::move(st));
       return false;
     }
   }
   open_requests.emplace(id, bytes);
   return true;
+}
+
+void Connection::Impl::release_request(uint64_t bytes) {
+  if (!budget) return;
+  budget->drop(SessionBudget::Held::kRequests);
+  if (bytes >= kBudgetedRequestBytes) budget->release(bytes);
 }
 
 void Connection::Impl::complete_request(uint64_t id, Result<Buffer> result) {
@@ -601,7 +612,7 @@ Status Connection::Impl::wait_polled(Deadline deadline, const transport::PolledO
 void Connection::Impl::respond(uint64_t id, Result<Buffer> result) {
   auto request_bytes = open_requests.take(id);
   if (!request_bytes) return;
-  if (tenant) tenant->drop(SessionBudget::Held::kRequests);
+  release_request(*request_bytes);
   answer(id, *request_bytes, std::move(result));
 }
 

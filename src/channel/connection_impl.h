@@ -38,6 +38,13 @@ struct Counters {
 
 namespace outboard {
 
+/// Agent side: an open request of at least this many bytes counts in its
+/// session's memory quotas (--max-session-memory, --max-client-memory,
+/// --max-memory) until answered, as a slow service (a tokenize queue) holds
+/// it; smaller ones are bounded by their number (--max-outstanding-requests,
+/// --max-client-requests), and stay off the shared counters.
+inline constexpr uint64_t kBudgetedRequestBytes = 64 << 10;
+
 /// Completion of one operation that a blocking call waits for. Shared with
 /// the UCX callback so a call that gives up never leaves it dangling.
 struct Completion {
@@ -205,9 +212,10 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   std::set<std::pair<Clock::time_point, uint64_t>> deadlines OB_HUB_GUARDED;
   // Agent side, id -> payload bytes (the credit returned with the answer):
   IdMap<uint64_t> open_requests OB_HUB_GUARDED;  // not yet answered
-  /// Agent side, a TLS client's: its open requests count in its identity's
-  /// --max-client-requests too (null: only this connection's limit).
-  std::shared_ptr<SessionBudget> tenant;
+  /// Agent side: the session's budget, in which open requests count (a TLS
+  /// client's in its identity's --max-client-requests, and those of
+  /// kBudgetedRequestBytes or more in the memory quotas too).
+  std::shared_ptr<SessionBudget> budget;
   IdMap<uint64_t> open_messages OB_HUB_GUARDED;  // one-way by seq, not yet acknowledged
   std::vector<std::function<void()>> credit_waiters OB_HUB_GUARDED;
 
@@ -234,6 +242,8 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   bool admit_request(uint64_t id, uint64_t bytes) OB_HUB_LOCKED;
   /// Returns the credit of a request of `bytes` and sends its answer.
   void answer(uint64_t id, uint64_t bytes, Result<Buffer> result) OB_HUB_LOCKED;
+  /// Gives back what an open request of `bytes` held of the budget.
+  void release_request(uint64_t bytes) OB_HUB_LOCKED;
   /// Sequence number and returned credits on an outgoing frame.
   void stamp(channel::FrameHeader& h, size_t bytes) OB_HUB_LOCKED;
   /// Puts a stamped frame into the peer's ring; false: send it through UCX.

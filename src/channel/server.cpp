@@ -43,7 +43,7 @@ Result<std::unique_ptr<Server>> Server::create(const ChannelConfig& config, std:
   s->services_ = std::move(services);
   s->inline_services_ = std::move(inline_services);
   s->facts_ = std::move(facts);
-  if (budget && budget->grouped()) s->tenant_ = std::move(budget);
+  s->budget_ = std::move(budget);
   s->on_service_ = std::move(on_service);
   s->on_closed_ = std::move(on_closed);
   return s;
@@ -70,7 +70,7 @@ Status Server::adopt(net::Fd socket, const Hello& hello, const PeerInfo& peer) {
   conn->peer_address = "client " + std::to_string(conn->local_id) + " (" + peer.name + ")";
   conn->peer_policy = peer.policy;
   conn->peer_identity = peer.identity;
-  conn->tenant = tenant_;
+  conn->budget = budget_;
   if (peer.policy.shared_memory) {
     // Its memory is reached by pid (posix segments, process keys): held as a pidfd of the very
     // process that holds this socket, copies stop once it ended, before the pid can be reused.

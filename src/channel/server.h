@@ -33,7 +33,7 @@ class Server {
   /// `inline_services[i]`: service i's frames may be handed to `on_service`
   /// inside UCX's receive callback (Service::handles_inline()).
   /// `facts` go into every Welcome. `budget` (may be null): the session's,
-  /// in which a TLS client's open requests count (--max-client-requests).
+  /// in which open requests count (Connection::Impl::budget).
   static Result<std::unique_ptr<Server>> create(const ChannelConfig& config, std::vector<std::string> services,
                                                 std::vector<bool> inline_services, Facts facts,
                                                 std::shared_ptr<SessionBudget> budget,
@@ -62,7 +62,7 @@ class Server {
   std::vector<std::string> services_;
   std::vector<bool> inline_services_;
   Facts facts_;
-  std::shared_ptr<SessionBudget> tenant_;  // the budget, when its session is a TLS identity's
+  std::shared_ptr<SessionBudget> budget_;
   Connection::Impl::ServiceFn on_service_;
   std::function<void(uint32_t)> on_closed_;
   std::vector<std::shared_ptr<Connection::Impl>> conns_;

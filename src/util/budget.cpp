@@ -90,21 +90,21 @@ SessionBudget::~SessionBudget() {
 }
 
 Status SessionBudget::reserve(uint64_t bytes, std::string_view what) {
-  const std::string use = std::string(what) + " of " + std::to_string(bytes) + " B: ";
+  auto use = [&] { return std::string(what) + " of " + std::to_string(bytes) + " B: "; };  // only to refuse
   if (auto held = take(words_[1 + slot_], bytes, quotas_.session))
-    return {Code::kNoMemory, use + "this session holds " + std::to_string(*held) + " B of its quota of " +
+    return {Code::kNoMemory, use() + "this session holds " + std::to_string(*held) + " B of its quota of " +
                                  std::to_string(quotas_.session) + " B (agent option --max-session-memory)"};
   if (group_ != kNoGroup) {
     if (auto held = take(group_word(group_), bytes, quotas_.group)) {
       words_[1 + slot_].fetch_sub(bytes, std::memory_order_relaxed);
-      return {Code::kNoMemory, use + "this client's sessions hold " + std::to_string(*held) + " B of its quota of " +
+      return {Code::kNoMemory, use() + "this client's sessions hold " + std::to_string(*held) + " B of its quota of " +
                                    std::to_string(quotas_.group) + " B (agent option --max-client-memory)"};
     }
   }
   if (auto held = take(words_[0], bytes, limit_)) {
     words_[1 + slot_].fetch_sub(bytes, std::memory_order_relaxed);
     if (group_ != kNoGroup) group_word(group_).fetch_sub(bytes, std::memory_order_relaxed);
-    return {Code::kNoMemory, use + "the agent holds " + std::to_string(*held) + " B of its " + std::to_string(limit_) +
+    return {Code::kNoMemory, use() + "the agent holds " + std::to_string(*held) + " B of its " + std::to_string(limit_) +
                                  " B for clients (agent option --max-memory)"};
   }
   return {};

@@ -2,6 +2,7 @@
 #include <random>
 
 #include "../agent_fixture.h"
+#include "channel/connection_impl.h"
 #include "channel/hub.h"
 #include "outboard/checksum.h"
 
@@ -295,6 +296,44 @@ TEST_F(ConnectionTest, TheAgentBoundsTheRequestsOfAClientThatDoesNotCountItsOwn)
   held->answer_all(bytes("ok"));
   ASSERT_TRUE(c->wait_until(soon(), [&] { return done == 6; }));
   for (size_t i : {0u, 1u, 2u, 3u}) EXPECT_TRUE(answers[i].ok()) << answers[i].to_string();
+}
+
+TEST_F(ConnectionTest, LargeRequestsAServiceHoldsCountInTheSessionsMemoryUntilAnswered) {
+  stop_agent();
+  AgentConfig config = testing::test_config();
+  config.max_session_memory = 3 * kBudgetedRequestBytes;
+  auto holder = std::make_unique<testing::Holder>();
+  testing::Holder* held = holder.get();
+  start_agent(config, std::move(holder));
+  auto c = connect();
+  ASSERT_TRUE(c);
+  std::vector<Status> answers;
+  int done = 0;
+  auto submit = [&](size_t bytes) {
+    const size_t i = answers.size();
+    answers.emplace_back();
+    ASSERT_TRUE(c->submit("holder", Buffer(bytes), soon(), [&, i](Result<Buffer> r) {
+                   answers[i] = r.status();
+                   ++done;
+                 }).ok());
+  };
+  for (int i = 0; i < 3; ++i) submit(kBudgetedRequestBytes);
+  submit(kBudgetedRequestBytes - 1);  // smaller ones are bounded by their number, not counted here
+  submit(kBudgetedRequestBytes);
+  ASSERT_TRUE(c->wait_until(soon(), [&] { return done == 1; }));
+  EXPECT_EQ(answers[4].code(), Code::kNoMemory);
+  EXPECT_EQ(answers[4].message(), "request of 65536 B: this session holds 196608 B of its quota of 196608 B (agent "
+                                  "option --max-session-memory)");
+  EXPECT_EQ(held->held(), 4u);
+  held->answer_all(bytes("ok"));  // answered: what they held is free again
+  ASSERT_TRUE(c->wait_until(soon(), [&] { return done == 5; }));
+  submit(kBudgetedRequestBytes);
+  ASSERT_TRUE(c->request("echo", bytes("probe"), soon()).ok());  // in order: the holder has it
+  EXPECT_EQ(held->held(), 1u);
+  EXPECT_EQ(done, 5);
+  held->answer_all(bytes("ok"));
+  ASSERT_TRUE(c->wait_until(soon(), [&] { return done == 6; }));
+  EXPECT_TRUE(answers[5].ok()) << answers[5].to_string();
 }
 
 TEST_F(ConnectionTest, ShutdownFailsClientWithShutDown) {
