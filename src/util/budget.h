@@ -60,11 +60,9 @@ class SessionBudget {
   /// Gives back what begin_work() took.
   void end_work();
 
-  /// Whether this session's holdings count in a group (a TLS client's):
-  /// hold() and drop() do nothing otherwise.
-  [[nodiscard]] bool grouped() const { return group_ != kNoGroup; }
   /// Takes one `held` of the group's quota; kAgain naming the quota and
-  /// its option when the group holds all of it.
+  /// its option when the group holds all of it. A session of no group (a
+  /// plaintext client's) counts nothing here: hold() and drop() do nothing.
   [[nodiscard]] Status hold(Held held);
   /// Gives back `n` that hold() took.
   void drop(Held held, uint32_t n = 1);
