@@ -125,6 +125,8 @@ AARCH64_QEMU_SKIPS := RegionTest.ExposedMemoryIsWrittenByTheAgentThroughTheKerne
   MpiServiceTest.AllreduceEveryTypeAndOpInRankOrder:MpiServiceTest.AlltoallMovesEveryBlockToItsRankAndInPlaceToo:$\
   MpiServiceTest.AlltoallvPairsCountsAndNamesRanksThatDisagree:$\
   MpiServiceTest.AnExposedBufferFreedBeforeTheCollectiveFailsItNotTheAgent:$\
+  MpiServiceTest.ARankThatCannotTakePartFailsEveryRankNamingItsReason:$\
+  MpiSpanningTest.ARankThatCannotTakePartFailsTheOtherAgentsRanksToo:$\
   MpiSpanningTest.EveryCollectiveAcrossTwoAgents:MpiSpanningTest.AnAgentClosesItsConnectionsToOthersWhenItsRanksAllLeft:$\
   MpiSpanningTest.SharesLargerThanAMessageGoInPieces:$\
   WorkerTest.AProcessKeyCopiesThroughTheKernelWithinItsBounds:WorkerTest.AProcessKeyStopsOnceTheProcessItWasCheckedForEnded:$\
