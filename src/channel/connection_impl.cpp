@@ -43,7 +43,7 @@ Connection::Impl::Impl(std::shared_ptr<channel::Hub> h, const ChannelConfig& c)
 Connection::Impl::~Impl() {
   // The last owner may drop it on any thread, without the lock.
   Lock lock(hub->mutex());
-  open_requests.for_each([this](uint64_t, uint64_t bytes) OB_HUB_LOCKED { release_request(bytes); });
+  open_requests.for_each([this](uint64_t, uint64_t bytes) { release_request(bytes); });
   hub->remove(local_id);
   hub->remove_ring(this);
   rx_ring.reset();
@@ -152,7 +152,7 @@ void Connection::Impl::fail(const Status& why) {
     socket.reset();
   }
   reorder.clear();
-  open_requests.for_each([this](uint64_t, uint64_t bytes) OB_HUB_LOCKED { release_request(bytes); });
+  open_requests.for_each([this](uint64_t, uint64_t bytes) { release_request(bytes); });
   open_requests.clear();
   open_messages.clear();
   credit_waiters.clear();

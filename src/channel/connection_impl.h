@@ -243,7 +243,7 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   /// Returns the credit of a request of `bytes` and sends its answer.
   void answer(uint64_t id, uint64_t bytes, Result<Buffer> result) OB_HUB_LOCKED;
   /// Gives back what an open request of `bytes` held of the budget.
-  void release_request(uint64_t bytes) OB_HUB_LOCKED;
+  void release_request(uint64_t bytes);
   /// Sequence number and returned credits on an outgoing frame.
   void stamp(channel::FrameHeader& h, size_t bytes) OB_HUB_LOCKED;
   /// Puts a stamped frame into the peer's ring; false: send it through UCX.

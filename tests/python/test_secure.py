@@ -241,6 +241,7 @@ def test_a_tenants_connections_share_one_request_quota(tmp_path: Path) -> None:
         first, second = (outboard.connect(agent.address, **tenant["tenant1"]) for _ in range(2))
         other = outboard.connect(agent.address, **tenant["tenant2"])
         assert first.stats()["pid"] != second.stats()["pid"]  # two sessions, one tenant
+
         def hold(client: outboard.Client) -> None:
             client.connection.submit("mpi", watch, 60.0, lambda _, error: failed.append(error))
 
