@@ -415,19 +415,21 @@ bool Connection::Impl::admit_request(uint64_t id, uint64_t bytes) {
                                     " (agent option --max-outstanding-requests)"));
     return false;
   }
-  if (budget) {
-    Status st = budget->hold(SessionBudget::Held::kRequests);
-    if (st.ok() && bytes >= kBudgetedRequestBytes) {
-      st = budget->reserve(bytes, "request");
-      if (!st.ok()) budget->drop(SessionBudget::Held::kRequests);
-    }
-    if (!st.ok()) {
-      answer(id, bytes, std::move(st));
-      return false;
-    }
+  if (Status st = hold_request(bytes); !st.ok()) {
+    answer(id, bytes, std::move(st));
+    return false;
   }
   open_requests.emplace(id, bytes);
   return true;
+}
+
+Status Connection::Impl::hold_request(uint64_t bytes) {
+  if (!budget) return {};
+  OB_RETURN_IF_ERROR(budget->hold(SessionBudget::Held::kRequests));
+  if (bytes < kBudgetedRequestBytes) return {};
+  Status st = budget->reserve(bytes, "request");
+  if (!st.ok()) budget->drop(SessionBudget::Held::kRequests);
+  return st;
 }
 
 void Connection::Impl::release_request(uint64_t bytes) {

@@ -242,7 +242,9 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   bool admit_request(uint64_t id, uint64_t bytes) OB_HUB_LOCKED;
   /// Returns the credit of a request of `bytes` and sends its answer.
   void answer(uint64_t id, uint64_t bytes, Result<Buffer> result) OB_HUB_LOCKED;
-  /// Gives back what an open request of `bytes` held of the budget.
+  /// Takes what an open request of `bytes` holds of the budget (a request of
+  /// its tenant's, and at kBudgetedRequestBytes its bytes); release_request() gives it back.
+  Status hold_request(uint64_t bytes);
   void release_request(uint64_t bytes);
   /// Sequence number and returned credits on an outgoing frame.
   void stamp(channel::FrameHeader& h, size_t bytes) OB_HUB_LOCKED;

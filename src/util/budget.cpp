@@ -148,28 +148,30 @@ void SessionBudget::end_work() {
   if (workers_[2 * slots_ + group_].load(std::memory_order_seq_cst) != 0) futex_wake(busy, 1, FutexScope::kShared);
 }
 
+uint32_t SessionBudget::quota(Held held) const {
+  return group_ == kNoGroup ? 0 : held == Held::kRequests ? quotas_.group_requests : quotas_.group_instances;
+}
+
 Status SessionBudget::hold(Held held) {
-  if (group_ == kNoGroup) return {};
-  const bool requests = held == Held::kRequests;
-  const uint32_t quota = requests ? quotas_.group_requests : quotas_.group_instances;
-  if (quota == 0) return {};
+  const uint32_t cap = quota(held);
+  if (cap == 0) return {};
   // The session's count first: a crash between the two gives back too much, never too little.
   count(held, slot_).fetch_add(1, std::memory_order_relaxed);
   std::atomic<uint32_t>& group = count(held, slots_ + group_);
   uint32_t now = group.load(std::memory_order_relaxed);
-  while (now < quota)
+  while (now < cap)
     if (group.compare_exchange_weak(now, now + 1, std::memory_order_relaxed)) return {};
   count(held, slot_).fetch_sub(1, std::memory_order_relaxed);
+  const bool requests = held == Held::kRequests;
   return {Code::kAgain, "this client's connections hold " + std::to_string(now) +
                             (requests ? " outstanding requests" : " graph instances") + " of its quota of " +
-                            std::to_string(quota) +
+                            std::to_string(cap) +
                             (requests ? " (agent option --max-client-requests)"
                                       : " (agent option --max-client-graph-instances)")};
 }
 
 void SessionBudget::drop(Held held, uint32_t n) {
-  const uint32_t quota = held == Held::kRequests ? quotas_.group_requests : quotas_.group_instances;
-  if (group_ == kNoGroup || quota == 0 || n == 0) return;
+  if (quota(held) == 0 || n == 0) return;
   give_back(count(held, slots_ + group_), n);
   count(held, slot_).fetch_sub(n, std::memory_order_relaxed);
 }

@@ -85,6 +85,8 @@ class SessionBudget {
  private:
   SessionBudget(int fd, void* mapped, uint32_t slots, uint64_t limit, Quotas quotas, uint32_t slot, uint32_t group);
   std::atomic<uint64_t>& group_word(uint32_t group) const { return words_[1 + slots_ + group]; }
+  // This session's group's quota of `held`; 0 (nothing counted) without a group or a limit.
+  uint32_t quota(Held held) const;
   // Session i's count of `held` at [i], group g's at [slots + g].
   std::atomic<uint32_t>& count(Held held, uint32_t index) const {
     return counts_[2 * size_t{slots_} * static_cast<uint32_t>(held) + index];
