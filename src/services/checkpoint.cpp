@@ -376,12 +376,8 @@ class CheckpointService final : public Service {
     const wire::Read want = decoded.value();
     auto dir = directory(r.peer->id(), want.handle);
     if (!dir.ok()) return r.responder.fail(dir.status());
-    on_worker(r, [dir = std::move(dir).value(), want]() -> Result<Buffer> {
-      OB_ASSIGN_OR_RETURN(auto got, dir->read(want.step, want.file, want.offset, want.length));
-      Buffer answer(8 + got.second.size());
-      std::memcpy(answer.data(), &got.first, 8);
-      if (!got.second.empty()) std::memcpy(answer.data() + 8, got.second.data(), got.second.size());
-      return answer;
+    on_worker(r, [dir = std::move(dir).value(), want] {
+      return dir->read(want.step, want.file, want.offset, want.length);
     });
   }
 

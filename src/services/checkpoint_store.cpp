@@ -496,8 +496,7 @@ std::vector<uint64_t> Directory::steps() const {
   return steps;
 }
 
-Result<std::pair<uint64_t, std::vector<uint8_t>>> Directory::read(uint64_t step, wire::File file, uint64_t offset,
-                                                                  uint32_t length) const {
+Result<Buffer> Directory::read(uint64_t step, wire::File file, uint64_t offset, uint32_t length) const {
   const std::string checkpoint = step_name(step);
   const char* file_name = file == wire::File::kTensors ? kTensorsFile : kManifestFile;
   const std::string path = path_ + "/" + checkpoint + "/" + file_name;
@@ -515,18 +514,21 @@ Result<std::pair<uint64_t, std::vector<uint8_t>>> Directory::read(uint64_t step,
   if (::fstat(f.get(), &st) != 0) return os_error("cannot read", path);
   if (!S_ISREG(st.st_mode)) return refused(ENOENT);
   const auto size = static_cast<uint64_t>(st.st_size);
-  std::vector<uint8_t> bytes(offset >= size ? 0 : std::min<uint64_t>(length, size - offset));
-  for (size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::pread(f.get(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+  const size_t want = offset >= size ? 0 : std::min<uint64_t>(length, size - offset);
+  Buffer answer(8 + want);
+  std::memcpy(answer.data(), &size, 8);
+  for (size_t done = 0; done < want;) {
+    const ssize_t n = ::pread(f.get(), answer.data() + 8 + done, want - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return os_error("cannot read", path);
     if (n == 0) {  // shorter than fstat said: a checkpoint's files never change, so it was damaged
-      bytes.resize(done);
-      break;
+      Buffer shorter(8 + done);
+      std::memcpy(shorter.data(), answer.data(), shorter.size());
+      return shorter;
     }
     done += static_cast<size_t>(n);
   }
-  return std::make_pair(size, std::move(bytes));
+  return answer;
 }
 
 uint32_t Directory::prune() {

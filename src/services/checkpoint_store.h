@@ -10,9 +10,9 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "outboard/buffer.h"
 #include "outboard/status.h"
 #include "services/checkpoint_wire.h"
 #include "util/net.h"
@@ -107,10 +107,10 @@ class Directory {
   Result<Written> write(const checkpoint_wire::Save& save, const Source& source);
   /// The steps of the checkpoints it holds, ascending.
   [[nodiscard]] std::vector<uint64_t> steps() const;
-  /// Up to `length` bytes at `offset` of one file of checkpoint `step` (none past its end), after the
-  /// file's size; kNotFound naming the file when it or the checkpoint is missing (or not a regular file).
-  Result<std::pair<uint64_t, std::vector<uint8_t>>> read(uint64_t step, checkpoint_wire::File file, uint64_t offset,
-                                                         uint32_t length) const;
+  /// A Read's answer: the file's size (u64), then up to `length` of its bytes at `offset` (none past
+  /// its end), read straight into the answer; kNotFound naming the file when it or the checkpoint is
+  /// missing (or not a regular file).
+  Result<Buffer> read(uint64_t step, checkpoint_wire::File file, uint64_t offset, uint32_t length) const;
   [[nodiscard]] const std::string& path() const { return path_; }
   /// 32 random hex digits that open() wrote into the directory's lock file: a client that reads
   /// them there shares this directory (rather than another host's at the same path).
