@@ -18,7 +18,6 @@ what was written, read back by the placement's own reader.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from . import child
 
 #: Rows (MLP) or images (ResNet) of each step's synthetic batch.
 BATCH = {"mlp": 128, "resnet20": 32, "resnet34": 8}
@@ -391,17 +392,5 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             "memcpy_s": memcpy_s, "memcpy_step_s": memcpy_step_s, "mismatches": mismatches}
 
 
-def main() -> int:
-    spec = json.loads(sys.argv[1])
-    try:
-        result = run(spec)
-    except Exception as e:  # reported to the suite, which records the cell as failed
-        result = {"error": f"{type(e).__name__}: {e}"}
-    finally:
-        shutil.rmtree(spec["dir"], ignore_errors=True)
-    print(json.dumps(result), flush=True)
-    return 0 if "error" not in result else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(child.main(run, lambda spec: shutil.rmtree(spec["dir"], ignore_errors=True)))

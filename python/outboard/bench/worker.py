@@ -8,11 +8,12 @@ prints one JSON object: the measurement, or {"error": ...}.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from typing import Any
+
+from . import child
 
 #: Seconds any single operation of a worker may take.
 OP_TIMEOUT_S = 60.0
@@ -101,14 +102,5 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         return out
 
 
-def main() -> int:
-    try:
-        result = run(json.loads(sys.argv[1]))
-    except Exception as e:  # reported to the suite, which records the cell as failed
-        result = {"error": f"{type(e).__name__}: {e}"}
-    print(json.dumps(result), flush=True)
-    return 0 if "error" not in result else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(child.main(run))
