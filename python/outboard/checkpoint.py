@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
+import math
 import os
 import struct
 import sys
-import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -41,8 +43,8 @@ Policy = Literal["block", "skip", "queue-one"]
 PERSIST_TIMEOUT_S = 600.0
 #: Where each tensor starts in the staging memory: cache-line aligned, as numpy and torch like.
 ALIGN = 64
-#: Bytes read at a time while load() checks a file's sha256.
-HASH_PIECE = 1 << 20
+#: Bytes load() reads at a time from a checkpoint's file on this host.
+LOAD_PIECE = 1 << 20
 #: Entries status() keeps of its lists (``skipped_steps``, ``durable_log``): the newest.
 STATUS_LOG = 256
 #: Staging grows in steps of this many bytes (when not fixed by ``staging_bytes``).
@@ -57,8 +59,9 @@ _OPEN, _SAVE, _CLOSE, _PIECE, _LIST, _READ = 0, 1, 2, 3, 4, 5
 _FILES = {TENSORS_FILE: 0, MANIFEST_FILE: 1}  # checkpoint_wire::File
 #: Bytes of one read of a checkpoint's file through the agent (its kMaxPieceBytes is 8 MiB).
 READ_PIECE = 4 << 20
-# numpy's dtypes by wire code, in checkpoint_wire::Dtype's order: BOOL, U8, I8, U16, I16, F16, BF16
-# (none in numpy), U32, I32, F32, U64, I64, F64.
+#: safetensors' dtype names by wire code, in checkpoint_wire::Dtype's order.
+_DTYPE_NAMES = ("BOOL", "U8", "I8", "U16", "I16", "F16", "BF16", "U32", "I32", "F32", "U64", "I64", "F64")
+# numpy's dtypes by wire code (BF16: none in numpy).
 _NUMPY_CODES = {np.dtype(t): i for i, t in enumerate(
     (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.float16, None, np.uint32, np.int32, np.float32,
      np.uint64, np.int64, np.float64)) if t is not None}
@@ -73,17 +76,21 @@ def _state_walker() -> _core.StateWalker:
     global _walker
     torch = sys.modules.get("torch")
     if _walker is None or _walker[0] is not torch:
-        tensor, codes, strided = None, {}, None
-        if torch is not None:
-            tensor, strided = torch.Tensor, torch.strided
-            codes = {torch.bool: 0, torch.uint8: 1, torch.int8: 2, torch.int16: 4, torch.float16: 5,
-                     torch.bfloat16: 6, torch.int32: 8, torch.float32: 9, torch.int64: 11, torch.float64: 12}
-            for name, code in (("uint16", 3), ("uint32", 7), ("uint64", 10)):
-                if hasattr(torch, name):
-                    codes[getattr(torch, name)] = code
+        tensor, strided = (torch.Tensor, torch.strided) if torch is not None else (None, None)
+        codes = _torch_codes(torch) if torch is not None else {}
         _walker = (torch, _core.StateWalker(np.ndarray, np.generic, np.asarray, Mapping, _NUMPY_CODES, tensor,
                                             codes, strided))
     return _walker[1]
+
+
+def _torch_codes(torch: Any) -> dict[Any, int]:
+    """torch's dtypes by wire code (the unsigned ones of 16 to 64 bits where this torch has them)."""
+    codes = {torch.bool: 0, torch.uint8: 1, torch.int8: 2, torch.int16: 4, torch.float16: 5,
+             torch.bfloat16: 6, torch.int32: 8, torch.float32: 9, torch.int64: 11, torch.float64: 12}
+    for name, code in (("uint16", 3), ("uint32", 7), ("uint64", 10)):
+        if hasattr(torch, name):
+            codes[getattr(torch, name)] = code
+    return codes
 
 
 def flatten(state: Any) -> tuple[list[_core.StateLeaf], bytes, bytes]:
@@ -431,13 +438,9 @@ class Checkpointer:
         if not self._through_agent(through_agent):
             loaded = load(self.dir, step, map_location=map_location)
         else:
-            with tempfile.TemporaryDirectory(prefix="outboard-load-") as tmp:
-                def read(s: int) -> Any:
-                    try:
-                        return _read(self._fetch(s, Path(tmp)), map_location)
-                    except Damaged as e:  # named where it is, not where it was fetched to
-                        raise Damaged(e.message.replace(tmp, f"{self.dir} (on the agent)")) from None
-                loaded = _load(f"{self.dir} (on the agent)", self._steps(True), read, step)
+            where = Path(f"{self.dir} (on the agent)")
+            loaded = _load(str(where), self._steps(True),
+                           lambda s: self._read_through(s, where / f"step-{s:012d}", map_location), step)
         for s, why in loaded.skipped:
             warnings.warn(f"checkpoint step {s} skipped: {why}", stacklevel=2)
         return loaded.state
@@ -464,29 +467,37 @@ class Checkpointer:
                                      timeout=self.timeout)
         return list(struct.unpack_from(f"<{struct.unpack_from('<I', answer)[0]}Q", answer, 4))
 
-    def _fetch(self, step: int, into: Path) -> Path:
-        """Checkpoint ``step``'s files, read through the agent into ``into``; a file the agent does not
-        have is left out (reading the checkpoint then says which)."""
-        d = into / f"step-{step:012d}"
-        d.mkdir()
-        for name, code in _FILES.items():
-            at, size = 0, None
-            with open(d / name, "wb") as f:
-                while size is None or at < size:
-                    try:
-                        answer = self.client.request("checkpoint", struct.pack("<BBIQBQI", _VERSION, _READ, self._handle,
-                                                                               step, code, at, READ_PIECE),
-                                                     timeout=self.timeout)
-                    except NotFound:
-                        break
-                    size = struct.unpack_from("<Q", answer)[0]
-                    if len(answer) == 8:  # shorter than its size said: the size check names it
-                        break
-                    f.write(memoryview(answer)[8:])
-                    at += len(answer) - 8
-            if size is None:
-                (d / name).unlink()
-        return d
+    def _read_through(self, step: int, path: Path, map_location: Any) -> Any:
+        """Checkpoint ``step`` read through the agent (``path``: where it lies there, for errors) and
+        checked as a local load checks it: nothing of it goes to disk here."""
+        manifest = _manifest(path / MANIFEST_FILE, lambda: b"".join(self._pieces(step, MANIFEST_FILE, path)))
+        return _state(path, manifest, lambda size: self._pieces(step, TENSORS_FILE, path, size), map_location)
+
+    def _pieces(self, step: int, name: str, path: Path, size: int | None = None) -> Iterator[memoryview]:
+        """File ``name`` of checkpoint ``step``, read through the agent in pieces of READ_PIECE, the next
+        one asked for while the caller takes this one; Damaged if it is missing, or its size is not
+        ``size`` (None: any)."""
+        def read(at: int) -> bytes:
+            try:
+                return self.client.request("checkpoint", struct.pack("<BBIQBQI", _VERSION, _READ, self._handle, step,
+                                                                     _FILES[name], at, READ_PIECE), timeout=self.timeout)
+            except NotFound:
+                raise Damaged(f"{path / name} is missing") from None
+
+        with ThreadPoolExecutor(1, thread_name_prefix="outboard-load") as ahead:
+            answer, at = read(0), 0
+            end = struct.unpack_from("<Q", answer)[0]
+            if size is not None and end != size:
+                raise Damaged(f"{path / name} has {end} B, the manifest says {size} B")
+            while at < end:
+                got = len(answer) - 8
+                if got == 0:
+                    raise Damaged(f"{path / name} ended at {at} B of its {end} B")
+                following = ahead.submit(read, at + got) if at + got < end else None
+                yield memoryview(answer)[8:]
+                at += got
+                if following is not None:
+                    answer = following.result()
 
     # ---- closing
     def close(self) -> None:
@@ -538,41 +549,61 @@ def _steps(directory: Path) -> list[int]:
 
 
 def _read(path: Path, map_location: Any) -> Any:
+    manifest = _manifest(path / MANIFEST_FILE, (path / MANIFEST_FILE).read_bytes)
+    return _state(path, manifest, lambda size: _file_pieces(path / TENSORS_FILE, size), map_location)
+
+
+def _manifest(f: Path, read: Callable[[], bytes]) -> dict[str, Any]:
+    """The manifest ``read`` returns, checked to be one this format writes: it lists the tensors
+    file, with its size and sha256, and no other."""
     try:
-        manifest = json.loads((path / MANIFEST_FILE).read_bytes())
+        manifest = json.loads(read())
     except FileNotFoundError:
-        raise Damaged(f"{path / MANIFEST_FILE} is missing") from None
-    except (OSError, ValueError) as e:
-        raise Damaged(f"{path / MANIFEST_FILE} is unreadable: {e}") from None
+        raise Damaged(f"{f} is missing") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise Damaged(f"{f} is unreadable: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
-        raise Damaged(f"{path / MANIFEST_FILE} is not a {FORMAT} manifest of version {FORMAT_VERSION}")
+        raise Damaged(f"{f} is not a {FORMAT} manifest of version {FORMAT_VERSION}")
     files = manifest.get("files")
     if not isinstance(files, dict) or TENSORS_FILE not in files:
-        raise Damaged(f"{path / MANIFEST_FILE} lists no {TENSORS_FILE}")
-    for name, info in files.items():
-        if "/" in name or not isinstance(info, dict):
-            raise Damaged(f"{path / MANIFEST_FILE} lists {name!r} oddly")
-        _verify(path / name, info)
-    tensors = _tensors(path / TENSORS_FILE, manifest.get("state"))
-    return _rebuild(manifest.get("state"), tensors, map_location)
+        raise Damaged(f"{f} lists no {TENSORS_FILE}")
+    if len(files) != 1:
+        raise Damaged(f"{f} lists files this format does not write: {sorted(set(files) - {TENSORS_FILE})}")
+    info = files[TENSORS_FILE]
+    if not isinstance(info, dict) or type(info.get("bytes")) is not int or not isinstance(info.get("sha256"), str):
+        raise Damaged(f"{f} lists {TENSORS_FILE} oddly: {str(info)[:200]}")
+    return manifest
 
 
-def _verify(f: Path, info: dict[str, Any]) -> None:
-    """Raises Damaged unless ``f`` has the size and sha256 its manifest lists. Read in pieces, so that
-    a load holds each tensor once (the checkpoint's files do not change once renamed into place)."""
-    h, piece = hashlib.sha256(), bytearray(HASH_PIECE)
+def _state(path: Path, manifest: dict[str, Any], pieces: Callable[[int], Iterator[memoryview]],
+           map_location: Any) -> Any:
+    """The state of the checkpoint at ``path`` that ``manifest`` describes, its tensors file streamed
+    by ``pieces(size)`` (Damaged unless the file has that size)."""
+    tree = manifest.get("state")
+    with _TensorSink(path / TENSORS_FILE, manifest["files"][TENSORS_FILE], _uses_torch(tree)) as sink:
+        for piece in pieces(sink.size):
+            sink.write(piece)
+        return _rebuild(tree, sink.finish(), map_location)
+
+
+def _file_pieces(f: Path, size: int) -> Iterator[memoryview]:
+    """File ``f`` in pieces of LOAD_PIECE, read into two buffers in turn (a piece is _TensorSink's until
+    the next is written); Damaged unless it has ``size`` bytes."""
+    buffers = [memoryview(bytearray(LOAD_PIECE)) for _ in range(2)]
     try:
         with open(f, "rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
-            if size != info.get("bytes"):
-                raise Damaged(f"{f} has {size} B, the manifest says {info.get('bytes')} B")
-            view = memoryview(piece)
-            while n := stream.readinto(piece):
-                h.update(view[:n])
+            actual = os.fstat(stream.fileno()).st_size
+            if actual != size:
+                raise Damaged(f"{f} has {actual} B, the manifest says {size} B")
+            for turn in itertools.count():
+                buffer = buffers[turn % 2]
+                if not (n := stream.readinto(buffer)):
+                    return
+                yield buffer[:n]
+    except FileNotFoundError:
+        raise Damaged(f"{f} is missing") from None
     except OSError as e:
         raise Damaged(f"{f}: {e.strerror or e}") from None
-    if h.hexdigest() != info.get("sha256"):
-        raise Damaged(f"{f}: sha256 differs from the manifest's")
 
 
 def _uses_torch(tree: Any) -> bool:
@@ -583,21 +614,133 @@ def _uses_torch(tree: Any) -> bool:
     return False
 
 
-def _tensors(f: Path, tree: Any) -> dict[str, Any]:
-    """The tensors of ``f``, each copied once out of the mapped file."""
-    pt = _uses_torch(tree)
-    try:
-        import safetensors
+class _TensorSink:
+    """A safetensors file's bytes, taken in order as they come (from a disk, or through the agent),
+    into the tensors they hold: each allocated once, as safetensors' own reader allocates it, and the
+    whole file hashed on the way, so a load reads the file once and holds the checkpoint once
+    (safetensors reads files through a mapping that a hash pass must read first, or whole buffers: a
+    copy more). A damaged file is named by its sha256 where that differs, else by what is wrong in
+    its header (safetensors' rules: the tensors cover the data back to back). ``pt``: torch tensors.
+    The hash runs on a thread of its own (hashlib lets go of the GIL) while the bytes are placed, so a
+    piece written stays the sink's until the next write returns; it is the load's slowest part."""
+
+    def __init__(self, f: Path, info: dict[str, Any], pt: bool) -> None:
+        self.f, self.size, self.sha256 = f, info["bytes"], info["sha256"]
+        self.torch = None
         if pt:
-            import torch  # noqa: F401 (safe_open's "pt" needs it, and says so less clearly)
-    except ImportError as e:
-        raise NotFound(f"reading checkpoints needs {e.name} (pip install safetensors"
-                       f"{' torch' if e.name == 'torch' else ''})") from None
-    try:
-        with safetensors.safe_open(str(f), framework="pt" if pt else "np") as st:
-            return {name: st.get_tensor(name) for name in st.keys()}
-    except (OSError, safetensors.SafetensorError) as e:
-        raise Damaged(f"{f}: {e}") from None
+            try:
+                import torch
+            except ImportError:
+                raise NotFound(f"{f} holds torch tensors: reading them needs torch (pip install torch)") from None
+            self.torch = torch
+        self.hash = hashlib.sha256()
+        self.hashing = ThreadPoolExecutor(1, thread_name_prefix="outboard-load-sha256")
+        self.hashed: Future[None] | None = None  # the hash of the piece written last
+        self.header = bytearray()
+        self.tensors: dict[str, Any] | None = None
+        self.spans: list[np.ndarray] = []  # the tensors' bytes in the order the data holds them
+        self.span, self.span_at = 0, 0  # where the next data byte goes
+        self.error: str | None = None
+
+    def __enter__(self) -> _TensorSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.hashing.shutdown()
+
+    def write(self, piece: memoryview) -> None:
+        if self.hashed is not None:
+            self.hashed.result()
+        self.hashed = self.hashing.submit(self.hash.update, piece)
+        if self.error is None and self.tensors is None:
+            piece = self._take_header(piece)
+        while len(piece) and self.span < len(self.spans):
+            dst = self.spans[self.span]
+            n = min(len(dst) - self.span_at, len(piece))
+            dst[self.span_at:self.span_at + n] = np.frombuffer(piece[:n], np.uint8)
+            piece, self.span_at = piece[n:], self.span_at + n
+            if self.span_at == len(dst):
+                self.span, self.span_at = self.span + 1, 0
+
+    def _take_header(self, piece: memoryview) -> memoryview:
+        """What of ``piece`` follows the header, once the header came whole and its tensors are allocated."""
+        for _ in range(2):  # the header's length, then its text
+            need = 8 if len(self.header) < 8 else 8 + int.from_bytes(self.header[:8], "little")
+            if need > self.size:
+                self.error = (f"its header of {need - 8} B does not fit its {self.size} B" if need > 8 else
+                              f"its {self.size} B hold no header length")
+                return piece[:0]
+            took = min(len(piece), need - len(self.header))
+            self.header += piece[:took]
+            piece = piece[took:]
+            if len(self.header) < need:
+                return piece
+        try:
+            self._allocate(json.loads(bytes(self.header[8:])), self.size - len(self.header))
+        except (ValueError, RecursionError) as e:
+            self.error = f"its header is not JSON: {e}"
+        except _Bad as e:
+            self.error = str(e)
+        return piece if self.error is None else piece[:0]
+
+    def _allocate(self, header: Any, data: int) -> None:
+        if not isinstance(header, dict):
+            raise _Bad("its header is not a JSON object")
+        torch = self.torch
+        if torch is not None:
+            kinds = {_DTYPE_NAMES[code]: (t, t.itemsize) for t, code in _torch_codes(torch).items()}
+        else:
+            kinds = {_DTYPE_NAMES[code]: (t.newbyteorder("<"), t.itemsize) for t, code in _NUMPY_CODES.items()}
+        spans = []
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            shape, offsets = (t.get("shape"), t.get("data_offsets")) if isinstance(t, dict) else (None, None)
+            if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+                    and isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+                raise _Bad(f"tensor {name!r} is described oddly: {str(t)[:200]}")
+            kind = kinds.get(t.get("dtype"))
+            if kind is None:
+                raise _Bad(f"tensor {name!r} has dtype {t.get('dtype')!r}, which {'numpy' if torch is None else 'torch'} "
+                           "does not read here")
+            nbytes = math.prod(shape) * kind[1]
+            if offsets[1] - offsets[0] != nbytes:
+                raise _Bad(f"tensor {name!r} spans {offsets} for the {nbytes} B of {t['dtype']} {shape}")
+            spans.append((offsets[0], name, kind[0], shape, nbytes))
+        at = 0
+        for begin, name, *_, nbytes in sorted(spans, key=lambda span: (span[0], span[4])):  # empty ones first
+            if begin != at:
+                raise _Bad(f"tensor {name!r} begins at {begin} B of the data where {at} B was next")
+            at += nbytes
+        if at != data:
+            raise _Bad(f"its tensors take {at} B of its {data} B of data")
+        self.tensors, placed = {}, []
+        for begin, name, dtype, shape, nbytes in spans:
+            if torch is not None:
+                raw = torch.empty(nbytes, dtype=torch.uint8)
+                self.tensors[name] = raw.view(dtype).reshape(shape)
+                raw = raw.numpy()
+            else:
+                raw = np.empty(nbytes, np.uint8)
+                self.tensors[name] = raw.view(dtype).reshape(shape)
+            if nbytes:
+                placed.append((begin, raw))
+        self.spans = [raw for _, raw in sorted(placed, key=lambda p: p[0])]
+
+    def finish(self) -> dict[str, Any]:
+        """The tensors, once the whole file came and is the one its manifest lists."""
+        if self.hashed is not None:
+            self.hashed.result()
+        if self.hash.hexdigest() != self.sha256:
+            raise Damaged(f"{self.f}: sha256 differs from the manifest's")
+        if self.error is not None:
+            raise Damaged(f"{self.f}: {self.error}")
+        assert self.tensors is not None, "a file of its size has a header or an error"
+        return self.tensors
+
+
+class _Bad(Exception):
+    """What is wrong in a safetensors header (_TensorSink)."""
 
 
 def _rebuild(node: Any, tensors: dict[str, Any], map_location: Any) -> Any:
@@ -625,8 +768,8 @@ def _rebuild(node: Any, tensors: dict[str, Any], map_location: Any) -> Any:
 
 def load(directory: str | os.PathLike[str], step: int | None = None, *, map_location: Any = None) -> Loaded:
     """Reads checkpoint ``step`` of ``directory`` (None: the newest intact one, skipping damaged ones),
-    checking each file's size and sha256 against the manifest. Needs ``safetensors`` (and torch
-    for states saved from torch tensors); no agent."""
+    checking each file's size and sha256 against the manifest as it reads it, once. Needs torch for
+    states saved from torch tensors; no agent."""
     directory = Path(directory)
     return _load(str(directory), _steps(directory), lambda s: _read(directory / f"step-{s:012d}", map_location), step)
 

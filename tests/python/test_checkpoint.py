@@ -425,8 +425,10 @@ def test_over_tls_the_snapshot_goes_in_sealed_pieces_and_loads_back(tmp_path: Pa
         assert_same(state, checkpoint.load(run, step).state)
 
 
-def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path: Path, start_agent) -> None:
-    # As a trainer whose filesystem is not the agent's does (over TLS, as a remote agent is reached).
+def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path: Path, start_agent,
+                                                                      monkeypatch) -> None:
+    # As a trainer whose filesystem is not the agent's does (over TLS, as a remote agent is reached),
+    # with no temporary directory to put the files in: they stream into the tensors.
     agent_args, connect_args = tls(tmp_path)
     agent = start_agent("--checkpoint-root", str(tmp_path), *agent_args)
     sizes = {1: 0.01, 2: 10, 3: 0.01}  # step 2's tensors take three reads
@@ -435,6 +437,7 @@ def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path:
     for step, mb in sizes.items():
         ck.save(step, make_state(step, mb=mb))
     ck.wait()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "absent"))
     assert ck._steps(through_agent=True) == [1, 2, 3] and ck.latest() == 3
     assert_same(make_state(2, mb=10), ck.load(2, through_agent=True))
     assert_same(make_state(3), ck.load(through_agent=True))
@@ -452,6 +455,20 @@ def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path:
         assert_same(make_state(1), ck.load(through_agent=True))
     assert [str(w.message).split(":")[0] for w in caught] == ["checkpoint step 3 skipped", "checkpoint step 2 skipped"]
     assert str(caught[1].message).endswith("(on the agent)/step-000000000002/manifest.json is missing")
+    # A header that its manifest's sha256 vouches for, but that is not one safetensors reads.
+    files = {name: ck.dir / "step-000000000001" / name for name in (checkpoint.TENSORS_FILE, checkpoint.MANIFEST_FILE)}
+    intact = {name: f.read_bytes() for name, f in files.items()}
+    data = bytearray(intact[checkpoint.TENSORS_FILE])
+    data[8] = ord("[")
+    manifest = json.loads(intact[checkpoint.MANIFEST_FILE])
+    manifest["files"][checkpoint.TENSORS_FILE]["sha256"] = hashlib.sha256(data).hexdigest()
+    files[checkpoint.TENSORS_FILE].write_bytes(bytes(data))
+    files[checkpoint.MANIFEST_FILE].write_bytes(json.dumps(manifest).encode())
+    with pytest.raises(NotFound, match=r"step 1: .*/run \(on the agent\)/step-000000000001/tensors.safetensors: "
+                                       r"its header is not JSON"):
+        ck.load(1, through_agent=True)
+    for name, f in files.items():
+        f.write_bytes(intact[name])
     with pytest.raises(NotFound, match=r"no checkpoint of step 9 in .*/run \(on the agent\)"):
         ck.load(9, through_agent=True)
 
@@ -468,8 +485,8 @@ def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path:
             read(*args)
     # Which way load() goes by itself: from the disk here, where the directory's lock file holds the
     # token the agent wrote; through the agent once it does not (as another host's directory at that path).
-    fetched, fetch = [], ck._fetch
-    ck._fetch = lambda step, into: fetched.append(step) or fetch(step, into)  # observes; fakes nothing
+    fetched, fetch = [], ck._read_through
+    ck._read_through = lambda step, *args: fetched.append(step) or fetch(step, *args)  # observes; fakes nothing
     lock = ck.dir / checkpoint.LOCK_FILE
     token = lock.read_bytes()
     assert len(token) == 32
@@ -486,6 +503,106 @@ def test_a_checkpoint_loads_through_the_agent_as_it_does_from_its_disk(tmp_path:
         ck.load(through_agent=True)
     assert_same(make_state(1), checkpoint.load(ck.dir).state)  # from the disk, as ever
     client.close()
+
+
+def stream(data: bytes, piece: int = 3, *, sha256: str | None = None, pt: bool = False) -> dict:
+    """The tensors of safetensors file ``data``, fed to the through-agent load's sink in pieces."""
+    info = {"bytes": len(data), "sha256": sha256 or hashlib.sha256(data).hexdigest()}
+    with checkpoint._TensorSink(Path("run/tensors.safetensors"), info, pt) as sink:
+        for at in range(0, len(data), piece):
+            sink.write(memoryview(data)[at:at + piece])
+        return sink.finish()
+
+
+@pytest.mark.parametrize("piece", [1, 7, 100, 1 << 20])
+def test_a_streamed_safetensors_file_gives_what_safetensors_reads(piece: int) -> None:
+    # The reference writer's bytes, in pieces that split the header's length, its text and the tensors.
+    from safetensors.numpy import load, save
+    rng = np.random.default_rng(piece)
+    tensors = {"w": rng.standard_normal((33, 5)).astype(np.float32), "empty": np.zeros((0, 2), np.int64),
+               "scalar": np.array(-7, np.int16), "flags": rng.integers(0, 2, 9).astype(np.bool_),
+               "half": rng.standard_normal(11).astype(np.float16), "u64": rng.integers(0, 1 << 62, 4, np.uint64)}
+    data = save(tensors, metadata={"step": "3"})
+    got, want = stream(data, piece), load(data)
+    assert sorted(got) == sorted(want)
+    for name, t in want.items():
+        assert got[name].dtype == t.dtype and got[name].shape == t.shape and np.array_equal(got[name], t), name
+        assert got[name].flags.writeable
+    assert len({id(t.base) for t in got.values()}) == len(got)  # each tensor its own memory, as safetensors gives
+
+
+def test_a_streamed_safetensors_file_of_torch_tensors_gives_what_safetensors_reads(monkeypatch) -> None:
+    torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install outboard[torch])")
+    from safetensors.torch import load, save
+    tensors = {"w": torch.randn(17, 3), "bf16": torch.randn(5).to(torch.bfloat16), "i8": torch.arange(-4, 4, dtype=torch.int8),
+               "empty": torch.zeros(0, 4), "scalar": torch.tensor(3.5, dtype=torch.float64)}
+    data = save(tensors)
+    got, want = stream(data, 5, pt=True), load(data)
+    assert sorted(got) == sorted(want)
+    for name, t in want.items():
+        assert got[name].dtype == t.dtype and got[name].shape == t.shape and torch.equal(got[name], t), name
+    monkeypatch.setitem(sys.modules, "torch", None)  # as where torch is not installed
+    with pytest.raises(NotFound, match=r"run/tensors.safetensors holds torch tensors: reading them needs torch"):
+        stream(data, pt=True)
+
+
+def test_a_streamed_safetensors_file_mutated_at_random_loads_equal_or_is_named_damaged() -> None:
+    # The header parser's fuzz: bytes flipped, inserted, cut or made JSON of their own, each file
+    # vouched for by its sha256, so that only the parser judges it. Nothing else may escape.
+    from safetensors.numpy import save
+    rng = np.random.default_rng(7)
+    good = save({"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros((0,), np.int8),
+                 "c": np.ones(5, np.float64)}, metadata={"k": "v"})
+    (length,) = struct.unpack_from("<Q", good)
+    text = good[8:8 + length]
+    mutations = [lambda b, i=i: b[:i] + bytes([b[i] ^ int(rng.integers(1, 256))]) + b[i + 1:]
+                 for i in rng.integers(0, 8 + length, 400)]
+    mutations += [lambda b, n=n: struct.pack("<Q", n) + b[8:] for n in (0, 1, length - 1, length + 1, 1 << 63)]
+    mutations += [lambda b, t=t: struct.pack("<Q", len(t)) + t + b[8 + length:]
+                  for t in (b"[" * 100000 + b"]" * 100000, b'{"a": 1}', b'{"a": {"dtype": "F32", "shape": [1e9]}}',
+                            text.replace(b"F32", b"F64"), text.replace(b"[2,3]", b"[2,4]"), text.replace(b"[40,64]", b"[64,40]"),
+                            text.replace(b'"b"', b'"a"'), b"\xff\xfe", b" " * 64)]
+    damaged = 0
+    for mutate in mutations:
+        data = mutate(good)
+        try:
+            got = stream(data, 11)
+        except checkpoint.Damaged as e:
+            damaged += 1
+            assert e.message.startswith("run/tensors.safetensors: ")
+            continue
+        # A flip the header may take (in a name, the metadata, a space): the tensors still cover the data.
+        assert len(got) == 3 and sum(t.nbytes for t in got.values()) == 64
+    assert damaged > len(mutations) // 2
+
+
+def test_a_streamed_safetensors_header_is_checked_and_named() -> None:
+    def file(header: object, data: bytes = b"") -> bytes:
+        text = header if isinstance(header, bytes) else json.dumps(header).encode()
+        return struct.pack("<Q", len(text)) + text + data
+
+    def f32(shape: list, begin: int, end: int) -> dict:
+        return {"dtype": "F32", "shape": shape, "data_offsets": [begin, end]}
+
+    for data, message in [
+        (b"\x05\0\0", r"its 3 B hold no header length"),
+        (struct.pack("<Q", 1 << 40) + b"{}", r"its header of 1099511627776 B does not fit its 10 B"),
+        (file(b"{nope"), r"its header is not JSON"),
+        (file([1, 2]), r"its header is not a JSON object"),
+        (file({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, bytes(4)), r"tensor 'a' is described oddly"),
+        (file({"a": {"dtype": "F8_E4M3", "shape": [1], "data_offsets": [0, 1]}}, bytes(1)),
+         r"tensor 'a' has dtype 'F8_E4M3', which numpy does not read here"),
+        (file({"a": f32([2], 0, 4)}, bytes(4)), r"tensor 'a' spans \[0, 4\] for the 8 B of F32 \[2\]"),
+        (file({"a": f32([2], 0, 8), "b": f32([1], 12, 16)}, bytes(16)), r"tensor 'b' begins at 12 B of the data where 8 B"),
+        (file({"a": f32([1], 0, 4), "b": f32([1], 0, 4)}, bytes(4)), r"tensor 'b' begins at 0 B of the data where 4 B"),
+        (file({"a": f32([1], 0, 4)}, bytes(8)), r"its tensors take 4 B of its 8 B of data"),
+    ]:
+        with pytest.raises(checkpoint.Damaged, match=r": run/tensors.safetensors: " + message):
+            stream(data)
+        # A file that is not the one its manifest lists is named so, whatever else is wrong with it.
+        with pytest.raises(checkpoint.Damaged, match=r": run/tensors.safetensors: sha256 differs from the manifest.s$"):
+            stream(data, sha256="0" * 64)
+    assert list(stream(file({"__metadata__": {"k": "v"}, "a": f32([], 0, 4)}, struct.pack("<f", 2.5)))) == ["a"]
 
 
 def test_tls_tenants_checkpoint_into_their_own_directories_only(tmp_path: Path, start_agent) -> None:
@@ -609,16 +726,17 @@ def test_torch_state_dicts_round_trip(tmp_path: Path) -> None:
              "empty": torch.zeros(0, 4), "negative": torch._neg_view(torch.arange(3.0))}
     with outboard.Checkpointer(tmp_path) as ck:
         ck.save(1, state)
-        back = ck.load()
-    for k, v in state["model"].items():
-        assert torch.equal(v, back["model"][k])
-    assert torch.equal(back["half"], state["half"]) and back["half"].dtype == torch.bfloat16
-    for k in ("transposed", "param", "empty", "negative"):
-        assert torch.equal(back[k], state[k].detach()), k
-    assert back["optimizer"]["param_groups"] == state["optimizer"]["param_groups"]
-    for k, v in state["optimizer"]["state"].items():
-        for name, t in v.items():
-            assert torch.equal(t, back["optimizer"]["state"][k][name])
+        loads = [ck.load(), ck.load(through_agent=True)]  # from the disk here, and streamed by the agent
+    for back in loads:
+        for k, v in state["model"].items():
+            assert torch.equal(v, back["model"][k])
+        assert torch.equal(back["half"], state["half"]) and back["half"].dtype == torch.bfloat16
+        for k in ("transposed", "param", "empty", "negative"):
+            assert torch.equal(back[k], state[k].detach()), k
+        assert back["optimizer"]["param_groups"] == state["optimizer"]["param_groups"]
+        for k, v in state["optimizer"]["state"].items():
+            for name, t in v.items():
+                assert torch.equal(t, back["optimizer"]["state"][k][name])
     from safetensors.torch import load_file
     assert torch.equal(load_file(str(tmp_path / "step-000000000001" / "tensors.safetensors"))["model.0.weight"],
                        state["model"]["0.weight"])

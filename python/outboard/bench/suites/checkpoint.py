@@ -1,4 +1,5 @@
-"""Suite ``checkpoint``: what checkpointing costs a training loop, by placement — none, the trainer
+"""Suite ``checkpoint``: what checkpointing costs a training loop (and, case ``load``, what loading a
+checkpoint back costs: its notes say how it is measured), by placement — none, the trainer
 writing synchronously (torch.save), DCP's async_save (a thread; a process where PyTorch has it),
 and Outboard (the trainer copies into staging memory, the agent persists): the agent reading the
 staging itself (``outboard``), or over TLS (``outboard-tls``: a second agent, with keys from
@@ -51,13 +52,7 @@ def _trainer(impl: str):
                 "core": env.trainer_core, "agent": env.tls_address if impl == "outboard-tls" else env.address,
                 "connect": env.tls_connect if impl == "outboard-tls" else {},
                 "dir": tempfile.mkdtemp(dir=env.root, prefix=f"{impl}-")}
-        r = subprocess.run([sys.executable, "-m", "outboard.bench.trainer", json.dumps(spec)], capture_output=True,
-                           text=True, timeout=CELL_TIMEOUT_S,
-                           env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-        lines = r.stdout.strip().splitlines()
-        out = json.loads(lines[-1]) if lines else {"error": r.stderr.strip()[-400:]}
-        if "error" in out:
-            raise RuntimeError(f"trainer ({impl}): {out['error']}")
+        out = _process("trainer", impl, spec)
         n = max(1, out["checkpoints"])
         stall = summarize(out["stall_s"]) if out["stall_s"] else None
         metrics = {"epoch_s": out["epoch_s"], "trainer_cpu_s": out["trainer_cpu_s"],
@@ -73,6 +68,27 @@ def _trainer(impl: str):
             metrics["durable_ms"] = {k: v * 1e3 for k, v in summarize(out["durable_s"]).items()}
         return Measurement(metrics, not out["mismatches"],
                            {"checkpoints_read_back": out["checkpoints"], "differing_steps": out["mismatches"]})
+    return measure
+
+
+def _process(module: str, impl: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """What ``python -m outboard.bench.<module> SPEC`` printed (one JSON object), BLAS on one thread."""
+    r = subprocess.run([sys.executable, "-m", f"outboard.bench.{module}", json.dumps(spec)], capture_output=True,
+                       text=True, timeout=CELL_TIMEOUT_S,
+                       env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    lines = r.stdout.strip().splitlines()
+    out = json.loads(lines[-1]) if lines else {"error": r.stderr.strip()[-400:]}
+    if "error" in out:
+        raise RuntimeError(f"{module} ({impl}): {out['error']}")
+    return out
+
+
+def _loader(impl: str):
+    def measure(env: CheckpointEnv, p: dict[str, Any]) -> Measurement:
+        out = _process("loader", impl, {**env.saved(p, tls=impl == "outboard-agent-tls"), "impl": impl})
+        metrics = {"load_s": out["load_s"], "gb_s": out["bytes"] / out["load_s"] / 1e9, "cpu_s": out["cpu_s"],
+                   "peak_rss_growth_mb": out["peak_rss_growth_mb"], "state_mb": out["bytes"] / 2**20}
+        return Measurement(metrics, not out["mismatches"], {"differing_tensors": out["mismatches"]})
     return measure
 
 
@@ -125,9 +141,26 @@ EPOCH = Case(
           "fsynced. Durable: from the save call to the checkpoint fsynced and in place. `outboard-tls` pays "
           "for the encryption in the trainer's process (its sender thread) and the agent's.")
 
+LOAD = Case(
+    "load", "Loading a checkpoint back: safetensors' reader, Outboard's from the disk and through the agent",
+    sweep={"state_mb": [64, 512], "tensors": [64]},
+    quick={"state_mb": [64]},
+    impls=[Impl("safetensors", _loader("safetensors")), Impl("outboard", _loader("outboard")),
+           Impl("outboard-agent", _loader("outboard-agent"), _no_agent),
+           Impl("outboard-agent-tls", _loader("outboard-agent-tls"), _no_tls_agent)],
+    columns=[Column("load s", "load_s", 3), Column("GB/s", "gb_s", 2), Column("CPU s", "cpu_s", 3),
+             Column("peak RSS growth MiB", "peak_rss_growth_mb", 0), Column("state MiB", "state_mb", 0)],
+    reference="safetensors", ratio_metric="load_s", also_ratio=("outboard-agent", "outboard-agent-tls"),
+    notes="Each load is a fresh process; the checkpoint's files are in the page cache (saved once per cell, "
+          "then read by every repetition), as for a trainer that resumes soon after saving: a cold disk adds "
+          "its read time to every reader alike. `safetensors` is `safetensors.numpy.load_file`, which checks "
+          "nothing against the manifest; Outboard checks every byte's sha256 as it loads. Through the agent the "
+          "files come in 4 MiB reads, over TLS sealed. Peak RSS growth: the load's own, over the process's "
+          "before it (the checkpoint held once is its size).")
+
 SUITE = Suite(
     name="checkpoint", title="Checkpoint offload: the trainer snapshots, the agent persists",
-    cases=[EPOCH],
+    cases=[EPOCH, LOAD],
     charts=[Chart("epoch", "state_mb", "epoch_s", "Epoch time by placement", "s", split=["every"])],
     setup=lambda options: CheckpointEnv(options),
     describe=lambda env: {"training_model": MODELS[env.model], "trainer_core": env.trainer_core,
@@ -162,6 +195,7 @@ class CheckpointEnv:
         self.tls_address: str | None = None
         self.tls_connect: dict[str, str] = {}
         self._agents: list[LocalAgent] = []
+        self._saved: dict[tuple[float, int, bool], dict[str, Any]] = {}
 
     def __enter__(self) -> CheckpointEnv:
         if self.address is None:
@@ -176,6 +210,18 @@ class CheckpointEnv:
             self.tls_connect = {"secure": "always", "cert": str(keys / "client.pem"), "key": str(keys / "client.key"),
                                 "ca": str(keys / "ca.pem")}
         return self
+
+    def saved(self, p: dict[str, Any], tls: bool) -> dict[str, Any]:
+        """Where the load case's checkpoint of cell ``p`` lies (saved through the plaintext agent, or
+        the TLS one, the first time it is asked for), as a loader's spec."""
+        key = (p["state_mb"], p["tensors"], tls)
+        if key not in self._saved:
+            spec = {"state_mb": p["state_mb"], "tensors": p["tensors"], "seed": 1,
+                    "agent": self.tls_address if tls else self.address, "connect": self.tls_connect if tls else {},
+                    "dir": tempfile.mkdtemp(dir=self.root, prefix=f"load-{p['state_mb']:g}-")}
+            _process("loader", "save", {**spec, "save": True})  # TLS: into its tenant's directory of that name
+            self._saved[key] = spec
+        return self._saved[key]
 
     def _start(self, *args: str) -> LocalAgent:
         agent = LocalAgent("--checkpoint-root", str(self.root), "--cores", str(self.agent_core), "--spin-us", "0",
