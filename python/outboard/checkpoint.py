@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -59,6 +60,8 @@ _OPEN, _SAVE, _CLOSE, _PIECE, _LIST, _READ = 0, 1, 2, 3, 4, 5
 _FILES = {TENSORS_FILE: 0, MANIFEST_FILE: 1}  # checkpoint_wire::File
 #: Bytes of one read of a checkpoint's file through the agent (its kMaxPieceBytes is 8 MiB).
 READ_PIECE = 4 << 20
+#: Reads through the agent in flight while load() takes the piece before them.
+READ_AHEAD = 2
 #: safetensors' dtype names by wire code, in checkpoint_wire::Dtype's order.
 _DTYPE_NAMES = ("BOOL", "U8", "I8", "U16", "I16", "F16", "BF16", "U32", "I32", "F32", "U64", "I64", "F64")
 # numpy's dtypes by wire code (BF16: none in numpy).
@@ -475,8 +478,8 @@ class Checkpointer:
 
     def _pieces(self, step: int, name: str, path: Path, size: int | None = None) -> Iterator[memoryview]:
         """File ``name`` of checkpoint ``step``, read through the agent in pieces of READ_PIECE, the next
-        one asked for while the caller takes this one; Damaged if it is missing, or its size is not
-        ``size`` (None: any)."""
+        READ_AHEAD asked for while the caller takes this one; Damaged if it is missing, if its size is
+        not ``size`` (None: any), or if it ends short of it."""
         def read(at: int) -> bytes:
             try:
                 return self.client.request("checkpoint", struct.pack("<BBIQBQI", _VERSION, _READ, self._handle, step,
@@ -484,20 +487,20 @@ class Checkpointer:
             except NotFound:
                 raise Damaged(f"{path / name} is missing") from None
 
-        with ThreadPoolExecutor(1, thread_name_prefix="outboard-load") as ahead:
-            answer, at = read(0), 0
-            end = struct.unpack_from("<Q", answer)[0]
-            if size is not None and end != size:
-                raise Damaged(f"{path / name} has {end} B, the manifest says {size} B")
-            while at < end:
-                got = len(answer) - 8
-                if got == 0:
-                    raise Damaged(f"{path / name} ended at {at} B of its {end} B")
-                following = ahead.submit(read, at + got) if at + got < end else None
+        answer = read(0)
+        end = struct.unpack_from("<Q", answer)[0]
+        if size is not None and end != size:
+            raise Damaged(f"{path / name} has {end} B, the manifest says {size} B")
+        offsets = iter(range(READ_PIECE, end, READ_PIECE))
+        with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="outboard-load") as ahead:
+            following = deque(ahead.submit(read, offset) for offset in itertools.islice(offsets, READ_AHEAD))
+            for at in range(0, end, READ_PIECE):
+                if len(answer) - 8 != min(READ_PIECE, end - at):
+                    raise Damaged(f"{path / name} ended at {at + len(answer) - 8} B of its {end} B")
                 yield memoryview(answer)[8:]
-                at += got
-                if following is not None:
-                    answer = following.result()
+                if following:
+                    answer = following.popleft().result()
+                    following.extend(ahead.submit(read, offset) for offset in itertools.islice(offsets, 1))
 
     # ---- closing
     def close(self) -> None:
