@@ -1,5 +1,5 @@
 """What the suites' child processes share: ``python -m outboard.bench.<module> SPEC_JSON`` runs one
-spec and prints one JSON object, its result or {"error": ...}, which the suite records."""
+spec and prints one JSON object, its result or {"error": ...}, which the suite reads with ``result``."""
 
 from __future__ import annotations
 
@@ -22,3 +22,11 @@ def main(run: Callable[[dict[str, Any]], dict[str, Any]],
             cleanup(spec)
     print(json.dumps(result), flush=True)
     return 0 if "error" not in result else 1
+
+
+def result(name: str, stdout: str, stderr: str, status: int | None) -> dict[str, Any]:
+    """What a child printed last, or, where it printed nothing (it crashed), an error naming it."""
+    lines = stdout.strip().splitlines()
+    if lines:
+        return json.loads(lines[-1])
+    return {"error": f"{name} exited with status {status}: {stderr.strip()[-500:]}"}

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import LocalAgent
 from .._agent import agent_executable
-from . import netns
+from . import child, netns
 from .declare import Options
 from .peers import ucx_perftest
 
@@ -128,9 +128,7 @@ def workers(env: Env, transport: str, specs: list[dict[str, Any]],
     try:
         for proc in procs:
             out, err = proc.communicate(timeout=timeout)
-            lines = out.strip().splitlines()
-            results.append(json.loads(lines[-1]) if lines else
-                           {"error": f"benchmark worker exited with status {proc.returncode}: {err.strip()[-500:]}"})
+            results.append(child.result("benchmark worker", out, err, proc.returncode))
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import child
+from .trainer import agent_client
 
 #: The step the load case saves, and loads back.
 STEP = 1
@@ -42,10 +43,9 @@ def _status_mb(field: str) -> float:
 
 
 def _checkpointer(spec: dict[str, Any]) -> Any:
-    from .. import Checkpointer, connect
-    client = connect(spec["agent"], spin_us=0, **spec.get("connect", {}))
-    # A TLS client's directory is its tenant's, under the agent's root: named relative to it.
-    return Checkpointer(Path(spec["dir"]).name if spec.get("connect") else spec["dir"], client, keep_last=0)
+    from .. import Checkpointer
+    client, where = agent_client(spec, Path(spec["dir"]))
+    return Checkpointer(where, client, keep_last=0)
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:

@@ -201,6 +201,15 @@ def read_back(impl: str, kind: str, directory: Path, step: int) -> dict[str, np.
     return arrays(torch.load(path, weights_only=False))
 
 
+def agent_client(spec: dict[str, Any], directory: Path) -> tuple[Any, Path | str]:
+    """A client of the spec's agent (TLS where it has ``connect`` keys), and ``directory`` as a
+    Checkpointer of it names it: a TLS client's directory is its tenant's, under the agent's root,
+    so it is named relative to that."""
+    from .. import connect
+    client = connect(spec["agent"], spin_us=0, **spec.get("connect", {}))
+    return client, directory.name if spec.get("connect") else directory
+
+
 class Placement:
     """How one placement checkpoints (this one: not at all): save() returns when the trainer may go
     on; finish() when all is durable. Records each save's stall and time to durable, and the bytes
@@ -297,11 +306,9 @@ class Dcp(Placement):
 class Offloaded(Placement):
     def __init__(self, spec: dict[str, Any], state: dict[str, Any]) -> None:
         super().__init__(spec, state)
-        from .. import Checkpointer, checkpoint, connect
-        self.client = connect(spec["agent"], spin_us=0, **spec.get("connect", {}))
-        # Staging sized once, before the epoch, as a trainer that knows its state's size does. A TLS
-        # client's directory is its tenant's, under the agent's root: named relative to it.
-        where = self.directory.name if spec.get("connect") else self.directory
+        from .. import Checkpointer, checkpoint
+        self.client, where = agent_client(spec, self.directory)
+        # Staging sized once, before the epoch, as a trainer that knows its state's size does.
         self.ck = Checkpointer(where, self.client, keep_last=0, staging_bytes=checkpoint.staging_size(state))
         self.directory = self.ck.dir
         self.cpu0 = self.client.stats()["cpu_ns"]

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..._agent import LocalAgent, agent_executable
 from ...errors import BadConfig
-from .. import trainer
+from .. import child, trainer
 from ..declare import Case, Chart, Column, Goal, Impl, Measurement, Option, Options, Suite, numbers
 from ..stats import summarize
 
@@ -76,8 +76,7 @@ def _process(module: str, impl: str, spec: dict[str, Any]) -> dict[str, Any]:
     r = subprocess.run([sys.executable, "-m", f"outboard.bench.{module}", json.dumps(spec)], capture_output=True,
                        text=True, timeout=CELL_TIMEOUT_S,
                        env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    lines = r.stdout.strip().splitlines()
-    out = json.loads(lines[-1]) if lines else {"error": r.stderr.strip()[-400:]}
+    out = child.result(module, r.stdout, r.stderr, r.returncode)
     if "error" in out:
         raise RuntimeError(f"{module} ({impl}): {out['error']}")
     return out
@@ -155,8 +154,8 @@ LOAD = Case(
           "then read by every repetition), as for a trainer that resumes soon after saving: a cold disk adds "
           "its read time to every reader alike. `safetensors` is `safetensors.numpy.load_file`, which checks "
           "nothing against the manifest; Outboard checks every byte's sha256 as it loads. Through the agent the "
-          "files come in 4 MiB reads, over TLS sealed. Peak RSS growth: the load's own, over the process's "
-          "before it (the checkpoint held once is its size).")
+          "files come in 4 MiB reads, two in flight ahead of the one being copied, over TLS sealed. Peak RSS "
+          "growth: the load's own, over the process's before it (the checkpoint held once is its size).")
 
 SUITE = Suite(
     name="checkpoint", title="Checkpoint offload: the trainer snapshots, the agent persists",
