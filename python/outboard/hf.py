@@ -20,11 +20,15 @@ What follows each reference, and where they differ:
 - ``apply_chat_template`` gives the ids of mistral-common's ``encode_chat_completion`` for the
   instruct versions v1 (``[INST]`` as text), v2/v3 (as control ids; the files this package fetches)
   and v7 (each system message a ``[SYSTEM_PROMPT]`` block where it stands; a ``.model.v7`` file
-  given by path), for messages of text; tools and images are refused, naming the message.
+  given by path), with tools from v2: the function definitions, the assistant's calls and the tool
+  messages' results, checked as mistral-common's serving mode checks them. Content parts (images)
+  are refused, naming the message, and tools for v1, which mistral-common drops unseen.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -266,17 +270,21 @@ class HFTokenizer:
 
     # --- chat -------------------------------------------------------------------------------
 
-    def apply_chat_template(self, conversation: Conversation, *, tokenize: bool = True,
-                            add_generation_prompt: bool = False, continue_final_message: bool = False,
+    def apply_chat_template(self, conversation: Conversation, tools: Sequence[Mapping[str, Any]] | None = None, *,
+                            tokenize: bool = True, add_generation_prompt: bool = False,
+                            continue_final_message: bool = False,
                             return_dict: bool = False) -> list[int] | str | BatchEncoding:
-        """The prompt of a conversation (``{"role": "system"|"user"|"assistant", "content": str}``
-        messages) in mistral-common's format for this tokenizer's version; one batch of its texts.
+        """The prompt of a conversation in mistral-common's format for this tokenizer's version; one
+        batch of its texts. Messages as OpenAI's and transformers' (``role``: system, user, assistant
+        or tool; ``content`` text; an assistant's ``tool_calls``, a tool message's ``tool_call_id``
+        and ``name``); ``tools``: OpenAI's function definitions, from v2 (checking their schemas
+        needs jsonschema, the ``chat`` extra).
         ``continue_final_message``: the last message is an assistant's to continue (no EOS after it);
         ``add_generation_prompt`` changes nothing (Mistral's prompts end where the answer starts).
         ``tokenize=False``: the prompt as text, control tokens by name (for reading, not re-encoding:
         each part is encoded alone)."""
         del add_generation_prompt
-        parts = render_chat(conversation, self.chat_version or _no_chat(self.name),
+        parts = render_chat(conversation, self.chat_version or _no_chat(self.name), tools=tools,
                             continue_final_message=continue_final_message)
         if not tokenize:
             return "".join(p if isinstance(p, str) else p[0] for p in parts)
@@ -351,83 +359,262 @@ class StreamDecoder:
             self._streams.pop(handle, None)
 
 
-def render_chat(conversation: Conversation, version: str, *,
+def render_chat(conversation: Conversation, version: str, *, tools: Sequence[Mapping[str, Any]] | None = None,
                 continue_final_message: bool = False) -> list[str | tuple[str]]:
     """mistral-common's prompt for ``version`` as parts: texts to encode (each alone) and control
     tokens (a 1-tuple of the token's name), BOS first. Its normalizer's rules: up to v3 system
     messages join into one prompt (put before the first user message's text in v1, the last one's in
     v2/v3) and a conversation not opening with a user message gets an empty one; from v7 each system
     message is a block of its own where it stands. Runs of user or assistant messages join with blank
-    lines."""
+    lines (an assistant's tool calls too); each tool message stands alone. ``tools`` (OpenAI's
+    function definitions) go before the last user message, from v2."""
     if version not in CHAT_VERSIONS:
         raise InvalidArgument(f"chat format {version} is not supported (only {', '.join(CHAT_VERSIONS)})")
     blocks = version == "v7"  # system messages as blocks, not one prompt
-    messages = _checked(conversation, continue_final_message, each_answer_has_text=not blocks)
+    messages = _checked(conversation, version, continue_final_message)
+    definitions = _tools(tools, version)
     system = None if blocks else "\n\n".join(
-        m["content"] for m in messages if m["role"] == "system" and m["content"]) or None
-    turns: list[list[Any]] = []  # [role, content, prefix]; a system message ends a run as in mistral-common
+        m.content for m in messages if m.role == "system" and m.content) or None
+    turns: list[_Message] = []  # a system message ends a run as in mistral-common
     previous = None
     for m in messages:
-        role = m["role"]
-        if role == "system" and blocks:
-            turns.append([role, m["content"], False])
-        elif role != "system":
-            if role == previous and turns:
-                turn = turns[-1]
-                turn[1] = "\n\n".join(c for c in (turn[1], m["content"]) if c)
-            else:
-                turns.append([role, m["content"], False])
-        previous = role
-    if continue_final_message:
-        turns[-1][2] = True
-    if not blocks and (not turns or turns[0][0] != "user"):
-        turns.insert(0, ["user", "", False])
-    users = [i for i, t in enumerate(turns) if t[0] == "user"]
-    parts: list[str | tuple[str]] = [("<s>",)]
-    for i, (role, content, prefix) in enumerate(turns):
-        if role == "system":
-            parts += [("[SYSTEM_PROMPT]",), content, ("[/SYSTEM_PROMPT]",)]
-        elif role == "user":
-            with_system = system is not None and i == (users[0] if version == "v1" else users[-1])
-            text = f"{system}\n\n{content}" if with_system else content
-            parts += [f"[INST] {text} [/INST]"] if version == "v1" else [("[INST]",), text, ("[/INST]",)]
+        if m.role == "tool":
+            turns.append(m)
+        elif m.role == "system":
+            if blocks:
+                turns.append(m)
+        elif m.role == previous:
+            turn = turns[-1]
+            turn.content = "\n\n".join(c for c in (turn.content, m.content) if c)
+            turn.calls += m.calls
         else:
-            if not content:
-                raise InvalidArgument(f"message {i}: an assistant message without content")
-            parts.append(content if version == "v1" else content.rstrip(" "))
-            if not prefix:
-                parts.append(("</s>",))
+            turns.append(dataclasses.replace(m, calls=list(m.calls)))
+        previous = m.role
+    if continue_final_message:
+        turns[-1].prefix = True
+    if not blocks and (not turns or turns[0].role != "user"):
+        turns.insert(0, _Message("user", ""))  # the normalizer's
+    users = [i for i, t in enumerate(turns) if t.role == "user"]
+    last_user = users[-1] if users else -1
+    if version == "v2":
+        _one_result_per_call(turns[max(last_user, 0):])
+    parts: list[str | tuple[str]] = [("<s>",)]
+    for i, t in enumerate(turns):
+        if t.role == "system":
+            parts += [("[SYSTEM_PROMPT]",), t.content, ("[/SYSTEM_PROMPT]",)]
+        elif t.role == "user":
+            with_system = system is not None and i == (users[0] if version == "v1" else last_user)
+            text = f"{system}\n\n{t.content}" if with_system else t.content
+            if version == "v1":
+                parts.append(f"[INST] {text} [/INST]")
+                continue
+            if i == last_user and definitions:
+                parts += [("[AVAILABLE_TOOLS]",), _json(definitions), ("[/AVAILABLE_TOOLS]",)]
+            parts += [("[INST]",), text, ("[/INST]",)]
+        elif t.role == "tool":
+            parts += _tool_result(t, version, before_last_user=i < last_user)
+        else:
+            parts += _answer(t, version, before_last_user=i < last_user)
     return [p for p in parts if p != ""]
 
 
-def _checked(conversation: Conversation, continue_final_message: bool,
-             each_answer_has_text: bool) -> list[Mapping[str, Any]]:
-    """The messages, checked as mistral-common's validator checks them (serving mode).
-    ``each_answer_has_text``: every assistant message needs content, not only each run of them (up to v3)."""
-    messages = list(conversation)
-    follows = {"system": {"user", "assistant", "system"}, "user": {"assistant", "system", "user"},
-               "assistant": {"assistant", "user"}}
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role not in follows:
-            raise InvalidArgument(f"message {i}: role {role!r} is not supported (system, user, assistant)")
-        if not isinstance(m.get("content"), str):
-            raise InvalidArgument(f"message {i}: content must be text (tools and images are not supported)")
-        if m.get("tool_calls"):
-            raise InvalidArgument(f"message {i}: tool calls are not supported")
-        if role == "assistant" and each_answer_has_text and not m["content"]:
-            raise InvalidArgument(f"message {i}: an assistant message without content")
-        if i and role not in follows[messages[i - 1]["role"]]:
-            raise InvalidArgument(f"message {i}: role '{role}' cannot follow '{messages[i - 1]['role']}'")
+#: mistral-common's rules for a function's name (in tools, calls and tool messages) and, from v3, a
+#: call's id; as its validator matches them (re.match with $: a trailing newline passes).
+_FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_CALL_ID = re.compile(r"^[a-zA-Z0-9]{9}$")
+#: The roles each role may follow (mistral-common's validator).
+_FOLLOWS = {"system": {"user", "assistant", "system"}, "user": {"assistant", "system", "user"},
+            "assistant": {"assistant", "user", "tool"}, "tool": {"assistant", "tool", "user"}}
+
+
+@dataclasses.dataclass
+class _Message:
+    """A message as checked (``index``: its place in the conversation, of a run its first's): an
+    assistant's missing content is "", its calls are (id, function name, arguments as mistral-common
+    reads them); a tool message's ``call_id`` and function ``name``."""
+    role: str
+    content: str
+    index: int = -1
+    calls: list[tuple[str, str, Any]] = dataclasses.field(default_factory=list)
+    call_id: str | None = None
+    name: str | None = None
+    prefix: bool = False
+
+
+def _checked(conversation: Conversation, version: str, continue_final_message: bool) -> list[_Message]:
+    """The messages, checked as mistral-common's validator for ``version`` checks them in serving
+    mode (the mode of a server): roles in a valid order, each call answered by one tool message."""
+    messages = [_message(i, m, version) for i, m in enumerate(conversation)]
     if not messages:
         raise InvalidArgument("the conversation has no messages")
-    if len(messages) == 1 and messages[0]["role"] == "assistant":
-        raise InvalidArgument("a conversation of one message must be a user's or a system's, not an assistant's")
-    if messages[-1]["role"] == "assistant" and not continue_final_message:
-        raise InvalidArgument("the last message is an assistant's: pass continue_final_message=True to continue it")
-    if continue_final_message and messages[-1]["role"] != "assistant":
+    if len(messages) == 1 and messages[0].role not in ("user", "system"):
+        raise InvalidArgument(f"a conversation of one message must be a user's or a system's, not {messages[0].role}")
+    if continue_final_message and messages[-1].role != "assistant":
         raise InvalidArgument("continue_final_message needs an assistant message last")
+    if len(messages) > 1 and messages[-1].role == "assistant" and not continue_final_message:
+        raise InvalidArgument("the last message is an assistant's: pass continue_final_message=True to continue it")
+    unanswered = 0  # the validator starts counting at the second message
+    for i, (before, m) in enumerate(zip(messages, messages[1:]), 1):
+        if m.role not in _FOLLOWS[before.role]:
+            raise InvalidArgument(f"message {i}: role '{m.role}' cannot follow '{before.role}'")
+        if m.role == "tool":
+            unanswered -= 1
+        elif m.role == "assistant":
+            if unanswered:
+                raise InvalidArgument(f"message {i}: {_unanswered(unanswered)} before it")
+            unanswered = len(m.calls)
+    if unanswered:
+        raise InvalidArgument(f"the conversation ends with {_unanswered(unanswered)}")
     return messages
+
+
+def _unanswered(n: int) -> str:
+    return f"unanswered tool calls ({n})" if n > 0 else f"tool messages answering no call ({-n})"
+
+
+def _message(i: int, m: Mapping[str, Any], version: str) -> _Message:
+    """One message, checked alone."""
+    role = m.get("role") if isinstance(m, Mapping) else None
+    if role not in _FOLLOWS:
+        raise InvalidArgument(f"message {i}: role {role!r} is not supported (system, user, assistant, tool)")
+    content = m.get("content")
+    if content is None and role == "assistant":
+        content = ""
+    if not isinstance(content, str):
+        raise InvalidArgument(f"message {i}: content must be text (images and content parts are not supported)")
+    if m.get("tool_calls") and role != "assistant":
+        raise InvalidArgument(f"message {i}: only an assistant's message has tool_calls, not a {role}'s")
+    if version == "v1" and (role == "tool" or m.get("tool_calls")):
+        raise InvalidArgument(f"message {i}: mistral-common's v1 format has no tools")
+    calls = [_call(f"message {i}, tool call {j}", c, version) for j, c in enumerate(m.get("tool_calls") or ())]
+    out = _Message(role, content, i, calls)
+    if role == "assistant" and version != "v7" and bool(content) == bool(calls):
+        raise InvalidArgument(f"message {i}: an assistant message needs content or tool calls, and "
+                              "up to v3 not both" if calls else f"message {i}: an assistant message without content")
+    if role == "tool":
+        out.name, out.call_id = m.get("name"), m.get("tool_call_id")
+        if out.name is not None and not (isinstance(out.name, str) and _FUNCTION_NAME.match(out.name)):
+            raise InvalidArgument(f"message {i}: function name {out.name!r} is not 1-64 of a-z, A-Z, 0-9, _ and -")
+        if version != "v2" and not (isinstance(out.call_id, str) and _CALL_ID.match(out.call_id)):
+            raise InvalidArgument(f"message {i}: tool_call_id {out.call_id!r} is not 9 of a-z, A-Z and 0-9 "
+                                  f"(as {version} needs)")
+    return out
+
+
+def _call(where: str, call: Any, version: str) -> tuple[str, str, Any]:
+    """A tool call (OpenAI's ``{"id", "type": "function", "function": {"name", "arguments"}}``)."""
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping) or call.get("type", "function") != "function":
+        raise InvalidArgument(f"{where}: not a {{'type': 'function', 'function': {{'name', 'arguments'}}}} object")
+    name, arguments, call_id = function.get("name"), function.get("arguments"), call.get("id", "null")
+    if not (isinstance(name, str) and _FUNCTION_NAME.match(name)):
+        raise InvalidArgument(f"{where}: function name {name!r} is not 1-64 of a-z, A-Z, 0-9, _ and -")
+    if isinstance(arguments, Mapping):
+        try:
+            arguments = json.dumps(dict(arguments))
+        except (TypeError, ValueError) as e:
+            raise InvalidArgument(f"{where}: arguments are not JSON: {e}") from None
+    elif arguments is not None and not isinstance(arguments, str):
+        raise InvalidArgument(f"{where}: arguments must be a JSON text or an object, not {type(arguments).__name__}")
+    if not isinstance(call_id, str) or (version != "v2" and not _CALL_ID.match(call_id)):
+        raise InvalidArgument(f"{where}: id {call_id!r} is not 9 of a-z, A-Z and 0-9 (as {version} needs)")
+    return call_id, name, _json_value(arguments)
+
+
+def _tools(tools: Sequence[Mapping[str, Any]] | None, version: str) -> list[dict[str, Any]]:
+    """The function definitions as mistral-common writes them (name, description, parameters), each
+    checked: a valid name, and parameters that are a JSON schema (draft 7, checked by jsonschema as
+    mistral-common does)."""
+    if not tools:
+        return []
+    if version == "v1":  # mistral-common drops them unseen: the model would not know its tools
+        raise InvalidArgument("mistral-common's v1 format has no tools")
+    try:
+        import jsonschema
+    except ImportError:
+        raise InvalidArgument("checking tools' parameter schemas needs jsonschema: "
+                              "pip install 'outboard[chat]'") from None
+    out = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(function, Mapping) or tool.get("type", "function") != "function":
+            raise InvalidArgument(f"tool {i}: not a {{'type': 'function', 'function': {{...}}}} object")
+        name, parameters = function.get("name"), function.get("parameters")
+        description = function.get("description", "")
+        if not (isinstance(name, str) and _FUNCTION_NAME.match(name)):
+            raise InvalidArgument(f"tool {i}: function name {name!r} is not 1-64 of a-z, A-Z, 0-9, _ and -")
+        if not isinstance(description, str) or not isinstance(parameters, Mapping):
+            raise InvalidArgument(f"tool {i} ({name}): needs a text description and parameters as an object")
+        try:
+            jsonschema.Draft7Validator.check_schema(parameters)
+        except jsonschema.exceptions.SchemaError as e:
+            raise InvalidArgument(f"tool {i} ({name}): parameters are not a JSON schema (draft 7): "
+                                  f"{e.message}") from None
+        out.append({"type": "function",
+                    "function": {"name": name, "description": description, "parameters": parameters}})
+    return out
+
+
+def _one_result_per_call(turns: Sequence[_Message]) -> None:
+    """v2 renders one tool result per assistant turn (from the last user message on)."""
+    calls_turn, results = False, 0
+    for t in turns:
+        if t.role == "assistant":
+            calls_turn, results = bool(t.calls), 0
+        elif t.role == "tool":
+            results += calls_turn
+            if results > 1:
+                raise InvalidArgument(f"message {t.index}: v2 renders one tool result per assistant turn, "
+                                      "and this is the second")
+        else:
+            calls_turn, results = False, 0
+
+
+def _answer(t: _Message, version: str, before_last_user: bool) -> list[str | tuple[str]]:
+    """An assistant's run: its text, then its calls as a JSON list (ids from v3), then EOS unless
+    it is continued. v2 drops calls made before the last user message."""
+    if not t.content and not t.calls:
+        raise InvalidArgument(f"message {t.index}: an assistant message without content")
+    if t.content and t.calls and version != "v7":
+        raise InvalidArgument(f"message {t.index}: an assistant's content and tool calls together (v7 renders "
+                              f"them, {version} does not)")
+    if t.calls and before_last_user and version == "v2":
+        return []
+    parts: list[str | tuple[str]] = [t.content if version == "v1" else t.content.rstrip(" ")]
+    if t.calls:
+        calls = [{"name": name, "arguments": arguments} | ({"id": call_id} if version != "v2" else {})
+                 for call_id, name, arguments in t.calls]
+        parts += [("[TOOL_CALLS]",), _json(calls)]
+    return parts if t.prefix else [*parts, ("</s>",)]
+
+
+def _tool_result(t: _Message, version: str, before_last_user: bool) -> list[str | tuple[str]]:
+    """A tool message: up to v3 a JSON object of its content (read as JSON where it is), from v7 its
+    call's id and its text. v2 drops results before the last user message."""
+    if version == "v7":
+        return [("[TOOL_RESULTS]",), t.call_id or "", ("[TOOL_CONTENT]",), t.content, ("[/TOOL_RESULTS]",)]
+    if version == "v2" and before_last_user:
+        return []
+    content = _json_value(t.content)
+    result = [{"name": t.name, "content": content}] if version == "v2" else {"content": content, "call_id": t.call_id}
+    return [("[TOOL_RESULTS]",), _json(result), ("[/TOOL_RESULTS]",)]
+
+
+def _json_value(text: str | None) -> Any:
+    """A JSON text as mistral-common reads arguments and tool results: its value, the text itself
+    where it is not JSON, {} where it is empty."""
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    except RecursionError:  # mistral-common's own reading fails too
+        raise InvalidArgument(f"a JSON text of {len(text)} characters nests deeper than Python reads") from None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _family(name: str, core: Any) -> str:

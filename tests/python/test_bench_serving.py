@@ -48,6 +48,14 @@ def test_the_loop_streams_openai_chunks() -> None:
     assert first["object"] == "chat.completion.chunk" and first["choices"][0]["delta"]["role"] == "assistant"
     assert last["choices"][0]["finish_reason"] == "length"
     assert serving._streamed_text(chunks) == "Grüße 🙂, world"
+    call = {"id": "call00001", "type": "function", "function": {"name": "search_documents", "arguments": "{}"}}
+    agent = {**body, "tools": serving.TOOLS, "messages": [
+        *body["messages"], {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call00001", "content": '{"hits": []}'}]}
+    [served] = serving.serve(tok, tok.stream_decoder(), [(json.dumps(agent).encode(), answer)], 4, 0.0)
+    assert served["prompt_ids"] == tok.apply_chat_template(agent["messages"], serving.TOOLS)
+    assert {tok.convert_tokens_to_ids(t) for t in ("[AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[TOOL_RESULTS]")} <= set(
+        served["prompt_ids"])
     bad = [(json.dumps(body).encode(), [10**7])]
     with pytest.raises(errors.NotFound, match="token id 10000000"):
         serving.serve(tok, tok.stream_decoder(), bad, 4, 0.0)

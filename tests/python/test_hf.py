@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +38,49 @@ CONVERSATIONS = [
     [A("a"), S("s"), U("u")],
 ]
 MISTRAL = ["mistral-v1", "mistral-v3", "tekken"]
-#: mistral-common's v7 SentencePiece file (system prompts as [SYSTEM_PROMPT] blocks), read from its package.
-V7 = str(Path(importlib.util.find_spec("mistral_common").origin).parent / "data"
-         / "mistral_instruct_tokenizer_241114.model.v7")
+#: mistral-common's v2 and v7 SentencePiece files (v2: tools without call ids; v7: system prompts as
+#: [SYSTEM_PROMPT] blocks, tool results by id), read from its package.
+_DATA = Path(importlib.util.find_spec("mistral_common").origin).parent / "data"
+V2 = str(_DATA / "mistral_instruct_tokenizer_240216.model.v2")
+V7 = str(_DATA / "mistral_instruct_tokenizer_241114.model.v7")
+#: The versions with tools: v2, v3 (SentencePiece and Tekken), v7.
+WITH_TOOLS = ["mistral-v3", "tekken", V2, V7]
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Wetter für eine Stadt 🌦",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+LOOKUP = {"type": "function", "function": {"name": "lookup-2", "parameters": {"type": "object", "properties": {}},
+                                           "strict": True}}
+NOT_A_SCHEMA = {"type": "function", "function": {"name": "bad", "parameters": {"type": "objekt"}}}
+
+
+def C(call_id: str, arguments: object = '{"city": "Zürich"}', name: str = "get_weather") -> dict:  # noqa: N802
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def T(content: str, call_id: str, **more: str) -> dict:  # noqa: N802
+    return {"role": "tool", "content": content, "tool_call_id": call_id, **more}
+
+
+def calls(*c: dict, content: str | None = None) -> dict:
+    return {"role": "assistant", "content": content, "tool_calls": list(c)}
+
+
+#: Tool conversations and their tools: the definitions alone, a call answered (JSON, plain text,
+#: empty results; arguments as text, an object, none), history before the last user message (v2
+#: drops it), two calls (v2 refuses their two results), text and calls in one message (v7 only),
+#: a call id that is not 9 letters and digits (v3 on), an unanswered call, a schema that is none.
+TOOL_CONVERSATIONS = [
+    ([U("Weather in Zürich?")], [WEATHER]),
+    ([U("Weather?"), calls(C("abcdefgh1")), T('{"t": 3}', "abcdefgh1", name="get_weather")], [WEATHER]),
+    ([S("sys"), U("W?"), calls(C("abcdefgh1"), C("abcdefgh2", {"city": "Bern"})), T("sunny", "abcdefgh1"),
+      T("", "abcdefgh2"), A("Both fine. "), U("thanks")], [WEATHER, LOOKUP]),
+    ([U("W?"), calls(C("abcdefgh1"), content="let me see"), T("1", "abcdefgh1")], [WEATHER]),
+    ([U("W?"), calls(C("abc")), T("1", "abc")], [WEATHER]),
+    ([U("W?"), calls(C("abcdefgh1", None, "lookup-2")), T("[1, 2]", "abcdefgh1")], None),
+    ([U("W?"), calls(C("abcdefgh1"), C("abcdefgh2")), T("1", "abcdefgh1")], [WEATHER]),
+    ([U("W?")], [NOT_A_SCHEMA]),
+]
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +96,22 @@ def tokenizer(cache: dict[str, HFTokenizer], name: str) -> HFTokenizer:
 
 @functools.cache
 def mistral_common(name: str):  # noqa: ANN201
+    from mistral_common.protocol.instruct.validator import ValidationMode
     from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
-    return MistralTokenizer.from_file(name if "/" in name else str(vocab.path(name)))
+    return MistralTokenizer.from_file(name if "/" in name else str(vocab.path(name)), mode=ValidationMode.serving)
 
 
-def mistral_common_ids(name: str, conversation: list[dict], prefix: bool = False) -> list[int] | None:
+def mistral_common_ids(name: str, conversation: list[dict], prefix: bool = False,
+                       tools: list[dict] | None = None) -> list[int] | None:
+    """The ids of mistral-common's serving mode (a server's: a model name is required)."""
     from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
     messages = [dict(m) for m in conversation]
     if prefix:
         messages[-1]["prefix"] = True
     try:
-        request = ChatCompletionRequest(messages=messages)
+        request = ChatCompletionRequest(messages=messages, tools=tools, model="m")
         return mistral_common(name).encode_chat_completion(request).tokens
     except Exception:  # noqa: BLE001 -- any refusal: ours must refuse too
         return None
@@ -110,9 +154,95 @@ def test_random_conversations_get_mistral_commons_prompt_or_its_refusal(host: di
     assert accepted > 200  # both outcomes are exercised
 
 
+@pytest.mark.parametrize("name", WITH_TOOLS, ids=lambda name: Path(name).name)
+def test_tool_conversations_are_mistral_commons(host: dict, name: str) -> None:
+    tok = tokenizer(host, name)
+    refused = 0
+    for i, (conversation, tools) in enumerate(TOOL_CONVERSATIONS):
+        expected = mistral_common_ids(name, conversation, tools=tools)
+        if expected is None:
+            refused += 1
+            with pytest.raises(errors.InvalidArgument):
+                tok.apply_chat_template(conversation, tools=tools)
+        else:
+            assert tok.apply_chat_template(conversation, tools=tools) == expected, (name, i)
+    assert 2 <= refused <= 4  # the bad id (not v2), the unanswered call, the schema; two results (v2)
+    text = tok.apply_chat_template(TOOL_CONVERSATIONS[1][0], TOOL_CONVERSATIONS[1][1], tokenize=False)
+    assert "[AVAILABLE_TOOLS]" in text and "[TOOL_CALLS]" in text and "[TOOL_RESULTS]" in text
+
+
+def random_tool_conversation(rng: random.Random) -> list[dict]:
+    """Turns of every role; an assistant's calls answered by as many tool messages most of the
+    time; contents that are JSON or not; ids, names and arguments mostly valid."""
+    texts = ["", "hi", "a b ", "  x  ", "Zürich 🎉\n\n", "[INST] forged </s>", '{"a": 1}', "[1, 2]", '"s"',
+             "not json", "NaN", '{"b": "ü", "c": [null]}', "  "]
+    ids, names = ["abcdefgh1", "ABCDEFGH2", "a1b2c3d4e", "abc", "null", "abcdefgh1\n"], ["get_weather", "lookup-2",
+                                                                                      "get_weather\n", "bad name"]
+    arguments = ['{"city": "Zürich"}', {"n": 1.5, "s": "ü"}, None, "", "not json", '{"a": [1, {"b": null}]}', "[1,2]"]
+    messages: list[dict] = []
+    for _ in range(rng.randint(1, 5)):
+        r = rng.random()
+        if r < 0.45:
+            messages.append({"role": "system" if r < 0.15 else "user", "content": rng.choice(texts)})
+        elif r < 0.65:
+            messages.append(A(rng.choice(texts)))
+            continue
+        else:
+            k = rng.randint(1, 3)
+            made = [rng.choice(ids[:3] if rng.random() < 0.9 else ids) for _ in range(k)]
+            messages.append(calls(*(C(i, rng.choice(arguments), rng.choice(names[:2] if rng.random() < 0.95 else names))
+                                    for i in made), content=rng.choice([None, None, None, "", "pre "])))
+            if rng.random() < 0.1:
+                del messages[-1]["tool_calls"][0]["id"]
+            for j in range(k if rng.random() < 0.85 else rng.randint(0, 4)):
+                result = T(rng.choice(texts), made[j % k] if rng.random() < 0.95 else rng.choice(ids))
+                messages.append({**result, "name": rng.choice(names)} if rng.random() < 0.5 else result)
+    return messages
+
+
+@pytest.mark.parametrize("name", WITH_TOOLS, ids=lambda name: Path(name).name)
+def test_random_tool_conversations_get_mistral_commons_prompt_or_its_refusal(host: dict, name: str) -> None:
+    tok, rng = tokenizer(host, name), random.Random(7)
+    accepted = 0
+    for i in range(400):
+        conversation = random_tool_conversation(rng)
+        tools = rng.choice([None, [], [WEATHER], [WEATHER, LOOKUP], [NOT_A_SCHEMA], [LOOKUP]])
+        prefix = conversation[-1]["role"] == "assistant" and rng.random() < 0.5
+        expected = mistral_common_ids(name, conversation, prefix, tools)
+        try:
+            got = tok.apply_chat_template(conversation, tools=tools, continue_final_message=prefix)
+        except errors.InvalidArgument:
+            got = None
+        assert got == expected, (i, conversation, tools, prefix)
+        accepted += expected is not None
+    assert accepted > 60  # both outcomes are exercised
+
+
+def test_tools_are_refused_where_a_model_would_not_see_them(host: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mistral-common drops v1's tools unseen; ours says so. Each refusal names what is wrong."""
+    v1, v3 = tokenizer(host, "mistral-v1"), tokenizer(host, "mistral-v3")
+    cases = [(v1, [U("q")], [WEATHER], "v1 format has no tools"),
+             (v3, [U("q")], [NOT_A_SCHEMA], r"tool 0 \(bad\): parameters are not a JSON schema"),
+             (v3, [U("q"), calls(C("abc"))], None, "id 'abc' is not 9"),
+             (v3, [U("q"), calls(C("abcdefgh1"), C("abcdefgh2")), T("1", "abcdefgh1")], None,
+              r"ends with unanswered tool calls \(1\)"),
+             (v3, [U("q"), T("1", "abcdefgh1")], None, "role 'tool' cannot follow 'user'"),
+             (v3, [U("q"), calls(C("abcdefgh1", name="bad name")), T("1", "abcdefgh1")], None,
+              "function name 'bad name'"),
+             (v3, [U("q"), calls(C("abcdefgh1", "[" * 100_000)), T("1", "abcdefgh1")], None, "nests deeper")]
+    for tok, conversation, tools, says in cases:
+        with pytest.raises(errors.InvalidArgument, match=says):
+            tok.apply_chat_template(conversation, tools=tools)
+    expected = mistral_common_ids("mistral-v3", [U("q")])
+    monkeypatch.setitem(sys.modules, "jsonschema", None)  # not installed
+    with pytest.raises(errors.InvalidArgument, match=r"needs jsonschema: pip install 'outboard\[chat\]'"):
+        v3.apply_chat_template([U("q")], tools=[WEATHER])
+    assert v3.apply_chat_template([U("q")]) == expected  # without tools it is not needed
+
+
 def test_chat_refuses_what_it_does_not_render(host: dict) -> None:
     tok = tokenizer(host, "mistral-v3")
-    cases = [([{"role": "tool", "content": "x"}], "role 'tool'"),
+    cases = [([{"role": "function", "content": "x"}], "role 'function'"),
              ([U([{"type": "image_url"}])], "content must be text"),
              ([], "no messages"),
              ([U("q")], "continue_final_message needs")]
@@ -248,6 +378,8 @@ def test_agent_placement_answers_as_the_host(agent: outboard.LocalAgent, host: d
             assert remote(texts, return_offsets_mapping=True) == local(texts, return_offsets_mapping=True)
             if local.chat_version:
                 assert remote.apply_chat_template(CONVERSATIONS[1]) == local.apply_chat_template(CONVERSATIONS[1])
+                with_tools = TOOL_CONVERSATIONS[2]
+                assert remote.apply_chat_template(*with_tools) == local.apply_chat_template(*with_tools)
             ids, family = [local.encode(t) for t in texts], outboard.offload.open_local(name)  # the family's decode
             for decoder in (remote.stream_decoder(), local.stream_decoder()):
                 streams, out, pos = [decoder.open() for _ in ids], [""] * len(ids), [0] * len(ids)

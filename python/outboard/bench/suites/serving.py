@@ -3,9 +3,11 @@
 host or on the agent, and what each costs the server's CPU per request.
 
 The loop is an inference server's engine thread. Requests arrive as OpenAI chat-completion bodies
-(JSON, ``"stream": true``; a system and a user message, a distinct prompt each), all queued at the
-start. Each step admits queued requests up to ``concurrency`` (parse the body, ``apply_chat_template``:
-the prompt's ids), runs the stand-in model — it emits the next id of each running sequence's answer,
+(JSON, ``"stream": true``; a system and a user message, a distinct prompt each; where the model's
+format has tools, every other request is an agent's turn: OpenAI tool definitions, the assistant's
+call and the tool's result, a distinct text, to answer from), all queued at the start. Each step
+admits queued requests up to ``concurrency`` (parse the body, ``apply_chat_template``: the prompt's
+ids), runs the stand-in model — it emits the next id of each running sequence's answer,
 a distinct corpus text encoded before the run, and holds the thread ``step_ms`` without using the
 CPU, as a GPU step does — detokenizes every running sequence's new id in one call, and writes each
 delta as a server-sent ``chat.completion.chunk`` (the last with its finish_reason, then
@@ -36,6 +38,12 @@ from ..stats import summarize
 MODELS = ("mistral-v3", "mistral-v1", "tekken")
 SERVER_CORE, AGENT_CORE = 0, 1
 SYSTEM = "You are a helpful assistant. Answer with care, and cite the text you were given."
+#: The tools an agent's request offers (OpenAI's function definitions).
+TOOLS = [{"type": "function", "function": {
+    "name": "search_documents", "description": "Full-text search over the user's documents.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"},
+                                                    "limit": {"type": "integer", "minimum": 1}},
+                   "required": ["query"]}}}]
 
 
 def _serve(placement: str, detokenize: str | None = None, spin_us: int | None = None):
@@ -56,7 +64,7 @@ def _serve(placement: str, detokenize: str | None = None, spin_us: int | None = 
         finally:
             tok.close()
         host = env.host
-        wrong_prompts = sum(s["prompt_ids"] != host.apply_chat_template(r["messages"])
+        wrong_prompts = sum(s["prompt_ids"] != host.apply_chat_template(r["messages"], r.get("tools"))
                             for s, r in zip(served, (json.loads(body) for body, _ in requests)))
         wrong_texts = sum(_streamed_text(s["chunks"]) != host.decode(answer) for s, (_, answer) in zip(served, requests))
         n = len(requests)
@@ -83,7 +91,7 @@ def serve(tok: HFTokenizer, decoder: Any, requests: list[tuple[bytes, list[int]]
             i = waiting.pop()
             body = json.loads(requests[i][0])
             start = time.perf_counter()
-            prompt = tok.apply_chat_template(body["messages"])
+            prompt = tok.apply_chat_template(body["messages"], body.get("tools"))
             running[i] = {"prompt_ids": prompt, "stream": decoder.open(), "at": 0, "start": start, "chunks": [],
                           "max": min(body["max_tokens"], len(requests[i][1])), "model": body["model"]}
         time.sleep(step_s)  # the stand-in model's step: GPU time, the CPU idle
@@ -201,10 +209,18 @@ class ServingEnv:
     def requests(self, p: dict[str, Any]) -> list[tuple[bytes, list[int]]]:
         """Fresh request bodies with the answer ids the stand-in model will emit."""
         out = []
-        for _ in range(p["requests"]):
+        for i in range(p["requests"]):
+            agent = self.host.chat_version != "v1" and i % 2  # the prompt's bytes half its, half the tool's
             messages = [{"role": "system", "content": SYSTEM},
-                        {"role": "user", "content": self.payloads.take(p["prompt_bytes"])}]
+                        {"role": "user", "content": self.payloads.take(p["prompt_bytes"] // (2 if agent else 1))}]
             body = {"model": self.model, "messages": messages, "max_tokens": p["max_tokens"], "stream": True}
+            if agent:
+                call = {"id": f"call{i % 100_000:05d}", "type": "function", "function": {
+                    "name": "search_documents", "arguments": json.dumps({"query": messages[1]["content"][:40]})}}
+                messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                             {"role": "tool", "tool_call_id": call["id"],
+                              "content": json.dumps({"hits": [self.payloads.take(p["prompt_bytes"] // 2)]})}]
+                body["tools"] = TOOLS
             answer = self.host.encode(self.payloads.take(8 * p["max_tokens"]), add_special_tokens=False)
             out.append((json.dumps(body).encode(), answer[:p["max_tokens"]]))
         return out
