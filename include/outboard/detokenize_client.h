@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "outboard/channel.h"
@@ -48,8 +50,9 @@ class SteppedText {
 };
 
 /// A vocabulary opened on the agent's detokenize service. Streams belong to
-/// the connection: another client cannot step or close them. Thread mode:
-/// single (calls block for a round trip). The connection must outlive it.
+/// it: another client, or another RemoteDetokenizer, cannot step or close them. Thread mode:
+/// single (calls block for a round trip, but submit()). The connection must
+/// outlive it.
 class RemoteDetokenizer {
  public:
   /// Opens `name` as RemoteTokenizer::open does: a name the agent resolves
@@ -58,21 +61,35 @@ class RemoteDetokenizer {
   [[nodiscard]] static Result<std::unique_ptr<RemoteDetokenizer>> open(Connection& connection, const std::string& name,
                                                                        Deadline deadline);
   /// A new sequence's stream, closed by a finishing step or close_stream().
-  [[nodiscard]] Result<uint32_t> open_stream(Deadline deadline);
-  /// Closes a stream without what it holds (an abandoned sequence).
+  /// No round trip: the first step sent for it begins it on the agent.
+  [[nodiscard]] uint32_t open_stream();
+  /// Closes a stream without what it holds (an abandoned sequence); one
+  /// never stepped is closed here.
   [[nodiscard]] Status close_stream(uint32_t stream, Deadline deadline);
   /// Steps every stream named. A step that fails (an unknown id or stream)
   /// fails alone; the call fails only when the request does (connection,
   /// deadline, the service's limits).
   [[nodiscard]] Result<SteppedText> step(std::span<const StreamStep> steps, Deadline deadline);
+  /// As step(), without waiting for the answer: `done` runs once with it
+  /// (from progress() or a blocking call of the connection, under its lock:
+  /// it must only hand the answer on). Steps submitted one after another run
+  /// in that order, so a server can post a generation step's ids and take
+  /// their text after its next step. Waits only for a send credit.
+  [[nodiscard]] Status submit(std::span<const StreamStep> steps, Deadline deadline,
+                              std::function<void(Result<SteppedText>)> done);
   [[nodiscard]] size_t vocab_size() const { return vocab_size_; }
 
  private:
   RemoteDetokenizer(Connection& connection, uint32_t handle, size_t vocab_size)
       : connection_(connection), handle_(handle), vocab_size_(vocab_size) {}
+  /// The request for `steps`, beginning the streams not yet begun.
+  std::vector<uint8_t> step_request(std::span<const StreamStep> steps);
+
   Connection& connection_;
   uint32_t handle_;
   size_t vocab_size_;
+  uint32_t last_stream_ = 0;
+  std::unordered_map<uint32_t, bool> open_;  // the streams opened here and not ended: whether a step was sent
 };
 
 }  // namespace outboard

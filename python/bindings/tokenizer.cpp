@@ -74,14 +74,19 @@ nb::dict timing_to_python(const AgentTiming& tm) {
 
 // Each (stream, ids) of a Python list: an int32 array is viewed in place,
 // any other sequence of ints is copied (an id outside int32 is refused, not
-// wrapped into another id).
-nb::list step_streams(RemoteDetokenizer& d, nb::sequence steps, std::vector<bool> finish, double timeout) {
+// wrapped into another id). `views` point into the arrays and copies.
+struct ParsedSteps {
+  std::vector<StreamStep> views;
+  std::vector<IdInput> arrays;
+  std::vector<std::vector<int32_t>> copies;
+};
+
+ParsedSteps parse_steps(nb::sequence steps, const std::vector<bool>& finish) {
   const size_t n = nb::len(steps);
   if (finish.size() != n)
     raise({Code::kInvalidArgument, std::to_string(finish.size()) + " finish flags for " + std::to_string(n) + " steps"});
-  std::vector<StreamStep> views(n);
-  std::vector<IdInput> arrays(n);
-  std::vector<std::vector<int32_t>> copies(n);
+  ParsedSteps parsed{std::vector<StreamStep>(n), std::vector<IdInput>(n), std::vector<std::vector<int32_t>>(n)};
+  auto& [views, arrays, copies] = parsed;
   for (size_t i = 0; i < n; ++i) {
     auto step = nb::cast<nb::sequence>(steps[i]);
     if (nb::len(step) != 2) raise({Code::kInvalidArgument, "step " + std::to_string(i) + " is not (stream, ids)"});
@@ -99,12 +104,11 @@ nb::list step_streams(RemoteDetokenizer& d, nb::sequence steps, std::vector<bool
     }
     views[i].ids = copies[i];
   }
-  Result<SteppedText> r = Status();
-  {
-    nb::gil_scoped_release release;
-    r = d.step(views, deadline_in(timeout));
-  }
-  const SteppedText out = unwrap(std::move(r));
+  return parsed;
+}
+
+// Per step its text, or (code, message) where it failed.
+nb::list texts_of(const SteppedText& out) {
   nb::list texts;
   for (size_t i = 0; i < out.size(); ++i) {
     if (!out.error(i).ok()) {
@@ -117,18 +121,32 @@ nb::list step_streams(RemoteDetokenizer& d, nb::sequence steps, std::vector<bool
   return texts;
 }
 
-// Batches submitted without waiting, finished by whoever progresses the
-// connection and collected here by token. Completion callbacks run under the
-// connection's lock, so they only queue (into state they share, which outlives
-// this object if it goes first): Python is touched in collect(), after the
-// lock is let go.
+nb::list step_streams(RemoteDetokenizer& d, nb::sequence steps, std::vector<bool> finish, double timeout) {
+  const ParsedSteps parsed = parse_steps(steps, finish);
+  Result<SteppedText> r = Status();
+  {
+    nb::gil_scoped_release release;
+    r = d.step(parsed.views, deadline_in(timeout));
+  }
+  return texts_of(unwrap(std::move(r)));
+}
+
+nb::object result_object(EncodedBatch&& batch) { return nb::cast(AgentBatch{std::move(batch)}); }
+nb::object result_object(SteppedText&& text) { return texts_of(text); }
+
+// Requests submitted without waiting (tokenize batches, detokenize steps),
+// finished by whoever progresses the connection and collected here by token.
+// Completion callbacks run under the connection's lock, so they only queue
+// (into state they share, which outlives this object if it goes first):
+// Python is touched in collect(), after the lock is let go.
+template <class T>
 class Completions {
  public:
   explicit Completions(Connection& c) : conn_(c), queue_(std::make_shared<Queue>()) {}
 
-  void submit(RemoteTokenizer& t, uint64_t token, std::span<const std::string_view> texts, const OffloadOptions& o,
-              Deadline deadline, Connection::Credit credit) {
-    auto done = [q = queue_, token, &conn = conn_](Result<EncodedBatch> r) {
+  // The completion callback for `token`'s request.
+  std::function<void(Result<T>)> on_done(uint64_t token) {
+    return [q = queue_, token, &conn = conn_](Result<T> r) {
       {
         std::lock_guard lock(q->mu);
         q->done.emplace_back(token, std::move(r));
@@ -136,7 +154,6 @@ class Completions {
       // Finished by another thread's progress: the collector may be asleep.
       if (std::this_thread::get_id() != q->collector.load(std::memory_order_relaxed)) conn.wake();
     };
-    check(t.submit(texts, o, deadline, std::move(done), credit));
   }
 
   nb::list collect(double timeout) {
@@ -154,7 +171,7 @@ class Completions {
 
   // What an event loop calls once it has progressed the connection itself.
   nb::list take() {
-    std::vector<std::pair<uint64_t, Result<EncodedBatch>>> ready;
+    std::vector<std::pair<uint64_t, Result<T>>> ready;
     queue_->collector.store(std::this_thread::get_id(), std::memory_order_relaxed);
     {
       std::lock_guard lock(queue_->mu);
@@ -163,7 +180,7 @@ class Completions {
     nb::list out;
     for (auto& [token, r] : ready) {
       const bool ok = r.ok();
-      nb::object result = ok ? nb::cast(AgentBatch{std::move(r).value()}) : nb::object(status_tuple(r.status()));
+      nb::object result = ok ? result_object(std::move(r).value()) : nb::object(status_tuple(r.status()));
       out.append(nb::make_tuple(token, ok, result));
     }
     return out;
@@ -173,11 +190,28 @@ class Completions {
   struct Queue {
     std::mutex mu;
     std::atomic<std::thread::id> collector;
-    std::vector<std::pair<uint64_t, Result<EncodedBatch>>> done;
+    std::vector<std::pair<uint64_t, Result<T>>> done;
   };
   Connection& conn_;
   std::shared_ptr<Queue> queue_;
 };
+
+using BatchCompletions = Completions<EncodedBatch>;
+using StepCompletions = Completions<SteppedText>;
+
+template <class T>
+void bind_completions(nb::module_& m, const char* name, const char* what) {
+  nb::class_<Completions<T>>(m, name)
+      .def(nb::init<Connection&>(), "connection"_a, nb::keep_alive<1, 2>())
+      .def("collect", &Completions<T>::collect, "timeout"_a,
+           (std::string("[(token, ok, result)] of ") + what +
+            " finished since the last call, waiting up to `timeout` s (driving the connection) for one; result "
+            "is (code, message) where not ok.")
+               .c_str())
+      .def("take", &Completions<T>::take,
+           "collect() for an event loop that progresses the connection itself: what is ready, never waiting. "
+           "Requests finished by other threads wake the connection's event_fd.");
+}
 
 }  // namespace
 
@@ -373,14 +407,14 @@ void bind_tokenizer(nb::module_& m) {
           "(ids viewing the registered buffer, offsets, per-text None or (code, message), agent timing).")
       .def(
           "submit",
-          [](RemoteTokenizer& t, Completions& into, uint64_t token, nb::list texts, bool allow_special, bool ordinary,
+          [](RemoteTokenizer& t, BatchCompletions& into, uint64_t token, nb::list texts, bool allow_special, bool ordinary,
              std::string_view utf8, bool add_special_tokens, uint32_t max_len, uint64_t capacity, double timeout,
              bool wait_credit) {
             std::vector<std::string_view> views = text_views(texts);
             OffloadOptions o{encode_options(allow_special, ordinary, utf8, add_special_tokens), max_len, capacity};
             nb::gil_scoped_release release;  // a new slab may take a round trip
-            into.submit(t, token, views, o, deadline_in(timeout),
-                        wait_credit ? Connection::Credit::kWait : Connection::Credit::kFail);
+            check(t.submit(views, o, deadline_in(timeout), into.on_done(token),
+                           wait_credit ? Connection::Credit::kWait : Connection::Credit::kFail));
           },
           "completions"_a, "token"_a, "texts"_a, "allow_special"_a = false, "ordinary"_a = false, "utf8"_a = "strict",
           "add_special_tokens"_a = false, "max_len"_a = 0, "capacity"_a = 0, "timeout"_a = 10.0,
@@ -397,13 +431,8 @@ void bind_tokenizer(nb::module_& m) {
           },
           "connection"_a, "name"_a, "timeout"_a, nb::keep_alive<0, 1>())
       .def_prop_ro("vocab_size", &RemoteDetokenizer::vocab_size)
-      .def(
-          "open_stream",
-          [](RemoteDetokenizer& d, double timeout) {
-            nb::gil_scoped_release release;
-            return unwrap(d.open_stream(deadline_in(timeout)));
-          },
-          "timeout"_a)
+      .def("open_stream", &RemoteDetokenizer::open_stream,
+           "A new stream's handle (no round trip: its first step begins it on the agent).")
       .def(
           "close_stream",
           [](RemoteDetokenizer& d, uint32_t stream, double timeout) {
@@ -412,7 +441,17 @@ void bind_tokenizer(nb::module_& m) {
           },
           "stream"_a, "timeout"_a)
       .def("step", &step_streams, "steps"_a, "finish"_a, "timeout"_a,
-           "[(stream, ids)] and a finish flag per step -> per step its text, or (code, message) where it failed.");
+           "[(stream, ids)] and a finish flag per step -> per step its text, or (code, message) where it failed.")
+      .def(
+          "submit",
+          [](RemoteDetokenizer& d, StepCompletions& into, uint64_t token, nb::sequence steps, std::vector<bool> finish,
+             double timeout) {
+            const ParsedSteps parsed = parse_steps(steps, finish);
+            nb::gil_scoped_release release;  // waits for a send credit at most
+            check(d.submit(parsed.views, deadline_in(timeout), into.on_done(token)));
+          },
+          "completions"_a, "token"_a, "steps"_a, "finish"_a, "timeout"_a,
+          "step without waiting: the texts are collected from `completions` under `token`.");
 
   nb::class_<AgentBatch>(m, "AgentBatch", "A batch the agent tokenized; its arrays keep it (and its slots) alive.")
       .def_prop_ro("ids", [](nb::handle self) {
@@ -430,15 +469,8 @@ void bind_tokenizer(nb::module_& m) {
                    "What the agent reported: queued_before, queue_ns, tokenize_ns, cpu_ns, put_ns.")
       .def("__len__", [](const AgentBatch& b) { return b.batch.errors().size(); });
 
-  nb::class_<Completions>(m, "Completions")
-      .def(nb::init<Connection&>(), "connection"_a, nb::keep_alive<1, 2>())
-      .def("collect", &Completions::collect, "timeout"_a,
-           "[(token, ok, result)] of batches finished since the last call, waiting up to `timeout` s (driving the "
-           "connection) for one; result is an AgentBatch, or (code, message).")
-      .def("take", &Completions::take,
-           "collect() for an event loop that progresses the connection itself: what is ready, never waiting. "
-           "Batches finished by other threads wake the connection's event_fd.");
-
+  bind_completions<EncodedBatch>(m, "Completions", "batches (each result an AgentBatch)");
+  bind_completions<SteppedText>(m, "StepCompletions", "detokenize steps (each result the steps' texts, as step's)");
 }
 
 }  // namespace outboard

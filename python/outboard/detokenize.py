@@ -8,19 +8,25 @@ C++ (``outboard/detokenize_client.h``); this is its Python face."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from . import _core
-from .errors import Error, from_code
+from .errors import Error, InvalidArgument, TimedOut, from_code
+
+Steps = Sequence[tuple[int, Sequence[int] | np.ndarray]]
 
 
 class Detokenizer:
     """One vocabulary on an agent's ``detokenize`` service. Made by ``Client.detokenizer(name)``; ``name``
     as for ``Client.tokenizer``: a name the agent resolves in its vocabulary directory, or a path of this
-    machine's (a ``Path``, or a name with a "/"), whose bytes the agent is sent. One thread at a time."""
+    machine's (a ``Path``, or a name with a "/"), whose bytes the agent is sent. One thread at a time.
+
+    ``submit`` and ``result`` pipeline it: a server sends a generation step's ids, runs its next step
+    while the agent decodes them, then takes their text, already there, with no wait."""
 
     def __init__(self, conn: _core.Connection, name: str | Path, *, timeout: float) -> None:
         self._timeout = timeout
@@ -28,20 +34,58 @@ class Detokenizer:
         self._remote = _core.RemoteDetokenizer.open(conn, str(name.absolute()) if isinstance(name, Path) else name,
                                                     timeout)
         self.vocab_size = self._remote.vocab_size
+        self._completions = _core.StepCompletions(conn)
+        self._tickets = 0
+        self._pending: set[int] = set()  # submitted, not yet answered
+        self._answers: dict[int, list[str | Error] | Error] = {}  # answered, not yet taken
 
     def stream(self) -> int:
-        """A new sequence's stream: a handle for ``step``. Closed by a finishing step or ``close``."""
-        return self._remote.open_stream(self._timeout)
+        """A new sequence's stream: a handle for ``step``, made here (its first step begins it on the
+        agent). Closed by a finishing step or ``close``."""
+        return self._remote.open_stream()
 
     def close(self, stream: int) -> None:
         """Closes a stream without its held bytes (an abandoned sequence)."""
         self._remote.close_stream(stream, self._timeout)
 
-    def step(self, steps: Sequence[tuple[int, Sequence[int] | np.ndarray]], *,
-             finish: Sequence[bool] | bool = False) -> list[str | Error]:
+    def step(self, steps: Steps, *, finish: Sequence[bool] | bool = False) -> list[str | Error]:
         """For each ``(stream, ids)``, the text those ids complete; with ``finish`` (one flag, or one per
         step) also what the stream held back (U+FFFD for a broken character), and the stream is closed.
         A step that fails (an unknown id or stream) is its error, in its place, and leaves its stream as
         it was; the others go on. An int32 array of ids is sent without a copy into Python objects."""
-        flags = [finish] * len(steps) if isinstance(finish, bool) else list(finish)
-        return [t if isinstance(t, str) else from_code(*t) for t in self._remote.step(steps, flags, self._timeout)]
+        return _texts(self._remote.step(steps, _flags(steps, finish), self._timeout))
+
+    def submit(self, steps: Steps, *, finish: Sequence[bool] | bool = False) -> int:
+        """As ``step``, without waiting for the answer: a ticket for ``result``. Steps run on the agent
+        in the order they are submitted."""
+        self._tickets += 1
+        self._remote.submit(self._completions, self._tickets, steps, _flags(steps, finish), self._timeout)
+        self._pending.add(self._tickets)
+        return self._tickets
+
+    def result(self, ticket: int, *, wait: bool = True) -> list[str | Error] | None:
+        """What ``step`` would have returned for the submitted ``ticket``; without ``wait``, None while
+        it has not come. Raises where the request failed (the connection, the timeout)."""
+        if ticket not in self._pending and ticket not in self._answers:
+            raise InvalidArgument(f"detokenize step {ticket} was not submitted, or its result was taken")
+        deadline = time.monotonic() + self._timeout
+        while ticket in self._pending:
+            for token, ok, answer in self._completions.collect(max(0.0, deadline - time.monotonic()) if wait else 0.0):
+                self._pending.discard(token)
+                self._answers[token] = _texts(answer) if ok else from_code(*answer)
+            if ticket in self._pending and not wait:
+                return None
+            if ticket in self._pending and time.monotonic() >= deadline:
+                raise TimedOut(f"detokenize step {ticket}: no answer within {self._timeout} s")
+        answer = self._answers.pop(ticket)
+        if isinstance(answer, Error):
+            raise answer
+        return answer
+
+
+def _flags(steps: Steps, finish: Sequence[bool] | bool) -> list[bool]:
+    return [finish] * len(steps) if isinstance(finish, bool) else list(finish)
+
+
+def _texts(answer: list) -> list[str | Error]:
+    return [t if isinstance(t, str) else from_code(*t) for t in answer]

@@ -313,12 +313,16 @@ class StreamDecoder:
     sequence, ``step([(seq, new_ids), ...])`` gives each the text its ids complete, ``finish=True``
     also what it held back, and closes it. The text is the family's decode (``Tokenizer.decode``:
     control ids invisible for Mistral's families). On the agent, one round trip per step; a failed
-    step is its error, in its place."""
+    step is its error, in its place. ``submit(steps)`` and ``result(ticket)`` are ``step`` without
+    waiting: an engine submits a generation step's ids, runs its next step while the agent decodes
+    them, and takes their text after it (on the host it is decoded at once)."""
 
     def __init__(self, local: Any, remote: Detokenizer | None) -> None:
         self._local, self._remote = local, remote
         self._streams: dict[int, DecodeStream] = {}
         self._next = 0
+        self._decoded: dict[int, list[str | Error]] = {}  # the host's submitted steps, by ticket
+        self._tickets = 0
         self.placement = "host" if remote is None else "agent"
 
     def open(self) -> int:
@@ -351,6 +355,22 @@ class StreamDecoder:
                 del self._streams[handle]
             out.append(text)
         return out
+
+    def submit(self, steps: Sequence[tuple[int, Sequence[int] | np.ndarray]], *,
+               finish: Sequence[bool] | bool = False) -> int:
+        if self._remote is not None:
+            return self._remote.submit(steps, finish=finish)
+        self._tickets += 1
+        self._decoded[self._tickets] = self.step(steps, finish=finish)
+        return self._tickets
+
+    def result(self, ticket: int, *, wait: bool = True) -> list[str | Error] | None:
+        """A submitted step's texts; without ``wait``, None while they have not come."""
+        if self._remote is not None:
+            return self._remote.result(ticket, wait=wait)
+        if ticket not in self._decoded:
+            raise InvalidArgument(f"step {ticket} was not submitted, or its result was taken")
+        return self._decoded.pop(ticket)
 
     def close(self, handle: int) -> None:
         if self._remote is not None:

@@ -6,11 +6,9 @@
 //
 // Decoding is a table read per id: steps run on the progress thread.
 // Opening a vocabulary parses a file (up to seconds): that runs on a worker.
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <unordered_map>
 
 #include "outboard/tokenizer.h"
@@ -33,9 +31,10 @@ constexpr size_t kOpensQueued = 64;  // vocabularies waiting for the loader thre
 
 struct Client {
   std::vector<std::shared_ptr<const Tokenizer>> tokenizers;
-  std::vector<std::optional<DecodeStream>> streams;  // a closed one's slot is reused
-  size_t open_streams = 0;
+  std::unordered_map<uint64_t, DecodeStream> streams;  // by stream_key(tokenizer, the client's name)
 };
+
+uint64_t stream_key(uint32_t tokenizer, uint32_t stream) { return uint64_t{tokenizer} << 32 | stream; }
 
 struct Core {
   std::atomic<bool> detached{false};
@@ -70,8 +69,6 @@ class Detokenize final : public Service {
         return open(std::move(r), Vocabularies::Request{std::string(reinterpret_cast<const char*>(in.data()), in.size())});
       case wire::kUpload:
         return open(std::move(r), core_->vocabularies->upload(in));
-      case wire::kStream:
-        return stream(std::move(r), in);
       case wire::kStep:
         return step(std::move(r), in);
       case wire::kClose:
@@ -91,48 +88,33 @@ class Detokenize final : public Service {
                                         " vocabularies waiting to load, the limit kOpensQueued"});
   }
 
-  void stream(ServiceRequest r, std::span<const uint8_t> body) {
-    wire::Reader in{body};
-    uint32_t tokenizer = 0;
-    if (!in.get(tokenizer)) return r.responder.fail({Code::kInvalidArgument, "stream request is truncated"});
-    Client& client = core_->clients[r.peer->id()];
-    if (tokenizer >= client.tokenizers.size())
-      return r.responder.fail({Code::kNotFound, "tokenizer " + std::to_string(tokenizer) + " was not opened on this connection"});
-    if (client.open_streams >= kMaxStreamsPerConnection)
-      return r.responder.fail({Code::kTooBig, "connection has " + std::to_string(client.open_streams) +
-                                                  " open streams, the limit kMaxStreamsPerConnection"});
-    auto slot = std::find_if(client.streams.begin(), client.streams.end(), [](const auto& s) { return !s; });
-    if (slot == client.streams.end()) slot = client.streams.insert(slot, std::nullopt);
-    slot->emplace(*client.tokenizers[tokenizer]);
-    ++client.open_streams;
-    const auto handle = static_cast<uint32_t>(slot - client.streams.begin());
-    r.responder.respond(Buffer::copy_of({reinterpret_cast<const uint8_t*>(&handle), sizeof handle}));
-  }
-
-  DecodeStream* find(Client& client, uint32_t handle) {
-    return handle < client.streams.size() && client.streams[handle] ? &*client.streams[handle] : nullptr;
-  }
-
-  void release(Client& client, uint32_t handle) {
-    client.streams[handle].reset();
-    --client.open_streams;
+  // Step `s`'s stream, of a request naming `tokenizer`: begun where flagged and not open.
+  Result<DecodeStream*> stream_of(Client& client, const wire::Step& s, uint32_t tokenizer) {
+    if (auto it = client.streams.find(stream_key(tokenizer, s.stream)); it != client.streams.end()) return &it->second;
+    if (!(s.flags & wire::kBegin))
+      return Status(Code::kNotFound, "stream " + std::to_string(s.stream) + " is not open on this connection");
+    if (client.streams.size() >= kMaxStreamsPerConnection)
+      return Status(Code::kTooBig, "connection has " + std::to_string(client.streams.size()) +
+                                       " open streams, the limit kMaxStreamsPerConnection");
+    return &client.streams.try_emplace(stream_key(tokenizer, s.stream), *client.tokenizers[tokenizer]).first->second;
   }
 
   void close(ServiceRequest r, std::span<const uint8_t> body) {
     wire::Reader in{body};
-    uint32_t handle = 0;
-    if (!in.get(handle)) return r.responder.fail({Code::kInvalidArgument, "close request is truncated"});
+    uint32_t tokenizer = 0, handle = 0;
+    if (!in.get(tokenizer) || !in.get(handle))
+      return r.responder.fail({Code::kInvalidArgument, "close request is truncated"});
     Client& client = core_->clients[r.peer->id()];
-    if (!find(client, handle))
+    if (!client.streams.erase(stream_key(tokenizer, handle)))
       return r.responder.fail({Code::kNotFound, "stream " + std::to_string(handle) + " is not open on this connection"});
-    release(client, handle);
     r.responder.respond(Buffer());
   }
 
   void step(ServiceRequest r, std::span<const uint8_t> body) {
     wire::Reader in{body};
-    uint32_t n = 0;
-    if (!in.get(n)) return r.responder.fail({Code::kInvalidArgument, "step request is truncated (no count)"});
+    uint32_t tokenizer = 0, n = 0;
+    if (!in.get(tokenizer) || !in.get(n))
+      return r.responder.fail({Code::kInvalidArgument, "step request is truncated (no count)"});
     if (n > kMaxStreamsPerConnection)
       return r.responder.fail({Code::kTooBig, "step of " + std::to_string(n) + " streams exceeds kMaxStreamsPerConnection " +
                                                   std::to_string(kMaxStreamsPerConnection)});
@@ -149,6 +131,8 @@ class Detokenize final : public Service {
       return r.responder.fail({Code::kInvalidArgument, "steps name " + std::to_string(total) + " ids but the request carries " +
                                                            std::to_string(in.in.size()) + " B"});
     Client& client = core_->clients[r.peer->id()];
+    if (tokenizer >= client.tokenizers.size())
+      return r.responder.fail({Code::kNotFound, "tokenizer " + std::to_string(tokenizer) + " was not opened on this connection"});
     std::vector<wire::StepResult> results(n);
     std::string text;
     std::vector<std::string> errors;
@@ -160,15 +144,11 @@ class Detokenize final : public Service {
       if (s.ids != 0) std::memcpy(ids.data(), next, s.ids * sizeof(int32_t));  // the payload need not be aligned
       next += s.ids * sizeof(int32_t);
       const size_t before = text.size();
-      Status st;
-      if (DecodeStream* stream = find(client, s.stream)) {
-        st = stream->step(ids, text);
-        if (st.ok() && (s.flags & wire::kFinish)) {
-          stream->finish(text);
-          release(client, s.stream);
-        }
-      } else {
-        st = {Code::kNotFound, "stream " + std::to_string(s.stream) + " is not open on this connection"};
+      Result<DecodeStream*> stream = stream_of(client, s, tokenizer);
+      Status st = stream.ok() ? (*stream)->step(ids, text) : stream.status();
+      if (st.ok() && (s.flags & wire::kFinish)) {
+        (*stream)->finish(text);
+        client.streams.erase(stream_key(tokenizer, s.stream));
       }
       if (!st.ok()) {
         text.resize(before);

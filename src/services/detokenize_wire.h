@@ -3,12 +3,18 @@
 //
 //   'O' name bytes            -> u32 tokenizer, u32 vocab size (as tokenize's)
 //   'L' u8 format, the bytes  -> as 'O' (a vocabulary the client uploads)
-//   'S' u32 tokenizer         -> u32 stream: one sequence's decode state
-//   'D' u32 n, Step[n], then each step's ids (i32) back to back
+//   'D' u32 tokenizer, u32 n, Step[n], then each step's ids (i32) back to back
 //       -> StepResult[n], each step's text back to back, then for each
 //          failed step a u32 length and its message. A step fails alone
 //          and leaves its stream as it was.
-//   'C' u32 stream            -> empty; the stream is closed, what it held dropped
+//   'C' u32 tokenizer, u32 stream -> empty; the stream is closed, what it held dropped
+//
+// Streams (one sequence's decode state each) are named by the client, each
+// tokenizer's apart: a step flagged kBegin begins its stream, of the
+// request's tokenizer, unless it is open, so a new sequence costs no round
+// trip. A client flags every
+// step of a stream it has open: then no answer needs to tell it whether a
+// stream was begun.
 #pragma once
 
 #include <cstdint>
@@ -20,12 +26,12 @@ namespace outboard::detokenize_wire {
 
 inline constexpr char kOpen = services::kOpenByName;
 inline constexpr char kUpload = services::kOpenUpload;
-inline constexpr char kStream = 'S';
 inline constexpr char kStep = 'D';
 inline constexpr char kClose = 'C';
 
 enum StepFlags : uint8_t {
   kFinish = 1,  ///< after the ids: the bytes held back (U+FFFD where broken), and the stream is closed
+  kBegin = 2,   ///< before the ids: the stream is begun where it is not open (even if the ids then fail)
 };
 
 struct Step {

@@ -70,7 +70,8 @@ World& world() {
                                   Deadline::after_ms(30000));
         !r.ok())
       fail("detokenize open", r.status());
-    const uint8_t stream[] = {'S', 0, 0, 0, 0};
+    // Stream 0 of tokenizer 0, begun by an empty step (flag kBegin = 2).
+    const uint8_t stream[] = {'D', 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0};
     if (auto r = w->conn->request("detokenize", stream, Deadline::after_ms(5000)); !r.ok()) fail("detokenize stream", r.status());
     return w;
   }();

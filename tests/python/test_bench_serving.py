@@ -24,7 +24,7 @@ def smoke_run(tmp_path_factory) -> Path:
 def test_every_placement_served_every_request_right(smoke_run: Path) -> None:
     rows, meta = report.load(smoke_run)
     assert meta["failed"] == {} and meta["tokenizer"] == "mistral-v3"
-    assert {r["impl"] for r in rows} == {"host", "outboard", "outboard-encode", "outboard-sleep"}
+    assert {r["impl"] for r in rows} == {"host", "outboard", "outboard-encode", "outboard-sleep", "outboard-wait"}
     for r in rows:
         c, m = r["correctness"], r["metrics"]
         assert c["ok"] and c["requests"] == r["params"]["requests"], r

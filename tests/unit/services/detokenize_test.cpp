@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <random>
 
 #include "../agent_fixture.h"
@@ -48,7 +49,7 @@ class DetokenizeServiceTest : public testing::AgentFixture {
 // Every sequence in 1..4-id steps, all open ones in one request per step.
 std::vector<std::string> stream_all(RemoteDetokenizer& detok, const std::vector<std::vector<int32_t>>& docs) {
   std::vector<uint32_t> streams;
-  for (size_t k = 0; k < docs.size(); ++k) streams.push_back(detok.open_stream(Deadline::after_ms(5000)).value());
+  for (size_t k = 0; k < docs.size(); ++k) streams.push_back(detok.open_stream());
   std::vector<std::string> texts(docs.size());
   std::vector<size_t> pos(docs.size(), 0), live;
   std::mt19937 rng(7);
@@ -90,8 +91,8 @@ TEST_F(DetokenizeServiceTest, StreamedTextEqualsTheLocalDecodeForEverySequence) 
 TEST_F(DetokenizeServiceTest, ABadStepFailsAloneAndLeavesItsStreamAsItWas) {
   const std::vector<int32_t> emoji = ids("a🙂b");  // the emoji spans several ids: the stream holds its first bytes
   ASSERT_GE(emoji.size(), 4u);
-  const uint32_t a = detok_->open_stream(Deadline::after_ms(5000)).value();
-  const uint32_t b = detok_->open_stream(Deadline::after_ms(5000)).value();
+  const uint32_t a = detok_->open_stream();
+  const uint32_t b = detok_->open_stream();
   const std::vector<StreamStep> first = {{a, std::span(emoji).first(2)}, {b, std::span(emoji).first(1)}};
   auto out = detok_->step(first, Deadline::after_ms(5000));
   ASSERT_TRUE(out.ok()) << out.status().to_string();
@@ -117,9 +118,41 @@ TEST_F(DetokenizeServiceTest, ABadStepFailsAloneAndLeavesItsStreamAsItWas) {
   EXPECT_EQ(detok_->step(rest, Deadline::after_ms(5000))->error(0).code(), Code::kNotFound);  // finish closed it
 }
 
+// A server's pipeline: each step submitted before the one before it is answered; the answers run
+// in order, equal step()'s, and a bad step fails alone in its place.
+TEST_F(DetokenizeServiceTest, SubmittedStepsRunInOrderAndAnswerAsStepDoes) {
+  const std::vector<int32_t> text = ids("naïve café — 🙂 done");
+  const uint32_t s = detok_->open_stream();
+  const int32_t unknown = 10'000'000;
+  std::vector<std::vector<StreamStep>> steps;
+  for (size_t at = 0; at < text.size(); ++at) {
+    steps.push_back({{s, std::span(text).subspan(at, 1), at + 1 == text.size()}});
+    if (at == 2) steps.push_back({{s, {&unknown, 1}}});
+  }
+  std::vector<std::optional<Result<SteppedText>>> answers(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ASSERT_TRUE(detok_->submit(steps[i], Deadline::after_ms(5000), [&answers, i](Result<SteppedText> r) {
+                  answers[i] = std::move(r);
+                }).ok());
+  }
+  ASSERT_TRUE(conn_->wait_until(Deadline::after_ms(5000), [&] { return answers.back().has_value(); }));
+  std::string streamed;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    ASSERT_TRUE(answers[i] && answers[i]->ok()) << i;
+    const SteppedText& out = **answers[i];
+    if (i == 3) {
+      EXPECT_EQ(out.error(0).code(), Code::kNotFound) << out.error(0).to_string();
+      continue;
+    }
+    EXPECT_TRUE(out.error(0).ok()) << i << ": " << out.error(0).to_string();
+    streamed += out.text(0);
+  }
+  EXPECT_EQ(streamed, "naïve café — 🙂 done");
+}
+
 TEST_F(DetokenizeServiceTest, StreamsAreTheConnectionsOwnAndLimitsKeepItUsable) {
   const std::vector<int32_t> hello = ids("hello");
-  const uint32_t mine = detok_->open_stream(Deadline::after_ms(5000)).value();
+  const uint32_t mine = detok_->open_stream();
   auto other_conn = connect();
   ASSERT_TRUE(other_conn);
   auto other = open("gpt2", *other_conn);

@@ -9,9 +9,12 @@ call and the tool's result, a distinct text, to answer from), all queued at the 
 admits queued requests up to ``concurrency`` (parse the body, ``apply_chat_template``: the prompt's
 ids), runs the stand-in model — it emits the next id of each running sequence's answer,
 a distinct corpus text encoded before the run, and holds the thread ``step_ms`` without using the
-CPU, as a GPU step does — detokenizes every running sequence's new id in one call, and writes each
-delta as a server-sent ``chat.completion.chunk`` (the last with its finish_reason, then
-``data: [DONE]``). The server is pinned to one core, the agent to another.
+CPU, as a GPU step does —, writes the text of the step before (each delta a server-sent
+``chat.completion.chunk``, the last with its finish_reason, then ``data: [DONE]``), and submits
+every running sequence's new id to the decoder in one call. On the host that text is decoded at once
+and written in the same step; on the agent it is decoded during the next model step, so the server
+never waits for it (a chunk goes out one step later). ``outboard-wait`` waits for it instead. The
+server is pinned to one core, the agent to another.
 
 Checked on the timed data: each request's prompt ids equal the host's ``apply_chat_template``, and the
 text its chunks carry, parsed back, equals the host's decode of its answer ids. Columns: the server
@@ -46,10 +49,11 @@ TOOLS = [{"type": "function", "function": {
                    "required": ["query"]}}}]
 
 
-def _serve(placement: str, detokenize: str | None = None, spin_us: int | None = None):
+def _serve(placement: str, detokenize: str | None = None, spin_us: int | None = None, pipeline: bool = True):
     """Serving with tokenization on ``placement`` and detokenization on ``detokenize`` (None: the
     same); for the agent, over a connection whose waits busy-poll at most ``spin_us`` (None: the
-    channel's default, adaptive)."""
+    channel's default, adaptive), with each step's text taken after the next model step
+    (``pipeline``) or waited for."""
     def measure(env: ServingEnv, p: dict[str, Any]) -> Measurement:
         requests = env.requests(p)
         client = env.clients[spin_us] if placement == "agent" else None
@@ -58,7 +62,7 @@ def _serve(placement: str, detokenize: str | None = None, spin_us: int | None = 
             decoder = tok.stream_decoder(detokenize)
             agent0 = client.stats()["cpu_ns"] if client else 0
             cpu0 = time.process_time()
-            served = serve(tok, decoder, requests, p["concurrency"], p["step_ms"] / 1e3)
+            served = serve(tok, decoder, requests, p["concurrency"], p["step_ms"] / 1e3, pipeline)
             cpu_s = time.process_time() - cpu0
             agent_s = (client.stats()["cpu_ns"] - agent0) / 1e9 if client else 0.0
         finally:
@@ -79,34 +83,21 @@ def _serve(placement: str, detokenize: str | None = None, spin_us: int | None = 
 
 
 def serve(tok: HFTokenizer, decoder: Any, requests: list[tuple[bytes, list[int]]], concurrency: int,
-          step_s: float) -> list[dict[str, Any]]:
+          step_s: float, pipeline: bool = True) -> list[dict[str, Any]]:
     """The engine loop (see the module's notes); per request its prompt ids, its SSE chunks, and the
-    seconds from its admission to its first and last chunk."""
+    seconds from its admission to its first and last chunk. ``pipeline``: a step's ids are submitted
+    to the decoder and their text written when it is there (after the next model step, where the
+    agent decodes them); otherwise the loop waits for it before the next step."""
     waiting = list(range(len(requests)))[::-1]
     running: dict[int, dict[str, Any]] = {}
     done: dict[int, dict[str, Any]] = {}
     created = int(time.time())
-    while waiting or running:
-        while waiting and len(running) < concurrency:
-            i = waiting.pop()
-            body = json.loads(requests[i][0])
-            start = time.perf_counter()
-            prompt = tok.apply_chat_template(body["messages"], body.get("tools"))
-            running[i] = {"prompt_ids": prompt, "stream": decoder.open(), "at": 0, "start": start, "chunks": [],
-                          "max": min(body["max_tokens"], len(requests[i][1])), "model": body["model"]}
-        time.sleep(step_s)  # the stand-in model's step: GPU time, the CPU idle
-        order = list(running)
-        steps, finish = [], []
-        for i in order:
-            r = running[i]
-            steps.append((r["stream"], requests[i][1][r["at"]:r["at"] + 1]))
-            r["at"] += 1
-            finish.append(r["at"] >= r["max"])
+
+    def write(order: list[int], records: list[dict[str, Any]], finish: list[bool], texts: list[Any]) -> None:
         now = time.perf_counter()
-        for i, text, last in zip(order, decoder.step(steps, finish=finish), finish):
+        for i, r, text, last in zip(order, records, texts, finish):
             if not isinstance(text, str):
                 raise text
-            r = running[i]
             if text or last:
                 delta = {"content": text} if r["chunks"] else {"role": "assistant", "content": text}
                 r["chunks"].append(_chunk(i, created, r["model"], delta, "length" if last else None))
@@ -114,7 +105,40 @@ def serve(tok: HFTokenizer, decoder: Any, requests: list[tuple[bytes, list[int]]
             if last:
                 r["chunks"].append(b"data: [DONE]\n\n")
                 r["last_s"] = now - r["start"]
-                done[i] = running.pop(i)
+                done[i] = r
+
+    in_flight: tuple[int, list[int], list[dict[str, Any]], list[bool]] | None = None
+    while waiting or running or in_flight:
+        while waiting and len(running) < concurrency:
+            i = waiting.pop()
+            body = json.loads(requests[i][0])
+            start = time.perf_counter()
+            prompt = tok.apply_chat_template(body["messages"], body.get("tools"))
+            running[i] = {"prompt_ids": prompt, "stream": decoder.open(), "at": 0, "start": start, "chunks": [],
+                          "max": min(body["max_tokens"], len(requests[i][1])), "model": body["model"]}
+        if running:
+            time.sleep(step_s)  # the stand-in model's step: GPU time, the CPU idle
+        if in_flight:
+            ticket, *step = in_flight
+            write(*step, decoder.result(ticket))
+            in_flight = None
+        if not running:
+            continue
+        order = list(running)
+        records = [running[i] for i in order]
+        steps, finish = [], []
+        for i, r in zip(order, records):
+            steps.append((r["stream"], requests[i][1][r["at"]:r["at"] + 1]))
+            r["at"] += 1
+            finish.append(r["at"] >= r["max"])
+            if finish[-1]:
+                del running[i]  # its place is free for the next admission
+        ticket = decoder.submit(steps, finish=finish)
+        texts = decoder.result(ticket, wait=not pipeline)
+        if texts is None:
+            in_flight = (ticket, order, records, finish)
+        else:
+            write(order, records, finish, texts)
     return [done[i] for i in range(len(requests))]
 
 
@@ -146,18 +170,21 @@ LOOP = Case(
     quick={"prompt_bytes": [2048], "requests": [24]},
     impls=[Impl("host", _serve("host")), Impl("outboard", _serve("agent")),
            Impl("outboard-encode", _serve("agent", detokenize="host")),
-           Impl("outboard-sleep", _serve("agent", spin_us=0))],
+           Impl("outboard-sleep", _serve("agent", spin_us=0)),
+           Impl("outboard-wait", _serve("agent", pipeline=False))],
     columns=[Column("server CPU µs/req", "server_cpu_us_per_request", 0),
              Column("agent CPU µs/req", "agent_cpu_us_per_request", 0),
              Column("first chunk ms p50", "first_chunk_ms.p50", 2), Column("first chunk ms p99", "first_chunk_ms.p99", 2),
              Column("last chunk ms p50", "last_chunk_ms.p50", 1), Column("prompt ids", "prompt_ids", 0),
              Column("answer ids", "answer_ids", 0)],
-    reference="host", ratio_metric="server_cpu_us_per_request", also_ratio=("outboard-encode", "outboard-sleep"),
+    reference="host", ratio_metric="server_cpu_us_per_request",
+    also_ratio=("outboard-encode", "outboard-sleep", "outboard-wait"),
     goal=Goal(1.0, {"prompt_bytes": 16384}),
     notes="Ratios: the server's CPU per request with the agent over the same run's with the host (below 1: the "
-          "offload frees the server's CPU). `outboard` waits for the agent as the client does by default "
-          "(busy-polling up to 200 µs while answers come that fast), `outboard-sleep` sleeps at once (spin_us=0); "
-          "`outboard-encode` tokenizes on the agent and detokenizes here. "
+          "offload frees the server's CPU). `outboard` takes each step's text after the next model step; its "
+          "prompt's ids it waits for as the client does by default (busy-polling up to 200 µs while answers come "
+          "that fast), `outboard-sleep` sleeps at once (spin_us=0); `outboard-wait` also waits for each step's "
+          "text before the next model step; `outboard-encode` tokenizes on the agent and detokenizes here. "
           "The goal applies to long prompts (16 KiB, a RAG request's context); short ones are reported as measured. "
           "Every placement does the same JSON and SSE work.")
 
