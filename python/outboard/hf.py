@@ -23,6 +23,11 @@ What follows each reference, and where they differ:
   given by path), with tools from v2: the function definitions, the assistant's calls and the tool
   messages' results, checked as mistral-common's serving mode checks them. Content parts (images)
   are refused, naming the message, and tools for v1, which mistral-common drops unseen.
+- ``decode`` without special tokens is mistral-common's text (its IGNORE policy); with them, each
+  special's text stands between text decoded as the family's reference decodes it: Tekken's equals
+  mistral-common's KEEP; for SentencePiece there is no one reference to follow (mistral-common's
+  KEEP shows raw pieces, ``▁`` and ``<0x0A>``; transformers 4.57's slow and fast Llama tokenizers
+  built from the same file insert spaces after ``<s>`` and differ from each other).
 """
 
 from __future__ import annotations

@@ -337,6 +337,25 @@ def test_token_spellings_are_the_references(host: dict, name: str, tmp_path: Pat
     assert tok.convert_tokens_to_ids("no such token \u2603") == tok.unk_token_id
 
 
+@pytest.mark.parametrize("name", MISTRAL)
+def test_decoded_prompts_are_mistral_commons_text(host: dict, name: str) -> None:
+    """Without special tokens, the text mistral-common decodes (its IGNORE policy) from prompts and
+    encoded texts; with them, Tekken's as its KEEP policy renders them. SentencePiece's KEEP shows raw
+    pieces (▁, <0x0A>): there each special's text stands between text decoded as sentencepiece does."""
+    from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+    tok, reference = tokenizer(host, name), mistral_common(name).instruct_tokenizer.tokenizer
+    sequences = [tok.encode(t) + [tok.convert_tokens_to_ids("</s>")] for t in sample_texts()[-3:] + ["Hi", " x"]]
+    sequences += [tok.apply_chat_template(c) for c in CONVERSATIONS[:4]]
+    if name != "mistral-v1":
+        sequences += [tok.apply_chat_template(*TOOL_CONVERSATIONS[2])]
+    for ids in sequences:
+        assert tok.decode(ids, skip_special_tokens=True) == reference.decode(ids, SpecialTokenPolicy.IGNORE)
+        if name == "tekken":
+            assert tok.decode(ids) == reference.decode(ids, SpecialTokenPolicy.KEEP)
+    assert tok.decode(sequences[-1]).startswith("<s>[INST]")
+
+
 def test_special_tokens_and_added_ids_follow_transformers(host: dict) -> None:
     v3, cl, bert, tekken = (tokenizer(host, n) for n in ("mistral-v3", "cl100k_base", "bert-base-uncased", "tekken"))
     assert (v3.bos_token, v3.bos_token_id, v3.eos_token_id, v3.pad_token_id) == ("<s>", 1, 2, None)
