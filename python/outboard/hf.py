@@ -363,6 +363,7 @@ class StreamDecoder:
 
     def submit(self, steps: Sequence[tuple[int, Sequence[int] | np.ndarray]], *,
                finish: Sequence[bool] | bool = False) -> int:
+        """``step`` without waiting for its texts: a ticket for ``result``."""
         if self._remote is not None:
             return self._remote.submit(steps, finish=finish)
         self._tickets += 1

@@ -237,7 +237,7 @@ class ServingEnv:
         """Fresh request bodies with the answer ids the stand-in model will emit."""
         out = []
         for i in range(p["requests"]):
-            agent = self.host.chat_version != "v1" and i % 2  # the prompt's bytes half its, half the tool's
+            agent = self.host.chat_version != "v1" and i % 2  # its bytes half the user's, half the tool result's
             messages = [{"role": "system", "content": SYSTEM},
                         {"role": "user", "content": self.payloads.take(p["prompt_bytes"] // (2 if agent else 1))}]
             body = {"model": self.model, "messages": messages, "max_tokens": p["max_tokens"], "stream": True}
