@@ -275,30 +275,39 @@ class HFTokenizer:
 
     # --- chat -------------------------------------------------------------------------------
 
-    def apply_chat_template(self, conversation: Conversation, tools: Sequence[Mapping[str, Any]] | None = None, *,
-                            tokenize: bool = True, add_generation_prompt: bool = False,
-                            continue_final_message: bool = False,
-                            return_dict: bool = False) -> list[int] | str | BatchEncoding:
-        """The prompt of a conversation in mistral-common's format for this tokenizer's version; one
-        batch of its texts. Messages as OpenAI's and transformers' (``role``: system, user, assistant
-        or tool; ``content`` text; an assistant's ``tool_calls``, a tool message's ``tool_call_id``
-        and ``name``); ``tools``: OpenAI's function definitions, from v2 (checking their schemas
-        needs jsonschema, the ``chat`` extra).
+    def apply_chat_template(self, conversation: Conversation | Sequence[Conversation],
+                            tools: Sequence[Mapping[str, Any]] | None = None, *, tokenize: bool = True,
+                            add_generation_prompt: bool = False, continue_final_message: bool = False,
+                            return_dict: bool = False) -> Any:
+        """The prompt of a conversation in mistral-common's format for this tokenizer's version, or of
+        each of a batch of conversations (a list of them: a list of prompts back), all of whose texts
+        go in one batch. Messages as OpenAI's and transformers' (``role``: system, user, assistant or
+        tool; ``content`` text; an assistant's ``tool_calls``, a tool message's ``tool_call_id`` and
+        ``name``); ``tools``: OpenAI's function definitions, from v2, for every conversation
+        (checking their schemas needs jsonschema, the ``chat`` extra).
         ``continue_final_message``: the last message is an assistant's to continue (no EOS after it);
         ``add_generation_prompt`` changes nothing (Mistral's prompts end where the answer starts).
         ``tokenize=False``: the prompt as text, control tokens by name (for reading, not re-encoding:
         each part is encoded alone)."""
         del add_generation_prompt
-        parts = render_chat(conversation, self.chat_version or _no_chat(self.name), tools=tools,
-                            continue_final_message=continue_final_message)
+        single = not conversation or isinstance(conversation[0], Mapping)
+        version = self.chat_version or _no_chat(self.name)
+        prompts = [render_chat(c, version, tools=tools, continue_final_message=continue_final_message)
+                   for c in ([conversation] if single else conversation)]
         if not tokenize:
-            return "".join(p if isinstance(p, str) else p[0] for p in parts)
-        texts = [p for p in parts if isinstance(p, str)]
+            texts = ["".join(p if isinstance(p, str) else p[0] for p in parts) for parts in prompts]
+            return texts[0] if single else texts
+        texts = [p for parts in prompts for p in parts if isinstance(p, str)]
         encoded = iter(self._offload.encode_batch(texts)) if texts else iter(())
-        pieces = [next(encoded) if isinstance(p, str) else np.array([self._core.special_id(p[0])], np.int32)
-                  for p in parts]
-        ids = np.concatenate(pieces).tolist()
-        return BatchEncoding(input_ids=ids, attention_mask=[1] * len(ids)) if return_dict else ids
+        ids = [np.concatenate([next(encoded) if isinstance(p, str) else self._control_id(p[0]) for p in parts]).tolist()
+               for parts in prompts]
+        if return_dict:
+            out = BatchEncoding(input_ids=ids, attention_mask=[[1] * len(i) for i in ids])
+            return BatchEncoding({k: v[0] for k, v in out.items()}) if single else out
+        return ids[0] if single else ids
+
+    def _control_id(self, token: str) -> np.ndarray:
+        return np.array([self._core.special_id(token)], np.int32)
 
     def close(self) -> None:
         self._offload.close()

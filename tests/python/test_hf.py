@@ -120,6 +120,7 @@ def mistral_common_ids(name: str, conversation: list[dict], prefix: bool = False
 @pytest.mark.parametrize("name", [*MISTRAL, V7], ids=lambda name: Path(name).name)
 def test_chat_prompts_are_mistral_commons(host: dict, name: str) -> None:
     tok = tokenizer(host, name)
+    accepted, prompts = [], []
     for i, conversation in enumerate(CONVERSATIONS):
         expected = mistral_common_ids(name, conversation)
         if expected is None:
@@ -127,6 +128,16 @@ def test_chat_prompts_are_mistral_commons(host: dict, name: str) -> None:
                 tok.apply_chat_template(conversation)
         else:
             assert tok.apply_chat_template(conversation) == expected, (name, i)
+            accepted.append(conversation)
+            prompts.append(expected)
+    # A batch of conversations: one batch of texts, each its prompt; a refused one refuses the batch.
+    assert tok.apply_chat_template(accepted) == prompts
+    batch = tok.apply_chat_template(accepted, return_dict=True)
+    assert batch.input_ids == prompts and batch.attention_mask == [[1] * len(p) for p in prompts]
+    assert tok.apply_chat_template(accepted, tokenize=False) == [tok.apply_chat_template(c, tokenize=False)
+                                                                 for c in accepted]
+    with pytest.raises(errors.InvalidArgument, match="no messages"):
+        tok.apply_chat_template([accepted[0], []])
     partial = [U("q"), A("partial answ")]
     assert tok.apply_chat_template(partial, continue_final_message=True) == mistral_common_ids(name, partial, True)
     text = tok.apply_chat_template(CONVERSATIONS[1], tokenize=False)
@@ -399,6 +410,9 @@ def test_agent_placement_answers_as_the_host(agent: outboard.LocalAgent, host: d
                 assert remote.apply_chat_template(CONVERSATIONS[1]) == local.apply_chat_template(CONVERSATIONS[1])
                 with_tools = TOOL_CONVERSATIONS[2]
                 assert remote.apply_chat_template(*with_tools) == local.apply_chat_template(*with_tools)
+                batch = [TOOL_CONVERSATIONS[i][0] for i in (0, 1, 2)]
+                assert remote.apply_chat_template(batch, [WEATHER, LOOKUP]) == [
+                    local.apply_chat_template(c, [WEATHER, LOOKUP]) for c in batch]
             ids, family = [local.encode(t) for t in texts], outboard.offload.open_local(name)  # the family's decode
             for decoder in (remote.stream_decoder(), local.stream_decoder()):
                 streams, out, pos = [decoder.open() for _ in ids], [""] * len(ids), [0] * len(ids)
