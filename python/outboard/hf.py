@@ -479,6 +479,8 @@ class _Message:
 def _checked(conversation: Conversation, version: str, continue_final_message: bool) -> list[_Message]:
     """The messages, checked as mistral-common's validator for ``version`` checks them in serving
     mode (the mode of a server): roles in a valid order, each call answered by one tool message."""
+    if isinstance(conversation, (str, bytes, Mapping)) or not isinstance(conversation, Sequence):
+        raise InvalidArgument(f"a conversation is a list of messages, not {type(conversation).__name__}")
     messages = [_message(i, m, version) for i, m in enumerate(conversation)]
     if not messages:
         raise InvalidArgument("the conversation has no messages")
@@ -510,7 +512,7 @@ def _unanswered(n: int) -> str:
 def _message(i: int, m: Mapping[str, Any], version: str) -> _Message:
     """One message, checked alone."""
     role = m.get("role") if isinstance(m, Mapping) else None
-    if role not in _FOLLOWS:
+    if not isinstance(role, str) or role not in _FOLLOWS:
         raise InvalidArgument(f"message {i}: role {role!r} is not supported (system, user, assistant, tool)")
     content = m.get("content")
     if content is None and role == "assistant":
@@ -521,7 +523,10 @@ def _message(i: int, m: Mapping[str, Any], version: str) -> _Message:
         raise InvalidArgument(f"message {i}: only an assistant's message has tool_calls, not a {role}'s")
     if version == "v1" and (role == "tool" or m.get("tool_calls")):
         raise InvalidArgument(f"message {i}: mistral-common's v1 format has no tools")
-    calls = [_call(f"message {i}, tool call {j}", c, version) for j, c in enumerate(m.get("tool_calls") or ())]
+    listed = m.get("tool_calls") or ()
+    if isinstance(listed, (str, bytes, Mapping)) or not isinstance(listed, Sequence):
+        raise InvalidArgument(f"message {i}: tool_calls must be a list, not {type(listed).__name__}")
+    calls = [_call(f"message {i}, tool call {j}", c, version) for j, c in enumerate(listed)]
     out = _Message(role, content, i, calls)
     if role == "assistant" and version != "v7" and bool(content) == bool(calls):
         raise InvalidArgument(f"message {i}: an assistant message needs content or tool calls, and "
@@ -547,7 +552,7 @@ def _call(where: str, call: Any, version: str) -> tuple[str, str, Any]:
     if isinstance(arguments, Mapping):
         try:
             arguments = json.dumps(dict(arguments))
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, RecursionError) as e:
             raise InvalidArgument(f"{where}: arguments are not JSON: {e}") from None
     elif arguments is not None and not isinstance(arguments, str):
         raise InvalidArgument(f"{where}: arguments must be a JSON text or an object, not {type(arguments).__name__}")
@@ -560,6 +565,8 @@ def _tools(tools: Sequence[Mapping[str, Any]] | None, version: str) -> list[dict
     """The function definitions as mistral-common writes them (name, description, parameters), each
     checked: a valid name, and parameters that are a JSON schema (draft 7, checked by jsonschema as
     mistral-common does)."""
+    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, (Sequence, type(None))):
+        raise InvalidArgument(f"tools must be a list of function definitions, not {type(tools).__name__}")
     if not tools:
         return []
     if version == "v1":  # mistral-common drops them unseen: the model would not know its tools
@@ -580,6 +587,10 @@ def _tools(tools: Sequence[Mapping[str, Any]] | None, version: str) -> list[dict
             raise InvalidArgument(f"tool {i}: function name {name!r} is not 1-64 of a-z, A-Z, 0-9, _ and -")
         if not isinstance(description, str) or not isinstance(parameters, Mapping):
             raise InvalidArgument(f"tool {i} ({name}): needs a text description and parameters as an object")
+        try:
+            _json(parameters)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise InvalidArgument(f"tool {i} ({name}): parameters are not JSON: {e}") from None
         try:
             jsonschema.Draft7Validator.check_schema(parameters)
         except jsonschema.exceptions.SchemaError as e:

@@ -16,7 +16,7 @@ import pytest
 import outboard
 from outboard import corpus, errors, vocab
 from outboard.bench import references
-from outboard.hf import HFTokenizer
+from outboard.hf import CHAT_VERSIONS, HFTokenizer, render_chat
 
 S = lambda c: {"role": "system", "content": c}  # noqa: E731
 U = lambda c: {"role": "user", "content": c}  # noqa: E731
@@ -249,6 +249,43 @@ def test_tools_are_refused_where_a_model_would_not_see_them(host: dict, monkeypa
     with pytest.raises(errors.InvalidArgument, match=r"needs jsonschema: pip install 'outboard\[chat\]'"):
         v3.apply_chat_template([U("q")], tools=[WEATHER])
     assert v3.apply_chat_template([U("q")]) == expected  # without tools it is not needed
+
+
+def test_any_malformed_conversation_or_tools_get_invalid_argument() -> None:
+    """Junk where messages, calls and tools go (wrong types, nesting, bytes, NaN): every version
+    refuses it as InvalidArgument, nothing else escapes."""
+    rng = random.Random(3)
+    atoms = [None, 0, 1.5, "", "x", "abcdefgh1", "user", "assistant", "tool", [], {}, True, b"x", float("nan")]
+    keys = ["role", "content", "tool_calls", "tool_call_id", "name", "id", "type", "function", "arguments",
+            "parameters", "description"]
+
+    def junk(depth: int = 0) -> object:
+        r = rng.random()
+        if depth > 3 or r < 0.4:
+            return rng.choice(atoms)
+        if r < 0.7:
+            return {rng.choice(keys): junk(depth + 1) for _ in range(rng.randint(0, 4))}
+        return [junk(depth + 1) for _ in range(rng.randint(0, 3))]
+
+    def message() -> dict:
+        m = {"role": rng.choice(["user", "assistant", "tool", "system", None, 3, []]),
+             "content": rng.choice(["hi", None, "", junk()])}
+        if rng.random() < 0.4:
+            m["tool_calls"] = rng.choice([junk(), [junk()], [{"id": "abcdefgh1", "function": junk()}],
+                                          [{"id": junk(), "function": {"name": junk(), "arguments": junk()}}]])
+        if rng.random() < 0.3:
+            m["tool_call_id"] = rng.choice(["abcdefgh1", junk()])
+        return m
+
+    for _ in range(2500):
+        conversation = rng.choice([junk(), [message() for _ in range(rng.randint(0, 4))], [junk(), junk()]])
+        tools = rng.choice([None, junk(), [junk()], [{"type": "function", "function": junk()}],
+                            [{"function": {"name": "f", "parameters": junk()}}]])
+        for version in CHAT_VERSIONS:
+            try:
+                render_chat(conversation, version, tools=tools, continue_final_message=rng.random() < 0.2)
+            except errors.InvalidArgument:
+                pass
 
 
 def test_chat_refuses_what_it_does_not_render(host: dict) -> None:
