@@ -21,8 +21,9 @@ What follows each reference, and where they differ:
   instruct versions v1 (``[INST]`` as text), v2/v3 (as control ids; the files this package fetches)
   and v7 (each system message a ``[SYSTEM_PROMPT]`` block where it stands; a ``.model.v7`` file
   given by path), with tools from v2: the function definitions, the assistant's calls and the tool
-  messages' results, checked as mistral-common's serving mode checks them. Content parts (images)
-  are refused, naming the message, and tools for v1, which mistral-common drops unseen.
+  messages' results, checked as mistral-common's serving mode checks them. Content is text or
+  OpenAI's list of text parts (joined as mistral-common joins them); other parts (images) are
+  refused, naming the message, and so are tools for v1, which mistral-common drops unseen.
 - ``decode`` without special tokens is mistral-common's text (its IGNORE policy); with them, each
   special's text stands between text decoded as the family's reference decodes it: Tekken's equals
   mistral-common's KEEP; for SentencePiece there is no one reference to follow (mistral-common's
@@ -282,8 +283,8 @@ class HFTokenizer:
         """The prompt of a conversation in mistral-common's format for this tokenizer's version, or of
         each of a batch of conversations (a list of them: a list of prompts back), all of whose texts
         go in one batch. Messages as OpenAI's and transformers' (``role``: system, user, assistant or
-        tool; ``content`` text; an assistant's ``tool_calls``, a tool message's ``tool_call_id`` and
-        ``name``); ``tools``: OpenAI's function definitions, from v2, for every conversation
+        tool; ``content`` text or a list of text parts; an assistant's ``tool_calls``, a tool
+        message's ``tool_call_id`` and ``name``); ``tools``: OpenAI's function definitions, from v2, for every conversation
         (checking their schemas needs jsonschema, the ``chat`` extra).
         ``continue_final_message``: the last message is an assistant's to continue (no EOS after it);
         ``add_generation_prompt`` changes nothing (Mistral's prompts end where the answer starts).
@@ -409,7 +410,7 @@ def render_chat(conversation: Conversation, version: str, *, tools: Sequence[Map
     messages = _checked(conversation, version, continue_final_message)
     definitions = _tools(tools, version)
     system = None if blocks else "\n\n".join(
-        m.content for m in messages if m.role == "system" and m.content) or None
+        m.content for m in messages if m.role == "system" and m.given) or None
     turns: list[_Message] = []  # a system message ends a run as in mistral-common
     previous = None
     for m in messages:
@@ -474,6 +475,7 @@ class _Message:
     call_id: str | None = None
     name: str | None = None
     prefix: bool = False
+    given: bool = False  # content was given, not empty: a list of empty text parts is (mistral-common's test)
 
 
 def _checked(conversation: Conversation, version: str, continue_final_message: bool) -> list[_Message]:
@@ -514,11 +516,10 @@ def _message(i: int, m: Mapping[str, Any], version: str) -> _Message:
     role = m.get("role") if isinstance(m, Mapping) else None
     if not isinstance(role, str) or role not in _FOLLOWS:
         raise InvalidArgument(f"message {i}: role {role!r} is not supported (system, user, assistant, tool)")
-    content = m.get("content")
-    if content is None and role == "assistant":
-        content = ""
-    if not isinstance(content, str):
-        raise InvalidArgument(f"message {i}: content must be text (images and content parts are not supported)")
+    given = m.get("content")
+    if given is None and role == "assistant":
+        given = ""
+    content = _text(i, given)
     if m.get("tool_calls") and role != "assistant":
         raise InvalidArgument(f"message {i}: only an assistant's message has tool_calls, not a {role}'s")
     if version == "v1" and (role == "tool" or m.get("tool_calls")):
@@ -527,8 +528,8 @@ def _message(i: int, m: Mapping[str, Any], version: str) -> _Message:
     if isinstance(listed, (str, bytes, Mapping)) or not isinstance(listed, Sequence):
         raise InvalidArgument(f"message {i}: tool_calls must be a list, not {type(listed).__name__}")
     calls = [_call(f"message {i}, tool call {j}", c, version) for j, c in enumerate(listed)]
-    out = _Message(role, content, i, calls)
-    if role == "assistant" and version != "v7" and bool(content) == bool(calls):
+    out = _Message(role, content, i, calls, given=bool(given))
+    if role == "assistant" and version != "v7" and bool(given) == bool(calls):
         raise InvalidArgument(f"message {i}: an assistant message needs content or tool calls, and "
                               "up to v3 not both" if calls else f"message {i}: an assistant message without content")
     if role == "tool":
@@ -539,6 +540,24 @@ def _message(i: int, m: Mapping[str, Any], version: str) -> _Message:
             raise InvalidArgument(f"message {i}: tool_call_id {out.call_id!r} is not 9 of a-z, A-Z and 0-9 "
                                   f"(as {version} needs)")
     return out
+
+
+def _text(i: int, content: Any) -> str:
+    """A message's content: text, or OpenAI's list of text parts, joined as mistral-common joins
+    them (with blank lines, empty ones left out)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (bytes, Mapping)) or not isinstance(content, Sequence):
+        raise InvalidArgument(f"message {i}: content must be text or a list of text parts, "
+                              f"not {type(content).__name__}")
+    texts = []
+    for j, part in enumerate(content):
+        if not (isinstance(part, Mapping) and part.keys() == {"type", "text"} and part["type"] == "text"
+                and isinstance(part["text"], str)):
+            raise InvalidArgument(f"message {i}: content part {j} is not {{'type': 'text', 'text': ...}} "
+                                  "(images and other parts are not supported)")
+        texts.append(part["text"])
+    return "\n\n".join(t for t in texts if t)
 
 
 def _call(where: str, call: Any, version: str) -> tuple[str, str, Any]:
