@@ -284,14 +284,15 @@ class HFTokenizer:
         each of a batch of conversations (a list of them: a list of prompts back), all of whose texts
         go in one batch. Messages as OpenAI's and transformers' (``role``: system, user, assistant or
         tool; ``content`` text or a list of text parts; an assistant's ``tool_calls``, a tool
-        message's ``tool_call_id`` and ``name``); ``tools``: OpenAI's function definitions, from v2, for every conversation
-        (checking their schemas needs jsonschema, the ``chat`` extra).
+        message's ``tool_call_id`` and ``name``); ``tools``: OpenAI's function definitions, from v2,
+        for every conversation (checking their schemas needs jsonschema, the ``chat`` extra).
         ``continue_final_message``: the last message is an assistant's to continue (no EOS after it);
         ``add_generation_prompt`` changes nothing (Mistral's prompts end where the answer starts).
         ``tokenize=False``: the prompt as text, control tokens by name (for reading, not re-encoding:
         each part is encoded alone)."""
         del add_generation_prompt
-        single = not conversation or isinstance(conversation[0], Mapping)
+        single = not (isinstance(conversation, Sequence) and conversation and isinstance(conversation[0], Sequence)
+                      and not isinstance(conversation[0], (str, bytes)))
         version = self.chat_version or _no_chat(self.name)
         prompts = [render_chat(c, version, tools=tools, continue_final_message=continue_final_message)
                    for c in ([conversation] if single else conversation)]
@@ -475,7 +476,7 @@ class _Message:
     call_id: str | None = None
     name: str | None = None
     prefix: bool = False
-    given: bool = False  # content was given, not empty: a list of empty text parts is (mistral-common's test)
+    given: bool = False  # content was given, as mistral-common's validator reads it: a list of empty parts is
 
 
 def _checked(conversation: Conversation, version: str, continue_final_message: bool) -> list[_Message]:

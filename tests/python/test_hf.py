@@ -141,6 +141,9 @@ def test_chat_prompts_are_mistral_commons(host: dict, name: str) -> None:
                                                                  for c in accepted]
     with pytest.raises(errors.InvalidArgument, match="no messages"):
         tok.apply_chat_template([accepted[0], []])
+    for junk in (5, "hi", None, [5]):
+        with pytest.raises(errors.InvalidArgument):
+            tok.apply_chat_template(junk)
     partial = [U("q"), A("partial answ")]
     assert tok.apply_chat_template(partial, continue_final_message=True) == mistral_common_ids(name, partial, True)
     text = tok.apply_chat_template(CONVERSATIONS[1], tokenize=False)
