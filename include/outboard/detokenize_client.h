@@ -50,9 +50,9 @@ class SteppedText {
 };
 
 /// A vocabulary opened on the agent's detokenize service. Streams belong to
-/// it: another client, or another RemoteDetokenizer, cannot step or close them. Thread mode:
-/// single (calls block for a round trip, but submit()). The connection must
-/// outlive it.
+/// it: another client, or another RemoteDetokenizer, cannot step or close
+/// them. Thread mode: single (calls block for a round trip, but submit()).
+/// The connection must outlive it.
 class RemoteDetokenizer {
  public:
   /// Opens `name` as RemoteTokenizer::open does: a name the agent resolves
@@ -82,7 +82,8 @@ class RemoteDetokenizer {
  private:
   RemoteDetokenizer(Connection& connection, uint32_t handle, size_t vocab_size)
       : connection_(connection), handle_(handle), vocab_size_(vocab_size) {}
-  /// The request for `steps`, beginning the streams not yet begun.
+  /// The request for `steps`: each of a stream opened here is flagged to
+  /// begin it where the agent has not (so no answer needs to say it did).
   std::vector<uint8_t> step_request(std::span<const StreamStep> steps);
 
   Connection& connection_;

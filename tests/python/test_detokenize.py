@@ -96,8 +96,8 @@ def test_submitted_steps_run_in_order_and_answer_as_step_does(client: outboard.C
     for taken in (bad, 10 ** 6):
         with pytest.raises(errors.InvalidArgument, match="was not submitted, or its result was taken"):
             detok.result(taken)
-    ticket = detok.submit([(detok.stream(), [64])])
-    while (answer := detok.result(ticket, wait=False)) is None:
+    ticket, deadline = detok.submit([(detok.stream(), [64])]), time.monotonic() + 10
+    while (answer := detok.result(ticket, wait=False)) is None and time.monotonic() < deadline:
         pass
     assert answer == ["a"]
 
