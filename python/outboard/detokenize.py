@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _core
 from .errors import Error, InvalidArgument, TimedOut, from_code
+from .offload.inflight import InFlight
 
 Steps = Sequence[tuple[int, Sequence[int] | np.ndarray]]
 
@@ -34,10 +35,8 @@ class Detokenizer:
         self._remote = _core.RemoteDetokenizer.open(conn, str(name.absolute()) if isinstance(name, Path) else name,
                                                     timeout)
         self.vocab_size = self._remote.vocab_size
-        self._completions = _core.StepCompletions(conn)
-        self._tickets = 0
-        self._pending: set[int] = set()  # submitted, not yet answered
-        self._answers: dict[int, list[str | Error] | Error] = {}  # answered, not yet taken
+        self._inflight = InFlight(conn, _core.StepCompletions(conn), _answer)
+        self._answers: dict[int, list] = {}  # by ticket: empty until answered, then [texts or error]
 
     def stream(self) -> int:
         """A new sequence's stream: a handle for ``step``, made here (its first step begins it on the
@@ -53,39 +52,48 @@ class Detokenizer:
         step) also what the stream held back (U+FFFD for a broken character), and the stream is closed.
         A step that fails (an unknown id or stream) is its error, in its place, and leaves its stream as
         it was; the others go on. An int32 array of ids is sent without a copy into Python objects."""
-        return _texts(self._remote.step(steps, _flags(steps, finish), self._timeout))
+        return _texts(self._remote.step(steps, finish_flags(steps, finish), self._timeout))
 
     def submit(self, steps: Steps, *, finish: Sequence[bool] | bool = False) -> int:
         """As ``step``, without waiting for the answer: a ticket for ``result``. Steps run on the agent
-        in the order they are submitted."""
-        self._tickets += 1
-        self._remote.submit(self._completions, self._tickets, steps, _flags(steps, finish), self._timeout)
-        self._pending.add(self._tickets)
-        return self._tickets
+        in the order they are submitted; a request refused (a bad step, a lost connection) fails at
+        its result."""
+        flags = finish_flags(steps, finish)
+        answer: list = []
+        ticket = self._inflight.expect(answer.append)
+        self._answers[ticket] = answer
+        self._inflight.send(ticket, self._remote, steps, flags, self._timeout)
+        return ticket
 
     def result(self, ticket: int, *, wait: bool = True) -> list[str | Error] | None:
         """What ``step`` would have returned for the submitted ``ticket``; without ``wait``, None while
         it has not come. Raises where the request failed (the connection, the timeout)."""
-        if ticket not in self._pending and ticket not in self._answers:
+        answer = self._answers.get(ticket)
+        if answer is None:
             raise InvalidArgument(f"detokenize step {ticket} was not submitted, or its result was taken")
-        deadline = time.monotonic() + self._timeout
-        while ticket in self._pending:
-            for token, ok, answer in self._completions.collect(max(0.0, deadline - time.monotonic()) if wait else 0.0):
-                self._pending.discard(token)
-                self._answers[token] = _texts(answer) if ok else from_code(*answer)
-            if ticket in self._pending and not wait:
+        deadline = time.monotonic() + self._timeout  # the request's own deadline comes first
+        while not answer:
+            self._inflight.collect(max(0.0, deadline - time.monotonic()) if wait else 0.0)
+            if not answer and not wait:
                 return None
-            if ticket in self._pending and time.monotonic() >= deadline:
+            if not answer and time.monotonic() >= deadline:
                 raise TimedOut(f"detokenize step {ticket}: no answer within {self._timeout} s")
-        answer = self._answers.pop(ticket)
-        if isinstance(answer, Error):
-            raise answer
-        return answer
+        del self._answers[ticket]
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return answer[0]
 
 
-def _flags(steps: Steps, finish: Sequence[bool] | bool) -> list[bool]:
-    return [finish] * len(steps) if isinstance(finish, bool) else list(finish)
+def finish_flags(steps: Steps, finish: Sequence[bool] | bool) -> list[bool]:
+    """One finish flag per step, from one for all or one each."""
+    flags = [finish] * len(steps) if isinstance(finish, bool) else list(finish)
+    if len(flags) != len(steps):
+        raise InvalidArgument(f"{len(flags)} finish flags for {len(steps)} steps")
+    return flags
 
 
+def _answer(ok: bool, answer: list | tuple[int, str]) -> list[str | Error] | Error:
+    """A submitted step's answer from ``StepCompletions``: its texts, or the error that failed it."""
+    return _texts(answer) if ok else from_code(*answer)
 def _texts(answer: list) -> list[str | Error]:
     return [t if isinstance(t, str) else from_code(*t) for t in answer]

@@ -45,7 +45,7 @@ import numpy as np
 
 from . import vocab
 from .client import Client, connect
-from .detokenize import Detokenizer
+from .detokenize import Detokenizer, finish_flags
 from .errors import Error, InvalidArgument, NotFound
 from .offload import AutoPolicy, OffloadTokenizer, Placement, open_local
 from .tokenizer import DecodeStream
@@ -291,8 +291,7 @@ class HFTokenizer:
         ``tokenize=False``: the prompt as text, control tokens by name (for reading, not re-encoding:
         each part is encoded alone)."""
         del add_generation_prompt
-        single = not (isinstance(conversation, Sequence) and conversation and isinstance(conversation[0], Sequence)
-                      and not isinstance(conversation[0], (str, bytes)))
+        single = not (_is_list(conversation) and conversation and _is_list(conversation[0]))
         version = self.chat_version or _no_chat(self.name)
         prompts = [render_chat(c, version, tools=tools, continue_final_message=continue_final_message)
                    for c in ([conversation] if single else conversation)]
@@ -352,9 +351,7 @@ class StreamDecoder:
              finish: Sequence[bool] | bool = False) -> list[str | Error]:
         if self._remote is not None:
             return self._remote.step(steps, finish=finish)
-        flags = [finish] * len(steps) if isinstance(finish, bool) else list(finish)
-        if len(flags) != len(steps):
-            raise InvalidArgument(f"{len(flags)} finish flags for {len(steps)} steps")
+        flags = finish_flags(steps, finish)
         out: list[str | Error] = []
         for (handle, ids), done in zip(steps, flags):
             stream = self._streams.get(handle)
@@ -479,10 +476,15 @@ class _Message:
     given: bool = False  # content was given, as mistral-common's validator reads it: a list of empty parts is
 
 
+def _is_list(x: Any) -> bool:
+    """A list of items, as JSON has them: a sequence, but not text, bytes or a mapping."""
+    return isinstance(x, Sequence) and not isinstance(x, (str, bytes, Mapping))
+
+
 def _checked(conversation: Conversation, version: str, continue_final_message: bool) -> list[_Message]:
     """The messages, checked as mistral-common's validator for ``version`` checks them in serving
     mode (the mode of a server): roles in a valid order, each call answered by one tool message."""
-    if isinstance(conversation, (str, bytes, Mapping)) or not isinstance(conversation, Sequence):
+    if not _is_list(conversation):
         raise InvalidArgument(f"a conversation is a list of messages, not {type(conversation).__name__}")
     messages = [_message(i, m, version) for i, m in enumerate(conversation)]
     if not messages:
@@ -526,7 +528,7 @@ def _message(i: int, m: Mapping[str, Any], version: str) -> _Message:
     if version == "v1" and (role == "tool" or m.get("tool_calls")):
         raise InvalidArgument(f"message {i}: mistral-common's v1 format has no tools")
     listed = m.get("tool_calls") or ()
-    if isinstance(listed, (str, bytes, Mapping)) or not isinstance(listed, Sequence):
+    if not _is_list(listed):
         raise InvalidArgument(f"message {i}: tool_calls must be a list, not {type(listed).__name__}")
     calls = [_call(f"message {i}, tool call {j}", c, version) for j, c in enumerate(listed)]
     out = _Message(role, content, i, calls, given=bool(given))
@@ -548,7 +550,7 @@ def _text(i: int, content: Any) -> str:
     them (with blank lines, empty ones left out)."""
     if isinstance(content, str):
         return content
-    if isinstance(content, (bytes, Mapping)) or not isinstance(content, Sequence):
+    if not _is_list(content):
         raise InvalidArgument(f"message {i}: content must be text or a list of text parts, "
                               f"not {type(content).__name__}")
     texts = []
@@ -585,7 +587,7 @@ def _tools(tools: Sequence[Mapping[str, Any]] | None, version: str) -> list[dict
     """The function definitions as mistral-common writes them (name, description, parameters), each
     checked: a valid name, and parameters that are a JSON schema (draft 7, checked by jsonschema as
     mistral-common does)."""
-    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, (Sequence, type(None))):
+    if tools is not None and not _is_list(tools):
         raise InvalidArgument(f"tools must be a list of function definitions, not {type(tools).__name__}")
     if not tools:
         return []

@@ -66,8 +66,8 @@ class LoopCompletions:
         """False when the agent's window is full (the batch still expected, to be sent again)."""
         assert job.token is not None
         try:
-            self.inflight.send(job.token, job.remote, job.texts, job.options,
-                               max(job.deadline - time.monotonic(), 0.0), wait_credit=False)
+            self.inflight.send(job.token, job.remote, job.texts, **job.options.keywords(),
+                               timeout=max(job.deadline - time.monotonic(), 0.0), wait_credit=False)
         except Again:
             self.waits_for_credit += 1
             return False

@@ -1,5 +1,5 @@
-"""Agent batches in flight on one connection: the one completion mechanism under every way of
-waiting for them."""
+"""Agent requests in flight on one connection: the one completion mechanism under every way of
+waiting for them (tokenize batches, detokenize steps)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .. import _core
 from ..errors import Again, Error
-from .batch import Finish, Options, Outcome, Text, agent_answer
+from .batch import agent_answer
 
 
 @dataclass
@@ -26,6 +26,8 @@ class CpuSplit:
     completion_ns: int = 0
 
 
+Sink = Callable[[Any], None]  # takes a request's answer (what ``answer`` made of it) or its error
+
 _measured: CpuSplit | None = None  # off by default: a clock read costs ~0.6 us here
 
 
@@ -36,7 +38,8 @@ def _clock(split: CpuSplit | None) -> int:
 
 @contextmanager
 def measure_cpu() -> Iterator[CpuSplit]:
-    """Counts every InFlight's CPU by phase while the block runs (a benchmark's breakdown)."""
+    """Counts every InFlight's CPU by phase while the block runs (a benchmark's breakdown): each call
+    that begins and ends inside it (a collector's wait that outlasts the block is left out whole)."""
     global _measured
     _measured = split = CpuSplit()
     try:
@@ -46,7 +49,9 @@ def measure_cpu() -> Iterator[CpuSplit]:
 
 
 class InFlight:
-    """Batches sent to the agent and not yet answered, over one native ``_core.Completions``.
+    """Requests sent to the agent and not yet answered, over one native completions object: by default
+    a ``_core.Completions`` of tokenize batches, whose answers ``answer`` makes Batches; the
+    detokenizer's is a ``_core.StepCompletions``.
 
     A blocking call, submit()'s futures, an event loop and a BatchQueue are each a view of one of
     these: a batch is expected with a sink, sent, and whoever takes the answers (collect(), which
@@ -54,33 +59,35 @@ class InFlight:
     the taking thread. One thread takes the answers of an InFlight (a second would not be woken by
     the first's): each view owns its own. Thread mode: multi for expect, send and drop."""
 
-    def __init__(self, connection: _core.Connection) -> None:
+    def __init__(self, connection: _core.Connection, native: Any = None,
+                 answer: Callable[[bool, Any], Any] = agent_answer) -> None:
         self.connection = connection
-        self._native = _core.Completions(connection)
+        self._native = _core.Completions(connection) if native is None else native
+        self._answer = answer
         self._lock = threading.Lock()
-        self._sinks: dict[int, Finish] = {}
+        self._sinks: dict[int, Sink] = {}
         self._next_token = 0
 
     def __len__(self) -> int:
         """Batches expected and not yet answered."""
         return len(self._sinks)
 
-    def expect(self, sink: Finish) -> int:
+    def expect(self, sink: Sink) -> int:
         """A token to send a batch under, whose answer will go to ``sink``."""
         with self._lock:
             token, self._next_token = self._next_token, self._next_token + 1
             self._sinks[token] = sink
         return token
 
-    def send(self, token: int, remote: _core.RemoteTokenizer, texts: list[Text], options: Options,
-             timeout: float, *, wait_credit: bool = True) -> None:
-        """Sends the batch expected under ``token``; ``timeout`` bounds it until its answer. A refusal
-        goes to its sink at once, but for Again (without ``wait_credit``: the agent's window is full,
-        nothing was sent), which is raised with the batch still expected, to be sent again."""
+    def send(self, token: int, remote: Any, *args: Any, **keywords: Any) -> None:
+        """Sends the request expected under ``token``: ``remote.submit(completions, token, *args,
+        **keywords)``, whose ``timeout`` bounds it until its answer. A refusal goes to its sink at once,
+        but for Again (a tokenizer's without ``wait_credit``: the agent's window is full, nothing was
+        sent), which is raised with the request still expected, to be sent again."""
         split = _measured
         t0 = _clock(split)
         try:
-            remote.submit(self._native, token, texts, **options.keywords(), timeout=timeout, wait_credit=wait_credit)
+            remote.submit(self._native, token, *args, **keywords)
         except Again:
             raise
         except Exception as e:  # refused (a lost connection, a bad text): nothing was sent
@@ -89,7 +96,7 @@ class InFlight:
             self.drop(token)
             raise
         finally:
-            if split:
+            if split and split is _measured:
                 split.submit_ns += _clock(split) - t0
 
     def drop(self, token: int) -> bool:
@@ -105,7 +112,7 @@ class InFlight:
         ready = self._native.collect(timeout)
         t1 = _clock(split)
         handed = self._hand_out_native(ready)
-        if split:
+        if split and split is _measured:
             split.wait_ns += t1 - t0
             split.completion_ns += _clock(split) - t1
         return handed
@@ -115,7 +122,7 @@ class InFlight:
         split = _measured
         t0 = _clock(split)
         handed = self._hand_out_native(self._native.take())
-        if split:
+        if split and split is _measured:
             split.completion_ns += _clock(split) - t0
         return handed
 
@@ -126,9 +133,9 @@ class InFlight:
         self._hand_out([(token, error) for token in tokens])
 
     def _hand_out_native(self, ready: list[tuple[int, bool, Any]]) -> int:
-        return self._hand_out([(token, agent_answer(ok, result)) for token, ok, result in ready]) if ready else 0
+        return self._hand_out([(token, self._answer(ok, result)) for token, ok, result in ready]) if ready else 0
 
-    def _hand_out(self, answers: list[tuple[int, Outcome]]) -> int:
+    def _hand_out(self, answers: list[tuple[int, Any]]) -> int:
         handed = 0
         for token, answer in answers:
             with self._lock:

@@ -104,7 +104,8 @@ class BatchQueue:
 
     def _to_agent(self, texts: list[Text], options: Options, answered: Finish) -> None:
         assert self._inflight is not None and self._tok._remote is not None
-        self._inflight.send(self._inflight.expect(answered), self._tok._remote, texts, options, self._tok.timeout)
+        self._inflight.send(self._inflight.expect(answered), self._tok._remote, texts, **options.keywords(),
+                            timeout=self._tok.timeout)
 
     def _on_host(self, work: Callable[[], Batch], finish: Finish) -> None:
         with self._ready:

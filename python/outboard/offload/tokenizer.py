@@ -215,7 +215,7 @@ class OffloadTokenizer:
         inflight = getattr(self._waiting, "inflight", None)
         if inflight is None:
             inflight = self._waiting.inflight = InFlight(self._connection)
-        inflight.send(inflight.expect(answered), self._remote, texts, options, self.timeout)
+        inflight.send(inflight.expect(answered), self._remote, texts, **options.keywords(), timeout=self.timeout)
         while len(inflight):  # the batch's deadline bounds this
             inflight.collect(self.timeout)
 
@@ -231,7 +231,7 @@ class OffloadTokenizer:
                 # It ends by itself, COLLECT_WAIT_S after its last batch (each bounded by `timeout`).
                 self._collector = threading.Thread(target=self._collect, name="outboard-collect")
                 self._collector.start()
-        inflight.send(token, self._remote, texts, options, self.timeout)
+        inflight.send(token, self._remote, texts, **options.keywords(), timeout=self.timeout)
 
     def _collect(self) -> None:
         # Runs while agent batches are in flight and COLLECT_WAIT_S after; the next submit() starts
