@@ -38,6 +38,7 @@ import json
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -291,15 +292,57 @@ class HFTokenizer:
         ``tokenize=False``: the prompt as text, control tokens by name (for reading, not re-encoding:
         each part is encoded alone)."""
         del add_generation_prompt
-        single = not (_is_list(conversation) and conversation and _is_list(conversation[0]))
-        version = self.chat_version or _no_chat(self.name)
-        prompts = [render_chat(c, version, tools=tools, continue_final_message=continue_final_message)
-                   for c in ([conversation] if single else conversation)]
+        single, prompts = self._render(conversation, tools, continue_final_message)
         if not tokenize:
             texts = ["".join(p if isinstance(p, str) else p[0] for p in parts) for parts in prompts]
             return texts[0] if single else texts
-        texts = [p for parts in prompts for p in parts if isinstance(p, str)]
-        encoded = iter(self._offload.encode_batch(texts)) if texts else iter(())
+        texts = _texts_of(prompts)
+        return self._prompt_ids(single, prompts, self._offload.encode_batch(texts) if texts else None, return_dict)
+
+    def submit_chat_template(self, conversation: Conversation | Sequence[Conversation],
+                             tools: Sequence[Mapping[str, Any]] | None = None, *,
+                             continue_final_message: bool = False, return_dict: bool = False) -> Future[Any]:
+        """apply_chat_template()'s ids without waiting for them, as ``OffloadTokenizer.submit``: a
+        server's engine loop submits the prompts it admits, runs its model step, then takes them. A
+        conversation that breaks the format raises here; a failed encoding, at the future's result."""
+        single, prompts = self._render(conversation, tools, continue_final_message)
+        texts = _texts_of(prompts)
+        ids: Future[Any] = Future()
+        ids.set_running_or_notify_cancel()
+
+        def assemble(batch: Future[Any] | None) -> None:
+            try:
+                ids.set_result(self._prompt_ids(single, prompts, None if batch is None else batch.result(),
+                                                return_dict))
+            except BaseException as e:  # the batch's error: the future's, not the collector thread's
+                ids.set_exception(e)
+        if texts:
+            self._offload.submit(texts).add_done_callback(assemble)
+        else:
+            assemble(None)
+        return ids
+
+    async def apply_chat_template_async(self, conversation: Conversation | Sequence[Conversation],
+                                        tools: Sequence[Mapping[str, Any]] | None = None, *,
+                                        continue_final_message: bool = False, return_dict: bool = False) -> Any:
+        """apply_chat_template()'s ids for asyncio (an OpenAI-compatible frontend), as
+        ``OffloadTokenizer.encode_batch_async``: the loop never waits for the agent's answer."""
+        single, prompts = self._render(conversation, tools, continue_final_message)
+        texts = _texts_of(prompts)
+        batch = await self._offload.encode_batch_async(texts) if texts else None
+        return self._prompt_ids(single, prompts, batch, return_dict)
+
+    def _render(self, conversation: Conversation | Sequence[Conversation], tools: Sequence[Mapping[str, Any]] | None,
+                continue_final_message: bool) -> tuple[bool, list[list[str | tuple[str]]]]:
+        """Whether ``conversation`` is one (not a batch), and each one's prompt parts."""
+        single = not (_is_list(conversation) and conversation and _is_list(conversation[0]))
+        version = self.chat_version or _no_chat(self.name)
+        return single, [render_chat(c, version, tools=tools, continue_final_message=continue_final_message)
+                        for c in ([conversation] if single else conversation)]
+
+    def _prompt_ids(self, single: bool, prompts: list[list[str | tuple[str]]], batch: Any, return_dict: bool) -> Any:
+        """The prompts' ids from ``batch``, the encoding of their texts in order (None: they have none)."""
+        encoded = iter(batch if batch is not None else ())
         ids = [np.concatenate([next(encoded) if isinstance(p, str) else self._control_id(p[0]) for p in parts]).tolist()
                for parts in prompts]
         if return_dict:
@@ -474,6 +517,11 @@ class _Message:
     name: str | None = None
     prefix: bool = False
     given: bool = False  # content was given, as mistral-common's validator reads it: a list of empty parts is
+
+
+def _texts_of(prompts: list[list[str | tuple[str]]]) -> list[str]:
+    """The prompts' texts to encode, in order (control tokens left out)."""
+    return [p for parts in prompts for p in parts if isinstance(p, str)]
 
 
 def _is_list(x: Any) -> bool:

@@ -24,7 +24,8 @@ def smoke_run(tmp_path_factory) -> Path:
 def test_every_placement_served_every_request_right(smoke_run: Path) -> None:
     rows, meta = report.load(smoke_run)
     assert meta["failed"] == {} and meta["tokenizer"] == "mistral-v3"
-    assert {r["impl"] for r in rows} == {"host", "outboard", "outboard-encode", "outboard-sleep", "outboard-wait"}
+    assert {r["impl"] for r in rows} == {"host", "outboard", "outboard-encode", "outboard-sleep", "outboard-wait",
+                                         "outboard-ahead"}
     for r in rows:
         c, m = r["correctness"], r["metrics"]
         assert c["ok"] and c["requests"] == r["params"]["requests"], r
@@ -56,6 +57,8 @@ def test_the_loop_streams_openai_chunks() -> None:
     assert served["prompt_ids"] == tok.apply_chat_template(agent["messages"], serving.TOOLS)
     assert {tok.convert_tokens_to_ids(t) for t in ("[AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[TOOL_RESULTS]")} <= set(
         served["prompt_ids"])
+    [ahead] = serving.serve(tok, tok.stream_decoder(), [(json.dumps(agent).encode(), answer)], 4, 0.0, ahead=True)
+    assert ahead["prompt_ids"] == served["prompt_ids"] and serving._streamed_text(ahead["chunks"]) == "Grüße 🙂, world"
     bad = [(json.dumps(body).encode(), [10**7])]
     with pytest.raises(errors.NotFound, match="token id 10000000"):
         serving.serve(tok, tok.stream_decoder(), bad, 4, 0.0)

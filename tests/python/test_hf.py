@@ -4,6 +4,7 @@ gives the same answers."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.util
 import random
@@ -472,6 +473,15 @@ def test_agent_placement_answers_as_the_host(agent: outboard.LocalAgent, host: d
                 batch = [TOOL_CONVERSATIONS[i][0] for i in (0, 1, 2)]
                 assert remote.apply_chat_template(batch, [WEATHER, LOOKUP]) == [
                     local.apply_chat_template(c, [WEATHER, LOOKUP]) for c in batch]
+                # Without waiting: a future (a thread's engine loop), a coroutine (an asyncio frontend).
+                for tok in (remote, local):
+                    submitted = [tok.submit_chat_template(*with_tools),
+                                 tok.submit_chat_template(batch, [WEATHER, LOOKUP], return_dict=True)]
+                    assert submitted[0].result(10) == local.apply_chat_template(*with_tools)
+                    assert submitted[1].result(10) == local.apply_chat_template(batch, [WEATHER, LOOKUP],
+                                                                                 return_dict=True)
+                    awaited = asyncio.run(tok.apply_chat_template_async(CONVERSATIONS[1]))
+                    assert awaited == local.apply_chat_template(CONVERSATIONS[1])
             ids, family = [local.encode(t) for t in texts], outboard.offload.open_local(name)  # the family's decode
             for decoder in (remote.stream_decoder(), local.stream_decoder()):
                 streams, out, pos = [decoder.open() for _ in ids], [""] * len(ids), [0] * len(ids)
@@ -487,6 +497,20 @@ def test_agent_placement_answers_as_the_host(agent: outboard.LocalAgent, host: d
                         out[k] += text
                 assert out == [family.decode(i) for i in ids], (name, decoder.placement)
             remote.close()
+
+
+def test_a_submitted_prompt_fails_where_its_conversation_or_its_batch_does(agent: outboard.LocalAgent) -> None:
+    """A conversation the format refuses raises at once; an encoding that fails (the connection closed
+    under it) fails the future, and the awaited call, with the batch's error."""
+    client = outboard.connect(agent.address)
+    tok = HFTokenizer("mistral-v3", placement="agent", client=client)
+    with pytest.raises(errors.InvalidArgument, match="no messages"):
+        tok.submit_chat_template([])
+    client.close()
+    with pytest.raises(errors.NotConnected):
+        tok.submit_chat_template(CONVERSATIONS[1]).result(10)
+    with pytest.raises(errors.NotConnected):
+        asyncio.run(tok.apply_chat_template_async(CONVERSATIONS[1]))
 
 
 def test_a_local_agent_is_started_and_stopped() -> None:

@@ -13,8 +13,10 @@ CPU, as a GPU step does —, writes the text of the step before (each delta a se
 ``chat.completion.chunk``, the last with its finish_reason, then ``data: [DONE]``), and submits
 every running sequence's new id to the decoder in one call. On the host that text is decoded at once
 and written in the same step; on the agent it is decoded during the next model step, so the server
-never waits for it (a chunk goes out one step later). ``outboard-wait`` waits for it instead. The
-server is pinned to one core, the agent to another.
+never waits for it (a chunk goes out one step later). ``outboard-wait`` waits for it instead;
+``outboard-ahead`` also tokenizes the prompts it admits during the model step
+(``submit_chat_template``), each sequence running from the step after. The server is pinned to one
+core, the agent to another.
 
 Checked on the timed data: each request's prompt ids equal the host's ``apply_chat_template``, and the
 text its chunks carry, parsed back, equals the host's decode of its answer ids. Columns: the server
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from concurrent.futures import Future
 from typing import Any
 
 from ... import corpus
@@ -49,11 +52,13 @@ TOOLS = [{"type": "function", "function": {
                    "required": ["query"]}}}]
 
 
-def _serve(placement: str, detokenize: str | None = None, spin_us: int | None = None, pipeline: bool = True):
+def _serve(placement: str, detokenize: str | None = None, spin_us: int | None = None, pipeline: bool = True,
+           ahead: bool = False):
     """Serving with tokenization on ``placement`` and detokenization on ``detokenize`` (None: the
     same); for the agent, over a connection whose waits busy-poll at most ``spin_us`` (None: the
     channel's default, adaptive), with each step's text taken after the next model step
-    (``pipeline``) or waited for."""
+    (``pipeline``) or waited for, and each admitted prompt's ids taken after the model step
+    (``ahead``) or waited for."""
     def measure(env: ServingEnv, p: dict[str, Any]) -> Measurement:
         requests = env.requests(p)
         client = env.clients[spin_us] if placement == "agent" else None
@@ -62,7 +67,7 @@ def _serve(placement: str, detokenize: str | None = None, spin_us: int | None = 
             decoder = tok.stream_decoder(detokenize)
             agent0 = client.stats()["cpu_ns"] if client else 0
             cpu0 = time.process_time()
-            served = serve(tok, decoder, requests, p["concurrency"], p["step_ms"] / 1e3, pipeline)
+            served = serve(tok, decoder, requests, p["concurrency"], p["step_ms"] / 1e3, pipeline, ahead)
             cpu_s = time.process_time() - cpu0
             agent_s = (client.stats()["cpu_ns"] - agent0) / 1e9 if client else 0.0
         finally:
@@ -83,11 +88,13 @@ def _serve(placement: str, detokenize: str | None = None, spin_us: int | None = 
 
 
 def serve(tok: HFTokenizer, decoder: Any, requests: list[tuple[bytes, list[int]]], concurrency: int,
-          step_s: float, pipeline: bool = True) -> list[dict[str, Any]]:
+          step_s: float, pipeline: bool = True, ahead: bool = False) -> list[dict[str, Any]]:
     """The engine loop (see the module's notes); per request its prompt ids, its SSE chunks, and the
     seconds from its admission to its first and last chunk. ``pipeline``: a step's ids are submitted
     to the decoder and their text written when it is there (after the next model step, where the
-    agent decodes them); otherwise the loop waits for it before the next step."""
+    agent decodes them); otherwise the loop waits for it before the next step. ``ahead``: an admitted
+    prompt is submitted (``submit_chat_template``) and its ids taken after the model step, its
+    sequence running from the next one; otherwise the loop waits for them at admission."""
     waiting = list(range(len(requests)))[::-1]
     running: dict[int, dict[str, Any]] = {}
     done: dict[int, dict[str, Any]] = {}
@@ -107,17 +114,26 @@ def serve(tok: HFTokenizer, decoder: Any, requests: list[tuple[bytes, list[int]]
                 r["last_s"] = now - r["start"]
                 done[i] = r
 
+    def admit(i: int, start: float, body: dict[str, Any], prompt: list[int]) -> None:
+        running[i] = {"prompt_ids": prompt, "stream": decoder.open(), "at": 0, "start": start, "chunks": [],
+                      "max": min(body["max_tokens"], len(requests[i][1])), "model": body["model"]}
+
+    admitting: list[tuple[int, float, dict[str, Any], Future[Any]]] = []
     in_flight: tuple[int, list[int], list[dict[str, Any]], list[bool]] | None = None
-    while waiting or running or in_flight:
-        while waiting and len(running) < concurrency:
+    while waiting or running or admitting or in_flight:
+        while waiting and len(running) + len(admitting) < concurrency:
             i = waiting.pop()
             body = json.loads(requests[i][0])
             start = time.perf_counter()
-            prompt = tok.apply_chat_template(body["messages"], body.get("tools"))
-            running[i] = {"prompt_ids": prompt, "stream": decoder.open(), "at": 0, "start": start, "chunks": [],
-                          "max": min(body["max_tokens"], len(requests[i][1])), "model": body["model"]}
-        if running:
+            if ahead:
+                admitting.append((i, start, body, tok.submit_chat_template(body["messages"], body.get("tools"))))
+            else:
+                admit(i, start, body, tok.apply_chat_template(body["messages"], body.get("tools")))
+        if running or admitting:
             time.sleep(step_s)  # the stand-in model's step: GPU time, the CPU idle
+        for i, start, body, prompt in admitting:  # they join the next step
+            admit(i, start, body, prompt.result())
+        admitting.clear()
         if in_flight:
             ticket, *step = in_flight
             write(*step, decoder.result(ticket))
@@ -171,20 +187,22 @@ LOOP = Case(
     impls=[Impl("host", _serve("host")), Impl("outboard", _serve("agent")),
            Impl("outboard-encode", _serve("agent", detokenize="host")),
            Impl("outboard-sleep", _serve("agent", spin_us=0)),
-           Impl("outboard-wait", _serve("agent", pipeline=False))],
+           Impl("outboard-wait", _serve("agent", pipeline=False)),
+           Impl("outboard-ahead", _serve("agent", ahead=True))],
     columns=[Column("server CPU µs/req", "server_cpu_us_per_request", 0),
              Column("agent CPU µs/req", "agent_cpu_us_per_request", 0),
              Column("first chunk ms p50", "first_chunk_ms.p50", 2), Column("first chunk ms p99", "first_chunk_ms.p99", 2),
              Column("last chunk ms p50", "last_chunk_ms.p50", 1), Column("prompt ids", "prompt_ids", 0),
              Column("answer ids", "answer_ids", 0)],
     reference="host", ratio_metric="server_cpu_us_per_request",
-    also_ratio=("outboard-encode", "outboard-sleep", "outboard-wait"),
+    also_ratio=("outboard-encode", "outboard-sleep", "outboard-wait", "outboard-ahead"),
     goal=Goal(1.0, {"prompt_bytes": 16384}),
     notes="Ratios: the server's CPU per request with the agent over the same run's with the host (below 1: the "
           "offload frees the server's CPU). `outboard` takes each step's text after the next model step; its "
           "prompt's ids it waits for as the client does by default (busy-polling up to 200 µs while answers come "
           "that fast), `outboard-sleep` sleeps at once (spin_us=0); `outboard-wait` also waits for each step's "
-          "text before the next model step; `outboard-encode` tokenizes on the agent and detokenizes here. "
+          "text before the next model step; `outboard-ahead` takes the prompts' ids after the model step (its "
+          "sequences start a step later); `outboard-encode` tokenizes on the agent and detokenizes here. "
           "The goal applies to long prompts (16 KiB, a RAG request's context); short ones are reported as measured. "
           "Every placement does the same JSON and SSE work.")
 
