@@ -29,6 +29,9 @@ enum class Isolation {
   kNone,
 };
 
+/// --spin-us by default: a window an 8 KB tokenization's answer falls into.
+inline constexpr uint32_t kAgentSpinUs = 200;
+
 struct AgentConfig {
   std::string listen = "127.0.0.1:0";  ///< --listen host:port (port 0: any free port)
   /// --insecure: allow a --listen wider than loopback without keys
@@ -45,7 +48,9 @@ struct AgentConfig {
   /// The program a session process runs (`outboard-agent`); empty: this
   /// process's own executable, which must then be outboard-agent.
   std::string session_program;
-  ChannelConfig channel;
+  /// Its waits poll kAgentSpinUs: the agent's cores are there to serve
+  /// (a DPU's Arm cores), where a client's are what the offload frees.
+  ChannelConfig channel{.spin_us = kAgentSpinUs};
   std::string cores;                   ///< --cores "0,2-3": pin the agent; empty: no pinning
   std::string address_file;            ///< --address-file: written once listening
   uint64_t max_region_size = 1ull << 30;  ///< --max-region-size for the memory service

@@ -31,8 +31,12 @@ struct ChannelConfig {
   /// --keepalive-ms: TCP keepalive of the bootstrap socket, whose end is the
   /// peer's end (rounded up to whole seconds; a peer process that dies closes it at once).
   uint64_t keepalive_ms = 200;
-  /// --spin-us: the most a wait busy-polls before it sleeps on the event fd.
-  uint32_t spin_us = 200;
+  /// --spin-us: the most a wait busy-polls before it sleeps on the event fd. A
+  /// small request's round trip (~20 µs) fits; an answer due later costs a
+  /// poll of its whole gap against ~10-20 µs for a sleep and its wake-up, and
+  /// a loaded collector's answers (~100-300 µs apart) would keep a 200 µs
+  /// window polling (README, "Waiting"). An agent polls kAgentSpinUs.
+  uint32_t spin_us = 50;
   /// --adaptive-spin: a wait polls only while this thread's recent answers
   /// came within spin_us of it going idle (a small request's round trip: ~10 µs
   /// saved per answer), and sleeps at once when they came later (an 8 KB

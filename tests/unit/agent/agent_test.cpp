@@ -5,6 +5,7 @@
 
 #include "agent/control.h"
 #include "agent/session.h"
+#include "channel/hub.h"
 #include "outboard/agent.h"
 
 namespace outboard {
@@ -28,6 +29,19 @@ TEST(AgentConfigTest, OptionsBecomeTheConfig) {
   ASSERT_TRUE(quotas.ok()) << quotas.status().to_string();
   EXPECT_EQ(agent::budget_quotas(*quotas).group_requests, 7u);  // what every session's budget counts by
   EXPECT_EQ(agent::budget_quotas(*quotas).group_instances, 5u);
+}
+
+TEST(AgentConfigTest, AnAgentPollsLongerThanAClientByDefault) {
+  auto c = parse({});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->channel.spin_us, kAgentSpinUs);
+  EXPECT_GT(kAgentSpinUs, ChannelConfig{}.spin_us);
+  // Its requests ~100 us apart (8 KB tokenizations): a client would sleep between them, the agent polls.
+  const channel::Spin spin = channel::spin_of(c->channel);
+  channel::IdleGaps gaps;
+  for (int i = 0; i < 8; ++i) gaps.learn(100'000, spin);
+  EXPECT_GT(gaps.spin_ns(spin), 0u);
+  EXPECT_EQ(parse({"--spin-us", "0"})->channel.spin_us, 0u);
 }
 
 TEST(AgentConfigTest, AValueOutOfRangeNamesTheOptionAndTheRange) {

@@ -34,6 +34,16 @@ TEST(IdleGaps, ShortGapsKeepTheWindowAndLateOnesCloseIt) {
   EXPECT_EQ(gaps.spin_ns(kAdaptive), 1'000'000u);
 }
 
+TEST(IdleGaps, ByDefaultAClientPollsThroughRoundTripsButNotThroughTokenizations) {
+  const Spin spin = spin_of(ChannelConfig{});
+  IdleGaps gaps;
+  for (int i = 0; i < 8; ++i) gaps.learn(20'000, spin);  // a small request's round trip
+  EXPECT_GT(gaps.spin_ns(spin), 0u);
+  // An 8 KB tokenization's answer, or a loaded collector's next one: a sleep costs less.
+  for (int i = 0; i < 8; ++i) gaps.learn(100'000, spin);
+  EXPECT_EQ(gaps.spin_ns(spin), 0u);
+}
+
 // CPU this thread spends inside `waits` waits, each ended by another thread
 // `late` after it began (the peer's start is not counted: under TSan it costs
 // more than a wake-up).

@@ -199,7 +199,7 @@ LOOP = Case(
     goal=Goal(1.0, {"prompt_bytes": 16384}),
     notes="Ratios: the server's CPU per request with the agent over the same run's with the host (below 1: the "
           "offload frees the server's CPU). `outboard` takes each step's text after the next model step; its "
-          "prompt's ids it waits for as the client does by default (busy-polling up to 200 µs while answers come "
+          "prompt's ids it waits for as the client does by default (busy-polling up to 50 µs while answers come "
           "that fast), `outboard-sleep` sleeps at once (spin_us=0); `outboard-wait` also waits for each step's "
           "text before the next model step; `outboard-ahead` takes the prompts' ids after the model step (its "
           "sequences start a step later); `outboard-encode` tokenizes on the agent and detokenizes here. "
