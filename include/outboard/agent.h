@@ -29,7 +29,9 @@ enum class Isolation {
   kNone,
 };
 
-/// --spin-us by default: a window an 8 KB tokenization's answer falls into.
+/// The agent's --spin-us by default: longer than a client's (ChannelConfig::
+/// spin_us), since its cores (a DPU's Arm cores) are there to serve, where a
+/// client's are what the offload frees.
 inline constexpr uint32_t kAgentSpinUs = 200;
 
 struct AgentConfig {
@@ -48,8 +50,6 @@ struct AgentConfig {
   /// The program a session process runs (`outboard-agent`); empty: this
   /// process's own executable, which must then be outboard-agent.
   std::string session_program;
-  /// Its waits poll kAgentSpinUs: the agent's cores are there to serve
-  /// (a DPU's Arm cores), where a client's are what the offload frees.
   ChannelConfig channel{.spin_us = kAgentSpinUs};
   std::string cores;                   ///< --cores "0,2-3": pin the agent; empty: no pinning
   std::string address_file;            ///< --address-file: written once listening

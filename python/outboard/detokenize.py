@@ -95,5 +95,7 @@ def finish_flags(steps: Steps, finish: Sequence[bool] | bool) -> list[bool]:
 def _answer(ok: bool, answer: list | tuple[int, str]) -> list[str | Error] | Error:
     """A submitted step's answer from ``StepCompletions``: its texts, or the error that failed it."""
     return _texts(answer) if ok else from_code(*answer)
+
+
 def _texts(answer: list) -> list[str | Error]:
     return [t if isinstance(t, str) else from_code(*t) for t in answer]

@@ -314,8 +314,9 @@ class HFTokenizer:
             try:
                 ids.set_result(self._prompt_ids(single, prompts, None if batch is None else batch.result(),
                                                 return_dict))
-            except BaseException as e:  # the batch's error: the future's, not the collector thread's
+            except Exception as e:  # the batch's error: the future's, not the collector thread's
                 ids.set_exception(e)
+
         if texts:
             self._offload.submit(texts).add_done_callback(assemble)
         else:
