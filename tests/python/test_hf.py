@@ -5,6 +5,7 @@ gives the same answers."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import importlib.util
 import random
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 import outboard
-from outboard import corpus, errors, vocab
+from outboard import corpus, errors, hf, vocab
 from outboard.bench import references
 from outboard.hf import CHAT_VERSIONS, HFTokenizer, render_chat
 
@@ -267,10 +268,41 @@ def test_tools_are_refused_where_a_model_would_not_see_them(host: dict, monkeypa
         with pytest.raises(errors.InvalidArgument, match=says):
             tok.apply_chat_template(conversation, tools=tools)
     expected = mistral_common_ids("mistral-v3", [U("q")])
+    hf._checked_tools.cache_clear()  # as in a process that never had jsonschema
     monkeypatch.setitem(sys.modules, "jsonschema", None)  # not installed
     with pytest.raises(errors.InvalidArgument, match=r"needs jsonschema: pip install 'outboard\[chat\]'"):
         v3.apply_chat_template([U("q")], tools=[WEATHER])
     assert v3.apply_chat_template([U("q")]) == expected  # without tools it is not needed
+
+
+def test_tools_are_checked_once_per_json_text(host: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's every request brings the same tools: equal ones are checked once, changed ones
+    again, and a list that is no plain JSON (a tuple) is checked as given, never taken for its text."""
+    v3 = tokenizer(host, "mistral-v3")
+    hf._checked_tools.cache_clear()
+    first = v3.apply_chat_template([U("q")], tools=[WEATHER])
+    checked: list[object] = []
+    check = hf._check_tools
+    monkeypatch.setattr(hf, "_check_tools", lambda tools: checked.append(tools) or check(tools))  # a spy
+    assert v3.apply_chat_template([U("q")], tools=[copy.deepcopy(WEATHER)]) == first and checked == []
+    changed = copy.deepcopy(WEATHER)
+    changed["function"]["description"] += "!"
+    assert v3.apply_chat_template([U("q")], tools=[changed]) == mistral_common_ids("mistral-v3", [U("q")],
+                                                                                   tools=[changed])
+    assert len(checked) == 1
+    tupled = copy.deepcopy(WEATHER)
+    tupled["function"]["parameters"]["required"] = ("city",)  # the same JSON text as WEATHER's
+    with pytest.raises(errors.InvalidArgument, match=r"parameters are not a JSON schema.*not of type 'array'"):
+        v3.apply_chat_template([U("q")], tools=[tupled])
+    assert v3.apply_chat_template([U("q")], tools=[WEATHER]) == first and len(checked) == 2
+    deep = copy.deepcopy(WEATHER)
+    nested = deep["function"]["parameters"]
+    for _ in range(hf.PLAIN_TOOLS_DEPTH):
+        nested["properties"] = {"x": {"type": "object"}}
+        nested = nested["properties"]["x"]
+    for _ in range(2):  # deeper than kept: checked each time, as given
+        v3.apply_chat_template([U("q")], tools=[deep])
+    assert len(checked) == 4
 
 
 def test_any_malformed_conversation_or_tools_get_invalid_argument() -> None:
