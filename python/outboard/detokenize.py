@@ -35,7 +35,7 @@ class Detokenizer:
         self._remote = _core.RemoteDetokenizer.open(conn, str(name.absolute()) if isinstance(name, Path) else name,
                                                     timeout)
         self.vocab_size = self._remote.vocab_size
-        self._inflight = InFlight(conn, _core.StepCompletions(conn), _answer)
+        self._inflight = InFlight(conn, _core.StepCompletions(conn), _texts)
         self._answers: dict[int, list] = {}  # by ticket: empty until answered, then [texts or error]
 
     def stream(self) -> int:
@@ -90,11 +90,6 @@ def finish_flags(steps: Steps, finish: Sequence[bool] | bool) -> list[bool]:
     if len(flags) != len(steps):
         raise InvalidArgument(f"{len(flags)} finish flags for {len(steps)} steps")
     return flags
-
-
-def _answer(ok: bool, answer: list | tuple[int, str]) -> list[str | Error] | Error:
-    """A submitted step's answer from ``StepCompletions``: its texts, or the error that failed it."""
-    return _texts(answer) if ok else from_code(*answer)
 
 
 def _texts(answer: list) -> list[str | Error]:

@@ -114,13 +114,6 @@ def settle(future: asyncio.Future[Batch] | Future[Batch], outcome: Outcome) -> N
         future.set_result(outcome)
 
 
-def agent_answer(ok: bool, result: Any) -> Batch | Error:
-    """An answer of a native ``Completions``: the agent's batch, or the error that failed it."""
-    if not ok:
-        return from_code(*result)
-    return Batch.from_agent(result)
-
-
 def host_batch(core: _core.Tokenizer, texts: list[Text], options: Options) -> Batch:
     """The batch tokenized in this process, by the per-text rules the agent's tokenize service runs
     (one native function for both: the same ids, errors and messages)."""

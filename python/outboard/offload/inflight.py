@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import _core
-from ..errors import Again, Error
-from .batch import agent_answer
+from ..errors import Again, Error, from_code
+from .batch import Batch
 
 
 @dataclass
@@ -26,7 +26,7 @@ class CpuSplit:
     completion_ns: int = 0
 
 
-Sink = Callable[[Any], None]  # takes a request's answer (what ``answer`` made of it) or its error
+Sink = Callable[[Any], None]  # takes a request's result (what ``result`` made of it) or its error
 
 _measured: CpuSplit | None = None  # off by default: a clock read costs ~0.6 us here
 
@@ -50,8 +50,8 @@ def measure_cpu() -> Iterator[CpuSplit]:
 
 class InFlight:
     """Requests sent to the agent and not yet answered, over one native completions object: by default
-    a ``_core.Completions`` of tokenize batches, whose answers ``answer`` makes Batches; the
-    detokenizer's is a ``_core.StepCompletions``.
+    a ``_core.Completions`` of tokenize batches, whose results ``result`` makes Batches; the
+    detokenizer's is a ``_core.StepCompletions``. A failed request's (code, message) becomes its Error.
 
     A blocking call, submit()'s futures, an event loop and a BatchQueue are each a view of one of
     these: a batch is expected with a sink, sent, and whoever takes the answers (collect(), which
@@ -60,10 +60,10 @@ class InFlight:
     the first's): each view owns its own. Thread mode: multi for expect, send and drop."""
 
     def __init__(self, connection: _core.Connection, native: Any = None,
-                 answer: Callable[[bool, Any], Any] = agent_answer) -> None:
+                 result: Callable[[Any], Any] = Batch.from_agent) -> None:
         self.connection = connection
         self._native = _core.Completions(connection) if native is None else native
-        self._answer = answer
+        self._result = result
         self._lock = threading.Lock()
         self._sinks: dict[int, Sink] = {}
         self._next_token = 0
@@ -133,7 +133,8 @@ class InFlight:
         self._hand_out([(token, error) for token in tokens])
 
     def _hand_out_native(self, ready: list[tuple[int, bool, Any]]) -> int:
-        return self._hand_out([(token, self._answer(ok, result)) for token, ok, result in ready]) if ready else 0
+        return self._hand_out([(token, self._result(answer) if ok else from_code(*answer))
+                               for token, ok, answer in ready]) if ready else 0
 
     def _hand_out(self, answers: list[tuple[int, Any]]) -> int:
         handed = 0
