@@ -110,15 +110,16 @@ def main() -> int:
         "tokenize-upload": b"\x05L\x03[PAD]\n[UNK]\nhello\n",
     }
     # mpi_post: services/mpi_wire.h, a post (version, kind, comm, seq, size, rank, coll, elem, op, flags, root,
-    # bytes, send and receive offsets, arrays, regions, with kSpans the agents), another agent's share
+    # bytes, send and receive offsets, arrays, regions, with kFreed the regions freed, with kSpans the agents), another agent's share
     # (whole, or its first piece) or a piece of one (comm, seq, from, offset, data), forwarded send (its data, or with kFollows a piece at its offset) or watch, a rank's reach (value,
     # region) or point-to-point message (comm, size, rank, peer, tag, flags, bytes, id, region, with kRemote
     # the token and the other agent), and the envelope answering one.
     mpi_wire = 5
     def post(coll: int, elem: int, op: int, flags: int, root: int, nbytes: int, arrays: bytes, send: bytes,
-             recv: bytes, spans: bytes = b"") -> bytes:
-        return (struct.pack("<BBQQIIBBBBIQQQ", mpi_wire, 0, 7, 3, 2, 1, coll, elem, op, flags | (4 if spans else 0),
-                            root, nbytes, 0, 64) + arrays + blob(send) + blob(recv) + spans)
+             recv: bytes, spans: bytes = b"", freed: bytes = b"") -> bytes:
+        flags |= (4 if spans else 0) | (32 if freed else 0)
+        return (struct.pack("<BBQQIIBBBBIQQQ", mpi_wire, 0, 7, 3, 2, 1, coll, elem, op, flags, root, nbytes, 0, 64)
+                + arrays + blob(send) + blob(recv) + freed + spans)
     def p2p(kind: int, peer: int, tag: int, flags: int, nbytes: int, region: bytes, remote: bytes = b"") -> bytes:
         return (struct.pack("<BBQIIiiBQQ", mpi_wire, kind, 0, 4, 1, peer, tag, flags | (2 if remote else 0), nbytes,
                             5) + blob(region) + remote)
@@ -144,6 +145,8 @@ def main() -> int:
         "zero": post(0, 0, 0, 0, 0, 0, b"", b"", b""),
         "alltoall-own-block": post(0, 0, 0, 8, 0, 64, b"", b"send-key", b"recv-key"),
         "alltoall-spanning": post(0, 0, 0, 2, 0, 64, b"", b"send-key", b"recv-key", agents),
+        "alltoall-kept-freed": post(0, 0, 0, 2, 0, 64, b"", b"send-key", b"recv-key",
+                                    freed=struct.pack("<I", 2) + blob(b"old-key") + blob(b"older-key")),
         "share-alltoall": share(0, 0, 0, 4, [b"abcd"]),
         "share-allreduce": share(4, 3, 1, 8, [b"12345678"]),
         "share-bcast-empty": share(3, 0, 0, 8, [b""]),

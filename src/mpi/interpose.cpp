@@ -151,10 +151,14 @@ void finishing() {
     std::fputs(render_report(sum, ranks, s.library).c_str(), stderr);
   if (!s.offloaded) return;
   const BufferCounts buffers = offload_buffers();
-  uint64_t counts[2] = {buffers.exposed, buffers.staged}, all[2] = {};
-  if (PMPI_Reduce(counts, all, 2, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD) == MPI_SUCCESS && rank == 0)
+  uint64_t counts[4] = {buffers.exposed, buffers.staged, buffers.own, buffers.own_allocated}, all[4] = {};
+  if (PMPI_Reduce(counts, all, 4, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD) == MPI_SUCCESS && rank == 0) {
     std::fprintf(stderr, "  buffers: %llu collectives in place (kernel copies), %llu staged\n",
                  static_cast<unsigned long long>(all[0]), static_cast<unsigned long long>(all[1]));
+    if (all[2])
+      std::fprintf(stderr, "  staged in staging of their own: %llu collectives, in %llu regions allocated\n",
+                   static_cast<unsigned long long>(all[2]), static_cast<unsigned long long>(all[3]));
+  }
   if (!buffers.unreachable.empty())
     std::fprintf(stderr, "  rank %d stages every collective: %s\n", rank, buffers.unreachable.c_str());
 }

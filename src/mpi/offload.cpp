@@ -12,6 +12,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "outboard/channel.h"
@@ -76,8 +77,8 @@ struct Handoff {
   uint64_t staged_at = 0, staged_bytes = 0, output_at = 0, output_bytes = 0;
   void* output = nullptr;
   Ranges results;  // staged: the parts of `output` the agent wrote, copied out at completion
-  // An uneven call too large for the staging area, where the agent cannot reach the program's
-  // buffers: staged in a region of its own, freed with the call.
+  // An uneven call too large for the staging area: staged in a region of its own, which becomes
+  // the spare or is freed with the call.
   std::optional<Region> own_staging;
   services::mpi_wire::Coll coll{};  // named in the message when it fails
   uint64_t seq = 0, comm = 0;
@@ -105,13 +106,20 @@ struct Offload {
   // those several agents serve; else `unreachable` says why. The rest goes through staging.
   bool reachable = false, expose_all = false;
   std::string unreachable;
-  uint64_t exposed_ops = 0, staged_ops = 0;
+  uint64_t exposed_ops = 0, staged_ops = 0, own_ops = 0, own_allocated = 0;
   Region staging;
   uint8_t* base = nullptr;
   std::vector<uint8_t> descriptor;
   Arena arena;
   uint64_t capacity = 0;
   uint64_t own_staging_limit = kDefaultOwnStagingBytes;
+  // The largest staging of its own that ended (at most spare_limit B), taken by the next call it
+  // holds: a program repeats its calls, and allocating and first touching a region of tens of
+  // MiB costs more than filling it. Posted kept, so that the agent maps it once too; the
+  // descriptors of those freed since are in `freed` until a post names them (mpi_wire::kFreed).
+  std::optional<Region> spare;
+  uint64_t spare_limit = kDefaultSpareStagingBytes;
+  std::vector<std::vector<uint8_t>> freed;
   int keyval = MPI_KEYVAL_INVALID;
   uint64_t next_name = 1;  // 0 is MPI_COMM_WORLD's
   int world_rank = 0;
@@ -160,9 +168,18 @@ CommName* name_of(MPI_Comm comm) {
   return static_cast<CommName*>(value);
 }
 
+void free_own(std::optional<Region>& region) {
+  if (!region) return;
+  g_offload->freed.emplace_back(region->descriptor().begin(), region->descriptor().end());
+  region.reset();
+}
+
 void release(Handoff& op) {
   if (op.own_staging) {
-    op.own_staging.reset();
+    auto& spare = g_offload->spare;
+    if (op.own_staging->size() <= g_offload->spare_limit && (!spare || spare->size() < op.own_staging->size()))
+      std::swap(spare, op.own_staging);  // the smaller one, if any, goes
+    free_own(op.own_staging);
   } else {
     if (op.staged_bytes) g_offload->arena.give(op.staged_at, op.staged_bytes);
     if (op.output_bytes) g_offload->arena.give(op.output_at, op.output_bytes);
@@ -304,6 +321,7 @@ std::string offload_start() {
   const uint64_t bytes = env_u64("OUTBOARD_MPI_STAGING_BYTES", kDefaultStagingBytes);
   o->capacity = bytes;
   o->own_staging_limit = env_u64("OUTBOARD_MPI_OWN_STAGING_BYTES", kDefaultOwnStagingBytes);
+  o->spare_limit = env_u64("OUTBOARD_MPI_SPARE_STAGING_BYTES", kDefaultSpareStagingBytes);
   const char* expose = std::getenv("OUTBOARD_MPI_EXPOSE");
   o->expose_all = expose && std::strcmp(expose, "1") == 0;
   o->unreachable = expose && std::strcmp(expose, "0") == 0
@@ -384,7 +402,8 @@ bool offload_on() { return g_on; }
 BufferCounts offload_buffers() {
   if (!g_offload) return {};
   std::lock_guard lock(g_offload->mu);
-  return {g_offload->exposed_ops, g_offload->staged_ops, g_offload->unreachable};
+  return {g_offload->exposed_ops, g_offload->staged_ops, g_offload->own_ops, g_offload->own_allocated,
+          g_offload->unreachable};
 }
 
 void offload_stop() {
@@ -406,6 +425,7 @@ void offload_stop() {
                  g_offload->world_rank, describe(*op->p2p).c_str());
   PMPI_Comm_delete_attr(MPI_COMM_WORLD, g_offload->keyval);
   PMPI_Comm_free_keyval(&g_offload->keyval);
+  g_offload->spare.reset();
   g_offload->conn->close();
   g_on = false;
   // Requests the program never freed still point at their ops: the state stays, as MPI's does.
@@ -567,14 +587,17 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   // Where one agent serves the communicator its copies are the collective's whole latency, and
   // memcpy through staging beats the kernel's copies (4x slower here: 95 against 25 µs per MiB);
   // where several do, the wire hides the agent's copies and the rank's own are saved.
-  // An uneven call too large for staging (offload_route let only those through) goes in place
-  // where the agent reaches the rank's memory, else through staging of its own.
+  // An uneven call too large for staging (offload_route let only those through) goes through
+  // staging of its own, for the same reason, where that may be kept for the next call (a spare:
+  // 16 MiB on 2 ranks, 2 ms a call against 11 ms in place here), else in place; where the agent
+  // cannot reach the rank's memory, through staging of its own whatever its size.
   const uint64_t need = (own_input ? input.size() : 0) + output_bytes;
   const bool fits = fits_staging(need);
-  const bool own = !fits && !g_offload->reachable;
   const bool in_place_pays = g_offload->reachable && (g_offload->expose_all || !name_of(comm)->agents.empty());
-  const bool staged = own || (fits && !in_place_pays);
-  const uint64_t in_bytes = staged && own_input ? input.size() : 0, out_bytes = staged ? output_bytes : 0;
+  const bool keepable = need + kAlign <= g_offload->spare_limit && need <= g_offload->own_staging_limit;
+  bool own = !fits && !in_place_pays && (!g_offload->reachable || keepable);
+  bool staged = own || (fits && !in_place_pays);
+  uint64_t in_bytes = staged && own_input ? input.size() : 0, out_bytes = staged ? output_bytes : 0;
   std::optional<uint64_t> in_at = 0, out_at = 0;
   if (own) out_at = align_up(in_bytes);
   while (staged && !own) {  // room comes as earlier collectives finish (offload_route checked that it can)
@@ -590,7 +613,6 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
     offload_nap();
   }
   std::lock_guard lock(g_offload->mu);
-  ++(staged ? g_offload->staged_ops : g_offload->exposed_ops);
   CommName* name = name_of(comm);
   int size = 0, rank = 0;
   PMPI_Comm_size(comm, &size);
@@ -601,11 +623,23 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
   if (own && need > g_offload->own_staging_limit) {
     post.failure = "staging of its own for " + std::to_string(need) + " B exceeds OUTBOARD_MPI_OWN_STAGING_BYTES " +
                    std::to_string(g_offload->own_staging_limit);
+  } else if (own && g_offload->spare && g_offload->spare->size() >= in_bytes + kAlign + out_bytes) {
+    op->own_staging = std::exchange(g_offload->spare, std::nullopt);
   } else if (own) {
+    free_own(g_offload->spare);  // too small for this call: gone before the larger one is had
     auto region = g_offload->conn->allocate_memory(in_bytes + kAlign + out_bytes);
-    if (region.ok()) op->own_staging = std::move(region).value();
-    else post.failure = region.status().with_context("staging of its own for " + std::to_string(need) + " B").to_string();
+    if (region.ok()) {
+      op->own_staging = std::move(region).value();
+      ++g_offload->own_allocated;
+    } else if (g_offload->reachable) {  // in place, as where it could not be kept
+      own = staged = false;
+      in_bytes = out_bytes = 0;
+    } else {
+      post.failure = region.status().with_context("staging of its own for " + std::to_string(need) + " B").to_string();
+    }
   }
+  ++(staged ? g_offload->staged_ops : g_offload->exposed_ops);
+  g_offload->own_ops += op->own_staging.has_value();
   const bool stages = staged && post.failure.empty();
   if (post.failure.empty()) {
     op->staged_at = *in_at, op->staged_bytes = in_bytes;
@@ -632,7 +666,9 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
     }
     if (own_input && !input.empty()) post.send_region = descriptor, post.send_offset = *in_at;
     if (output_bytes) post.recv_region = descriptor, post.recv_offset = *out_at;
-    post.keep = !own;  // the staging area lives until the connection closes
+    // The staging area lives until the connection closes; one of its own is kept once the agent
+    // heard of every region of its own freed before (their bytes may come back for this one).
+    post.keep = !own || g_offload->freed.size() <= services::mpi_wire::kMaxFreed;
     if (post.coll != services::mpi_wire::Coll::kBcast || post.rank != post.root)  // the root's stays as it is
       op->results = blocks(post, true, output_bytes);
   }
@@ -641,8 +677,16 @@ int offload_post(Post post, MPI_Comm comm, std::span<const uint8_t> input, void*
     post.agents = name->agents;
     post.agent_of = name->agent_of;
   }
+  const size_t told = std::min<size_t>(g_offload->freed.size(), services::mpi_wire::kMaxFreed);
+  post.freed.assign(std::make_move_iterator(g_offload->freed.begin()),
+                    std::make_move_iterator(g_offload->freed.begin() + static_cast<ptrdiff_t>(told)));
+  g_offload->freed.erase(g_offload->freed.begin(), g_offload->freed.begin() + static_cast<ptrdiff_t>(told));
   op->coll = post.coll, op->seq = post.seq, op->comm = post.comm;
-  return hand_off(std::move(op), described, services::mpi_wire::encode(post), request);
+  const int rc = hand_off(std::move(op), described, services::mpi_wire::encode(post), request);
+  if (rc != MPI_SUCCESS)  // not posted: the next post names them
+    g_offload->freed.insert(g_offload->freed.begin(), std::make_move_iterator(post.freed.begin()),
+                            std::make_move_iterator(post.freed.end()));
+  return rc;
 }
 
 void offload_sweep() {

@@ -30,9 +30,12 @@ namespace outboard::mpi {
 /// Staging memory of one rank when OUTBOARD_MPI_STAGING_BYTES does not say.
 inline constexpr uint64_t kDefaultStagingBytes = 16ull << 20;
 /// The most staging of its own one call may take (its buffers' bytes) when
-/// OUTBOARD_MPI_OWN_STAGING_BYTES does not say: an Ialltoallv too large for staging where the
-/// agent cannot reach the rank's memory.
+/// OUTBOARD_MPI_OWN_STAGING_BYTES does not say: an Ialltoallv too large for staging (where the
+/// agent reaches the rank's memory, a larger one goes in place).
 inline constexpr uint64_t kDefaultOwnStagingBytes = 4ull << 30;
+/// The largest staging of its own a rank keeps after its call, for the next that fits in it,
+/// when OUTBOARD_MPI_SPARE_STAGING_BYTES does not say (a larger one is freed with its call).
+inline constexpr uint64_t kDefaultSpareStagingBytes = 256ull << 20;
 /// How long a rank waits for its communicator's other ranks to post a collective, when
 /// OUTBOARD_MPI_TIMEOUT_S does not say (an agent that dies fails it at once).
 inline constexpr int64_t kDefaultCollectiveTimeoutS = 3600;
@@ -52,6 +55,7 @@ bool offload_on();
 /// in place ("" where it can).
 struct BufferCounts {
   uint64_t exposed = 0, staged = 0;
+  uint64_t own = 0, own_allocated = 0;  // of `staged`: through staging of their own, and its regions had
   std::string unreachable;
 };
 BufferCounts offload_buffers();

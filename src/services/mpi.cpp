@@ -207,6 +207,10 @@ class Mpi final : public Service {
     if (!decoded.ok()) return r.responder.fail(decoded.status());
     Post post = std::move(decoded).value();
     const uint32_t conn = r.peer->id();
+    if (auto kept = kept_.find(conn); kept != kept_.end())
+      std::erase_if(kept->second, [&](const auto& k) {
+        return std::find(post.freed.begin(), post.freed.end(), k.first) != post.freed.end();
+      });
     if (in_flight_[conn] >= config_.max_pending)
       return r.responder.fail({Code::kTooBig, where(post) + ": this rank already has " +
                                                   std::to_string(in_flight_[conn]) +
@@ -847,7 +851,8 @@ class Mpi final : public Service {
   }
 
   // The rank's region for `descriptor`: kept regions are imported once per connection (the
-  // oldest of kKeptImportsPerConnection goes first), the rest for this collective only.
+  // oldest of kKeptImportsPerConnection goes first, and those a post says the rank freed go as it
+  // comes), the rest for this collective only.
   Result<std::shared_ptr<const RemoteRegion>> imported(const Member& m, const std::vector<uint8_t>& descriptor) {
     if (!m.post.keep) {
       OB_ASSIGN_OR_RETURN(RemoteRegion region, m.peer->import_region(descriptor));

@@ -155,7 +155,8 @@ std::vector<uint8_t> encode(const Post& p) {
   codec::Writer w;
   put_head(w, Kind::kPost, p, p.rank);
   w.put(static_cast<uint8_t>((p.in_place ? kInPlace : 0) | (p.keep ? kKeep : 0) | (p.agents.empty() ? 0 : kSpans) |
-                             (p.own_block ? kOwnBlock : 0) | (p.failure.empty() ? 0 : kFailed)));
+                             (p.own_block ? kOwnBlock : 0) | (p.failure.empty() ? 0 : kFailed) |
+                             (p.freed.empty() ? 0 : kFreed)));
   w.put(p.root);
   w.put(p.bytes);
   w.put(p.send_offset);
@@ -164,6 +165,10 @@ std::vector<uint8_t> encode(const Post& p) {
     for (const auto* a : {&p.send_counts, &p.send_displs, &p.recv_counts, &p.recv_displs}) put_array(w, *a);
   put_descriptor(w, p.send_region);
   put_descriptor(w, p.recv_region);
+  if (!p.freed.empty()) {
+    w.put(static_cast<uint32_t>(p.freed.size()));
+    for (const auto& d : p.freed) put_descriptor(w, d);
+  }
   if (!p.agents.empty()) {
     w.put_bytes(p.token);
     w.put(static_cast<uint32_t>(p.agents.size()));
@@ -217,7 +222,8 @@ Result<Post> decode(std::span<const uint8_t> bytes) {
   if (p.size == 0 || p.size > kMaxRanks)
     return bad("communicator of " + std::to_string(p.size) + " ranks (1 to " + std::to_string(kMaxRanks) + ")");
   if (p.rank >= p.size) return bad("rank " + std::to_string(p.rank) + " of " + std::to_string(p.size) + " ranks");
-  if (flags & ~(kInPlace | kKeep | kSpans | kOwnBlock | kFailed)) return bad("unknown flags " + std::to_string(flags));
+  if (flags & ~(kInPlace | kKeep | kSpans | kOwnBlock | kFailed | kFreed))
+    return bad("unknown flags " + std::to_string(flags));
   OB_RETURN_IF_ERROR(shape(coll, elem, reduce, p.bytes, p.coll, p.elem, p.reduce));
   p.in_place = flags & kInPlace;
   p.keep = flags & kKeep;
@@ -244,6 +250,17 @@ Result<Post> decode(std::span<const uint8_t> bytes) {
   if (!failed && ((needs_send && p.send_region.empty()) || (receives && p.recv_region.empty())))
     return bad(std::string(coll_name(p.coll)) + (p.in_place ? " in place" : "") + " without its " +
                (needs_send && p.send_region.empty() ? "send" : "receive") + " region");
+  if (flags & kFreed) {
+    uint32_t n = 0;
+    if (!r.get(n)) return bad("freed regions: truncated");
+    if (n == 0 || n > kMaxFreed)
+      return bad("a post that names " + std::to_string(n) + " freed regions (1 to " + std::to_string(kMaxFreed) + ")");
+    p.freed.resize(n);
+    for (auto& d : p.freed) {
+      OB_ASSIGN_OR_RETURN(d, get_descriptor(r, "freed"));
+      if (d.empty()) return bad("a freed region without its descriptor");
+    }
+  }
   if (flags & kSpans) OB_RETURN_IF_ERROR(get_spans(r, p));
   if (failed) {
     if (!r.get_string(p.failure)) return bad("truncated reason for not taking part");

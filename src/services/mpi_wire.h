@@ -81,6 +81,12 @@ inline constexpr uint8_t kOwnBlock = 8;
 inline constexpr uint8_t kFailed = 16;
 /// Bytes of a rank's reason for not taking part.
 inline constexpr uint32_t kMaxFailureBytes = 1024;
+/// The rank freed regions it had posted with kKeep (Post::freed): the agent drops their imports
+/// as the post comes, before any import of its own, since a freed region's descriptor bytes may
+/// name the next region the rank posts.
+inline constexpr uint8_t kFreed = 32;
+/// Freed regions one post names at most.
+inline constexpr uint32_t kMaxFreed = 16;
 
 std::string_view coll_name(Coll c);
 size_t elem_size(Elem e);  // 1 for kBytes
@@ -100,6 +106,7 @@ struct Post {
   uint64_t bytes = 0;
   std::vector<uint64_t> send_counts, send_displs, recv_counts, recv_displs;  // kAlltoallv, in bytes
   std::vector<uint8_t> send_region, recv_region;                          // descriptors
+  std::vector<std::vector<uint8_t>> freed;  // kFreed: descriptors, at most kMaxFreed
   uint64_t send_offset = 0, recv_offset = 0;  // where in its region each buffer starts
   // kSpans (agents not empty): the agents serving the job, the same list on every rank, and which
   // of them serves each rank of the communicator; `token` is the job's session, which the agents

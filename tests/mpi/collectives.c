@@ -5,8 +5,8 @@
  * communicator from MPI_Comm_create, a user-defined op, a reduction on short), then every
  * completion call over arrays mixing an Ialltoall with point-to-point requests. Prints
  * "ok <rounds> rounds" on rank 0, or names what differed and exits 1.
- * Usage: collectives [rounds]  (default 4); collectives slow|mismatch|many|abort|freed|uneven: the
- * fault, load and size cases below. */
+ * Usage: collectives [rounds]  (default 4); collectives slow|mismatch|many|abort|freed|uneven|repeat:
+ * the fault, load and size cases below. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,6 +338,62 @@ static void uneven(void) {
   free(counts);
 }
 
+/* One call of "repeat": each rank gives the next `big` bytes and every other rank 4, filled anew. */
+struct ring_call {
+  int *counts, *displs; /* send counts and displacements, then receive ones */
+  char *in, *out, *want;
+};
+
+static void ring_post(struct ring_call* c, int big, int salt, MPI_Request* req) {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  c->counts = malloc(4 * sizeof(int) * (size_t)n);
+  c->displs = c->counts + 2 * n;
+  int sent = 0, got = 0;
+  for (int j = 0; j < n; j++) {
+    c->counts[j] = j == (rank + 1) % n ? big : 4;
+    c->counts[n + j] = j == (rank + n - 1) % n ? big : 4;
+    c->displs[j] = sent, c->displs[n + j] = got;
+    sent += c->counts[j], got += c->counts[n + j];
+  }
+  c->in = malloc((size_t)sent), c->out = malloc((size_t)got), c->want = malloc((size_t)got);
+  fill(c->in, (size_t)sent, salt);
+  MPI_Ialltoallv(c->in, c->counts, c->displs, MPI_CHAR, c->out, c->counts + n, c->displs + n, MPI_CHAR,
+                 MPI_COMM_WORLD, req);
+}
+
+static void ring_check(struct ring_call* c, int call) {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Alltoallv(c->in, c->counts, c->displs, MPI_CHAR, c->want, c->counts + n, c->displs + n, MPI_CHAR,
+                MPI_COMM_WORLD);
+  check(!memcmp(c->out, c->want, (size_t)(c->displs[2 * n - 1] + c->counts[2 * n - 1])),
+        "MPI_Ialltoallv too large for staging", "world", call);
+  free(c->in), free(c->out), free(c->want), free(c->counts);
+}
+
+/* "repeat": Ialltoallvs too large for a small OUTBOARD_MPI_STAGING_BYTES, of sizes that stay, grow
+ * and shrink, each filled anew (a result read from an earlier call's memory differs), then two in
+ * flight at once. */
+static void repeat(void) {
+  static const int kKiB[] = {512, 512, 1024, 512, 1024, 1024, 256, 1024};
+  const int calls = (int)(sizeof kKiB / sizeof kKiB[0]);
+  struct ring_call c[2];
+  MPI_Request req[2];
+  for (int i = 0; i < calls; i++) {
+    ring_post(&c[0], kKiB[i] << 10, i, &req[0]);
+    wait_or_exit(&req[0]);
+    ring_check(&c[0], i);
+  }
+  ring_post(&c[0], 1 << 20, calls, &req[0]);
+  ring_post(&c[1], 768 << 10, calls + 1, &req[1]);
+  wait_or_exit(&req[1]);
+  wait_or_exit(&req[0]);
+  ring_check(&c[0], calls);
+  ring_check(&c[1], calls + 1);
+  if (rank == 0 && !failures) printf("ok repeat\n");
+}
+
 /* "abort": rank 0 waits on an Ialltoall that rank 1 never posts: rank 1 calls MPI_Abort(7). */
 static void abort_job(void) {
   int n, send[64] = {0}, recv[64];
@@ -401,9 +457,10 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const char* mode = argc > 1 ? argv[1] : "";
   if (!strcmp(mode, "slow") || !strcmp(mode, "mismatch") || !strcmp(mode, "many") || !strcmp(mode, "abort") ||
-      !strcmp(mode, "freed") || !strcmp(mode, "uneven")) {
+      !strcmp(mode, "freed") || !strcmp(mode, "uneven") || !strcmp(mode, "repeat")) {
     if (!strcmp(mode, "slow")) slow();
     else if (!strcmp(mode, "uneven")) uneven();
+    else if (!strcmp(mode, "repeat")) repeat();
     else if (!strcmp(mode, "freed")) freed();
     else if (!strcmp(mode, "mismatch")) mismatch();
     else if (!strcmp(mode, "abort")) abort_job();

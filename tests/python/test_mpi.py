@@ -74,6 +74,14 @@ def _buffers(stderr: str) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
+def _own_staging(stderr: str) -> tuple[int, int] | None:
+    """What the report says of staging of their own: (collectives, regions allocated), summed over
+    ranks, or None where it says nothing (none had any)."""
+    found = re.search(r"^  staged in staging of their own: (\d+) collectives, in (\d+) regions allocated$", stderr,
+                      re.M)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 def _offloaded(stderr: str) -> int:
     return sum(int(line.split()[0]) for line in _report_lines(stderr).values())
 
@@ -325,8 +333,8 @@ def test_collectives_larger_than_the_staging_memory_pass_through_and_the_rest_of
 def test_an_alltoallv_too_large_for_one_ranks_staging_is_offloaded_by_every_rank(built, agents, reach) -> None:
     """Only rank 0's buffers exceed the staging memory; had it passed the call through while the
     other rank offloaded it, both would wait for each other. With two agents (one per rank, as on
-    two nodes) both ranks' buffers go in place; where the agent cannot reach them, rank 0's go
-    through staging of their own."""
+    two nodes) both ranks' buffers go in place where the agents reach them; with one, or where the
+    agent cannot reach them, rank 0's go through staging of their own."""
     which, exe = built
     env = {"OUTBOARD_MPI_STAGING_BYTES": "65536", "OUTBOARD_MPI_TIMEOUT_S": "20"}
     if not reach:
@@ -337,8 +345,36 @@ def test_an_alltoallv_too_large_for_one_ranks_staging_is_offloaded_by_every_rank
         run = _run_job([cmd[0], *which.env_args(env), *cmd[1:]])
     assert run.returncode == 0 and "ok uneven" in run.stdout, run.stdout + run.stderr
     assert _report_lines(run.stderr)["MPI_Ialltoallv"] == f"2 offloaded {0:8} passed through"
-    # With one agent rank 1's is staged.
-    assert _buffers(run.stderr) == ((0, 2) if not reach else (1, 1) if agents == 1 else (2, 0))
+    assert _buffers(run.stderr) == ((0, 2) if not reach or agents == 1 else (2, 0))
+    assert _own_staging(run.stderr) == ((1, 1) if not reach or agents == 1 else None)
+
+
+@pytest.mark.parametrize("agents, env, staged, own", [
+    (1, {}, 20, (20, 6)),
+    (1, {"OUTBOARD_MPI_EXPOSE": "0"}, 20, (20, 6)),
+    (1, {"OUTBOARD_MPI_EXPOSE": "0", "OUTBOARD_MPI_SPARE_STAGING_BYTES": "0"}, 20, (20, 20)),
+    (1, {"OUTBOARD_MPI_SPARE_STAGING_BYTES": "0"}, 0, None),
+    (2, {}, 0, None),
+], ids=["1 agent", "no reach", "no reach, no spare", "no spare", "2 agents"])
+def test_ialltoallvs_too_large_for_staging_reuse_staging_of_their_own_and_stay_right(built, agents, env, staged,
+                                                                                    own) -> None:
+    """Ten Ialltoallvs too large for staging, of sizes that stay, grow and shrink, the last two in
+    flight at once, each checked against MPI's. With one agent each rank's go through staging of
+    their own, kept for the next call that fits in it (a larger call frees it), and posted kept: the
+    agent maps it once. Without a spare every call has a region of its own, freed with it, whose
+    descriptor's bytes the next region's often repeat: the agent must drop its import of the freed
+    one (a post names it) or it would read and write the old memory. Where staging of their own
+    cannot be kept, or two agents serve the ranks, they go in place where the agent reaches them."""
+    which, exe = built
+    env = {"OUTBOARD_MPI_STAGING_BYTES": "65536", "OUTBOARD_MPI_TIMEOUT_S": "20", **env}
+    with LocalAgent(env=mpi.PEER_AGENT_ENV) as a, LocalAgent(env=mpi.PEER_AGENT_ENV) as b:
+        addresses = ",".join(x.address for x in (a, b)[:agents])
+        cmd = mpi.command([str(exe), "repeat"], 2, which, report=True, agent=addresses)
+        run = _run_job([cmd[0], *which.env_args(env), *cmd[1:]])
+    assert run.returncode == 0 and "ok repeat" in run.stdout, run.stdout + run.stderr
+    assert _report_lines(run.stderr)["MPI_Ialltoallv"] == f"20 offloaded {0:8} passed through"
+    assert _buffers(run.stderr) == (20 - staged, staged)
+    assert _own_staging(run.stderr) == own
 
 
 @pytest.mark.parametrize("agents", [1, 2], ids=["1 agent", "2 agents"])

@@ -922,8 +922,8 @@ TEST(MpiWireTest, DecodeChecksEveryField) {
   bytes.push_back(0);
   EXPECT_NE(decode(bytes).status().message().find("1 B after the request"), std::string::npos);
   bytes = encode(p);
-  bytes[2 + 8 + 8 + 4 + 4 + 3] = 32;  // flags: none of kInPlace, kKeep, kSpans, kOwnBlock, kFailed
-  EXPECT_NE(decode(bytes).status().message().find("unknown flags 32"), std::string::npos);
+  bytes[2 + 8 + 8 + 4 + 4 + 3] = 64;  // flags: none of kInPlace, kKeep, kSpans, kOwnBlock, kFailed, kFreed
+  EXPECT_NE(decode(bytes).status().message().find("unknown flags 64"), std::string::npos);
   bytes[0] = 9;
   EXPECT_NE(decode(bytes).status().message().find("wire version 9"), std::string::npos);
   bytes.resize(10);
@@ -950,6 +950,19 @@ TEST(MpiWireTest, DecodeChecksEveryField) {
   fails(q, "agent 1's address: truncated, empty or over 256 B");
   q = span, q.agent_of = {0};
   fails(q, "agent_of needs 2 values");
+  // Regions the rank freed, named before its spans.
+  q = span, q.freed = {{7, 7}, {8}};
+  auto freed = decode(encode(q));
+  ASSERT_TRUE(freed.ok()) << freed.status().to_string();
+  EXPECT_EQ(freed->freed, q.freed);
+  EXPECT_EQ(freed->agents, span.agents);
+  EXPECT_TRUE(decode(encode(p))->freed.empty());
+  q = p, q.freed.assign(kMaxFreed + 1, {1});
+  fails(q, "a post that names 17 freed regions (1 to 16)");
+  q = p, q.freed = {{1}, {}};
+  fails(q, "a freed region without its descriptor");
+  q = p, q.freed = {std::vector<uint8_t>(kMaxDescriptorBytes + 1, 0)};
+  fails(q, "freed region descriptor of 4097 B exceeds 4096 B");
   q = p, q.own_block = true;  // an allreduce has no block of its own
   fails(q, "allreduce with its own block copied (only alltoall(v) and allgather, not in place)");
   q = p, q.coll = Coll::kAllgather, q.elem = Elem::kBytes, q.reduce = Reduce::kNone, q.own_block = true;
