@@ -1,7 +1,7 @@
 // What the byte-level BPE pre-tokenizers ask of a character: letter, number,
 // whitespace or other (\p{L}, \p{N}, \s, the rest), and runs of one kind,
-// ASCII letters and digits eight bytes at a time; where SSE2 is, the kinds of
-// 64 ASCII bytes at once, as bit masks.
+// ASCII letters and digits eight bytes at a time; where SSE2 or AArch64's
+// NEON is, the kinds of 64 ASCII bytes at once, as bit masks.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +14,10 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#define OUTBOARD_ASCII_WINDOWS 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define OUTBOARD_ASCII_WINDOWS 1
 #endif
 
 #include "tokenize/small_load.h"
@@ -128,7 +132,42 @@ inline size_t contraction_length(const uint8_t* s, size_t n, size_t i) {
   return 0;
 }
 
+#if defined(OUTBOARD_ASCII_WINDOWS)
+namespace window {
+// 16 bytes in a vector register, in GCC's and Clang's vector extensions: the operators below
+// compile to SSE2 or NEON alike; only taking one bit per byte differs by target.
+using Bytes = uint8_t __attribute__((vector_size(16)));
+using Signed = int8_t __attribute__((vector_size(16)));
+
+inline Bytes load(const uint8_t* p) {
+  Bytes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline Bytes eq(Bytes x, uint8_t c) { return std::bit_cast<Bytes>(x == c); }
+/// lo <= x < lo + count for ASCII x (bytes >= 0x80 land outside): x + (128 - lo) < -128 + count,
+/// signed (the add wraps as unsigned).
+inline Bytes in(Bytes x, int lo, int count) {
+  return std::bit_cast<Bytes>(std::bit_cast<Signed>(x + static_cast<uint8_t>(128 - lo)) <
+                              static_cast<int8_t>(-128 + count));
+}
+inline Bytes high(Bytes x) { return std::bit_cast<Bytes>(std::bit_cast<Signed>(x) < 0); }
+
+/// Bit k for byte k of a, b, c and d, vectors of 0 or 0xFF bytes (the 64 bytes in order).
+inline uint64_t bits(Bytes a, Bytes b, Bytes c, Bytes d) {
 #if defined(__SSE2__)
+  auto m = [](Bytes v) { return uint64_t{static_cast<uint16_t>(_mm_movemask_epi8(std::bit_cast<__m128i>(v)))}; };
+  return m(a) | m(b) << 16 | m(c) << 32 | m(d) << 48;
+#else
+  // Each byte keeps its bit's weight within its 8; three pairwise adds sum each 8 into a byte.
+  const uint8x16_t weight = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  auto w = [&](Bytes v) { return vandq_u8(std::bit_cast<uint8x16_t>(v), weight); };
+  const uint8x16_t halves = vpaddq_u8(vpaddq_u8(w(a), w(b)), vpaddq_u8(w(c), w(d)));
+  return vgetq_lane_u64(vreinterpretq_u64_u8(vpaddq_u8(halves, halves)), 0);
+#endif
+}
+}  // namespace window
+
 /// The 64 bytes from s[i] (those the text has), classified as far as they are ASCII: bit k of each
 /// mask stands for the window's byte k, so a pre-tokenizer finds where a run ends by a bit scan
 /// instead of byte by byte.
@@ -140,26 +179,18 @@ class AsciiWindow {
       std::memcpy(copy_, s + i, n - i);
       bytes = copy_;
     }
-    auto set1 = [](int v) { return _mm_set1_epi8(static_cast<char>(v)); };
-    // x + (128 - lo) < -128 + count, signed: lo <= x < lo + count for ASCII x (bytes >= 0x80 land outside).
-    auto in = [&](__m128i x, int lo, int count) {
-      return _mm_cmplt_epi8(_mm_add_epi8(x, set1(128 - lo)), set1(-128 + count));
-    };
-    uint64_t high = 0;
-    for (int k = 0; k < 4; ++k) {
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 16 * k));
-      auto bits = [&](__m128i v) { return uint64_t{static_cast<uint16_t>(_mm_movemask_epi8(v))} << (16 * k); };
-      const __m128i breaks = _mm_or_si128(_mm_cmpeq_epi8(x, set1('\n')), _mm_cmpeq_epi8(x, set1('\r')));
-      letter |= bits(in(_mm_or_si128(x, set1(0x20)), 'a', 26));
-      upper |= bits(in(x, 'A', 26));
-      digit |= bits(in(x, '0', 10));
-      space |= bits(_mm_or_si128(in(x, '\t', 5), _mm_cmpeq_epi8(x, set1(' '))));  // \t \n \v \f \r and ' '
-      blank |= bits(_mm_cmpeq_epi8(x, set1(' ')));
-      quote |= bits(_mm_cmpeq_epi8(x, set1('\'')));
-      line_break |= bits(breaks);
-      high |= bits(x);
-    }
-    len = std::min<size_t>({64, n - i, high ? static_cast<size_t>(std::countr_zero(high)) : 64});
+    using namespace window;
+    const Bytes x[4] = {load(bytes), load(bytes + 16), load(bytes + 32), load(bytes + 48)};
+    auto mask = [&x](auto kind) { return bits(kind(x[0]), kind(x[1]), kind(x[2]), kind(x[3])); };
+    letter = mask([](Bytes v) { return in(v | 0x20, 'a', 26); });
+    upper = mask([](Bytes v) { return in(v, 'A', 26); });
+    digit = mask([](Bytes v) { return in(v, '0', 10); });
+    space = mask([](Bytes v) { return in(v, '\t', 5) | eq(v, ' '); });  // \t \n \v \f \r and ' '
+    blank = mask([](Bytes v) { return eq(v, ' '); });
+    quote = mask([](Bytes v) { return eq(v, '\''); });
+    line_break = mask([](Bytes v) { return eq(v, '\n') | eq(v, '\r'); });
+    const uint64_t non_ascii = mask(high);
+    len = std::min<size_t>({64, n - i, non_ascii ? static_cast<size_t>(std::countr_zero(non_ascii)) : 64});
     to_end = len == n - i;
     valid = len == 64 ? ~uint64_t{0} : (uint64_t{1} << len) - 1;
     for (uint64_t* m : {&letter, &upper, &digit, &space, &blank, &quote, &line_break}) *m &= valid;
@@ -195,7 +226,8 @@ class AsciiWindow {
 
 /// Whether a window pays at s[i]: the next 16 bytes are there and ASCII.
 inline bool ascii_ahead(const uint8_t* s, size_t n, size_t i) {
-  return n - i >= 16 && !_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+  const window::Bytes none{};
+  return n - i >= 16 && !window::bits(window::high(window::load(s + i)), none, none, none);
 }
 
 /// Splits `text` by `window(s, n, i, emit)` where it pays and `piece(s, n, i, emit)` elsewhere. Both

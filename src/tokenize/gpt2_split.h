@@ -64,7 +64,7 @@ void split_gpt2_scanner(std::string_view text, Emit&& emit) {
   for (size_t i = 0; i < text.size();) i = gpt2_piece(s, text.size(), i, emit);
 }
 
-#if defined(__SSE2__)
+#if defined(OUTBOARD_ASCII_WINDOWS)
 /// The pieces that start at s[i] (a piece's start) among the next 64 bytes, as far as those bytes
 /// are ASCII and settle where each one ends; returns the start of the first piece not emitted (i
 /// where none could be).
@@ -109,7 +109,7 @@ size_t gpt2_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
 /// (which must be valid UTF-8), in order.
 template <typename Emit>
 void split_gpt2(std::string_view text, Emit&& emit) {
-#if defined(__SSE2__)
+#if defined(OUTBOARD_ASCII_WINDOWS)
   split_by_windows(
       text, emit, [](auto&&... a) { return gpt2_piece(a...); }, [](auto&&... a) { return gpt2_window(a...); });
 #else

@@ -127,7 +127,7 @@ void split_o200k_scanner(std::string_view text, Emit&& emit) {
   for (size_t i = 0; i < text.size();) i = o200k_piece<kRules>(s, text.size(), i, emit);
 }
 
-#if defined(__SSE2__)
+#if defined(OUTBOARD_ASCII_WINDOWS)
 /// The pieces that start at s[i] (a piece's start) among the next 64 bytes, by the scanner's rules
 /// with bit scans for the runs, as far as the bytes are ASCII and settle each piece's end; returns
 /// the start of the first piece not emitted (i where none could be). ASCII letters have one case
@@ -180,7 +180,7 @@ size_t o200k_window(const uint8_t* s, size_t n, size_t i, Emit& emit) {
 /// (which must be valid UTF-8), in order.
 template <const O200kRules& kRules, typename Emit>
 void split_o200k(std::string_view text, Emit&& emit) {
-#if defined(__SSE2__)
+#if defined(OUTBOARD_ASCII_WINDOWS)
   split_by_windows(
       text, emit, [](auto&&... a) { return o200k_piece<kRules>(a...); },
       [](auto&&... a) { return o200k_window<kRules>(a...); });
