@@ -60,8 +60,10 @@ class RemoteDetokenizer {
   /// a '/'), uploaded.
   [[nodiscard]] static Result<std::unique_ptr<RemoteDetokenizer>> open(Connection& connection, const std::string& name,
                                                                        Deadline deadline);
-  /// A new sequence's stream, closed by a finishing step or close_stream().
-  /// No round trip: the first step sent for it begins it on the agent.
+  /// A new sequence's stream, closed by a finishing step (even one whose ids
+  /// fail) or close_stream(). No round trip: the first step sent for it
+  /// begins it on the agent. Names are this detokenizer's, none of them open
+  /// twice.
   [[nodiscard]] uint32_t open_stream();
   /// Closes a stream without what it holds (an abandoned sequence); one
   /// never stepped is closed here.
@@ -91,6 +93,7 @@ class RemoteDetokenizer {
   size_t vocab_size_;
   uint32_t last_stream_ = 0;
   std::unordered_map<uint32_t, bool> open_;  // the streams opened here and not ended: whether a step was sent
+  friend struct RemoteDetokenizerNames;      // a test's: names near their wrap
 };
 
 }  // namespace outboard

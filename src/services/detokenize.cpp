@@ -146,8 +146,8 @@ class Detokenize final : public Service {
       const size_t before = text.size();
       Result<DecodeStream*> stream = stream_of(client, s, tokenizer);
       Status st = stream.ok() ? (*stream)->step(ids, text) : stream.status();
-      if (st.ok() && (s.flags & wire::kFinish)) {
-        (*stream)->finish(text);
+      if (stream.ok() && (s.flags & wire::kFinish)) {  // closed even where its ids failed, as the client forgot it
+        if (st.ok()) (*stream)->finish(text);
         client.streams.erase(stream_key(tokenizer, s.stream));
       }
       if (!st.ok()) {

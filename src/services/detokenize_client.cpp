@@ -48,7 +48,10 @@ Result<std::unique_ptr<RemoteDetokenizer>> RemoteDetokenizer::open(Connection& c
 }
 
 uint32_t RemoteDetokenizer::open_stream() {
-  open_[++last_stream_] = false;
+  // Past 2^32 names wrap: skip those still open (a long sequence outlives billions of short ones).
+  do ++last_stream_;
+  while (open_.count(last_stream_));
+  open_[last_stream_] = false;
   return last_stream_;
 }
 

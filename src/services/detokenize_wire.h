@@ -30,7 +30,7 @@ inline constexpr char kStep = 'D';
 inline constexpr char kClose = 'C';
 
 enum StepFlags : uint8_t {
-  kFinish = 1,  ///< after the ids: the bytes held back (U+FFFD where broken), and the stream is closed
+  kFinish = 1,  ///< after the ids: the bytes held back (U+FFFD where broken), and the stream is closed (even if the ids fail)
   kBegin = 2,   ///< before the ids: the stream is begun where it is not open (even if the ids then fail)
 };
 

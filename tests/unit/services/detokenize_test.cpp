@@ -11,6 +11,12 @@
 #include "outboard/detokenize_client.h"
 
 namespace outboard {
+
+// The friend the detokenizer names: sets where its stream names stand.
+struct RemoteDetokenizerNames {
+  static void set_last(RemoteDetokenizer& d, uint32_t name) { d.last_stream_ = name; }
+};
+
 namespace {
 
 class DetokenizeServiceTest : public testing::AgentFixture {
@@ -116,6 +122,40 @@ TEST_F(DetokenizeServiceTest, ABadStepFailsAloneAndLeavesItsStreamAsItWas) {
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(out->text(0), "🙂b");  // a kept what it held before the bad id
   EXPECT_EQ(detok_->step(rest, Deadline::after_ms(5000))->error(0).code(), Code::kNotFound);  // finish closed it
+}
+
+// Its ids fail, but the client forgot the stream as it sent the step: the agent closes it too (else
+// it would hold it, and a name come round again would continue it).
+TEST_F(DetokenizeServiceTest, AFinishingStepWhoseIdsFailClosesItsStream) {
+  const std::vector<int32_t> hello = ids("hello");
+  const int32_t unknown = 10'000'000;
+  const uint32_t s = detok_->open_stream();
+  const std::vector<StreamStep> first = {{s, hello}};
+  ASSERT_EQ(detok_->step(first, Deadline::after_ms(5000))->text(0), "hello");
+  const std::vector<StreamStep> last = {{s, {&unknown, 1}, /*finish=*/true}};
+  EXPECT_EQ(detok_->step(last, Deadline::after_ms(5000))->error(0).code(), Code::kNotFound);
+  auto after = detok_->step(first, Deadline::after_ms(5000));
+  ASSERT_TRUE(after.ok());
+  EXPECT_NE(after->error(0).message().find("is not open"), std::string::npos) << after->error(0).to_string();
+}
+
+// Past 2^32 streams the names wrap; one still open is skipped, so a new sequence never continues it.
+TEST_F(DetokenizeServiceTest, StreamNamesWrapPastThoseStillOpen) {
+  const std::vector<int32_t> emoji = ids("🙂");  // several ids: a stream stepped with the first holds bytes
+  ASSERT_GE(emoji.size(), 2u);
+  const uint32_t held = detok_->open_stream();  // 1
+  const std::vector<StreamStep> begin = {{held, std::span(emoji).first(1)}};
+  ASSERT_EQ(detok_->step(begin, Deadline::after_ms(5000))->text(0), "");
+  RemoteDetokenizerNames::set_last(*detok_, UINT32_MAX - 1);
+  EXPECT_EQ(detok_->open_stream(), UINT32_MAX);
+  EXPECT_EQ(detok_->open_stream(), 0u);
+  const uint32_t next = detok_->open_stream();
+  EXPECT_EQ(next, 2u);  // 1 is open
+  const std::vector<int32_t> hello = ids("hello");
+  const std::vector<StreamStep> fresh = {{next, hello, /*finish=*/true}};
+  EXPECT_EQ(detok_->step(fresh, Deadline::after_ms(5000))->text(0), "hello");
+  const std::vector<StreamStep> rest = {{held, std::span(emoji).subspan(1), /*finish=*/true}};
+  EXPECT_EQ(detok_->step(rest, Deadline::after_ms(5000))->text(0), "🙂");
 }
 
 // A server's pipeline: each step submitted before the one before it is answered; the answers run
