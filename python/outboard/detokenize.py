@@ -15,10 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from . import _core
-from .errors import Error, InvalidArgument, TimedOut, from_code
+from .errors import Error, InvalidArgument, TimedOut, TooBig, from_code
 from .offload.inflight import InFlight
 
 Steps = Sequence[tuple[int, Sequence[int] | np.ndarray]]
+# Submitted steps whose results were not taken, at most: a server that loses its tickets fails at
+# submit instead of holding their texts without end.
+MAX_UNTAKEN_STEPS = 4096
 
 
 class Detokenizer:
@@ -57,7 +60,10 @@ class Detokenizer:
     def submit(self, steps: Steps, *, finish: Sequence[bool] | bool = False) -> int:
         """As ``step``, without waiting for the answer: a ticket for ``result``. Steps run on the agent
         in the order they are submitted; a request refused (a bad step, a lost connection) fails at
-        its result."""
+        its result. At most MAX_UNTAKEN_STEPS whose results were not taken (TooBig past it)."""
+        if len(self._answers) >= MAX_UNTAKEN_STEPS:
+            raise TooBig(f"detokenize: {len(self._answers)} submitted steps whose results were not taken, the "
+                         f"limit MAX_UNTAKEN_STEPS; take them with result()")
         flags = finish_flags(steps, finish)
         answer: list = []
         ticket = self._inflight.expect(answer.append)

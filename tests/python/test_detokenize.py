@@ -102,6 +102,19 @@ def test_submitted_steps_run_in_order_and_answer_as_step_does(client: outboard.C
     assert answer == ["a"]
 
 
+def test_submitted_steps_whose_results_are_not_taken_are_bounded(client: outboard.Client, monkeypatch) -> None:
+    monkeypatch.setattr(outboard.detokenize, "MAX_UNTAKEN_STEPS", 3)
+    detok = client.detokenizer("gpt2")
+    stream = detok.stream()
+    tickets = [detok.submit([(stream, [64])]) for _ in range(3)]
+    with pytest.raises(errors.TooBig, match="3 submitted steps whose results were not taken, the limit "
+                                            "MAX_UNTAKEN_STEPS"):
+        detok.submit([(stream, [64])])
+    assert detok.result(tickets[0]) == ["a"]
+    tickets.append(detok.submit([(stream, [65])]))
+    assert [detok.result(t) for t in tickets[1:]] == [["a"], ["a"], ["b"]]
+
+
 def test_a_submitted_step_fails_at_its_result_where_its_request_does(agent: outboard.LocalAgent) -> None:
     client = outboard.connect(agent.address)
     detok = client.detokenizer("gpt2", timeout=0.5)
