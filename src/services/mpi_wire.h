@@ -65,10 +65,10 @@ inline constexpr uint8_t kElems = 5;
 enum class Reduce : uint8_t { kNone, kSum, kMin, kMax, kProd };
 inline constexpr uint8_t kReduces = 5;
 inline constexpr uint8_t kInPlace = 1;
-/// The rank keeps this post's regions registered, unchanged, for as long as its connection: the
-/// agent may keep their imports and find them again by their descriptor's bytes. (Without it a
-/// descriptor's bytes do not name one region: a freed shared-memory segment's file descriptor
-/// and address come back for the next one.)
+/// The rank keeps this post's regions registered, unchanged, for as long as its connection or
+/// until a later post names them freed (kFreed): the agent may keep their imports and find them
+/// again by their descriptor's bytes. (Without it a descriptor's bytes do not name one region: a
+/// freed shared-memory segment's file descriptor and address come back for the next one.)
 inline constexpr uint8_t kKeep = 2;
 /// The communicator's ranks are served by several agents: the post names them (Spans).
 inline constexpr uint8_t kSpans = 4;

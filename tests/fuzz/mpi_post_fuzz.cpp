@@ -111,7 +111,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     __builtin_trap();
   for (uint32_t a : p.agent_of)
     if (a >= p.agents.size()) __builtin_trap();
-  if (p.failure.size() > kMaxFailureBytes) __builtin_trap();
+  if (p.failure.size() > kMaxFailureBytes || p.freed.size() > kMaxFreed) __builtin_trap();
+  for (const auto& d : p.freed)
+    if (d.empty() || d.size() > kMaxDescriptorBytes) __builtin_trap();
   const auto again = encode(p);
   if (again.size() != size || std::memcmp(again.data(), data, size) != 0) __builtin_trap();
   return 0;
