@@ -328,6 +328,16 @@ def test_collectives_larger_than_the_staging_memory_pass_through_and_the_rest_of
     assert "larger than the staging memory" in alltoall and not alltoall.startswith("0 offloaded"), alltoall
 
 
+def _run_with_agents(built: tuple[mpi.Mpi, Path], mode: str, agents: int, env: dict[str, str],
+                     report: bool = False) -> subprocess.CompletedProcess:
+    """The test program's ``mode`` on 2 ranks with ``env``, served by one agent or by one each."""
+    which, exe = built
+    with LocalAgent(env=mpi.PEER_AGENT_ENV) as a, LocalAgent(env=mpi.PEER_AGENT_ENV) as b:
+        addresses = ",".join(x.address for x in (a, b)[:agents])
+        cmd = mpi.command([str(exe), mode], 2, which, report=report, agent=addresses)
+        return _run_job([cmd[0], *which.env_args(env), *cmd[1:]])
+
+
 @pytest.mark.parametrize("agents, reach", [(1, True), (2, True), (1, False), (2, False)],
                          ids=["1 agent", "2 agents", "1 agent, no reach", "2 agents, no reach"])
 def test_an_alltoallv_too_large_for_one_ranks_staging_is_offloaded_by_every_rank(built, agents, reach) -> None:
@@ -335,14 +345,10 @@ def test_an_alltoallv_too_large_for_one_ranks_staging_is_offloaded_by_every_rank
     other rank offloaded it, both would wait for each other. With two agents (one per rank, as on
     two nodes) both ranks' buffers go in place where the agents reach them; with one, or where the
     agent cannot reach them, rank 0's go through staging of their own."""
-    which, exe = built
     env = {"OUTBOARD_MPI_STAGING_BYTES": "65536", "OUTBOARD_MPI_TIMEOUT_S": "20"}
     if not reach:
         env["OUTBOARD_MPI_EXPOSE"] = "0"
-    with LocalAgent(env=mpi.PEER_AGENT_ENV) as a, LocalAgent(env=mpi.PEER_AGENT_ENV) as b:
-        addresses = ",".join(x.address for x in (a, b)[:agents])
-        cmd = mpi.command([str(exe), "uneven"], 2, which, report=True, agent=addresses)
-        run = _run_job([cmd[0], *which.env_args(env), *cmd[1:]])
+    run = _run_with_agents(built, "uneven", agents, env, report=True)
     assert run.returncode == 0 and "ok uneven" in run.stdout, run.stdout + run.stderr
     assert _report_lines(run.stderr)["MPI_Ialltoallv"] == f"2 offloaded {0:8} passed through"
     assert _buffers(run.stderr) == ((0, 2) if not reach or agents == 1 else (2, 0))
@@ -365,12 +371,8 @@ def test_ialltoallvs_too_large_for_staging_reuse_staging_of_their_own_and_stay_r
     descriptor's bytes the next region's often repeat: the agent must drop its import of the freed
     one (a post names it) or it would read and write the old memory. Where staging of their own
     cannot be kept, or two agents serve the ranks, they go in place where the agent reaches them."""
-    which, exe = built
     env = {"OUTBOARD_MPI_STAGING_BYTES": "65536", "OUTBOARD_MPI_TIMEOUT_S": "20", **env}
-    with LocalAgent(env=mpi.PEER_AGENT_ENV) as a, LocalAgent(env=mpi.PEER_AGENT_ENV) as b:
-        addresses = ",".join(x.address for x in (a, b)[:agents])
-        cmd = mpi.command([str(exe), "repeat"], 2, which, report=True, agent=addresses)
-        run = _run_job([cmd[0], *which.env_args(env), *cmd[1:]])
+    run = _run_with_agents(built, "repeat", agents, env, report=True)
     assert run.returncode == 0 and "ok repeat" in run.stdout, run.stdout + run.stderr
     assert _report_lines(run.stderr)["MPI_Ialltoallv"] == f"20 offloaded {0:8} passed through"
     assert _buffers(run.stderr) == (20 - staged, staged)
@@ -381,15 +383,11 @@ def test_ialltoallvs_too_large_for_staging_reuse_staging_of_their_own_and_stay_r
 def test_an_alltoallv_whose_own_staging_is_refused_fails_every_rank_at_once_naming_why(built, agents) -> None:
     """Rank 0's buffers need staging of their own (the agent cannot reach them), over its limit: it
     posts the call all the same, saying why, and rank 1 hears that rather than wait for it."""
-    which, exe = built
     env = {"OUTBOARD_MPI_STAGING_BYTES": "65536", "OUTBOARD_MPI_EXPOSE": "0", "OUTBOARD_MPI_TIMEOUT_S": "60",
            "OUTBOARD_MPI_OWN_STAGING_BYTES": "65536"}
-    with LocalAgent(env=mpi.PEER_AGENT_ENV) as a, LocalAgent(env=mpi.PEER_AGENT_ENV) as b:
-        addresses = ",".join(x.address for x in (a, b)[:agents])
-        cmd = mpi.command([str(exe), "uneven"], 2, which, agent=addresses)
-        start = time.monotonic()
-        run = _run_job([cmd[0], *which.env_args(env), *cmd[1:]])
-        took = time.monotonic() - start
+    start = time.monotonic()
+    run = _run_with_agents(built, "uneven", agents, env)
+    took = time.monotonic() - start
     assert run.returncode != 0 and run.stdout.count("MPI_Wait failed") == 2, run.stdout + run.stderr
     assert run.stderr.count("rank 0 could not take part: staging of its own for 2097160 B exceeds "
                             "OUTBOARD_MPI_OWN_STAGING_BYTES 65536") == 2, run.stderr
