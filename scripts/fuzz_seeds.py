@@ -110,7 +110,8 @@ def main() -> int:
         "tokenize-upload": b"\x05L\x03[PAD]\n[UNK]\nhello\n",
     }
     # mpi_post: services/mpi_wire.h, a post (version, kind, comm, seq, size, rank, coll, elem, op, flags, root,
-    # bytes, send and receive offsets, arrays, regions, with kFreed the regions freed, with kSpans the agents), another agent's share
+    # bytes, send and receive offsets, arrays, regions, with kFreed the regions freed, with kSpans the agents),
+    # another agent's share
     # (whole, or its first piece) or a piece of one (comm, seq, from, offset, data), forwarded send (its data, or with kFollows a piece at its offset) or watch, a rank's reach (value,
     # region) or point-to-point message (comm, size, rank, peer, tag, flags, bytes, id, region, with kRemote
     # the token and the other agent), and the envelope answering one.

@@ -30,8 +30,11 @@ inline constexpr char kStep = 'D';
 inline constexpr char kClose = 'C';
 
 enum StepFlags : uint8_t {
-  kFinish = 1,  ///< after the ids: the bytes held back (U+FFFD where broken), and the stream is closed (even if the ids fail)
-  kBegin = 2,   ///< before the ids: the stream is begun where it is not open (even if the ids then fail)
+  /// After the ids: the bytes held back (U+FFFD where broken), and the stream is closed (even if
+  /// the ids fail: the client forgets it as it sends the step).
+  kFinish = 1,
+  /// Before the ids: the stream is begun where it is not open (even if the ids then fail).
+  kBegin = 2,
 };
 
 struct Step {
