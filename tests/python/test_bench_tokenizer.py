@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 OUTBOARD = str(Path(sys.executable).parent / "outboard")
 
 
@@ -42,3 +44,14 @@ def test_quick_benchmark_writes_rows_meta_and_report(tmp_path) -> None:
     report = (out / "report.md").read_text()
     assert "## GPT-2" in report and "## Mistral Tekken" in report and "## Mistral 7B" in report and "## BERT" in report
     assert "### Regimes" in report
+
+
+def test_bpe_openai_is_a_cl100k_and_o200k_peer_where_it_is_installed(tmp_path) -> None:
+    pytest.importorskip("bpe_openai", reason="bpe-openai is not installed (the bench's peers are installed by hand)")
+    from outboard.bench.suites import tokenizer_speed
+
+    text = "Hello wörld 12345 — привет 世界, it's 3.14159\n\n  done"
+    for model in ("cl100k", "o200k"):
+        impls, missing, reference = tokenizer_speed.MODELS[model](tmp_path)
+        assert reference == "tiktoken" and "bpe-openai" not in missing
+        assert list(impls["bpe-openai"](text)) == list(impls["tiktoken"](text)) == impls["outboard"](text).tolist()

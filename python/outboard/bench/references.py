@@ -1,7 +1,7 @@
 """The byte-level BPE encodings (GPT-2's r50k, cl100k, o200k, Tekken) and SentencePiece BPE as the peers load
 them: tiktoken, HF tokenizers (built offline as a converter would), sentencepiece, mistral-common, fastokens,
-gigatoken, riptoken, toktok and quicktok, from the same cached vocabulary file. Used by the benchmark and the
-exactness tests."""
+gigatoken, riptoken, toktok, quicktok and bpe-openai, from the same cached vocabulary file (toktok, quicktok and
+bpe-openai bring their own copies). Used by the benchmark and the exactness tests."""
 
 from __future__ import annotations
 
@@ -226,3 +226,10 @@ def quicktok_encoding(model: str) -> Any:
     import quicktok
 
     return quicktok.Tokenizer(ENCODINGS[model].name, "")
+
+
+def bpe_openai_encoding(model: str) -> Any:
+    """bpe-openai (github/rust-gems' linear-time exact BPE, tiktoken's API): cl100k and o200k bundled."""
+    import bpe_openai
+
+    return bpe_openai.get_encoding(ENCODINGS[model].name)
