@@ -34,7 +34,7 @@ inline uint8_t case_at(const uint8_t* s, size_t i, int& len) {
     len = 1;
     return s[i] >= 'a' && s[i] <= 'z' ? kLowerish : s[i] >= 'A' && s[i] <= 'Z' ? kUpperish : 0;
   }
-  return case_class(decode_valid(s + i, len));
+  return case_of(decode_valid(s + i, len));
 }
 
 // End of the run of characters in case class `bit` from i; `both_end` is set
@@ -96,7 +96,7 @@ size_t o200k_piece(const uint8_t* s, size_t n, size_t i, Emit& emit) {
   const bool prefix = (kind == Kind::kOther || kind == Kind::kSpace) && c != '\r' && c != '\n';
   const size_t j = i + len;
   int next_len;
-  const uint8_t here = c < 0x80 ? detail::case_at(s, i, len) : case_class(c);
+  const uint8_t here = c < 0x80 ? detail::case_at(s, i, len) : case_of(c);
   const uint8_t next = prefix && j < n ? detail::case_at(s, j, next_len) : 0;
   if ((next == kLowerish && s[j] < 0x80) || (here == kLowerish && c < 0x80)) {  // most words: lower-case ASCII
     size_t unused;

@@ -74,10 +74,18 @@ constinit const std::array<uint8_t, 0x10000 / 4> detail::kBmpKinds = [] {
   return kinds;
 }();
 
-uint8_t case_class(char32_t cp) {
-  if (cp >= 0x110000) return 0;
-  return kCaseStage2[kCaseStage1[cp >> 8] * 256u + (cp & 0xFF)];
+constexpr uint8_t case_class_of(char32_t cp) {
+  return cp >= 0x110000 ? 0 : kCaseStage2[kCaseStage1[cp >> 8] * 256u + (cp & 0xFF)];
 }
+
+uint8_t case_class(char32_t cp) { return case_class_of(cp); }
+
+constinit const std::array<uint8_t, 0x10000 / 4> detail::kBmpCases = [] {
+  static_assert((kUpperish | kLowerish) < 4, "a case class fits in 2 bits");
+  std::array<uint8_t, 0x10000 / 4> cases{};
+  for (char32_t cp = 0; cp < 0x10000; ++cp) cases[cp / 4] |= case_class_of(cp) << (cp % 4 * 2);
+  return cases;
+}();
 
 std::string_view unicode_version() { return kUnicodeVersion; }
 

@@ -37,6 +37,20 @@ enum CaseClass : uint8_t {
 };
 
 uint8_t case_class(char32_t cp);
+
+namespace detail {
+/// case_class of each code point of the Basic Multilingual Plane, 2 bits
+/// each, as kBmpKinds is for kinds.
+extern const std::array<uint8_t, 0x10000 / 4> kBmpCases;
+}  // namespace detail
+
+/// case_class(cp), inline and one load for the Basic Multilingual Plane:
+/// o200k's words ask it of every non-ASCII character.
+inline uint8_t case_of(char32_t cp) {
+  if (cp < 0x10000) return (detail::kBmpCases[cp / 4] >> (cp % 4 * 2)) & 3;
+  return case_class(cp);
+}
+
 std::string_view unicode_version();
 
 /// Canonical decomposition (NFD) of one code point; false if it has none.

@@ -68,6 +68,19 @@ TEST(UnicodeTest, KindOfEveryCodePointFollowsItsClass) {
   EXPECT_EQ(kind_of(U'😀'), Kind::kOther);
 }
 
+TEST(UnicodeTest, CaseOfEveryCodePointIsItsCaseClass) {
+  size_t wrong = 0;
+  char32_t first_wrong = 0;
+  for (char32_t cp = 0; cp < 0x110000; ++cp)
+    if (case_of(cp) != case_class(cp) && wrong++ == 0) first_wrong = cp;
+  EXPECT_EQ(wrong, 0u) << "first: U+" << std::hex << uint32_t(first_wrong);
+  EXPECT_EQ(case_of(U'Ж'), kUpperish);
+  EXPECT_EQ(case_of(U'ж'), kLowerish);
+  EXPECT_EQ(case_of(U'中'), kUpperish | kLowerish);  // Lo: in both
+  EXPECT_EQ(case_of(U'٣'), 0);
+  EXPECT_EQ(case_of(0x10400), kUpperish);  // DESERET CAPITAL LONG I, past the table
+}
+
 // What first_invalid_utf8 must say: utf8_sequence at every character.
 size_t first_invalid_by_sequences(std::string_view t) {
   size_t i = 0;
