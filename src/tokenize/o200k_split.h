@@ -41,7 +41,7 @@ inline uint8_t case_at(const uint8_t* s, size_t i, int& len) {
 // to the end of the run's last character that is in both classes (else kept).
 inline size_t case_run(const uint8_t* s, size_t n, size_t i, uint8_t bit, size_t& both_end) {
   while (i < n) {
-    if (bit == kLowerish && i + 8 <= n) {  // lower-case ASCII, eight bytes at a time
+    if (bit == kLowerish && s[i] < 0x80 && i + 8 <= n) {  // lower-case ASCII, eight bytes at a time
       const uint64_t lower = ascii_lower(load8(s + i));
       if (lower == kHigh) {
         i += 8;
