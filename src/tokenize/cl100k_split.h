@@ -5,7 +5,7 @@
 // with no regex engine. Where it differs from r50k: contractions ignore
 // case, any one non-letter (a space, a tab, a quote) joins the letters after
 // it, digits go in threes, and line breaks end a whitespace piece. Where SSE2
-// is, ASCII text goes 64 bytes at a time: the same rules, each run's end a bit
+// or NEON is, ASCII text goes 64 bytes at a time: the same rules, each run's end a bit
 // scan of the window's masks (AsciiWindow).
 #pragma once
 

@@ -1,9 +1,10 @@
 // GPT-2's pre-tokenizer as a hand-written scanner. Equivalent to
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // (and to tiktoken's r50k pattern) with no regex engine and no lookahead
-// beyond one code point. Where SSE2 is (every x86-64), ASCII text goes 64
-// bytes at a time: where each piece starts follows from bit masks of the
-// bytes' kinds, and the scanner takes only what those cannot settle.
+// beyond one code point. Where SSE2 or NEON is (every x86-64 and aarch64),
+// ASCII text goes 64 bytes at a time: where each piece starts follows from
+// bit masks of the bytes' kinds, and the scanner takes only what those
+// cannot settle.
 #pragma once
 
 #include <bit>

@@ -7,8 +7,8 @@
 //   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
 // The regex backtracks; the scanner finds the same first match directly:
 // U*L+ ends after the L run that follows the U run, or else after the last
-// character of the U run that is in L too (Lm, Lo, M). Where SSE2 is, ASCII
-// text goes 64 bytes at a time (o200k_window), as cl100k's does.
+// character of the U run that is in L too (Lm, Lo, M). Where SSE2 or NEON
+// is, ASCII text goes 64 bytes at a time (o200k_window), as cl100k's does.
 #pragma once
 
 #include <algorithm>
