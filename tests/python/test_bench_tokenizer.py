@@ -55,3 +55,22 @@ def test_bpe_openai_is_a_cl100k_and_o200k_peer_where_it_is_installed(tmp_path) -
         impls, missing, reference = tokenizer_speed.MODELS[model](tmp_path)
         assert reference == "tiktoken" and "bpe-openai" not in missing
         assert list(impls["bpe-openai"](text)) == list(impls["tiktoken"](text)) == impls["outboard"](text).tolist()
+
+
+def test_a_peer_that_refuses_a_worst_case_size_is_reported_refused_not_unequal() -> None:
+    from outboard.bench.suites import tokenizer_speed
+
+    meta = {"cpu": "a cpu", "cores": 2, "virtualization": "none", "pinned_core": 1, "load_before": [0.0], "peers": {},
+            "missing": {}, "models": ["cl100k"], "command": "outboard bench tokenizer", "git": "HEAD"}
+
+    def row(impl: str, size: int, metrics: dict, correctness: dict) -> dict:
+        return {"case": "worst-case", "impl": impl, "params": {"model": "cl100k", "bytes": size}, "metrics": metrics,
+                "correctness": correctness}
+
+    rows = [row("outboard", 1024, {"ms": 1.0, "us_per_kb": 1.0}, {"equal_to_reference": True}),
+            row("outboard", 2048, {"ms": 2.0, "us_per_kb": 1.0}, {"equal_to_reference": True}),
+            row("peer", 1024, {"ms": 3.0, "us_per_kb": 3.0}, {"equal_to_reference": True}),
+            row("peer", 2048, {}, {"refused": "ValueError: Input too long to encode safely"})]
+    report = tokenizer_speed.render(rows, meta)
+    assert "| outboard | 1.0 | 2.0 | 1.0 | yes |" in report
+    assert "| peer | 3.0 | refused | refused | yes |" in report
