@@ -43,9 +43,8 @@ constexpr Kind kind_of_class(uint8_t c) {
 }
 
 inline Kind kind_of(char32_t cp) {
-  static_assert(int(Kind::kOther) < 4, "detail::kBmpKinds keeps a kind in 2 bits");
   if (cp < 0x80) return kAsciiKind[cp];
-  if (cp < 0x10000) return Kind((detail::kBmpKinds[cp / 4] >> (cp % 4 * 2)) & 3);
+  if (cp < 0x10000) return Kind(detail::bmp_bits(detail::kBmpKinds, cp));
   return kind_of_class(char_class(cp));
 }
 

@@ -67,25 +67,24 @@ constexpr uint8_t class_of(char32_t cp) {
 
 uint8_t char_class(char32_t cp) { return class_of(cp); }
 
-// Built at compile time (constinit: no initialization order to mind).
-constinit const std::array<uint8_t, 0x10000 / 4> detail::kBmpKinds = [] {
-  std::array<uint8_t, 0x10000 / 4> kinds{};
-  for (char32_t cp = 0; cp < 0x10000; ++cp) kinds[cp / 4] |= unsigned(kind_of_class(class_of(cp))) << (cp % 4 * 2);
-  return kinds;
-}();
-
 constexpr uint8_t case_class_of(char32_t cp) {
   return cp >= 0x110000 ? 0 : kCaseStage2[kCaseStage1[cp >> 8] * 256u + (cp & 0xFF)];
 }
 
 uint8_t case_class(char32_t cp) { return case_class_of(cp); }
 
-constinit const std::array<uint8_t, 0x10000 / 4> detail::kBmpCases = [] {
-  static_assert((kUpperish | kLowerish) < 4, "a case class fits in 2 bits");
-  std::array<uint8_t, 0x10000 / 4> cases{};
-  for (char32_t cp = 0; cp < 0x10000; ++cp) cases[cp / 4] |= case_class_of(cp) << (cp % 4 * 2);
-  return cases;
-}();
+// 2 bits of each BMP code point, built at compile time (constinit: no
+// initialization order to mind).
+template <typename Bits>
+constexpr detail::BmpBits bmp_table(Bits bits) {
+  detail::BmpBits table{};
+  for (char32_t cp = 0; cp < 0x10000; ++cp) table[cp / 4] |= unsigned(bits(cp)) << (cp % 4 * 2);
+  return table;
+}
+
+static_assert(int(Kind::kOther) < 4 && (kUpperish | kLowerish) < 4, "a kind and a case class fit in 2 bits");
+constinit const detail::BmpBits detail::kBmpKinds = bmp_table([](char32_t cp) { return kind_of_class(class_of(cp)); });
+constinit const detail::BmpBits detail::kBmpCases = bmp_table(case_class_of);
 
 std::string_view unicode_version() { return kUnicodeVersion; }
 

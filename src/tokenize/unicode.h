@@ -24,10 +24,13 @@ enum CharClass : uint8_t {
 uint8_t char_class(char32_t cp);
 
 namespace detail {
-/// What the byte-level pre-tokenizers ask of each code point of the Basic
-/// Multilingual Plane, 2 bits each (char_kind.h's Kind: letter, number,
-/// space, other): one load, where char_class is a call and two loads.
-extern const std::array<uint8_t, 0x10000 / 4> kBmpKinds;
+/// 2 bits for each code point of the Basic Multilingual Plane: one load,
+/// where char_class and case_class are a call and two loads each.
+using BmpBits = std::array<uint8_t, 0x10000 / 4>;
+inline uint8_t bmp_bits(const BmpBits& table, char32_t cp) { return (table[cp / 4] >> (cp % 4 * 2)) & 3; }
+/// What the byte-level pre-tokenizers ask of each BMP code point
+/// (char_kind.h's Kind: letter, number, space, other).
+extern const BmpBits kBmpKinds;
 }  // namespace detail
 
 // The word classes of o200k's and Tekken's patterns (pinned version).
@@ -39,17 +42,12 @@ enum CaseClass : uint8_t {
 uint8_t case_class(char32_t cp);
 
 namespace detail {
-/// case_class of each code point of the Basic Multilingual Plane, 2 bits
-/// each, as kBmpKinds is for kinds.
-extern const std::array<uint8_t, 0x10000 / 4> kBmpCases;
+extern const BmpBits kBmpCases;  ///< case_class of each BMP code point
 }  // namespace detail
 
-/// case_class(cp), inline and one load for the Basic Multilingual Plane:
-/// o200k's words ask it of every non-ASCII character.
-inline uint8_t case_of(char32_t cp) {
-  if (cp < 0x10000) return (detail::kBmpCases[cp / 4] >> (cp % 4 * 2)) & 3;
-  return case_class(cp);
-}
+/// case_class(cp), inline for the Basic Multilingual Plane: o200k's words
+/// ask it of every non-ASCII character.
+inline uint8_t case_of(char32_t cp) { return cp < 0x10000 ? detail::bmp_bits(detail::kBmpCases, cp) : case_class(cp); }
 
 std::string_view unicode_version();
 

@@ -442,11 +442,15 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
             lines += ["", "### Worst case: random letters, no spaces", "",
                       "| implementation | " + " | ".join(f"{b >> 10} KiB ms" for b in sizes_run)
                       + f" | µs/KiB at {top >> 10} KiB | equal to reference |", "|---|" + "---|" * (len(sizes_run) + 2)]
+        def cell(sizes: dict[int, dict[str, Any]], size: int, metric: str) -> Any:
+            v = sizes.get(size, {})
+            return "refused" if "refused" in v else v.get(metric, float("nan"))
+
         for name, sizes in worst.items():
-            ms = ["refused" if "refused" in sizes.get(b, {}) else sizes.get(b, {}).get("ms", float("nan")) for b in sizes_run]
+            ms = [cell(sizes, b, "ms") for b in sizes_run]
             eq = all(v.get("equal_to_reference") for v in sizes.values() if "refused" not in v)
-            per_kb = "refused" if "refused" in sizes.get(top, {}) else sizes.get(top, {}).get("us_per_kb")
-            lines.append(f"| {name} | " + " | ".join(map(str, ms)) + f" | {per_kb} | {'yes' if eq else 'NO'} |")
+            lines.append(f"| {name} | " + " | ".join(map(str, ms)) + f" | {cell(sizes, top, 'us_per_kb')} | "
+                         f"{'yes' if eq else 'NO'} |")
     lines += ["", f"Reproduce: `{meta['command']}` (git {meta['git']})."]
     return "\n".join(lines)
 
