@@ -56,5 +56,6 @@ def describe() -> dict[str, Any]:
         "virtualization": _virtualization(),
         "outboard": _core.version(),
         "transport": _core.transport_version(),
+        "seal_engine": _core.seal_engine(),
         "load_avg": os.getloadavg(),
     }

@@ -38,6 +38,8 @@ Mutex& setup_order(const std::string& address) {
 
 std::string transport_version() { return "UCX " + transport::ucx_version(); }
 
+std::string seal_engine() { return secure::aead_engine(secure::Aead::kAes256Gcm); }
+
 Connection::Connection(std::shared_ptr<Impl> impl, bool owner) : impl_(std::move(impl)), owner_(owner) {}
 
 std::unique_ptr<Connection> channel::detail::Access::connection(std::shared_ptr<Connection::Impl> impl, bool owner) {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from outboard import cli
+from outboard import _core, cli
 from outboard.bench import harness, netns, stats
 from outboard.bench.declare import Case, Options
 from outboard.bench.report import render as render_report
@@ -55,6 +55,14 @@ def test_smoke_run_covers_every_case_and_checks_every_cell(smoke_run: Path) -> N
     secure = [r for r in rows if r["case"] in ("secure_latency", "secure_streaming") and r["impl"] == channel.SECURE]
     assert secure and all(r["correctness"]["ok"] for r in secure)
     assert all(r["metrics"]["agent_cpu_s_per_gib"] > 0 for r in secure if r["case"] == "secure_streaming")
+    # Where the build seals AES-256-GCM with ipsec-mb, OpenSSL's runs beside it, client and agent.
+    assert meta["seal_engine"] == _core.seal_engine()
+    streams = {r["impl"] for r in rows if r["case"] == "secure_streaming"}
+    if _core.seal_engine().startswith("ipsec-mb"):
+        assert streams == {channel.SECURE, channel.OPENSSL_SEAL, channel.PLAIN}
+    else:
+        assert streams == {channel.SECURE, channel.PLAIN}
+        assert any("seals AES-256-GCM with OpenSSL" in why for why in meta["skipped"].values()), meta["skipped"]
 
 
 @pytest.mark.skipif(ucx_perftest.unavailable() is not None, reason="ucx_perftest missing")

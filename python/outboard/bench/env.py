@@ -25,6 +25,9 @@ TRANSPORTS = {"shm": {}, "tcp": {"UCX_TLS": "tcp,self"}, "netns": {"UCX_TLS": "t
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 #: Seconds a worker process may run.
 WORKER_TIMEOUT_S = 300.0
+#: The secure kind "openssl": certificates, with AES-256-GCM sealed by OpenSSL on both sides where the
+#: build seals with ipsec-mb (the same AEAD and bytes: the side-by-side peer of the faster code).
+SECURE_ENV = {"openssl": {"OUTBOARD_AEAD_ENGINE": "openssl"}}
 
 
 @dataclass
@@ -53,15 +56,16 @@ class Env:
         return self.netns_address
 
     def client_keys(self, kind: str) -> dict[str, str]:
-        """connect() arguments of a client of secure_agent_for(transport, kind)."""
+        """connect() arguments of a client of secure_agent_for(transport, kind); "openssl" is
+        "certificates" (the difference is SECURE_ENV's, on both sides)."""
         if kind == "psk":
             return {"secure": "always", "psk_file": f"{self.keys}/psk.txt"}
         return {"secure": "always", "cert": f"{self.keys}/client.pem", "key": f"{self.keys}/client.key",
                 "ca": f"{self.keys}/ca.pem"}
 
     def secure_agent_for(self, transport: str, kind: str) -> str:
-        """An agent as agent_for()'s, with keys (kind: "certificates" or "psk"): TLS 1.3 and sealed
-        frames for every client."""
+        """An agent as agent_for()'s, with keys (kind: "certificates", "psk" or "openssl"): TLS 1.3
+        and sealed frames for every client."""
         if (transport, kind) not in self.secure_addresses:
             if not self.keys:
                 self.keys = os.path.join(self.stack.enter_context(tempfile.TemporaryDirectory(prefix="outboard-")),
@@ -72,13 +76,14 @@ class Env:
             keys = (["--psk-file", f"{self.keys}/psk.txt"] if kind == "psk" else
                     ["--cert", f"{self.keys}/agent.pem", "--key", f"{self.keys}/agent.key", "--ca", f"{self.keys}/ca.pem"])
             args = [*_agent_args(self.cores), "--secure", "always", *keys]
+            env = SECURE_ENV.get(kind, {})
             if transport == "netns":
                 self.agent_for("netns")  # the namespaces
                 assert self.veth is not None
                 agent = LocalAgent(*args, listen=f"{netns.SERVER_IP}:0", prefix=self.veth.server,
-                                   env=TRANSPORTS["netns"], log_level=self.options.log_level)
+                                   env={**TRANSPORTS["netns"], **env}, log_level=self.options.log_level)
             else:
-                agent = LocalAgent(*args, log_level=self.options.log_level)
+                agent = LocalAgent(*args, env=env, log_level=self.options.log_level)
             self.secure_addresses[transport, kind] = self.stack.enter_context(agent).address
         return self.secure_addresses[transport, kind]
 
@@ -112,8 +117,8 @@ def describe(env: Env) -> dict[str, Any]:
 def workers(env: Env, transport: str, specs: list[dict[str, Any]],
             timeout: float = WORKER_TIMEOUT_S, secure: str = "") -> list[dict[str, Any]]:
     """Runs benchmark client processes (outboard.bench.worker) side by side on the transport; their
-    results in order. Any failure raises, once every process has ended. ``secure`` ("certificates"
-    or "psk"): clients of an agent with such keys, through TLS."""
+    results in order. Any failure raises, once every process has ended. ``secure`` ("certificates",
+    "psk" or "openssl"): clients of an agent with such keys, through TLS."""
     if secure:
         address = env.secure_agent_for(transport, secure)
         specs = [{**spec, "secure": env.client_keys(secure)} for spec in specs]
@@ -122,7 +127,7 @@ def workers(env: Env, transport: str, specs: list[dict[str, Any]],
     prefix = env.veth.client if transport == "netns" and env.veth else []
     procs = [subprocess.Popen([*prefix, sys.executable, "-m", "outboard.bench.worker",
                                json.dumps({**spec, "agent": address})],
-                              env={**os.environ, **WORKER_ENV, **TRANSPORTS[transport]},
+                              env={**os.environ, **WORKER_ENV, **TRANSPORTS[transport], **SECURE_ENV.get(secure, {})},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for spec in specs]
     results = []
     try:

@@ -438,6 +438,47 @@ TEST_P(SealerTest, OpensOnlyWhatWasSealedSoUnderItsNumberStreamHeaderAndKey) {
             "sealed message 7 of 2 B is shorter than its 16 B tag");
 }
 
+// Peers of other builds (an aarch64 agent: OpenSSL's) must read each other:
+// ipsec-mb's AES-256-GCM against OpenSSL's, both ways, over sizes around its
+// block and vector widths, the channel's header, and a rekey.
+TEST(SealerEnginesTest, IpsecMbAndOpenSslSealTheSameBytesAndOpenEachOthers) {
+  const std::string fast = aead_engine(Aead::kAes256Gcm);
+  ::setenv("OUTBOARD_AEAD_ENGINE", "openssl", 1);
+  const std::string reference = aead_engine(Aead::kAes256Gcm);
+  std::array<uint8_t, 32> key{};
+  for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<uint8_t>(i * 7 + 1);
+  Sealer openssl(key, Aead::kAes256Gcm);
+  ::unsetenv("OUTBOARD_AEAD_ENGINE");
+  EXPECT_NE(reference.find("OpenSSL"), std::string::npos) << reference;
+  if (fast == reference) GTEST_SKIP() << "AES-256-GCM is " << fast << " in this build: no second engine to compare";
+  EXPECT_EQ(fast.rfind("ipsec-mb ", 0), 0u) << fast;
+  Sealer ipsec(key, Aead::kAes256Gcm);
+  std::vector<uint8_t> plain((1 << 20) + 3), ad(40);
+  for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<uint8_t>(i * 131 + (i >> 9));
+  for (size_t i = 0; i < ad.size(); ++i) ad[i] = static_cast<uint8_t>(200 - i);
+  uint64_t number = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{63}, size_t{64}, size_t{255},
+                     size_t{256}, size_t{257}, size_t{4095}, size_t{65536}, size_t{65536 + 13}, plain.size()}) {
+      for (size_t a : {size_t{0}, size_t{24}, ad.size()}) {
+        const std::span<const uint8_t> in(plain.data(), n), header(ad.data(), a);
+        std::vector<uint8_t> x(n + kTagBytes), y(n + kTagBytes);
+        ++number;
+        openssl.seal(Sealer::Stream::kFrames, number, header, in, x.data());
+        ipsec.seal(Sealer::Stream::kFrames, number, header, in, y.data());
+        ASSERT_EQ(x, y) << n << " B with " << a << " B of header, round " << round;
+        ASSERT_TRUE(ipsec.open(Sealer::Stream::kFrames, number, header, x).ok()) << n;  // in place
+        ASSERT_TRUE(std::equal(in.begin(), in.end(), x.begin())) << n;
+        ASSERT_TRUE(openssl.open(Sealer::Stream::kFrames, number, header, y).ok()) << n;
+        y[n / 2] ^= 0x20;  // a changed byte (the tag's, for no bytes)
+        ASSERT_EQ(ipsec.open(Sealer::Stream::kFrames, number, header, y).code(), Code::kAuthentication) << n;
+      }
+    }
+    openssl.rekey();
+    ipsec.rekey();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Aeads, SealerTest, ::testing::Values(Aead::kAes256Gcm, Aead::kChaCha20Poly1305),
                          [](const auto& info) { return info.param == Aead::kAes256Gcm ? "Aes256Gcm" : "ChaCha20Poly1305"; });
 
