@@ -44,6 +44,7 @@ Connection::Impl::~Impl() {
   // The last owner may drop it on any thread, without the lock.
   Lock lock(hub->mutex());
   open_requests.for_each([this](uint64_t, uint64_t bytes) { release_request(bytes); });
+  release_messages();
   hub->remove(local_id);
   hub->remove_ring(this);
   rx_ring.reset();
@@ -154,6 +155,7 @@ void Connection::Impl::fail(const Status& why) {
   reorder.clear();
   open_requests.for_each([this](uint64_t, uint64_t bytes) { release_request(bytes); });
   open_requests.clear();
+  release_messages();
   open_messages.clear();
   credit_waiters.clear();
   auto failed = std::move(pending);
@@ -372,6 +374,14 @@ void Connection::Impl::deliver_message(const FrameHeader& h, Buffer data, const 
       OB_LOG_WARN("connection %u: one-way message names no service; dropped", local_id);
       return consumed(data.size());
     } else {
+      if (budgeted(data.size()))
+        if (Status st = budget->reserve(data.size(), "one-way message"); !st.ok()) {
+          // It has no answer to carry the refusal: the connection ends, saying why.
+          OB_LOG_WARN("connection %u: %s; closing it", local_id, st.message().c_str());
+          shut_down(st);
+          broken = true;
+          return;
+        }
       open_messages.emplace(h.seq, data.size());
     }
     return on_service(*this, h, std::move(data));
@@ -426,7 +436,7 @@ bool Connection::Impl::admit_request(uint64_t id, uint64_t bytes) {
 Status Connection::Impl::hold_request(uint64_t bytes) {
   if (!budget) return {};
   OB_RETURN_IF_ERROR(budget->hold(SessionBudget::Held::kRequests));
-  if (bytes < kBudgetedRequestBytes) return {};
+  if (!budgeted(bytes)) return {};
   Status st = budget->reserve(bytes, "request");
   if (!st.ok()) budget->drop(SessionBudget::Held::kRequests);
   return st;
@@ -435,7 +445,13 @@ Status Connection::Impl::hold_request(uint64_t bytes) {
 void Connection::Impl::release_request(uint64_t bytes) {
   if (!budget) return;
   budget->drop(SessionBudget::Held::kRequests);
-  if (bytes >= kBudgetedRequestBytes) budget->release(bytes);
+  if (budgeted(bytes)) budget->release(bytes);
+}
+
+void Connection::Impl::release_messages() {
+  open_messages.for_each([this](uint64_t, uint64_t bytes) {
+    if (budgeted(bytes)) budget->release(bytes);
+  });
 }
 
 void Connection::Impl::complete_request(uint64_t id, Result<Buffer> result) {
@@ -640,7 +656,10 @@ void Connection::Impl::answer(uint64_t id, uint64_t bytes, Result<Buffer> result
 }
 
 void Connection::Impl::acknowledge(uint64_t seq) {
-  if (auto bytes = open_messages.take(seq)) consumed(*bytes);
+  auto bytes = open_messages.take(seq);
+  if (!bytes) return;
+  if (budgeted(*bytes)) budget->release(*bytes);
+  consumed(*bytes);
 }
 
 void Connection::Impl::shut_down(const Status& why) {

@@ -38,11 +38,14 @@ struct Counters {
 
 namespace outboard {
 
-/// Agent side: an open request of at least this many bytes counts in its
-/// session's memory quotas (--max-session-memory, --max-client-memory,
-/// --max-memory) until answered, as a slow service (a tokenize queue) holds
-/// it; smaller ones are bounded by their number (--max-outstanding-requests,
-/// --max-client-requests), and stay off the shared counters.
+/// Agent side: an open request or unacknowledged one-way message of at least
+/// this many bytes counts in its session's memory quotas (--max-session-memory,
+/// --max-client-memory, --max-memory) until answered, as a slow service (a
+/// tokenize queue) holds it. A plaintext client's smaller ones are bounded by
+/// their number (--max-outstanding-requests, the receive window's messages)
+/// and stay off the shared counters; a TLS client's count whatever their size,
+/// so a tenant holds no more than its --max-client-memory however many
+/// connections it opens.
 inline constexpr uint64_t kBudgetedRequestBytes = 64 << 10;
 
 /// Completion of one operation that a blocking call waits for. Shared with
@@ -213,8 +216,8 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   // Agent side, id -> payload bytes (the credit returned with the answer):
   IdMap<uint64_t> open_requests OB_HUB_GUARDED;  // not yet answered
   /// Agent side: the session's budget, in which open requests count (a TLS
-  /// client's in its identity's --max-client-requests, and those of
-  /// kBudgetedRequestBytes or more in the memory quotas too).
+  /// client's in its identity's --max-client-requests), and what open
+  /// requests and one-way messages hold (budgeted()).
   std::shared_ptr<SessionBudget> budget;
   IdMap<uint64_t> open_messages OB_HUB_GUARDED;  // one-way by seq, not yet acknowledged
   std::vector<std::function<void()>> credit_waiters OB_HUB_GUARDED;
@@ -243,9 +246,15 @@ struct Connection::Impl : std::enable_shared_from_this<Connection::Impl> {
   /// Returns the credit of a request of `bytes` and sends its answer.
   void answer(uint64_t id, uint64_t bytes, Result<Buffer> result) OB_HUB_LOCKED;
   /// Takes what an open request of `bytes` holds of the budget (a request of
-  /// its tenant's, and at kBudgetedRequestBytes its bytes); release_request() gives it back.
+  /// its tenant's, and its bytes where budgeted()); release_request() gives it back.
   Status hold_request(uint64_t bytes);
   void release_request(uint64_t bytes);
+  /// Whether a held request or message of `bytes` counts in the memory quotas (kBudgetedRequestBytes).
+  [[nodiscard]] bool budgeted(uint64_t bytes) const {
+    return budget && bytes != 0 && (bytes >= kBudgetedRequestBytes || budget->grouped());
+  }
+  /// Gives back what the unacknowledged one-way messages hold.
+  void release_messages() OB_HUB_LOCKED;
   /// Sequence number and returned credits on an outgoing frame.
   void stamp(channel::FrameHeader& h, size_t bytes) OB_HUB_LOCKED;
   /// Puts a stamped frame into the peer's ring; false: send it through UCX.

@@ -1,7 +1,8 @@
 // What sessions hold for clients, counted in memory every session process
 // maps (a memfd the listener makes), with a slot per session so that what a
 // session held when it ended (or crashed) goes back:
-// - agent memory that services hold (regions, graph instances), against
+// - agent memory that services hold (regions, graph instances) and that
+//   open requests and unacknowledged one-way messages hold, against
 //   --max-memory agent-wide and --max-session-memory per session, so that
 //   one client cannot take what the others need;
 // - tokenize workers busy at once, the agent's CPU a client takes.
@@ -70,6 +71,8 @@ class SessionBudget {
   /// The listener: session `slot` of `group` ended, what it held is free.
   void release_slot(uint32_t slot, uint32_t group = kNoGroup);
 
+  /// Whether this session counts against a group's quotas (a TLS client's).
+  [[nodiscard]] bool grouped() const { return group_ != kNoGroup; }
   [[nodiscard]] int fd() const { return fd_; }
   [[nodiscard]] uint64_t used() const { return words_[0].load(std::memory_order_relaxed); }
   [[nodiscard]] uint64_t limit() const { return limit_; }

@@ -222,7 +222,8 @@ def test_a_tenants_sessions_share_one_memory_quota(tmp_path: Path) -> None:
         other = outboard.connect(agent.address, **tenant["tenant2"])
         assert first.stats()["pid"] != second.stats()["pid"]  # two sessions, one tenant
         first.request("memory", region)
-        with pytest.raises(errors.NoMemory, match=r"memory region of 1024000 B: this client's sessions hold 1024000 B "
+        # The first's region and the asking request's own 9 B (a TLS client's requests count while open).
+        with pytest.raises(errors.NoMemory, match=r"memory region of 1024000 B: this client's sessions hold 1024009 B "
                                                   r"of its quota of 1572864 B \(agent option --max-client-memory\)"):
             second.request("memory", region)
         other.request("memory", region)  # another tenant's quota is untouched
@@ -261,10 +262,37 @@ def test_a_tenants_connections_share_one_request_quota(tmp_path: Path) -> None:
         other.close()
 
 
-def _echoes(client: outboard.Client) -> bool:
+def test_a_tenants_small_requests_and_one_way_messages_count_in_its_memory_quota(tmp_path: Path) -> None:
+    tenants(tmp_path)
+    tenant = {t: {"secure": "always", "session": "new", **certs(tmp_path, t, "k")} for t in ("tenant1", "tenant2")}
+    watch = bytes([5, 8])  # an mpi watch: held while its session lives, unanswered or (one-way) unacknowledged
+    quota = r"of its quota of 6 B \(agent option --max-client-memory\)"
+    with outboard.LocalAgent("--secure", "always", *agent_args(tmp_path, "k"), "--max-client-memory", "6") as agent:
+        first, second = (outboard.connect(agent.address, **tenant["tenant1"]) for _ in range(2))
+        other = outboard.connect(agent.address, **tenant["tenant2"])
+        first.connection.submit("mpi", watch, 60.0, lambda *_: None)  # a request: 2 B of tenant1's
+        second.send(watch, service="mpi")  # one-way, on its other session: 2 B more
+        assert second.request("echo", b"ok") == b"ok"  # in order, so the watch is held: 6 B of 6 while answered
+        with pytest.raises(errors.NoMemory, match=rf"request of 3 B: this client's sessions hold 4 B {quota}"):
+            first.request("echo", b"abc")
+        first.send(watch, service="mpi")  # 6 B of 6
+        assert first.request("echo", b"") == b""  # nothing held: served
+        second.send(watch, service="mpi")  # over, with no answer to refuse it: its connection ends, saying why
+        with pytest.raises(errors.NoMemory, match=rf"closed the connection: one-way message of 2 B: this client's "
+                                                  rf"sessions hold 6 B {quota}"):
+            second.request("echo", b"")
+        assert other.request("echo", b"other") == b"other"  # another tenant's quota is untouched
+        first.close()  # what its session held goes back to the tenant, as the ended connection's did
+        third = outboard.connect(agent.address, **tenant["tenant1"])
+        assert wait_for(lambda: _echoes(third, b"six B!")), "a closed session's messages still count against its tenant"
+        for client in (second, third, other):
+            client.close()
+
+
+def _echoes(client: outboard.Client, payload: bytes = b"again") -> bool:
     try:
-        return client.request("echo", b"again") == b"again"
-    except errors.Again:
+        return client.request("echo", payload) == payload
+    except (errors.Again, errors.NoMemory):
         return False
 
 

@@ -10,7 +10,20 @@ namespace outboard {
 namespace {
 
 using testing::AgentFixture;
-using ConnectionTest = AgentFixture;
+
+class ConnectionTest : public AgentFixture {
+ protected:
+  // The agent again, its sessions allowed three budgeted requests' bytes, with the "holder" service.
+  testing::Holder* start_holding_agent() {
+    AgentConfig config = testing::test_config();
+    config.max_session_memory = 3 * kBudgetedRequestBytes;
+    auto holder = std::make_unique<testing::Holder>();
+    testing::Holder* held = holder.get();
+    stop_agent();
+    start_agent(config, std::move(holder));
+    return held;
+  }
+};
 
 Deadline soon() { return Deadline::after_ms(10000); }
 
@@ -299,12 +312,7 @@ TEST_F(ConnectionTest, TheAgentBoundsTheRequestsOfAClientThatDoesNotCountItsOwn)
 }
 
 TEST_F(ConnectionTest, LargeRequestsAServiceHoldsCountInTheSessionsMemoryUntilAnswered) {
-  stop_agent();
-  AgentConfig config = testing::test_config();
-  config.max_session_memory = 3 * kBudgetedRequestBytes;
-  auto holder = std::make_unique<testing::Holder>();
-  testing::Holder* held = holder.get();
-  start_agent(config, std::move(holder));
+  testing::Holder* held = start_holding_agent();
   auto c = connect();
   ASSERT_TRUE(c);
   std::vector<Status> answers;
@@ -334,6 +342,43 @@ TEST_F(ConnectionTest, LargeRequestsAServiceHoldsCountInTheSessionsMemoryUntilAn
   held->answer_all(bytes("ok"));
   ASSERT_TRUE(c->wait_until(soon(), [&] { return done == 6; }));
   EXPECT_TRUE(answers[5].ok()) << answers[5].to_string();
+}
+
+TEST_F(ConnectionTest, LargeOneWayMessagesAServiceHoldsCountInTheSessionsMemoryAndOneOverEndsTheConnection) {
+  testing::Holder* held = start_holding_agent();
+  auto c = connect();
+  ASSERT_TRUE(c);
+  const std::vector<uint8_t> large(kBudgetedRequestBytes, 1), small(kBudgetedRequestBytes - 1, 2);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(c->send(large, soon(), "holder").ok());
+  ASSERT_TRUE(c->send(small, soon(), "holder").ok());  // smaller ones are bounded by their number, not counted here
+  std::optional<Status> answer;
+  ASSERT_TRUE(c->submit("holder", Buffer(kBudgetedRequestBytes), soon(), [&](Result<Buffer> r) {
+                 answer = r.status();
+               }).ok());
+  ASSERT_TRUE(c->request("echo", bytes("probe"), soon()).ok());  // in order: the holder has all four
+  EXPECT_EQ(held->held(), 4u);
+  held->answer_all(bytes("ok"));  // acknowledged and answered: what they held is free again
+  ASSERT_TRUE(c->wait_until(soon(), [&] { return answer.has_value(); }));
+  ASSERT_TRUE(answer->ok()) << answer->to_string();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c->send(large, soon(), "holder").ok());
+  ASSERT_TRUE(c->request("echo", bytes("probe"), soon()).ok());
+  // The fourth has no answer to carry a refusal: the connection ends, saying why.
+  ASSERT_TRUE(c->send(large, soon(), "holder").ok());
+  auto after = c->request("echo", bytes("after"), soon());
+  EXPECT_EQ(after.status().code(), Code::kNoMemory);
+  EXPECT_NE(after.status().message().find("closed the connection: one-way message of 65536 B: this session holds "
+                                          "196608 B of its quota of 196608 B (agent option --max-session-memory)"),
+            std::string::npos)
+      << after.status().to_string();
+  EXPECT_FALSE(c->is_open());
+  EXPECT_EQ(held->held(), 3u);
+  held->answer_all(bytes("ok"));  // acknowledging on a closed connection is a no-op
+  auto again = connect();  // the closed connection's messages went back to the session
+  ASSERT_TRUE(again);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(again->send(large, soon(), "holder").ok());
+  ASSERT_TRUE(again->request("echo", bytes("probe"), soon()).ok());
+  EXPECT_EQ(held->held(), 3u);
+  held->answer_all(bytes("ok"));
 }
 
 TEST_F(ConnectionTest, ShutdownFailsClientWithShutDown) {
