@@ -14,7 +14,7 @@ import pytest
 from offload_support import sample_texts
 
 import outboard
-from outboard import _core, errors, latency
+from outboard import _core, cli, errors, latency
 from outboard.bench.suites import graph
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,6 +67,29 @@ def test_echo_over_tcp_returns_every_byte_of_every_size(arm: outboard.Client) ->
     for size in (1, 63, 64, 4095, 4096, 65536):
         payload = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
         assert arm.request("echo", payload, timeout=60) == payload, size
+
+
+def test_sealed_frames_cross_between_its_openssl_and_this_builds_aes_gcm(tmp_path: Path) -> None:
+    _skip_unless_runnable()
+    keys = tmp_path / "keys"
+    assert cli.main(["keys", "init", str(keys), "--agent-host", "127.0.0.1"]) == 0
+    args = ["--secure", "always", "--cert", str(keys / "agent.pem"), "--key", str(keys / "agent.key"),
+            "--ca", str(keys / "ca.pem")]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OUTBOARD_AGENT", str(AGENT))
+        agent = outboard.LocalAgent(*args, prefix=QEMU, env={"UCX_TLS": "tcp"}).start()
+    try:
+        # Its build seals with OpenSSL (ipsec-mb is x86_64's); this one with ipsec-mb where it was found:
+        # every frame below is sealed by one and opened by the other.
+        with outboard.connect(agent.address, connect_timeout=30, secure="always", cert=str(keys / "client.pem"),
+                              key=str(keys / "client.key"), ca=str(keys / "ca.pem")) as c:
+            assert c.connection.security.startswith("TLS 1.3"), c.connection.security
+            rng = np.random.default_rng(9)
+            for size in (0, 1, 15, 16, 17, 4095, 65536, 1 << 20):
+                payload = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+                assert c.request("echo", payload, timeout=60) == payload, size
+    finally:
+        agent.stop()
 
 
 @pytest.mark.parametrize("model", ["gpt2", "bert-base-uncased"])
