@@ -10,36 +10,9 @@ import pytest
 
 import outboard
 from outboard import errors
+from outboard.bench import gate
 
-from .test_gpt2_exact import SKIP_SURROGATES, report
-
-# The traps sit where these patterns differ from r50k's and from each other: contractions in any case
-# (and LONG S, which (?i) folds to s), one non-letter before a word, digits in threes (Tekken: ones),
-# line breaks ending whitespace, o200k's and Tekken's upper/lower runs (Lu Lt vs Ll, with Lm Lo and
-# marks in both), and "/" after punctuation.
-CONTEXTS = [
-    lambda c: "a" + c + "a",
-    lambda c: " " + c + "A",
-    lambda c: c + "'s",
-    lambda c: "'" + c + "x",
-    lambda c: "1" + c + "\n",
-    lambda c: "\n" + c + "  " + c + "1234",
-]
-# Tekken shares o200k's scanner but for digits and contractions; Mistral v0.3 shares v0.1's pieces, at other ids.
-SWEPT_CONTEXTS = {"cl100k": 6, "o200k": 6, "tekken": 3, "mistral-v1": 3, "mistral-v3": 1}
-TRAPS = [
-    "DON'T don't", "IT'S 'LL 'Ve 're 'D", "x'\u017fy '\u212a", "\t'modified", "\tword \u00a0word (foo) 'bar",
-    "12345 678901234567890", "\u00b2\u00b3\u00bc5x \u0661\u0662\u0663\u0664", "a   b", "x\n\n  y", "trailing \n  ",
-    "  \n  x", "!!!\n\nfoo", " !?\r\n", "hello\r\nworld\r\r\n", "a \t b", "\t\t1", "x \u0301y", "\u0085next\u2028line",
-    "HTMLParser getHTTPResponse ABC def", "\u01c5ungla \u02b0ab \u3042A a\u0903b", "!\u0301x \u0301 x/y !!/\n/",
-    "   ", "\n", "a" * 100_000, "9" * 50_000, "!?" * 30_000, "\n" * 10_000 + "x", "日本語" * 3000, "👍🏽" * 2000,
-    "x = {'a': [1, 2]}\n    return f'{x!r}'\n",
-    # SentencePiece: runs of spaces join last and from the left ("▁"x16 the longest piece), a literal "▁",
-    # control-token text, user-defined pieces, bytes no piece holds.
-    " " * 17 + "x", " " * 40, "x" + " " * 33 + "\n", "  " + " " * 64 + "1", "\u2581x \u2581\u2581 y\u2581",
-    "[INST] [REFERENCE_DOC_3]x[/INST]</s>", " leading", "\x00\x01\x7f control", "\U0010ffff\u0378\U000e0001",
-]
-MIXTURE = "aZ9 '\t\n\r!.,/é日\u00a0\u0301\u0903\u017f\u01c5\u02b0\u3042\u2028-_(){}0sStT"
+from .test_gpt2_exact import report
 
 
 def test_corpus_with_the_cache_off_cold_warm_and_contended(family, docs) -> None:
@@ -55,8 +28,8 @@ def test_corpus_with_the_cache_off_cold_warm_and_contended(family, docs) -> None
 
 
 def test_every_code_point_in_contexts(family) -> None:
-    cps = [chr(c) for c in range(0x110000) if c not in SKIP_SURROGATES]
-    contexts = CONTEXTS[:SWEPT_CONTEXTS[family.name]]
+    cps = gate.code_points()
+    contexts = gate.contexts(family.name)
     strings = [ctx(c) for ctx in contexts for c in cps]
     mine = family.ours.encode_batch(strings, num_threads=2)
     diff = [repr(s) for s, a in zip(strings, mine) if a.tolist() != family.reference_ordinary(s)]
@@ -64,14 +37,12 @@ def test_every_code_point_in_contexts(family) -> None:
 
 
 def test_named_traps(family) -> None:
-    diff = [t[:30] for t in TRAPS if family.ours.encode_ordinary(t).tolist() != family.reference(t)]
-    report(f"{family.name}: named traps", len(TRAPS), diff)
+    diff = [t[:30] for t in gate.BPE_TRAPS if family.ours.encode_ordinary(t).tolist() != family.reference(t)]
+    report(f"{family.name}: named traps", len(gate.BPE_TRAPS), diff)
 
 
 def test_random_mixtures_of_trap_characters_and_long_words(family) -> None:
-    rng = random.Random(7)
-    cases = ["".join(rng.choice(MIXTURE) for _ in range(rng.randint(1, 300))) for _ in range(20_000)]
-    cases += ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n)) for n in (64, 300, 5000, 1 << 20)]
+    cases = gate.mixtures()
     diff = [c[:40] for c in cases if family.ours.encode_ordinary(c).tolist() != family.reference(c)]
     report(f"{family.name}: random mixtures of its trap characters and long words", len(cases), diff)
 

@@ -10,16 +10,9 @@ import pytest
 
 import outboard
 from outboard import errors
+from outboard.bench import gate
 
-SKIP_SURROGATES = range(0xD800, 0xE000)
-CONTEXTS = [
-    lambda c: "a" + c + "a",
-    lambda c: " " + c,
-    lambda c: c + "'s",
-    lambda c: c + c + " x",
-    lambda c: "1" + c + "\n",
-    lambda c: "\t" + c + " " + c,
-]
+CONTEXTS, TRAPS = gate.GPT2_CONTEXTS, gate.GPT2_TRAPS
 
 
 def report(what: str, compared: int, differences: list) -> None:
@@ -57,7 +50,7 @@ def test_decode_round_trips_the_corpus(ours, docs) -> None:
 
 
 def _all_code_point_strings() -> list[str]:
-    cps = [chr(c) for c in range(0x110000) if c not in SKIP_SURROGATES]
+    cps = gate.code_points()
     return [ctx(c) for ctx in CONTEXTS for c in cps]
 
 
@@ -72,21 +65,12 @@ def test_every_code_point_in_six_contexts_matches_tiktoken(ours, tiktoken_gpt2) 
 
 
 def test_every_code_point_in_two_contexts_matches_hf(ours, hf_gpt2) -> None:
-    cps = [chr(c) for c in range(0x110000) if c not in SKIP_SURROGATES]
+    cps = gate.code_points()
     strings = [ctx(c) for ctx in CONTEXTS[:2] for c in cps]
     ids, offsets = ours.encode_batch(strings, num_threads=2, flat=True)
     hf = hf_gpt2.encode_batch(strings, add_special_tokens=False)
     diff = [repr(s) for i, (s, e) in enumerate(zip(strings, hf)) if ids[offsets[i]:offsets[i + 1]].tolist() != e.ids]
     report("all code points x 2 contexts vs HF tokenizers", len(strings), diff)
-
-
-TRAPS = [
-    "DON'T don't", "\t'modified", "\n'll do", "\u00a0're here", "x\u00a0'sy", "it's 'S 'Ll",
-    "a   b", "x\n\n  y", "\t\tx", "  leading", "trailing   ", "   ", "\n", " \n \n ", "a \t b", "x\r\n\r\n y",
-    "12345 678901234567890", "cafe\u0301!", "ΟΔΟΣ σοφός", "\x00\x01\x1f\x7f control", "\u200b\ufeff\u180e odd",
-    "\u0085next\u2028line\u2029para\u3000ideo", "a" * 100_000, "9" * 50_000, "!?" * 30_000, "ab" * 40_000 + " x",
-    "日本語" * 3000, "👍🏽" * 2000, "x = {'a': [1, 2]}\n    return f'{x!r}'\n", "''s ''ll '", " 'ss", "'", "''",
-]
 
 
 @pytest.mark.parametrize("text", TRAPS, ids=lambda t: repr(t[:24]))

@@ -6,10 +6,11 @@ import pytest
 
 import outboard
 from outboard import vocab
+from outboard.bench import gate
 
-from .test_gpt2_exact import SKIP_SURROGATES, report
+from .test_gpt2_exact import report
 
-CONTEXTS = [lambda c: "a" + c + "a", lambda c: " " + c + "x", lambda c: "İ" + c + "ς", lambda c: c + "'s"]
+CONTEXTS, TRAPS = gate.WORDPIECE_CONTEXTS, gate.WORDPIECE_TRAPS
 
 
 def hf_ids(tok, texts: list[str]) -> list[list[int]]:
@@ -28,21 +29,13 @@ def test_corpus_matches_hf(bert_ours, bert_hf, docs) -> None:
 # starts a CJK range at 0x2B920: both reproduced (scripts/gen_unicode_tables.py), so every code
 # point must agree.
 def test_every_code_point_in_contexts_matches_hf(bert_ours, bert_hf) -> None:
-    cps = [chr(c) for c in range(0x110000) if c not in SKIP_SURROGATES]
+    cps = gate.code_points()
     strings = [ctx(c) for ctx in CONTEXTS for c in cps]
     ids, offsets = bert_ours.encode_batch(strings, num_threads=2, flat=True, allowed_special="all")
     ref = hf_ids(bert_hf, strings)
     diff = [f"U+{ord(s[1]) if len(s) > 1 else ord(s[0]):04X} {s!r}" for i, s in enumerate(strings)
             if ids[offsets[i]:offsets[i + 1]].tolist() != ref[i]]
     report(f"WordPiece all code points x {len(CONTEXTS)} contexts vs HF", len(strings), diff)
-
-
-TRAPS = [
-    "ΟΔΟΣ", "Σ σ ς ΣΑΣ", "İstanbul ǅ ﬃ", "café naïve Ångström", "\x00a\x01b\x7fc\ufffd d", "tab\tnew\nline\rcr",
-    "中文字符 and 漢字", "日本語のテキスト", "한국어 텍스트", "a" * 100, "a" * 101, "é" * 100 + " " + "é" * 101,
-    "unaffable unbelievableness", "x" * 300, "¬ full－width ＡＢＣ", "[CLS] [SEP] [UNK]", "don't stop!!!", "",
-    "   ", "emoji 👍🏽 and 🙂", "\u200b\u200d zero width", "ﬁ ligature", "1,234.56 €",
-]
 
 
 @pytest.mark.parametrize("text", TRAPS, ids=lambda t: repr(t[:20]))

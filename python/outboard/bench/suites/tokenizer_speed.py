@@ -5,7 +5,9 @@ gigatoken, riptoken, bpe-openai, toktok, quicktok; Tekken: mistral-common; BERT 
 Protocol (shared/reference/tokenizers.md §8): one pinned core, fresh distinct payloads every round
 (8 KB chunks cut from a mixed 10 MB corpus, and whole documents), implementations interleaved within
 a round, p50/p90/p99 per 8 KB chunk and MB/s, every peer's ids compared with tiktoken's on the very
-payloads that were timed. A speed number counts only for an exact implementation.
+payloads that were timed. A speed number counts only for an exact implementation: every one also goes
+through the exactness gate (outboard.bench.gate: named traps, random mixtures, every code point in
+the family's contexts), and "the fastest exact peer" is one that passed it and differed on no payload.
 
 Regimes (§7b), because libraries cache pre-tokens: each implementation in a fresh process encodes
 distinct 8 KB chunks (cold), the same chunks again (warm), then chunks of other documents (unseen).
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import BadConfig
+from .. import gate
 from ..declare import Option, Suite, numbers
 from ..stats import summarize
 
@@ -35,6 +38,13 @@ CHUNK_BYTES = 8192
 WORST_CASE_BYTES = (256 << 10, 512 << 10, 1 << 20)
 REGIMES = ("cold", "warm", "unseen")
 NO_CACHE = "outboard, no cache"  # the regimes' before/after: the same tokenizer with its pre-token cache off
+#: The exactness gate's family for each model (outboard.bench.gate).
+GATE_FAMILIES = {"gpt2": "gpt2", "cl100k": "cl100k", "o200k": "o200k", "tekken": "tekken", "mistral": "mistral-v1",
+                 "bert": "bert"}
+#: What a quick and a smoke run sweep of the gate: every n-th code point, and so many random mixtures.
+GATE_QUICK, GATE_SMOKE = (16, 2_000), (4096, 100)
+#: Differing gate strings a row keeps (repr, cut), to say where an implementation differs.
+GATE_EXAMPLES, GATE_EXAMPLE_CHARS = 3, 40
 
 
 def _chunks(docs: list[str], size: int) -> list[str]:
@@ -254,7 +264,7 @@ def _run(run: Any, env: Any) -> None:
         "chunks_per_round": chunks_per_round, "corpus_bytes": sum(len(d.encode()) for d in docs),
         "unicode": Tokenizer.unicode_version(), "models": models,
     })
-    run.progress.expect(len(models) * (rounds + 4))
+    run.progress.expect(len(models) * (rounds + 5))
     # Regimes: distinct chunks of a larger corpus (documents shuffled); the first half is seen (cold, then
     # warm), the second unseen. Each implementation runs them in a fresh process of its own.
     regime_docs = corpus.build(600_000 if smoke else 3_000_000 if quick else 24_000_000)
@@ -271,8 +281,38 @@ def _run(run: Any, env: Any) -> None:
             results.meta["missing"].update({f"{model}/{k}": v for k, v in missing.items()})
             _bench_model(results, model, impls, reference, docs, chunks[:need], rounds, chunks_per_round, pin,
                          all_cores, threads, run.progress.step, WORST_CASE_BYTES[:1] if smoke else WORST_CASE_BYTES)
+            every, mixture_count = GATE_SMOKE if smoke else GATE_QUICK if quick else (1, gate.MIXTURES)
+            _bench_gate(results, model, impls, reference, gate.strings(GATE_FAMILIES[model], every, mixture_count))
+            run.progress.step(f"{model} exactness gate")
             names = list(impls) + ([NO_CACHE] if model in BPE_MODELS else [])
             _bench_regimes(results, model, names, reference, str(texts), pin, tmp, run.progress.step)
+
+
+def _bench_gate(results: Any, model: str, impls: dict[str, Callable[[str], Any]], reference: str,
+                sets: dict[str, list[str]]) -> None:
+    """Every implementation but the reference through the gate's sets: strings whose ids differ from the
+    reference's, and those it refused (an exception: a peer's own limit, not a wrong answer)."""
+    rows: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in impls if name != reference}
+    for set_name, strings in sets.items():
+        expected = [_as_list(impls[reference](s)) for s in strings]
+        for name in rows:
+            f, differing, refused, examples = impls[name], 0, 0, []
+            for s, want in zip(strings, expected):
+                try:
+                    got = _as_list(f(s))
+                except Exception:  # noqa: BLE001 - a peer's refusal of its input is reported, not raised
+                    refused += 1
+                    continue
+                if got != want:
+                    differing += 1
+                    if len(examples) < GATE_EXAMPLES:
+                        examples.append(repr(s[:GATE_EXAMPLE_CHARS]))
+            rows[name][set_name] = {"compared": len(strings), "differing": differing, "refused": refused,
+                                    "examples": examples}
+        del expected
+    for name, by_set in rows.items():
+        results.add("gate", name, {"model": model}, {},
+                    {"reference": reference, "sets": by_set, "passed": all(v["differing"] == 0 for v in by_set.values())})
 
 
 def _bench_regimes(results: Any, model: str, names: list[str], reference: str, texts: str, pin: int, tmp: str,
@@ -408,23 +448,47 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
             ratio = m["us_per_chunk"]["p50"] / ours["metrics"]["us_per_chunk"]["p50"] if ours else 0
             lines.append(f"| {name} | {c['mismatched_chunks']} / {c['compared']} | {m['us_per_chunk']['p50']} | "
                          f"{m['us_per_chunk']['p90']} | {m['us_per_chunk']['p99']} | {m['mb_per_s']} | {ratio:.2f}× |")
+        gated = {r["impl"]: r["correctness"] for r in by("gate")}
         regimes = by("regimes")
         if regimes:
-            best = {r: max((x["metrics"][r]["mb_per_s"] for x in regimes if not x["impl"].startswith("outboard")),
-                           default=0) for r in REGIMES}
+            peers = [x for x in regimes if not x["impl"].startswith("outboard")]
+            # Exact: passed the gate (the reference defines it) and gave the reference's ids on every chunk.
+            exact = [x for x in peers if gated.get(x["impl"], {"passed": x["impl"] == x["correctness"]["reference"]})
+                     ["passed"] and x["correctness"]["differing_chunks"] == 0]
+            best = {r: max((x["metrics"][r]["mb_per_s"] for x in peers), default=0) for r in REGIMES}
+            best_exact = {r: max((x["metrics"][r]["mb_per_s"] for x in exact), default=0) for r in REGIMES}
             lines += ["", f"### Regimes: cold, warm, unseen ({regimes[0]['params']['chunks_per_regime']} distinct "
                       "8 KB chunks each; every implementation in a fresh process)", "",
                       "Cold: the chunks once; warm: the same chunks again; unseen: chunks of other documents right "
-                      "after. MB/s (p50 µs per chunk); the ratio is to the fastest peer in that regime.", "",
+                      "after. MB/s (p50 µs per chunk); outboard's ratios are to the fastest peer in that regime, and "
+                      "to the fastest exact one (it passed the exactness gate below and differed on no chunk: "
+                      + (", ".join(x["impl"] for x in exact) or "none") + ").", "",
                       "| implementation | chunks differing / compared | cold | warm | unseen |", "|---|---|---|---|---|"]
             for x in regimes:
                 cells = []
                 for r in REGIMES:
                     m = x["metrics"][r]
-                    ratio = f", {m['mb_per_s'] / best[r]:.2f}×" if best[r] and x["impl"].startswith("outboard") else ""
+                    ratio = ""
+                    if best[r] and x["impl"].startswith("outboard"):
+                        ratio = f", {m['mb_per_s'] / best[r]:.2f}× fastest" + (
+                            f", {m['mb_per_s'] / best_exact[r]:.2f}× fastest exact" if best_exact[r] else "")
                     cells.append(f"{m['mb_per_s']} ({m['us_per_chunk']['p50']} µs{ratio})")
                 c = x["correctness"]
                 lines.append(f"| {x['impl']} | {c['differing_chunks']} / {c['compared']} | " + " | ".join(cells) + " |")
+        if gated:
+            set_names = list(next(iter(gated.values()))["sets"])
+            reference = next(iter(gated.values()))["reference"]
+            lines += ["", f"### Exactness gate (against {reference})", "",
+                      "Strings whose ids differ from the reference's, of those compared (refused: the implementation "
+                      "raised, its own limit); the first few that differ.", "",
+                      "| implementation | " + " | ".join(set_names) + " | passes | first differing |",
+                      "|---|" + "---|" * (len(set_names) + 2)]
+            for name, c in gated.items():
+                cells = [f"{v['differing']} / {v['compared']}" + (f" ({v['refused']} refused)" if v["refused"] else "")
+                         for v in c["sets"].values()]
+                examples = ", ".join(e for v in c["sets"].values() for e in v["examples"])[:200]
+                lines.append(f"| {name} | " + " | ".join(cells) + f" | {'yes' if c['passed'] else 'NO'} | "
+                             f"{examples.replace('|', '&#124;')} |")
         lines += ["", "### Whole documents of the mixed corpus", "",
                   "| implementation | documents differing / compared | MB/s | tokens |", "|---|---|---|---|"]
         for r in by("documents"):
