@@ -40,7 +40,8 @@ config::Options agent_options(const AgentConfig& a) {
            "allow a --listen wider than loopback without keys: anyone who reaches the port can use the agent, "
            "and its clients' traffic crosses the network in clear"},
           {"secure", Type::kString, c.secure.mode == SecureConfig::Mode::kAlways ? "always" : "auto",
-           "with keys, TLS for: auto, clients of other hosts; always, every client"},
+           "with keys, TLS for: auto, clients of other hosts (this host's, at any of its addresses, either way); "
+           "always, every client"},
           {"cert", Type::kString, c.secure.cert, "the agent's certificate chain (PEM), for TLS with --key and --ca"},
           {"key", Type::kString, c.secure.key, "its private key (PEM, mode 600)"},
           {"ca", Type::kString, c.secure.ca, "the CA that clients' certificates must chain to (PEM)"},

@@ -137,7 +137,10 @@ bool Listener::decide(int fd, Pending& p, uint8_t first) {
     p.tls = std::move(tls).value();
     return true;
   }
-  if (tls_ && (mode_ == SecureConfig::Mode::kAlways || !p.local)) {
+  // A plaintext client of this host that dialed one of its other addresses (an MPI job's ranks,
+  // dialing the address their agent is known by to other hosts' agents) stays on this host as a
+  // loopback one does: the kernel says its socket is one of this host's (local_peer).
+  if (tls_ && (mode_ == SecureConfig::Mode::kAlways || !(p.local || net::local_peer(fd).ok()))) {
     ++counters_.refused_tls;
     drop(fd, {Code::kAuthentication, std::string("this agent serves clients ") +
                                          (mode_ == SecureConfig::Mode::kAlways ? "" : "of other hosts ") +
@@ -240,6 +243,7 @@ void Listener::finish(int fd) {
     peer.keys = *keys;
     peer.identity = p.tls->peer_identity();
     peer.certificate = p.tls->peer_certificate();
+    peer.agent = p.tls->peer_is_agent();
     const bool resumed = p.tls->resumed();
     peer.name = net::peer_address(fd) + " pid " + std::to_string(hello->pid) + " (TLS: " + peer.identity +
                 (resumed ? ", resumed" : "") + ")";

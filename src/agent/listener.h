@@ -80,7 +80,7 @@ class Listener {
     net::Fd socket;
     channel::BootReader reader;
     Deadline deadline;
-    bool local = false;                // the peer is on loopback
+    bool local = false;                // the peer is on loopback (or, asked when it matters, on this host)
     bool decided = false;              // whether it speaks TLS is known (its first byte)
     std::unique_ptr<secure::Tls> tls;  // it does
   };

@@ -108,8 +108,11 @@ Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bo
   OB_ASSIGN_OR_RETURN(auto where, net::parse_host_port(config_.listen));
   setup.transport.net_devices = net::interface_of(where.host);
   // A UCX_TLS in the agent's environment that names no shared memory (to
-  // measure TCP, say) still finds TCP in a same-user session.
-  setup.transport.transports = !shared_memory ? "tcp" : std::getenv("UCX_TLS") ? "posix,tcp" : "posix";
+  // measure TCP, say) still finds TCP in a same-user session, as does one
+  // of an agent that listens beyond loopback: another host's agent may join
+  // it (a job's, job_session()).
+  setup.transport.transports =
+      !shared_memory ? "tcp" : std::getenv("UCX_TLS") || !net::is_loopback(where.host) ? "posix,tcp" : "posix";
   net::Fd control = std::move(ends.first);
   if (::fcntl(control.get(), F_SETFL, O_NONBLOCK) != 0 ||
       !net::send_message(control.get(), encode_config(encode_setup(setup)), budget_->fd()).ok()) {
@@ -128,6 +131,12 @@ Result<ProcessSessions::Proc*> ProcessSessions::spawn(const std::string& key, bo
   return &p;
 }
 
+ProcessSessions::Proc* ProcessSessions::job_session(const channel::SessionToken& token) {
+  for (const bool shared_memory : {true, false})
+    if (auto it = by_key_.find(session_key(token, shared_memory, "")); it != by_key_.end()) return &by_fd_.at(it->second);
+  return nullptr;
+}
+
 void ProcessSessions::hand_off(net::Fd socket, const channel::Hello& hello, std::vector<uint8_t> hello_bytes,
                                const channel::PeerInfo& peer) {
   const std::string key = session_key(hello.token, peer.policy.shared_memory, peer.identity);
@@ -138,6 +147,10 @@ void ProcessSessions::hand_off(net::Fd socket, const channel::Hello& hello, std:
   if (!peer.identity.empty() && held >= config_.max_client_connections) {
     st = Status(Code::kAgain, "client " + peer.identity + " holds " + std::to_string(held) + " connections, its limit " +
                                   "(agent option --max-client-connections)");
+  } else if (Proc* job = (hello.flags & channel::kHelloNetworkOnly) && (peer.identity.empty() || peer.agent)
+                             ? job_session(hello.token)
+                             : nullptr) {
+    p = job;  // another agent's link to its job's agent here: where that job's ranks are
   } else if (auto it = by_key_.find(key); it != by_key_.end()) {
     p = &by_fd_.at(it->second);
   } else {

@@ -50,6 +50,10 @@ class ProcessSessions final : public SessionDispatch {
     std::set<std::string> certificates;  // of its TLS clients, distinct (DER)
   };
   Result<Proc*> spawn(const std::string& key, bool shared_memory, const std::string& identity);
+  /// The session of a job's ranks (token, no TLS identity), if it runs: another agent's link to
+  /// this one for that job (a network-only hello, plaintext or with an agent's certificate) joins
+  /// it, as its shares and forwarded messages go to the ranks' collectives and receives there.
+  Proc* job_session(const channel::SessionToken& token);
   /// `p` has `n` clients fewer.
   void left(Proc& p, size_t n);
   void on_control(int fd);

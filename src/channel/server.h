@@ -26,6 +26,9 @@ struct PeerInfo {
   /// And its certificate (DER; none with a PSK), which the listener checks
   /// again when the agent's keys change (a CRL revoking it). Not sent to sessions.
   std::string certificate;
+  /// Its certificate is made for agents (Tls::peer_is_agent()): another agent of the deployment,
+  /// whose link to a job's session (a network-only hello) joins that session. Not sent to sessions.
+  bool agent = false;
 };
 
 class Server {

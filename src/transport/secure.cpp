@@ -573,6 +573,11 @@ std::string Tls::peer_certificate() const {
   return out;
 }
 
+bool Tls::peer_is_agent() const {
+  X509* cert = SSL_get0_peer_certificate(ssl_);
+  return cert && (X509_get_extended_key_usage(cert) & XKU_SSL_SERVER) != 0;
+}
+
 std::string Tls::peer_identity() const {
   X509* cert = SSL_get0_peer_certificate(ssl_);
   return cert ? subject_of(cert) : "psk:" + context_->psk_identity();

@@ -143,6 +143,9 @@ class Tls {
   [[nodiscard]] std::string peer_identity() const;
   /// The peer's certificate (DER); empty with a PSK.
   [[nodiscard]] std::string peer_certificate() const;
+  /// Whether the peer's certificate is made for agents (TLS servers: `keys init`'s
+  /// agent.pem, `keys issue --agent`), not for clients alone.
+  [[nodiscard]] bool peer_is_agent() const;
   /// Whether the handshake resumed an earlier session (certificates not sent again).
   [[nodiscard]] bool resumed() const;
 

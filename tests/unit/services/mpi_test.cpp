@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -15,6 +16,8 @@
 #include "../agent_fixture.h"
 #include "channel/connection_impl.h"
 #include "services/mpi_wire.h"
+#include "transport/secure.h"
+#include "util/net.h"
 
 namespace outboard {
 namespace {
@@ -742,6 +745,75 @@ TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
 
 // Each agent's share here is 2 blocks of 3 MiB, over the agents' 5 MiB message limit: it goes in
 // pieces (the first with the header, then a SharePiece), which the other agent puts together.
+// Agents of other hosts reach each other through TLS, each with its own certificate (made for both
+// sides), and another agent's link joins the session of its job's ranks. One host stands in for
+// two: the agents listen on its non-loopback address, where an agent with keys takes another
+// host's clients through TLS only, and their ranks dial it too (plaintext: the kernel says they
+// are this host's). With keys of one CA a collective spans them, with no UCX_TLS telling the
+// sessions to take TCP (listening beyond loopback does); a link with an agent's certificate
+// lands in the ranks' session, one with a tenant's certificate and the same token in a session of
+// its own. With another CA's keys the link is refused, and each rank's collective fails saying so.
+TEST_F(MpiSpanningTest, AgentsWithKeysReachEachOtherThroughTlsOnly) {
+  const std::vector<std::string> here = net::ipv4_addresses();
+  const auto wide = std::find_if(here.begin(), here.end(), [](const std::string& a) { return !net::is_loopback(a); });
+  if (wide == here.end()) GTEST_SKIP() << "no IPv4 address here but loopback's, where agents link without TLS";
+  const std::filesystem::path keys =
+      std::filesystem::temp_directory_path() / ("outboard_mpi_keys_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(keys);
+  std::filesystem::create_directories(keys);
+  ASSERT_TRUE(init_keys((keys / "a").string(), "agent a").ok());  // lists this host's addresses
+  ASSERT_TRUE(init_keys((keys / "b").string(), "agent b").ok());
+  auto with_keys = [&](const char* deployment) {
+    AgentConfig config = testing::test_config();
+    config.listen = *wide + ":0";
+    const std::string d = (keys / deployment).string();
+    config.channel.secure = {.cert = d + "/agent.pem", .key = d + "/agent.key", .ca = d + "/ca.pem"};
+    return config;
+  };
+  ::unsetenv("UCX_TLS");  // the fixture's agents' sessions take TCP by it; other_ restores it
+  restart_both(with_keys("a"));
+  auto rs = spanning_ranks();
+  alltoall_across(rs, 0, 1000, 100);
+  auto session_pid = [](Connection& c) {
+    auto stats = c.request("stats", {}, Deadline::after_ms(kWaitMs));
+    if (!stats.ok()) return std::string(stats.status().to_string());
+    const std::string text(stats->span().begin(), stats->span().end());
+    const size_t at = text.find("\"pid\":");
+    return at == std::string::npos ? text : text.substr(at, text.find_first_of(",}", at) - at);
+  };
+  auto link_as = [&](const char* who) {
+    ChannelConfig config;
+    config.session = kToken;
+    config.network_only = true;  // as the mpi service dials another agent
+    const std::string d = (keys / "a").string() + "/" + who;
+    config.secure = {.cert = d + ".pem", .key = d + ".key", .ca = (keys / "a" / "ca.pem").string()};
+    auto c = Connection::connect(agent_->address(), config);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    return c.ok() ? session_pid(**c) : c.status().to_string();
+  };
+  const std::string ranks_session = session_pid(*rs[0].conn);
+  EXPECT_EQ(link_as("agent"), ranks_session);
+  EXPECT_NE(link_as("client"), ranks_session);  // a tenant with the job's token gets no further
+  rs.clear();
+  other_.stop();
+  stop_agent();
+  start_agent(with_keys("a"));
+  other_.start(with_keys("b"));  // another deployment's agent
+  rs = spanning_ranks();
+  std::vector<Post> posts;
+  for (uint32_t i = 0; i < rs.size(); ++i) {
+    rs[i].send = random_bytes(rs.size() * 1000, i);
+    rs[i].recv.assign(rs.size() * 1000, 0);
+    posts.push_back(spanning(Coll::kAlltoall, 0, i, 1000));
+  }
+  post_all(rs, posts);
+  for (const Rank& r : rs) {
+    ASSERT_FALSE(r.answer->ok());
+    EXPECT_NE(r.answer->message().find("certificate"), std::string::npos) << r.answer->to_string();
+  }
+  std::filesystem::remove_all(keys);
+}
+
 TEST_F(MpiSpanningTest, SharesLargerThanAMessageGoInPieces) {
   constexpr uint64_t block = 3ull << 20;
   AgentConfig config = testing::test_config();
