@@ -281,15 +281,25 @@ def test_rings_off_on_either_side_send_every_frame_through_ucx(start_agent, side
 def test_peers_asleep_over_their_rings_are_woken_by_the_doorbell(start_agent) -> None:
     # With no spinning both sides sleep between frames: each request and each
     # response must ring the sleeper, or wait for its 10 ms missed-wake-up bound.
-    agent = start_agent("--spin-us", "0")
+    # On one core the agent, woken by a request, preempts the client and answers
+    # before the client sleeps (no answer then needs a doorbell: 1 run in 2
+    # measured), so each side has a core of its own.
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("one core: the agent answers before the client sleeps, so nothing would ring it")
+    agent = start_agent("--spin-us", "0", "--cores", str(cores[1]))
     slow = 0
-    with outboard.connect(agent.address, spin_us=0) as c:
-        for i in range(200):
-            p = _core.pattern(100, seed=i)
-            t0 = time.perf_counter()
-            assert c.request("echo", p) == p
-            slow += time.perf_counter() - t0 >= 0.009
-        s = c.stats()
+    os.sched_setaffinity(0, {cores[0]})
+    try:
+        with outboard.connect(agent.address, spin_us=0) as c:
+            for i in range(200):
+                p = _core.pattern(100, seed=i)
+                t0 = time.perf_counter()
+                assert c.request("echo", p) == p
+                slow += time.perf_counter() - t0 >= 0.009
+            s = c.stats()
+    finally:
+        os.sched_setaffinity(0, cores)
     assert s["doorbells_out"] > 0, s
     # The agent rang the client's bell pipe (Hub::offer_bell), which it opens where it may ptrace the client.
     if _may_ptrace_a_parent():
