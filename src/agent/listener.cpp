@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -115,6 +116,15 @@ void Listener::on_readable(int fd) {
   }
 }
 
+namespace {
+bool of_this_host(int fd) {
+  const std::string from = net::peer_address(fd);
+  const std::vector<std::string> here = net::ipv4_addresses();
+  return std::find(here.begin(), here.end(), from.substr(0, from.rfind(':'))) != here.end() &&
+         net::local_peer(fd).ok();
+}
+}  // namespace
+
 bool Listener::decide(int fd, Pending& p, uint8_t first) {
   p.decided = true;
   if (first == secure::kTlsHandshakeRecord) {
@@ -139,8 +149,9 @@ bool Listener::decide(int fd, Pending& p, uint8_t first) {
   }
   // A plaintext client of this host that dialed one of its other addresses (an MPI job's ranks,
   // dialing the address their agent is known by to other hosts' agents) stays on this host as a
-  // loopback one does: the kernel says its socket is one of this host's (local_peer).
-  if (tls_ && (mode_ == SecureConfig::Mode::kAlways || !(p.local || net::local_peer(fd).ok()))) {
+  // loopback one does: it comes from one of this host's addresses, and the kernel says its socket
+  // is one of this host's (local_peer). Other hosts' clients are refused without the scan.
+  if (tls_ && (mode_ == SecureConfig::Mode::kAlways || !(p.local || of_this_host(fd)))) {
     ++counters_.refused_tls;
     drop(fd, {Code::kAuthentication, std::string("this agent serves clients ") +
                                          (mode_ == SecureConfig::Mode::kAlways ? "" : "of other hosts ") +

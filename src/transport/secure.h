@@ -4,9 +4,9 @@
 // that seal every later frame with the AEAD of the suite TLS agreed on
 // (AES-256-GCM, or ChaCha20-Poly1305 where the peers chose it: CPUs without
 // AES instructions). AES-256-GCM is Intel's ipsec-mb where the build found it
-// (x86_64: its VAES/AVX-512 code seals 64 KiB 4x as fast as OpenSSL 3.0's here,
-// 24.8 against 6.0 GB/s), else OpenSSL's; ChaCha20-Poly1305 is OpenSSL's (libsodium's ran
-// 3.6x slower on 64 KiB here).
+// (x86_64: its VAES/AVX-512 code seals 64 KiB 4x as fast as OpenSSL 3.0's
+// here, 24.8 against 6.0 GB/s), else OpenSSL's; ChaCha20-Poly1305 is
+// OpenSSL's (libsodium's ran 3.6x slower on 64 KiB here).
 //
 // TLS itself carries only the handshake and the client's Hello: the session
 // process that answers is not the listener that ran the handshake, and
@@ -102,7 +102,7 @@ class Context {
 enum class Aead : uint8_t { kAes256Gcm = 1, kChaCha20Poly1305 = 2 };
 
 /// The code that seals with `aead` in this build on this CPU, as
-/// "library (its instruction set)": "ipsec-mb 1.3 (AVX-512)", "OpenSSL 3.0.22".
+/// "library (its instruction set)": "ipsec-mb 1.3.0 (AVX-512)", or OpenSSL's version.
 [[nodiscard]] std::string aead_engine(Aead aead);
 
 /// The 64 B exported from a completed handshake: a key for each direction.
