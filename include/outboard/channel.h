@@ -135,6 +135,9 @@ using ResponseFn = std::function<void(Result<Buffer>)>;
 
 /// Version of the transport library (UCX) carrying the channel.
 std::string transport_version();
+/// Whether that UCX carries GPU memory (MemoryKind::kCuda): built with CUDA,
+/// with the CUDA driver present. Regions of that kind are refused elsewhere.
+bool transport_carries_gpu_memory();
 /// The code that seals a secure connection's AES-256-GCM frames in this build on this CPU:
 /// "ipsec-mb 1.3.0 (AVX-512)", or OpenSSL's version.
 std::string seal_engine();

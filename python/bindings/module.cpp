@@ -32,6 +32,7 @@ NB_MODULE(_core, m) {
         "level"_a);
   m.def("version", &version);
   m.def("transport_version", &transport_version);
+  m.def("transport_carries_gpu_memory", &transport_carries_gpu_memory);
   m.def("seal_engine", &seal_engine);
   m.def("code_name", [](int code) { return std::string(code_name(static_cast<Code>(code))); });
   m.def("summarize",

@@ -38,6 +38,8 @@ Mutex& setup_order(const std::string& address) {
 
 std::string transport_version() { return "UCX " + transport::ucx_version(); }
 
+bool transport_carries_gpu_memory() { return transport::ucx_carries_cuda_memory(); }
+
 std::string seal_engine() { return secure::aead_engine(secure::Aead::kAes256Gcm); }
 
 Connection::Connection(std::shared_ptr<Impl> impl, bool owner) : impl_(std::move(impl)), owner_(owner) {}

@@ -13,6 +13,7 @@
 #include <ucp/api/ucp.h>
 
 #include "outboard/log.h"
+#include "transport/cuda_driver.h"
 #include "transport/descriptor.h"
 
 OB_LOG_MODULE("transport");
@@ -396,6 +397,9 @@ Result<RemoteKey> Endpoint::import_region(std::span<const uint8_t> d, bool map, 
     std::memcpy(&key.length_, d.data() + 12, 8);
     packed = d.subspan(kDescriptorHeaderBytes);
   }
+  // UCX reaches a peer's GPU memory (cuda_ipc) through the driver, on this thread.
+  if (magic == kCudaRegionMagic)
+    OB_RETURN_IF_ERROR(CudaDriver::get().use_context().with_context("import of a GPU memory region"));
   ucs_status_t s = ucp_ep_rkey_unpack(ep_, packed.data(), &key.rkey_);
   if (s != UCS_OK) return from_ucs(s, "unpack remote key");
   // UCS_ERR_UNREACHABLE unless a shared-memory transport maps the region here.
@@ -660,10 +664,33 @@ Result<MemoryRegion> Worker::expose_memory(void* data, size_t size) {
   return r;
 }
 
-bool Worker::cuda_memory_supported() const {
+namespace {
+
+// UCS_MEMORY_TYPE_CUDA is 1 in every UCX from 1.13 to 1.22 (what came later
+// was added after it).
+bool carries_cuda(ucp_context* context) {
   ucp_context_attr_t attr{};
   attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-  return ucp_context_query(context_, &attr) == UCS_OK && (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  return ucp_context_query(context, &attr) == UCS_OK && (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+}  // namespace
+
+bool Worker::cuda_memory_supported() const { return carries_cuda(context_); }
+
+bool ucx_carries_cuda_memory() {
+  ucp_config_t* cfg = nullptr;
+  if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return false;
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;
+  ucp_context* context = nullptr;
+  const bool made = ucp_init(&params, cfg, &context) == UCS_OK;
+  ucp_config_release(cfg);
+  if (!made) return false;
+  const bool cuda = carries_cuda(context);
+  ucp_cleanup(context);
+  return cuda;
 }
 
 Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate, MemoryKind kind) {
@@ -673,6 +700,8 @@ Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate, MemoryK
     return Status(Code::kUnsupported, "GPU memory region of " + std::to_string(size) +
                                           " B: this UCX has no CUDA memory support (ucx_info -d lists no "
                                           "cuda_copy; UCX " + ucx_version() + ")");
+  if (cuda) OB_RETURN_IF_ERROR(CudaDriver::get().use_context().with_context("GPU memory region of " +
+                                                                          std::to_string(size) + " B"));
   ucp_mem_map_params_t p{};
   p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   p.address = data;

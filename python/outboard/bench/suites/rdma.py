@@ -12,10 +12,10 @@ ucx_perftest ucp_put_bw / ucp_get / ucp_put_lat in the same run.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from ... import _core
 from ..env import client_core, describe, peer_run, peer_unavailable, setup, transport_unavailable, worker
 from ..declare import OURS, Case, Chart, Column, Goal, Impl, Measurement, Suite
 
@@ -97,10 +97,10 @@ def gpu_unavailable(env: Any, params: dict[str, Any]) -> str | None:
     """Why GPU memory cannot be the target region here, or None."""
     if not (Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi")):
         return "no CUDA device on this machine"
-    info = subprocess.run(["ucx_info", "-d"], capture_output=True, text=True, timeout=30) if shutil.which("ucx_info") \
-        else None
-    if info is None or "cuda" not in info.stdout:
-        return "this UCX has no CUDA transports (ucx_info -d lists no cuda_copy/cuda_ipc): build UCX --with-cuda"
+    # The UCX this process loaded, not a ucx_info on PATH (another UCX's, or none).
+    if not _core.transport_carries_gpu_memory():
+        return (f"this process's UCX carries no CUDA memory ({_core.transport_version()}): it needs a UCX built with "
+                "CUDA, such as the libucx-cu13 wheel's")
     return None
 
 
