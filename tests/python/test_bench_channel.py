@@ -7,6 +7,8 @@ import dataclasses
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -63,6 +65,32 @@ def test_smoke_run_covers_every_case_and_checks_every_cell(smoke_run: Path) -> N
     else:
         assert streams == {channel.SECURE, channel.PLAIN}
         assert any("seals AES-256-GCM with OpenSSL" in why for why in meta["skipped"].values()), meta["skipped"]
+
+
+def test_a_servers_listening_socket_is_found_in_proc_without_ss() -> None:
+    """The ucx_perftest peer waits for its own server's socket through /proc, not `ss` (absent on
+    the GPU machines): a listener of that process on that port, and nothing else, counts."""
+    mine = socket.socket(socket.AF_INET6)
+    mine.bind(("::1", 0))
+    mine.listen()
+    port = mine.getsockname()[1]
+    other = subprocess.Popen([sys.executable, "-c", "import socket, time\n"
+                              "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+                              "print(s.getsockname()[1], flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert ucx_perftest.listening(os.getpid(), port)
+        theirs = int(other.stdout.readline())
+        assert ucx_perftest.listening(other.pid, theirs)
+        assert not ucx_perftest.listening(os.getpid(), theirs)  # another process's listener
+        assert not ucx_perftest.listening(other.pid, port)
+    finally:
+        other.kill()
+        other.wait()
+        other.stdout.close()
+        mine.close()
+    assert not ucx_perftest.listening(os.getpid(), port)  # closed
+    assert not ucx_perftest.listening(other.pid, theirs)  # a process that is gone
 
 
 @pytest.mark.skipif(ucx_perftest.unavailable() is not None, reason="ucx_perftest missing")

@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 #: Seconds one ucx_perftest cell may take before both processes are killed.
 CELL_TIMEOUT_S = 120.0
@@ -50,15 +51,41 @@ class _ServerExited(RuntimeError):
     pass
 
 
-def _wait_listening(port: int, server: subprocess.Popen[str], prefix: Sequence[str]) -> None:
+def listening(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a TCP socket listening on ``port``, from /proc: its network
+    namespace's socket tables and its descriptors (``ss`` is not everywhere: the GPU machines lack it)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:  # sl local_address rem_address st ... inode
+            f = row.split()
+            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{f[9]}]")
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False
+
+
+def _wait_listening(port: int, server: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + SERVER_READY_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise _ServerExited(f"ucx_perftest server on port {port} exited with status {server.returncode}: "
                                 f"{server.stdout.read()[-500:] if server.stdout else ''}")
-        # Its own socket: another process listening on the port would take our client.
-        probe = subprocess.run([*prefix, "ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True)
-        if f"pid={server.pid}," in probe.stdout:
+        # Its own socket: another process listening on the port would take our client. A prefix
+        # (`ip netns exec NS`) execs the server in its place, so the pid is the server's.
+        if listening(server.pid, port):
             return
         time.sleep(0.02)
     raise TimeoutError(f"ucx_perftest server not listening on port {port} within {SERVER_READY_S} s")
@@ -84,7 +111,7 @@ def run(test: str, size: int, iterations: int, *, env: dict[str, str] | None = N
         raise FileNotFoundError(unavailable())
     full_env = {**os.environ, **(env or {})}
     server, port = _start_server([*server_prefix, exe] + (["-c", str(server_core)] if server_core is not None else []),
-                                 full_env, server_prefix)
+                                 full_env)
     client_cmd = [*client_prefix, exe, host, "-p", str(port), "-t", test, "-s", str(size), "-n", str(iterations),
                   "-f", "-v"]
     client_cmd += ["-c", str(client_core)] if client_core is not None else []
@@ -98,7 +125,7 @@ def run(test: str, size: int, iterations: int, *, env: dict[str, str] | None = N
         _stop(server)
 
 
-def _start_server(cmd: list[str], env: dict[str, str], prefix: Sequence[str]) -> tuple[subprocess.Popen[str], int]:
+def _start_server(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
     """A listening server and its port. A server that exits first is retried on another port: between
     our picking a free port and its bind(), another process may take it ("Address already in use")."""
     attempts = PORT_ATTEMPTS
@@ -107,7 +134,7 @@ def _start_server(cmd: list[str], env: dict[str, str], prefix: Sequence[str]) ->
         server = subprocess.Popen([*cmd, "-p", str(port)], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
         try:
-            _wait_listening(port, server, prefix)
+            _wait_listening(port, server)
         except BaseException as e:
             _stop(server)
             attempts -= 1
