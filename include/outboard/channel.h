@@ -203,7 +203,10 @@ class Connection {
   void wake();
 
   // ---- one-sided
-  [[nodiscard]] Result<Region> register_memory(void* data, size_t size);
+  /// Memory of this process's for peers to reach. kCuda: device memory of
+  /// the current (else the first) CUDA device, a cudaMalloc's or a torch
+  /// tensor's; kUnsupported, naming why, where UCX has no CUDA support.
+  [[nodiscard]] Result<Region> register_memory(void* data, size_t size, MemoryKind kind = MemoryKind::kHost);
   /// Memory allocated by UCX (on one host, peers map it and reach it with CPU
   /// copies). kCuda: kUnsupported, naming why, where UCX has no CUDA support.
   [[nodiscard]] Result<Region> allocate_memory(size_t size, MemoryKind kind = MemoryKind::kHost);

@@ -24,6 +24,23 @@ namespace {
 
 using namespace nb::literals;
 using ByteArray = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+// Any C-contiguous array on any device: numpy's, or torch's on the CPU or a GPU (DLPack).
+using AnyArray = nb::ndarray<nb::c_contig>;
+
+// Where an array's memory is, as registration needs it: a GPU's own memory, or memory the CPU
+// reaches (pinned host memory too).
+MemoryKind memory_kind(const AnyArray& array) {
+  switch (array.device_type()) {
+    case nb::device::cpu::value:
+    case nb::device::cuda_host::value:
+      return MemoryKind::kHost;
+    case nb::device::cuda::value:
+      return MemoryKind::kCuda;
+    default:
+      raise(Status(Code::kInvalidArgument, "an array on DLPack device type " + std::to_string(array.device_type()) +
+                                               ": only CPU and CUDA memory can be registered"));
+  }
+}
 
 // Copies into memory this core does not read next (a snapshot the agent reads) with
 // non-temporal stores: no read-for-ownership of each destination line, and the caller's working
@@ -68,7 +85,11 @@ void bind_channel(nb::module_& m) {
         auto d = r.region.descriptor();
         return nb::bytes(reinterpret_cast<const char*>(d.data()), d.size());
       })
+      .def_prop_ro("gpu", [](const PyRegion& r) { return r.region.kind() == MemoryKind::kCuda; },
+                   "Whether the region is GPU memory, which the CPU must not touch.")
       .def("array", [](PyRegion& r) {
+        if (r.region.kind() == MemoryKind::kCuda)
+          raise(Status(Code::kInvalidArgument, "a numpy view of a GPU memory region: the CPU cannot read it"));
         return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(r.region.data(), {r.region.size()}, nb::find(&r));
       }, "A numpy view of the region (no copy).")
       .def("gather",
@@ -245,11 +266,18 @@ void bind_channel(nb::module_& m) {
                    "How this connection is protected: \"plaintext\", or TLS 1.3 with the key exchange, the agent's "
                    "identity and whether the session was resumed.")
       .def("register_memory",
-           [](Connection& c, ByteArray array) {
-             auto r = c.register_memory(array.data(), array.size());
-             return PyRegion{unwrap(std::move(r)), nb::cast(array)};
+           [](Connection& c, nb::object source) {
+             AnyArray array;  // never a copy: the peer must reach the caller's own memory
+             if (!nb::try_cast(source, array, /*convert=*/false))
+               raise(Status(Code::kInvalidArgument, "register_memory takes a C-contiguous array (numpy's, or a "
+                                                    "tensor by DLPack), not this " +
+                                                        std::string(nb::inst_name(source).c_str())));
+             auto r = c.register_memory(array.data(), array.nbytes(), memory_kind(array));
+             return PyRegion{unwrap(std::move(r)), std::move(source)};
            },
-           "array"_a, nb::keep_alive<0, 1>())
+           "array"_a, nb::keep_alive<0, 1>(),
+           "Registers a C-contiguous array's memory for the peer to reach: numpy's, or torch's on the CPU or "
+           "a CUDA device (GPU memory needs a UCX with CUDA).")
       .def("allocate_memory", [](Connection& c, size_t size) { return PyRegion{unwrap(c.allocate_memory(size)), {}}; },
            "size"_a)
       .def("import_region", [](Connection& c, nb::bytes d) { return unwrap(c.import_region(view(d))); }, "descriptor"_a)

@@ -68,9 +68,9 @@ Result<std::span<uint8_t>> RemoteRegion::mapped_span(uint64_t offset, uint64_t l
   return transport::mapped_span(impl_->key, offset, length);
 }
 
-Result<Region> Connection::register_memory(void* data, size_t size) {
+Result<Region> Connection::register_memory(void* data, size_t size, MemoryKind kind) {
   Lock lock(impl_->hub->mutex());
-  OB_ASSIGN_OR_RETURN(auto mr, impl_->hub->worker().register_memory(data, size));
+  OB_ASSIGN_OR_RETURN(auto mr, impl_->hub->worker().register_memory(data, size, kind));
   return channel::detail::Access::region(std::make_unique<Region::Impl>(impl_->hub, std::move(mr)));
 }
 

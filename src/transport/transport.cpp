@@ -648,8 +648,8 @@ void Worker::receive_rendezvous(const IncomingAm& am, std::span<uint8_t> dst, Do
         "rendezvous receive");
 }
 
-Result<MemoryRegion> Worker::register_memory(void* data, size_t size) {
-  return map(data, size, false, MemoryKind::kHost);
+Result<MemoryRegion> Worker::register_memory(void* data, size_t size, MemoryKind kind) {
+  return map(data, size, false, kind);
 }
 Result<MemoryRegion> Worker::allocate_memory(size_t size, MemoryKind kind) { return map(nullptr, size, true, kind); }
 
@@ -719,7 +719,7 @@ Result<MemoryRegion> Worker::map(void* data, size_t size, bool allocate, MemoryK
   r.kind_ = kind;
   ucs_status_t s = ucp_mem_map(context_, &p, &r.memh_);
   if (s != UCS_OK)
-    return from_ucs(s, std::string(cuda ? "allocate GPU" : "register") + " memory region of " +
+    return from_ucs(s, std::string(allocate ? "allocate " : "register ") + (cuda ? "GPU " : "") + "memory region of " +
                            std::to_string(size) + " B");
   ucp_mem_attr_t attr{};
   attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;

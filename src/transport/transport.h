@@ -249,7 +249,7 @@ class Worker {
   /// Fetches a rendezvous payload into `dst` (dst.size() == message length).
   void receive_rendezvous(const IncomingAm& am, std::span<uint8_t> dst, DoneFn done);
 
-  Result<MemoryRegion> register_memory(void* data, size_t size);
+  Result<MemoryRegion> register_memory(void* data, size_t size, MemoryKind kind = MemoryKind::kHost);
   Result<MemoryRegion> allocate_memory(size_t size, MemoryKind kind = MemoryKind::kHost);
   /// `data` described for a peer on this host that copies it through the
   /// kernel (a process descriptor): nothing registered, nothing to undo.

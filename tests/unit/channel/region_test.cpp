@@ -218,6 +218,10 @@ TEST_F(RegionTest, GpuRegionsAreCarriedByUcxOrRefusedNamingWhy) {
     EXPECT_NE(mine.status().message().find("GPU memory region of 4096 B: this UCX has no CUDA memory support"),
               std::string::npos)
         << mine.status().to_string();
+    uint64_t word = 0;  // what a GPU pointer would be registered as is refused the same way
+    auto registered = c->register_memory(&word, sizeof word, MemoryKind::kCuda);
+    EXPECT_EQ(registered.status().code(), Code::kUnsupported);
+    EXPECT_NE(registered.status().message().find("GPU memory region of 8 B"), std::string::npos);
     // The agent shares this process's UCX.
     ASSERT_FALSE(desc.ok());
     EXPECT_EQ(desc.status().code(), Code::kUnsupported);
@@ -225,6 +229,10 @@ TEST_F(RegionTest, GpuRegionsAreCarriedByUcxOrRefusedNamingWhy) {
   } else {
     ASSERT_TRUE(mine.ok()) << mine.status().to_string();
     EXPECT_EQ(mine.value().kind(), MemoryKind::kCuda);
+    // GPU memory of the caller's (here UCX's allocation again, as a cudaMalloc's would be).
+    auto registered = c->register_memory(mine.value().data(), 4096, MemoryKind::kCuda);
+    ASSERT_TRUE(registered.ok()) << registered.status().to_string();
+    EXPECT_EQ(registered.value().kind(), MemoryKind::kCuda);
     ASSERT_TRUE(desc.ok()) << desc.status().to_string();
     auto remote = c->import_region(desc.value().span());
     ASSERT_TRUE(remote.ok()) << remote.status().to_string();
