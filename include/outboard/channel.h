@@ -203,7 +203,7 @@ class Connection {
   void wake();
 
   // ---- one-sided
-  /// Memory of this process's for peers to reach. kCuda: device memory of
+  /// This process's memory, for peers to reach. kCuda: device memory of
   /// the current (else the first) CUDA device, a cudaMalloc's or a torch
   /// tensor's; kUnsupported, naming why, where UCX has no CUDA support.
   [[nodiscard]] Result<Region> register_memory(void* data, size_t size, MemoryKind kind = MemoryKind::kHost);
