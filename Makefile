@@ -17,10 +17,12 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # memory (cuda_copy, cuda_ipc) where a GPU and its driver are, in build/py-ucx122; `system` (the
 # default) uses the system's UCX (Debian's 1.13). README, "UCX 1.13 or 1.22".
 OUTBOARD_UCX ?= system
+# Where the libucx wheel is installed (its lib/ and include/), asked of .venv's Python.
+LIBUCX_DIR = $(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))'
 ifeq ($(OUTBOARD_UCX),wheel)
 BUILD := build/py-ucx122
 # Found when the recipe runs, after it installed the wheel.
-UCX_BUILD_ARGS = -Ccmake.define.OUTBOARD_UCX_ROOT="$$($(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')" \
+UCX_BUILD_ARGS = -Ccmake.define.OUTBOARD_UCX_ROOT="$$($(LIBUCX_DIR))" \
   -Ccmake.define.OUTBOARD_UCX_WHEEL=ON
 else ifneq ($(OUTBOARD_UCX),system)
 $(error OUTBOARD_UCX=$(OUTBOARD_UCX) is neither system (the system's UCX) nor wheel (libucx-cu13's 1.22))
@@ -108,7 +110,7 @@ fuzz-run:
 # rebuilt key was). The transport, the one part that includes UCX's headers, compiles against 1.22's.
 UCX122_BUILD := build/ucx122
 UCX122_WHEEL := libucx-cu13==1.22.0
-UCX122_LIB = $(shell $(PY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')/lib
+UCX122_LIB = $(shell $(LIBUCX_DIR))/lib
 ucx122-wheel: build
 	$(PY) -m pip install -q "$(UCX122_WHEEL)"
 

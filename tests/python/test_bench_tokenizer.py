@@ -71,8 +71,6 @@ META = {"cpu": "a cpu", "cores": 2, "virtualization": "none", "pinned_core": 1, 
 def test_a_peer_that_refuses_a_worst_case_size_is_reported_refused_not_unequal() -> None:
     from outboard.bench.suites import tokenizer_speed
 
-    meta = META
-
     def row(impl: str, size: int, metrics: dict, correctness: dict) -> dict:
         return {"case": "worst-case", "impl": impl, "params": {"model": "cl100k", "bytes": size}, "metrics": metrics,
                 "correctness": correctness}
@@ -81,7 +79,7 @@ def test_a_peer_that_refuses_a_worst_case_size_is_reported_refused_not_unequal()
             row("outboard", 2048, {"ms": 2.0, "us_per_kb": 1.0}, {"equal_to_reference": True}),
             row("peer", 1024, {"ms": 3.0, "us_per_kb": 3.0}, {"equal_to_reference": True}),
             row("peer", 2048, {}, {"refused": "ValueError: Input too long to encode safely"})]
-    report = tokenizer_speed.render(rows, meta)
+    report = tokenizer_speed.render(rows, META)
     assert "| outboard | 1.0 | 2.0 | 1.0 | yes |" in report
     assert "| peer | 3.0 | refused | refused | yes |" in report
 

@@ -743,8 +743,6 @@ TEST_F(MpiSpanningTest, EveryCollectiveAcrossTwoAgents) {
   }
 }
 
-// Each agent's share here is 2 blocks of 3 MiB, over the agents' 5 MiB message limit: it goes in
-// pieces (the first with the header, then a SharePiece), which the other agent puts together.
 // Agents of other hosts reach each other through TLS, each with its own certificate (made for both
 // sides), and another agent's link joins the session of its job's ranks. One host stands in for
 // two: the agents listen on its non-loopback address, where an agent with keys takes another
@@ -814,6 +812,8 @@ TEST_F(MpiSpanningTest, AgentsWithKeysReachEachOtherThroughTlsOnly) {
   std::filesystem::remove_all(keys);
 }
 
+// Each agent's share here is 2 blocks of 3 MiB, over the agents' 5 MiB message limit: it goes in
+// pieces (the first with the header, then a SharePiece), which the other agent puts together.
 TEST_F(MpiSpanningTest, SharesLargerThanAMessageGoInPieces) {
   constexpr uint64_t block = 3ull << 20;
   AgentConfig config = testing::test_config();
