@@ -66,7 +66,7 @@ test-cpp: build
 # The C++ tests again under ASan+UBSan (with leak checks), and under TSan:
 # the channel is used from several threads.
 asan-build: bootstrap
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOUTBOARD_PYTHON=OFF -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOUTBOARD_PYTHON=OFF -DOUTBOARD_CUDA=OFF -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
 	  -DOUTBOARD_SANITIZE=address,undefined > /dev/null
 	cmake --build $(ASAN_BUILD)
 
@@ -74,7 +74,7 @@ test-asan: asan-build
 	$(SANITIZER_ENV) ctest --test-dir $(ASAN_BUILD) --output-on-failure -j2 --timeout 300
 
 test-tsan: bootstrap
-	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOUTBOARD_PYTHON=OFF -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOUTBOARD_PYTHON=OFF -DOUTBOARD_CUDA=OFF -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
 	  -DOUTBOARD_SANITIZE=thread > /dev/null
 	cmake --build $(TSAN_BUILD)
 	$(SANITIZER_ENV) ctest --test-dir $(TSAN_BUILD) --output-on-failure -j2 --timeout 300
@@ -83,7 +83,7 @@ test-tsan: bootstrap
 # every input that once failed is kept in tests/fuzz/corpus as a regression seed.
 fuzz-build: vocab
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DOUTBOARD_FUZZ=ON -DOUTBOARD_TESTS=OFF -DOUTBOARD_PYTHON=OFF \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DOUTBOARD_FUZZ=ON -DOUTBOARD_TESTS=OFF -DOUTBOARD_PYTHON=OFF -DOUTBOARD_CUDA=OFF \
 	  -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DOUTBOARD_SANITIZE=address,undefined > /dev/null
 	cmake --build $(FUZZ_BUILD) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 
@@ -119,7 +119,7 @@ wheel: bootstrap
 	PY=$(PY) scripts/manylinux-wheel.sh dist
 
 test-ucx122: ucx122-wheel asan-build
-	cmake -S . -B $(UCX122_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTBOARD_PYTHON=OFF -DOUTBOARD_TESTS=OFF \
+	cmake -S . -B $(UCX122_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTBOARD_PYTHON=OFF -DOUTBOARD_CUDA=OFF -DOUTBOARD_TESTS=OFF \
 	  -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DOUTBOARD_UCX_ROOT=$(UCX122_LIB)/.. > /dev/null
 	cmake --build $(UCX122_BUILD) --target ob_transport
 	@v=$$($(SANITIZER_ENV) LD_LIBRARY_PATH=$(UCX122_LIB) $(ASAN_BUILD)/outboard-agent --version) && echo "$$v" && \
@@ -134,7 +134,7 @@ AARCH64_BUILD := build/aarch64
 # -O2 as on x86_64 (what reorders memory accesses is what the rings' tests must survive), without -g:
 # 15 % less compile time, and nobody debugs under qemu.
 AARCH64_CONFIGURE = cmake -S . -B $(AARCH64_BUILD) -G Ninja -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/cmake/aarch64-linux-gnu.cmake \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DOUTBOARD_PYTHON=OFF -DOUTBOARD_MPI=OFF
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DOUTBOARD_PYTHON=OFF -DOUTBOARD_CUDA=OFF -DOUTBOARD_MPI=OFF
 # These reach another process's memory with process_vm_readv/writev, which qemu-user 7.2 answers ENOSYS.
 AARCH64_QEMU_SKIPS := RegionTest.ExposedMemoryIsWrittenByTheAgentThroughTheKernel:MpiServiceTest.ABlockARankGaveItselfIsLeftAlone:$\
   MpiServiceTest.AReachReadsTheRanksWordOrSaysWhyNot:MpiServiceTest.AllgatherBcastAndZeroCounts:$\

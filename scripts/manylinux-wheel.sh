@@ -63,7 +63,7 @@ CC=$DEPS/bin/cc CXX=$DEPS/bin/c++ "$PY" -m pip wheel -q --no-deps -w "$WORK/raw"
   -Ccmake.define.CMAKE_AR="$DEPS/bin/ar" -Ccmake.define.CMAKE_RANLIB="$DEPS/bin/ranlib" \
   -Ccmake.define.CMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" \
   -Ccmake.define.OUTBOARD_DEPS_PREFIX="$DEPS" -Ccmake.define.OUTBOARD_UCX_ROOT="$UCX_ROOT" \
-  -Ccmake.define.OUTBOARD_UCX_WHEEL=ON -Ccmake.define.Python_INCLUDE_DIR="$DEPS/include/$PYVER" \
+  -Ccmake.define.OUTBOARD_UCX_WHEEL=ON -Ccmake.define.OUTBOARD_CUDA=OFF -Ccmake.define.Python_INCLUDE_DIR="$DEPS/include/$PYVER" \
   -Ccmake.define.OUTBOARD_MPI=OFF -Ccmake.define.CMAKE_DISABLE_FIND_PACKAGE_TBB=ON "$SOURCE"
 raw=$(ls "$WORK"/raw/outboard-*.whl)
 

@@ -183,6 +183,8 @@ class Tokenizer {
   [[nodiscard]] size_t piece_cache_bytes() const;
 
   struct Model;
+  /// The loaded model (src/tokenize/model.h), for code that builds tables of its own from it (src/gpu).
+  [[nodiscard]] const Model& model() const { return *model_; }
   friend class DecodeStream;
   /// Takes a freshly loaded model (and orders its special tokens by id).
   explicit Tokenizer(std::shared_ptr<Model> model);

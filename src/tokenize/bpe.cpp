@@ -91,6 +91,14 @@ Status BpeVocab::finalize() {
   return {};
 }
 
+std::vector<BpeVocab::PairMerge> BpeVocab::pair_merges() const {
+  std::vector<PairMerge> merges;
+  for (size_t id = 0; id < split_.size(); ++id)
+    if (split_[id].first >= 0)
+      merges.push_back({split_[id].first, split_[id].second, rank_[id] - 1, static_cast<int32_t>(id)});
+  return merges;
+}
+
 Status BpeVocab::merge_piece(const uint8_t* p, size_t n, uint64_t h, std::vector<int32_t>& out,
                              const PieceCache* cache) const {
   if (cache && cache->find(p, n, h, out)) return {};

@@ -72,6 +72,17 @@ class BpeVocab {
     return encode_piece(p, n, hash(p, n), out, nullptr);
   }
 
+  /// A merge BPE can make: parts `left` and `right` become `merged`, lowest `priority` first.
+  struct PairMerge {
+    int32_t left, right;
+    uint32_t priority;
+    int32_t merged;
+  };
+  /// Every entry of the pair table the merge loop reads (for tables of another device's).
+  [[nodiscard]] std::vector<PairMerge> pair_merges() const;
+  /// The token of byte `b`.
+  [[nodiscard]] int32_t byte_id(uint8_t b) const { return byte_id_[b]; }
+
  private:
   // Keys of up to 16 bytes live in the slot itself (most tokens): one
   // cache line read per lookup, no trip to the arena.
