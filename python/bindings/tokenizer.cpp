@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common.h"
+#include "gpu/gpu_tokenizer.h"
 #include "outboard/channel.h"
 #include "outboard/detokenize_client.h"
 #include "outboard/tokenize_client.h"
@@ -345,6 +346,35 @@ void bind_tokenizer(nb::module_& m) {
       .def("special_id", &Tokenizer::special_id, "text"_a)
       .def("special_tokens", &Tokenizer::special_tokens, "[(text, id)] of every special token, by id.")
       .def_static("unicode_version", [] { return std::string(Tokenizer::unicode_version()); });
+
+  // GPT-2's BPE on a CUDA device, ids into the caller's device memory (a torch CUDA tensor, by DLPack).
+  using DeviceIds = nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cuda>;
+  m.def("cuda_usable", [] {
+    const Status st = gpu::cuda_usable();
+    return st.ok() ? std::optional<std::string>() : std::optional<std::string>(st.message());
+  }, "None where a CUDA device is usable by this build; else why not.");
+  nb::class_<gpu::GpuTokenizer>(m, "GpuTokenizer")
+      .def_static("create", [](const Tokenizer& t) { return unwrap(gpu::GpuTokenizer::create(t)); }, "tokenizer"_a)
+      .def("encode_batch",
+           [](gpu::GpuTokenizer& g, nb::list texts, DeviceIds output, bool ordinary) {
+             const std::vector<std::string_view> views = text_views(texts);
+             std::vector<uint32_t> offsets;
+             gpu::GpuTokenizer::Stages stages;
+             Status st;
+             {
+               nb::gil_scoped_release release;
+               st = g.encode(views, ordinary, output.data(), output.shape(0), offsets, &stages);
+             }
+             check(st);
+             nb::dict times;
+             times["copy_in"] = stages.copy_in_ns;
+             times["kernels"] = stages.kernels_ns;
+             times["copy_out"] = stages.copy_out_ns;
+             return nb::make_tuple(to_numpy(std::vector<int64_t>(offsets.begin(), offsets.end())), times);
+           },
+           "texts"_a, "output"_a, "ordinary"_a = false,
+           "(offsets, stage ns from CUDA events); text i's ids are output[offsets[i]:offsets[i + 1]].")
+      .def_prop_ro("device_bytes", &gpu::GpuTokenizer::device_bytes);
 
   nb::class_<DecodeStream>(m, "DecodeStream")
       .def(nb::init<Tokenizer>(), "tokenizer"_a)

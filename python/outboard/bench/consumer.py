@@ -108,9 +108,14 @@ class TorchEmbedder:
                 return t[(at - base) // 4:(at - base) // 4 + len(ids)]
         return self.torch.from_numpy(ids.copy())  # a batch the pinned buffer could not hold
 
-    def to_device(self, ids: np.ndarray, offsets: np.ndarray) -> Any:
+    def device_buffer(self, ids: int) -> Any:
+        """GPU memory that ids are made in (the gpu placement)."""
+        return self.torch.empty(ids, dtype=self.torch.int32, device=self.cuda)
+
+    def to_device(self, ids: Any, offsets: np.ndarray) -> Any:
         torch = self.torch
-        ids_d = self._host_tensor(ids).to(self.cuda, non_blocking=True)
+        on_device = isinstance(ids, torch.Tensor) and ids.is_cuda  # the gpu placement's
+        ids_d = ids if on_device else self._host_tensor(ids).to(self.cuda, non_blocking=True)
         offsets_d = None if len(offsets) == 2 else torch.from_numpy(offsets.astype(np.int64)).to(self.cuda,
                                                                                                   non_blocking=True)
         torch.cuda.synchronize()
@@ -132,6 +137,17 @@ class TorchEmbedder:
         out += self.pos.index_select(0, positions)
         torch.cuda.synchronize()
         return out
+
+
+def gpu_absent(model: str, embedder: Embedder | TorchEmbedder) -> str | None:
+    """Why the tokenize suite has no gpu placement for ``model`` here (None: it has one)."""
+    from .. import _core
+
+    if not isinstance(embedder, TorchEmbedder):
+        return "the embed runs on the CPU (no torch CUDA device)"
+    if model != "gpt2":
+        return f"the GPU tokenizer has GPT-2's BPE only, not {model}'s"
+    return _core.cuda_usable()
 
 
 def make_embedder(kind: str, vocab: int) -> Embedder | TorchEmbedder:

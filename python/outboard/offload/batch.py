@@ -24,17 +24,19 @@ MAX_TEXT_BYTES = 16 << 20
 
 class Batch:
     """Ids of a batch: text i is ``ids[offsets[i]:offsets[i+1]]``; a failed text is empty and has
-    its error in ``errors[i]``. From the agent, ``ids`` views the registered buffer it wrote, and
-    ``errors`` and ``agent`` are made from the native batch only when read (a batch's answer
-    builds no list or dict on the way)."""
+    its error in ``errors[i]``. From the gpu placement, ``ids`` views the caller's CUDA tensor. From
+    the agent, ``ids`` views the registered buffer it wrote, and ``errors`` and ``agent`` are made
+    from the native batch only when read (a batch's answer builds no list or dict on the way)."""
 
-    __slots__ = ("ids", "offsets", "placement", "_errors", "_agent", "_native")
+    __slots__ = ("ids", "offsets", "placement", "stages", "_errors", "_agent", "_native")
 
     def __init__(self, ids: np.ndarray, offsets: np.ndarray, errors: list[Error | None] | None, placement: str,
                  agent: dict[str, int] | None = None) -> None:
         self.ids = ids
         self.offsets = offsets
         self.placement = placement
+        #: The gpu placement's stages timed by CUDA events (copy_in, kernels, copy_out ns); empty elsewhere.
+        self.stages: dict[str, int] = {}
         #: None: every text succeeded (host) or not read yet (agent)
         self._errors = errors
         self._agent = agent

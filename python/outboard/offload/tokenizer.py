@@ -23,8 +23,8 @@ from .inflight import InFlight
 from .policy import AutoPolicy
 from .queue import BatchQueue
 
-Placement = Literal["host", "agent", "auto"]
-PLACEMENTS: tuple[str, ...] = ("host", "agent", "auto")
+Placement = Literal["host", "agent", "auto", "gpu"]
+PLACEMENTS: tuple[str, ...] = ("host", "agent", "auto", "gpu")
 
 #: Threads behind submit() on the host and auto placements: batches one tokenizer runs at once.
 SUBMIT_THREADS = 4
@@ -63,8 +63,11 @@ class OffloadTokenizer:
                  policy: AutoPolicy | None = None, timeout: float = 10.0, output: np.ndarray | None = None) -> None:
         if placement not in PLACEMENTS:
             raise InvalidArgument(f"placement '{placement}' is not one of {', '.join(PLACEMENTS)}")
-        if placement != "host" and connection is None:
+        if placement in ("agent", "auto") and connection is None:
             raise InvalidArgument(f"placement '{placement}' needs a connection to an agent")
+        if placement == "gpu" and output is None:
+            raise InvalidArgument("placement 'gpu' writes the ids into GPU memory of yours: pass output=<a 1-D int32 "
+                                  "CUDA tensor>")
         # A Path is a file of this machine, sent to the agent whatever its form (the agent takes
         # a name with a "/" for one).
         self.name = str(name.absolute()) if isinstance(name, Path) else name
@@ -74,7 +77,8 @@ class OffloadTokenizer:
         self._connection = connection
         self._local: Tokenizer | None = open_local(name) if placement != "agent" else None
         self._remote: _core.RemoteTokenizer | None = None
-        if connection is not None and placement != "host":
+        self._gpu: GpuRunner | None = GpuRunner(self._local, output) if placement == "gpu" else None  # type: ignore[arg-type]
+        if connection is not None and placement in ("agent", "auto"):
             self._remote = _core.RemoteTokenizer.open(connection, self.name, timeout, output=_output_memory(output))
             if self.policy is not None:
                 self.policy.agent_workers = max(1, int(connection.agent_info.get("tokenize_threads", 1)))
@@ -171,7 +175,7 @@ class OffloadTokenizer:
         came (a poll's), so that their latency says nothing of the agent's service."""
         policy = self.policy if self.placement == "auto" else None
         if policy is None:
-            if self.placement == "host":
+            if self.placement in ("host", "gpu"):
                 host(functools.partial(self._here, texts, options), finish)
             else:
                 agent(texts, options, finish)
@@ -193,6 +197,8 @@ class OffloadTokenizer:
         agent(texts, options, answered)
 
     def _here(self, texts: list[Text], options: Options) -> Batch:
+        if self._gpu is not None:
+            return self._gpu(texts, options)
         assert self._local is not None
         return host_batch(self._local._core, texts, options)
 
@@ -283,6 +289,31 @@ def _run_here(work: Callable[[], Batch], finish: Finish) -> None:
 def _outcome(future: Future[Batch]) -> Outcome:
     failed = future.exception()
     return future.result() if failed is None else failed
+
+
+class GpuRunner:
+    """The gpu placement: GPT-2's BPE on the CUDA device, the ids written into ``output`` (a 1-D int32
+    CUDA tensor of the caller's). Batches run one at a time, and each one's ids are ``output[:n]``
+    until the next one: use them (an embedding kernel) before tokenizing the next batch."""
+
+    def __init__(self, local: Tokenizer, output: object) -> None:
+        self._core = _core.GpuTokenizer.create(local._core)
+        self._output = output
+        self._lock = threading.Lock()
+
+    def __call__(self, texts: list[Text], options: Options) -> Batch:
+        unsupported = [what for what, asked in (("special ids", options.allow_special),
+                                                (f"utf8='{options.utf8}'", options.utf8 != "strict"),
+                                                ("max_len", options.max_len != 0)) if asked]
+        if unsupported:
+            raise InvalidArgument(f"the gpu placement has no {', '.join(unsupported)}: it encodes strict UTF-8 "
+                                  "without special tokens")
+        output = self._output if not options.capacity else self._output[:options.capacity]  # type: ignore[index]
+        with self._lock:
+            offsets, stages = self._core.encode_batch(texts, output)
+        batch = Batch(output[:int(offsets[-1])], offsets, None, "gpu")  # type: ignore[index]
+        batch.stages = stages
+        return batch
 
 
 def _output_memory(output: np.ndarray | None) -> np.ndarray | None:

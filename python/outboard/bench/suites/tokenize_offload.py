@@ -36,7 +36,7 @@ import numpy as np
 from ... import _bench, _core
 from ...errors import BadConfig, Error
 from ...offload import SUBMIT_THREADS, measure_cpu, open_local
-from ..consumer import Embedder, Payloads, TorchEmbedder, make_embedder, random_words
+from ..consumer import Embedder, Payloads, TorchEmbedder, gpu_absent, make_embedder, random_words
 from ..declare import Option, Options, Suite, numbers
 from ..stats import Ratio, cell_key, get, median, ratio_stats, summarize
 
@@ -100,6 +100,10 @@ class Pipeline:
         self.tok = {p: client.tokenizer(model, placement=p, output=embedder.host_buffer(self.IDS)
                                         if p != "host" and embedder.pinned else None)
                     for p in PLACEMENTS}
+        # The fourth placement, where the embedder is on a GPU: the text copied there, tokenized there.
+        self.gpu_absent = gpu_absent(model, embedder)
+        if self.gpu_absent is None:
+            self.tok["gpu"] = client.tokenizer(model, placement="gpu", output=embedder.device_buffer(self.IDS))
 
     def request(self, placement: str, texts: list[str], *, embed: bool = True) -> dict[str, Any]:
         t0 = _now()
@@ -113,6 +117,9 @@ class Pipeline:
             ids = self.buffer[:len(batch.ids)]
             np.copyto(ids, batch.ids)
             tokenize_ns = t2 - t1
+        elif where == "gpu":  # made on the device; transfer is the text's copy in, the offsets' out, the launches
+            ids = batch.ids
+            tokenize_ns = batch.stages["kernels"]
         else:  # already there: the agent wrote them into our registered memory
             ids = batch.ids
             tokenize_ns = batch.agent["tokenize_ns"]
@@ -124,7 +131,7 @@ class Pipeline:
         t5 = _now()
         # transfer: the ids from where they were made to where the lookup runs (for the agent, also
         # the text's way there and the answer's way back, outside its tokenize time)
-        transfer_ns = (t4 - t2) if where == "host" else (t2 - t1) - tokenize_ns + (t4 - t3)
+        transfer_ns = (t4 - t2) if where == "host" else (t2 - t1) - tokenize_ns + (t4 - t3)  # gpu: as the agent
         return {"placement": where, "batch": batch, "acquire": t1 - t0, "tokenize": tokenize_ns,
                 "transfer": transfer_ns, "embed": t5 - t4, "total": t5 - t0,
                 "consumer_cpu": time.thread_time_ns() - cpu0, "agent_cpu": batch.agent.get("cpu_ns", 0)}
@@ -132,13 +139,14 @@ class Pipeline:
 
 def single_requests(results: Any, pipe: Pipeline, model: str, workload: str, payload: int, batch: int,
                     requests: int, texts_for: Any, progress: Any) -> None:
-    samples: dict[str, dict[str, list[float]]] = {p: {} for p in PLACEMENTS}
-    mismatches = {p: 0 for p in PLACEMENTS}
+    placements = tuple(pipe.tok)
+    samples: dict[str, dict[str, list[float]]] = {p: {} for p in placements}
+    mismatches = {p: 0 for p in placements}
     tokens = 0
     for i in range(requests + max(3, requests // 10)):
         warm = i < max(3, requests // 10)
         texts = texts_for(payload, batch)
-        order = PLACEMENTS if i % 2 == 0 else PLACEMENTS[::-1]
+        order = placements if i % 2 == 0 else placements[::-1]
         got: dict[str, Any] = {}
         for p in order:
             r = pipe.request(p, texts)
@@ -148,14 +156,15 @@ def single_requests(results: Any, pipe: Pipeline, model: str, workload: str, pay
             for stage in ("acquire", "tokenize", "transfer", "embed", "total", "consumer_cpu", "agent_cpu"):
                 samples[p].setdefault(stage, []).append(r[stage] / 1000)
         ref = got["host"]["batch"]
-        for p in ("agent", "auto"):
+        for p in placements[1:]:
             b = got[p]["batch"]
-            if not (np.array_equal(b.ids, ref.ids) and np.array_equal(b.offsets, ref.offsets)):
+            ids = b.ids.cpu().numpy() if p == "gpu" else b.ids
+            if not (np.array_equal(ids, ref.ids) and np.array_equal(b.offsets, ref.offsets)):
                 mismatches[p] += 1
         if not warm:
             tokens += len(ref.ids)
         progress()
-    for p in PLACEMENTS:
+    for p in placements:
         metrics = {f"{stage}_us": summarize(v) for stage, v in samples[p].items()}
         metrics["tokens_per_request"] = tokens / max(requests, 1)
         results.add("single", p, {"model": model, "workload": workload, "payload_bytes": payload, "batch": batch},
@@ -500,6 +509,8 @@ def _run(run: Any, env: Any) -> None:
             embedder = make_embedder(embed, open_local(model).vocab_size)
             results.meta["embed_device"] = embedder.device
             pipe = Pipeline(client, model, embedder)
+            if pipe.gpu_absent is not None:
+                results.meta.setdefault("gpu_placement_absent", {})[model] = pipe.gpu_absent
             for size in payloads:
                 single_requests(results, pipe, model, "corpus", size, 1, requests if size <= 16384 else requests // 3,
                                 corpus_texts, lambda: None)
@@ -580,6 +591,12 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
                          + f" | {m['total_us']['p50']:.1f} (p99 {m['total_us']['p99']:.1f}) | "
                          f"{m['consumer_cpu_us']['p50']:.1f} | {m['agent_cpu_us']['p50']:.1f} | "
                          f"{r['correctness']['ids_differ']}/{r['correctness']['requests']} |")
+        if model in meta.get("gpu_placement_absent", {}):
+            lines += ["", f"No gpu placement: {meta['gpu_placement_absent'][model]}."]
+        else:
+            lines += ["", "gpu: the text copied to the device and tokenized there (tokenize: the kernels, timed by "
+                      "CUDA events; transfer: the rest of the call, the text's copy in and the offsets' copy out with "
+                      "the launches and one synchronisation)."]
         lines += ["", "Published (BF3-Bench, **another machine**: BlueField-3 Arm + A100X, greedy not BPE, "
                   "single shot, means): " + "; ".join(
                       f"{p}: " + ", ".join(f"{k} {v} µs" for k, v in PUBLISHED[p].items()) for p in PUBLISHED), ""]
@@ -587,23 +604,24 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
         if words:
             lines += ["Published experiment's random-word text, 8 KB, p50 total µs: " + ", ".join(
                 f"{p} {r['metrics']['total_us']['p50']:.1f}" for p, r in words.items()), ""]
+        shown = [p for p in PLACEMENTS + ("gpu",) if p in cells]
         sizes = sorted({r["params"]["payload_bytes"] for r in rows if r["case"] == "single"
                         and r["params"]["model"] == model and r["params"]["batch"] == 1
                         and r["params"]["workload"] == "corpus"})
-        lines += ["| payload | " + " | ".join(f"{p} p50 / p99 µs" for p in PLACEMENTS) + " | tokens |",
-                  "|---|" + "---|" * (len(PLACEMENTS) + 1)]
+        lines += ["| payload | " + " | ".join(f"{p} p50 / p99 µs" for p in shown) + " | tokens |",
+                  "|---|" + "---|" * (len(shown) + 1)]
         for size in sizes:
             c = _single(rows, model, payload=size)
             lines.append(f"| {size // 1024} KB | " + " | ".join(
                 f"{c[p]['metrics']['total_us']['p50']:.0f} / {c[p]['metrics']['total_us']['p99']:.0f}"
-                if p in c else "—" for p in PLACEMENTS) + f" | {c['host']['metrics']['tokens_per_request']:.0f} |")
+                if p in c else "—" for p in shown) + f" | {c['host']['metrics']['tokens_per_request']:.0f} |")
         batches = sorted({r["params"]["batch"] for r in rows if r["case"] == "single" and r["params"]["model"] == model})
-        lines += ["", "| batch (8 KB total) | " + " | ".join(f"{p} p50 µs" for p in PLACEMENTS) + " |",
-                  "|---|" + "---|" * len(PLACEMENTS)]
+        lines += ["", "| batch (8 KB total) | " + " | ".join(f"{p} p50 µs" for p in shown) + " |",
+                  "|---|" + "---|" * len(shown)]
         for b in batches:
             c = _single(rows, model, batch=b)
             lines.append(f"| {b} | " + " | ".join(f"{c[p]['metrics']['total_us']['p50']:.0f}" if p in c else "—"
-                                                  for p in PLACEMENTS) + " |")
+                                                  for p in shown) + " |")
         for size in _load_payloads(rows, model):
             load = _load_rows(rows, model, size, "load")
             threads = load[0]["params"].get("host_threads")
