@@ -43,14 +43,17 @@ class EncodedBatch {
   EncodedBatch() = default;
   /// `keepalive` holds the memory `ids` views.
   EncodedBatch(std::shared_ptr<const void> keepalive, std::span<const int32_t> ids, std::vector<uint64_t> offsets,
-               std::vector<Status> errors, AgentTiming timing)
+               std::vector<Status> errors, AgentTiming timing, MemoryKind kind = MemoryKind::kHost)
       : keepalive_(std::move(keepalive)),
         ids_(ids),
         offsets_(std::move(offsets)),
         errors_(std::move(errors)),
-        timing_(timing) {}
+        timing_(timing),
+        kind_(kind) {}
   /// Ids of all texts back to back; text i is ids()[offsets()[i] .. offsets()[i+1]).
+  /// In GPU memory where memory_kind() says so: not for this CPU to read.
   [[nodiscard]] std::span<const int32_t> ids() const { return ids_; }
+  [[nodiscard]] MemoryKind memory_kind() const { return kind_; }
   [[nodiscard]] const std::vector<uint64_t>& offsets() const { return offsets_; }
   /// ok, or why text i failed (it then has no ids).
   [[nodiscard]] const std::vector<Status>& errors() const { return errors_; }
@@ -64,6 +67,7 @@ class EncodedBatch {
   std::vector<uint64_t> offsets_;
   std::vector<Status> errors_;
   AgentTiming timing_;
+  MemoryKind kind_ = MemoryKind::kHost;
 };
 
 /// Memory of the caller's where ids land (pinned host memory that a GPU's
@@ -74,6 +78,9 @@ class EncodedBatch {
 struct OutputMemory {
   std::span<int32_t> ids;
   std::shared_ptr<void> owner;
+  /// kCuda: the device's memory (a CUDA tensor), which the agent writes one-sidedly (cuda_ipc on one
+  /// host): needs a UCX that carries GPU memory and a connection that is not sealed.
+  MemoryKind kind = MemoryKind::kHost;
 };
 
 /// A tokenizer opened on the agent at the other end of a connection.

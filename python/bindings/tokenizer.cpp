@@ -398,7 +398,14 @@ void bind_tokenizer(nb::module_& m) {
           [](Connection& c, const std::string& name, double timeout, uint64_t pool_ids, nb::object output) {
             OutputMemory memory;
             if (!output.is_none()) {
-              auto ids = nb::cast<nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(output);
+              // numpy's, or by DLPack a CUDA tensor (GPU memory) or pinned host memory.
+              auto ids = nb::cast<nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig>>(output);
+              const int device = ids.device_type();
+              if (device != nb::device::cpu::value && device != nb::device::cuda_host::value &&
+                  device != nb::device::cuda::value)
+                raise(Status(Code::kInvalidArgument, "output for the ids on DLPack device type " +
+                                                         std::to_string(device) + ": only CPU and CUDA memory"));
+              memory.kind = device == nb::device::cuda::value ? MemoryKind::kCuda : MemoryKind::kHost;
               memory.ids = {ids.data(), ids.shape(0)};
               // Batches may outlive the tokenizer, and their last view may go on any thread.
               memory.owner = std::shared_ptr<void>(output.release().ptr(), [](void* o) {
@@ -417,7 +424,7 @@ void bind_tokenizer(nb::module_& m) {
           },
           "connection"_a, "name"_a, "timeout"_a, "pool_ids"_a = uint64_t{1} << 22, "output"_a = nb::none(),
           nb::keep_alive<0, 1>(),
-          "`output`: a writable 1-D int32 array (pinned host memory, say) the ids land in first.")
+          "`output`: a writable 1-D int32 array (pinned host memory, or a CUDA tensor) the ids land in first.")
       .def_prop_ro("vocab_size", &RemoteTokenizer::vocab_size)
       .def(
           "encode_batch",
@@ -484,10 +491,13 @@ void bind_tokenizer(nb::module_& m) {
           "step without waiting: the texts are collected from `completions` under `token`.");
 
   nb::class_<AgentBatch>(m, "AgentBatch", "A batch the agent tokenized; its arrays keep it (and its slots) alive.")
-      .def_prop_ro("ids", [](nb::handle self) {
+      .def_prop_ro("ids", [](nb::handle self) -> nb::object {
         const EncodedBatch& b = nb::cast<const AgentBatch&>(self).batch;
-        return IdsView(b.ids().data(), {b.ids().size()}, self);
-      }, "Ids of all texts back to back, where the agent put them.")
+        if (b.memory_kind() == MemoryKind::kCuda)  // the caller's CUDA tensor was torch's
+          return nb::cast(nb::ndarray<nb::pytorch, const int32_t, nb::ndim<1>>(
+              b.ids().data(), {b.ids().size()}, self, {}, nb::dtype<int32_t>(), nb::device::cuda::value));
+        return nb::cast(IdsView(b.ids().data(), {b.ids().size()}, self));
+      }, "Ids of all texts back to back, where the agent put them (a torch CUDA tensor in GPU memory).")
       .def_prop_ro("offsets", [](nb::handle self) {
         const EncodedBatch& b = nb::cast<const AgentBatch&>(self).batch;
         return OffsetsView(b.offsets().data(), {b.offsets().size()}, self);

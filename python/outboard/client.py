@@ -45,13 +45,14 @@ class Client:
         return self._conn.receive(timeout)
 
     def tokenizer(self, name: str | Path, *, placement: Placement = "agent", policy: AutoPolicy | None = None,
-                  timeout: float = DEFAULT_TIMEOUT_S, output: np.ndarray | None = None) -> OffloadTokenizer:
+                  timeout: float = DEFAULT_TIMEOUT_S, output: object = None) -> OffloadTokenizer:
         """``name``: "gpt2", "cl100k_base", "bert-base-uncased", a file name in the agent's vocabulary directory, or
         a path of this machine's (a ``Path``, or a name with a "/"), which the agent is sent: it opens
         nothing outside its own directory. ``placement``: "agent", "host", "auto" (per batch; see AutoPolicy) or
         "gpu" (GPT-2's BPE on this process's CUDA device, the ids into ``output``, a 1-D int32 CUDA tensor).
-        ``output``: a writable 1-D int32 array of yours (pinned host memory for a GPU's copy, say) that
-        the agent's ids land in; it is held while any batch views it, and a batch that does not fit
+        ``output``: a writable 1-D int32 array of yours (pinned host memory for a GPU's copy, say), or a
+        CUDA tensor (torch's: the agent writes the ids on the GPU, and a batch's ids are a torch view of it),
+        that the agent's ids land in; it is held while any batch views it, and a batch that does not fit
         gets memory of the tokenizer's own. Host batches return arrays of their own. On one host with
         UCX 1.13 the agent reaches only the tokenizer's own memory (UCX-allocated) with one-sided
         writes: into ``output`` they are emulated with messages this process copies, so pass it only

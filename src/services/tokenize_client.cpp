@@ -33,6 +33,7 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
     std::unique_ptr<int32_t[]> own;      // or ours, in band
     std::span<int32_t> memory;           // what either holds, or the caller's OutputMemory
     uint32_t handle = 0;                 // the agent's name for it
+    MemoryKind kind = MemoryKind::kHost;
     std::map<uint64_t, uint64_t> free;   // first slot -> slots
     [[nodiscard]] uint64_t ids() const { return memory.size(); }
   };
@@ -59,10 +60,12 @@ struct RemoteTokenizer::Pool : std::enable_shared_from_this<Pool> {
   }
 
   // The caller's memory: registered and bound, or in band used as it is.
-  Result<std::unique_ptr<Slab>> adopt(std::span<int32_t> ids, Deadline deadline) {
-    if (in_band) return with_memory(std::make_unique<Slab>(), ids);
-    OB_ASSIGN_OR_RETURN(Region region, conn.register_memory(ids.data(), ids.size_bytes()));
-    return bind(std::move(region), deadline);
+  Result<std::unique_ptr<Slab>> adopt(std::span<int32_t> ids, MemoryKind kind, Deadline deadline) {
+    if (in_band) return with_memory(std::make_unique<Slab>(), ids);  // host memory only (open() checks)
+    OB_ASSIGN_OR_RETURN(Region region, conn.register_memory(ids.data(), ids.size_bytes(), kind));
+    OB_ASSIGN_OR_RETURN(auto slab, bind(std::move(region), deadline));
+    slab->kind = kind;
+    return slab;
   }
 
   static std::unique_ptr<Slab> with_memory(std::unique_ptr<Slab> slab, std::span<int32_t> memory) {
@@ -204,6 +207,9 @@ Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& conne
 Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& connection, const std::string& name,
                                                                Deadline deadline, OutputMemory output,
                                                                uint64_t pool_ids) {
+  if (output.kind == MemoryKind::kCuda && connection.sealed())
+    return Status(Code::kUnsupported, "ids into GPU memory need the agent's one-sided write, which a secure "
+                                      "connection does not allow (its ids come in the sealed answer)");
   wire::Writer w;
   OB_RETURN_IF_ERROR(services::put_vocabulary_request(w, name));
   OB_ASSIGN_OR_RETURN(Buffer reply, call(connection, w.bytes, deadline));
@@ -216,7 +222,7 @@ Result<std::unique_ptr<RemoteTokenizer>> RemoteTokenizer::open(Connection& conne
   if (output.ids.empty()) {
     OB_ASSIGN_OR_RETURN(slab, pool->new_slab(pool->slab_ids, deadline));
   } else {
-    OB_ASSIGN_OR_RETURN(slab, pool->adopt(output.ids, deadline));
+    OB_ASSIGN_OR_RETURN(slab, pool->adopt(output.ids, output.kind, deadline));
   }
   pool->slabs.push_back(std::move(slab));
   return std::unique_ptr<RemoteTokenizer>(new RemoteTokenizer(connection, handle, vocab, std::move(pool)));
@@ -314,8 +320,9 @@ Result<EncodedBatch> RemoteTokenizer::finish(const Buffer& reply, std::shared_pt
     if (!r.get(len) || !r.take(len, msg)) return malformed("messages");
     errors[i] = Status(static_cast<Code>(code), std::string(reinterpret_cast<const char*>(msg.data()), msg.size()));
   }
+  const MemoryKind kind = res.slab->kind;
   return EncodedBatch(std::move(slots), {base, rh.ids}, std::move(offsets), std::move(errors),
-                      {rh.queued_before, rh.queue_ns, rh.tokenize_ns, rh.cpu_ns, rh.put_ns});
+                      {rh.queued_before, rh.queue_ns, rh.tokenize_ns, rh.cpu_ns, rh.put_ns}, kind);
 }
 
 Result<EncodedBatch> RemoteTokenizer::encode_batch(std::span<const std::string_view> texts, const OffloadOptions& options,

@@ -13,6 +13,8 @@ from outboard import _core, errors
 from outboard.bench import gate
 from outboard.offload import OffloadTokenizer
 
+from dlpack_support import dlpack
+
 
 def _torch_cuda() -> object:
     why = _core.cuda_usable()
@@ -64,3 +66,41 @@ def test_a_batch_over_the_output_fails_naming_both_counts() -> None:
         gpu.encode_batch(["one two three four five six"])
     with pytest.raises(errors.InvalidArgument, match=re.escape("contains the special token '<|endoftext|>'")):
         gpu.encode_batch(["a <|endoftext|>"])
+
+
+class _FakeCudaTensor:
+    """A unit test's fake of a torch CUDA tensor: what _output_memory reads, and a DLPack capsule that
+    names CUDA memory (at an address nothing may touch)."""
+
+    dtype = "torch.int32"
+
+    def __init__(self, ids: int) -> None:
+        self._ids = ids
+        self._capsule, self._keep = dlpack(0x7F0000000000, 2, ids)
+        self._keep[0].dtype.code = 0  # DLPack's int, 32 bits
+
+    def __dlpack__(self, **_: object) -> object:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)
+
+    def dim(self) -> int:
+        return 1
+
+    def is_contiguous(self) -> bool:
+        return True
+
+    def numel(self) -> int:
+        return self._ids
+
+
+def test_the_agent_writes_ids_into_a_cuda_tensor_or_says_why_not(client: outboard.Client) -> None:
+    """A CUDA tensor as output is registered as GPU memory for the agent's one-sided writes: where this
+    UCX carries none, refused naming why (with one, the GPU machine's test below)."""
+    if _core.transport_carries_gpu_memory():
+        pytest.skip("this UCX carries GPU memory: the refusal is for a UCX without CUDA")
+    with pytest.raises(errors.Unsupported, match="GPU memory region of 4096 B: this UCX has no CUDA memory"):
+        client.tokenizer("gpt2", output=_FakeCudaTensor(1024))
+    with pytest.raises(errors.InvalidArgument, match="or a CUDA tensor, not str"):
+        client.tokenizer("gpt2", output="ids")

@@ -1,5 +1,5 @@
 """Layers point only downward: util <- transport <- channel <- services <- agent;
-tokenize and graph are standalone libraries on util; mpi (the interposer) is a client of the
+tokenize and graph are standalone libraries on util, gpu one on tokenize; mpi (the interposer) is a client of the
 channel and the services' wire formats, as the Python package is. In Python, no module of the
 outboard package imports itself around a cycle."""
 
@@ -26,7 +26,7 @@ def layer_of(include: str) -> str | None:
     if m:
         return PUBLIC.get(m.group(1))
     m = re.match(r"(\w+)/", include)
-    return m.group(1) if m and m.group(1) in ORDER + STANDALONE else None
+    return m.group(1) if m and m.group(1) in ORDER + STANDALONE + ["gpu"] else None
 
 
 def test_no_layer_includes_a_higher_one() -> None:
@@ -48,6 +48,15 @@ def test_standalone_libraries_depend_only_on_util() -> None:
                 if layer_of(inc) not in (None, "util", lib):
                     bad.append(f"{f.relative_to(ROOT)} includes {inc}")
     assert bad == []
+
+
+def test_the_gpu_library_stands_on_tokenize_alone() -> None:
+    bad = []
+    for f in (ROOT / "src" / "gpu").rglob("*.[ch]*"):
+        for inc in re.findall(r'#include "([^"]+)"', f.read_text()):
+            if layer_of(inc) not in (None, "util", "tokenize", "gpu"):
+                bad.append(f"{f.relative_to(ROOT)} includes {inc}")
+    assert bad == [] and (ROOT / "src" / "gpu" / "bpe_kernels.h").exists()
 
 
 def test_the_interposer_includes_only_util_the_channel_and_wire_formats() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import struct
 
 import numpy as np
@@ -10,6 +9,8 @@ import pytest
 
 import outboard
 from outboard import _bench, _core, errors
+
+from dlpack_support import dlpack
 
 
 def op(code: str, *args: int, tail: bytes = b"") -> bytes:
@@ -83,45 +84,21 @@ def test_a_gpu_region_is_refused_naming_why_where_ucx_has_no_cuda(client: outboa
     assert conn.get(remote, 0, len(data), 10.0) == data
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLManagedTensor(ctypes.Structure):  # DLPack's, as torch exports a tensor
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.c_void_p),
-                ("byte_offset", ctypes.c_uint64), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-
-
-def _dlpack(address: int, device_type: int, floats: int) -> tuple[object, tuple]:
-    """A DLPack capsule of `floats` float32 at `address` on `device_type` (1 CPU, 2 CUDA, 3 CUDA
-    pinned host, 4 OpenCL), and what must outlive it."""
-    shape = (ctypes.c_int64 * 1)(floats)
-    t = _DLManagedTensor(address, _DLDevice(device_type, 0), 1, _DLDataType(2, 32, 1), shape, None, 0, None, None)
-    new = ctypes.pythonapi.PyCapsule_New
-    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    return new(ctypes.addressof(t), b"dltensor", None), (t, shape)
-
-
 def test_a_gpu_tensors_memory_is_registered_as_gpu_memory(client: outboard.Client) -> None:
     """register_memory takes any C-contiguous array: by DLPack, a CUDA tensor's memory is registered as
     GPU memory (refused here naming why), pinned host memory as host memory, other devices not."""
     conn = client.connection
     if not _core.transport_carries_gpu_memory():
-        capsule, keep = _dlpack(0x7F0000000000, 2, 1024)
+        capsule, keep = dlpack(0x7F0000000000, 2, 1024)
         with pytest.raises(errors.Unsupported, match="GPU memory region of 4096 B: this UCX has no CUDA memory"):
             conn.register_memory(capsule)
     host = np.zeros(1024, np.float32)
-    capsule, keep = _dlpack(host.ctypes.data, 3, 1024)
+    capsule, keep = dlpack(host.ctypes.data, 3, 1024)
     region = conn.register_memory(capsule)
     assert (region.size, region.gpu) == (4096, False)
     region.array()[:4] = [1, 2, 3, 4]
     assert host.view(np.uint8)[:4].tolist() == [1, 2, 3, 4]
-    capsule, keep = _dlpack(host.ctypes.data, 4, 1024)
+    capsule, keep = dlpack(host.ctypes.data, 4, 1024)
     with pytest.raises(errors.InvalidArgument, match="DLPack device type 4: only CPU and CUDA memory"):
         conn.register_memory(capsule)
     region = conn.register_memory(np.arange(12, dtype=np.float32).reshape(3, 4))

@@ -60,7 +60,7 @@ class OffloadTokenizer:
     of its queue. ``Client.tokenizer()`` is the usual way to make one."""
 
     def __init__(self, connection: _core.Connection | None, name: str | Path, *, placement: Placement = "agent",
-                 policy: AutoPolicy | None = None, timeout: float = 10.0, output: np.ndarray | None = None) -> None:
+                 policy: AutoPolicy | None = None, timeout: float = 10.0, output: object = None) -> None:
         if placement not in PLACEMENTS:
             raise InvalidArgument(f"placement '{placement}' is not one of {', '.join(PLACEMENTS)}")
         if placement in ("agent", "auto") and connection is None:
@@ -316,17 +316,29 @@ class GpuRunner:
         return batch
 
 
-def _output_memory(output: np.ndarray | None) -> np.ndarray | None:
+#: DLPack's device type of CUDA memory (a CUDA tensor's __dlpack_device__()[0]).
+DLPACK_CUDA = 2
+
+
+def _output_memory(output: object) -> object:
+    """``output`` checked: a numpy array, or a CUDA tensor (torch's) that the agent writes on the GPU."""
     if output is None:
         return None
     if not isinstance(output, np.ndarray):
-        raise InvalidArgument(f"output must be a numpy array (a torch tensor's .numpy()), "
-                              f"not {type(output).__name__}")
-    problems = [p for p, bad in ((f"dtype {output.dtype}, not int32", output.dtype != np.int32),
-                                 (f"{output.ndim} dimensions, not 1", output.ndim != 1),
-                                 ("not C-contiguous", not output.flags.c_contiguous),
-                                 ("read-only", not output.flags.writeable),
-                                 ("empty", output.size == 0)) if bad]
+        device = getattr(output, "__dlpack_device__", None)
+        if device is None or device()[0] != DLPACK_CUDA:
+            raise InvalidArgument(f"output must be a numpy array (a torch tensor's .numpy()) or a CUDA tensor, "
+                                  f"not {type(output).__name__}")
+        problems = [p for p, bad in ((f"dtype {output.dtype}, not int32", str(output.dtype) != "torch.int32"),
+                                     (f"{output.dim()} dimensions, not 1", output.dim() != 1),
+                                     ("not contiguous", not output.is_contiguous()),
+                                     ("empty", output.numel() == 0)) if bad]  # type: ignore[attr-defined]
+    else:
+        problems = [p for p, bad in ((f"dtype {output.dtype}, not int32", output.dtype != np.int32),
+                                     (f"{output.ndim} dimensions, not 1", output.ndim != 1),
+                                     ("not C-contiguous", not output.flags.c_contiguous),
+                                     ("read-only", not output.flags.writeable),
+                                     ("empty", output.size == 0)) if bad]
     if problems:
         raise InvalidArgument(f"output array for the ids: {', '.join(problems)}")
     return output
