@@ -49,7 +49,8 @@ class Client:
         """``name``: "gpt2", "cl100k_base", "bert-base-uncased", a file name in the agent's vocabulary directory, or
         a path of this machine's (a ``Path``, or a name with a "/"), which the agent is sent: it opens
         nothing outside its own directory. ``placement``: "agent", "host", "auto" (per batch; see AutoPolicy) or
-        "gpu" (GPT-2's BPE on this process's CUDA device, the ids into ``output``, a 1-D int32 CUDA tensor).
+        "gpu" (GPT-2's BPE or BERT's WordPiece on this process's CUDA device, the ids into ``output``, a 1-D
+        int32 CUDA tensor).
         ``output``: a writable 1-D int32 array of yours (pinned host memory for a GPU's copy, say), or a
         CUDA tensor (torch's: the agent writes the ids on the GPU, and a batch's ids are a torch view of it),
         that the agent's ids land in; it is held while any batch views it, and a batch that does not fit

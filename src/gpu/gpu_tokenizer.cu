@@ -1,15 +1,17 @@
-// GpuTokenizer on the CUDA runtime: bpe_kernels.h's steps as kernels on a
-// stream of its own, prefix sums by CUB, one synchronisation per batch.
+// GpuTokenizer on the CUDA runtime: bpe_kernels.h's or wordpiece_kernels.h's
+// steps as kernels on a stream of its own, prefix sums by CUB, one
+// synchronisation per batch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <cub/device/device_scan.cuh>
 #include <mutex>
 #include <string>
 
-#include "gpu/bpe_tables.h"
+#include "gpu/tables.h"
 #include "gpu/gpu_tokenizer.h"
 #include "util/mutex.h"
 
@@ -73,7 +75,7 @@ template <typename T>
 Result<DevicePtr> device_copy(const std::vector<T>& v, const char* what) {
   OB_ASSIGN_OR_RETURN(DevicePtr p, device_alloc(v.size() * sizeof(T), what));
   OB_CUDA_TRY(cudaMemcpy(p.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), std::string("copying ") + what);
-  return std::move(p);  // nvcc's front end moves no local into a Result by itself
+  return Result<DevicePtr>(std::move(p));  // nvcc's front end moves no local into a Result by itself
 }
 
 uint64_t elapsed_ns(cudaEvent_t from, cudaEvent_t to) {
@@ -81,6 +83,107 @@ uint64_t elapsed_ns(cudaEvent_t from, cudaEvent_t to) {
   return cudaEventElapsedTime(&ms, from, to) == cudaSuccess ? static_cast<uint64_t>(ms * 1e6) : 0;
 }
 
+// Carves aligned arrays out of one allocation; with no base it only adds up their size.
+struct Arena {
+  uint8_t* base = nullptr;
+  size_t used = 0;
+  template <typename T>
+  T* take(size_t n) {
+    used = (used + 255) & ~size_t{255};
+    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
+    used += n * sizeof(T);
+    return p;
+  }
+};
+
+// A model on the device: its tables, and how a batch's arrays are laid out in an arena of room
+// for `nb` bytes and `nt` texts (nb > the batch's bytes, nt > its texts).
+struct DeviceBpe {
+  BpeTableImage image;
+  BpeTables tables{};
+  DevicePtr kinds, byte_ids, pairs, wholes, whole_bytes;
+
+  Status upload() {
+    OB_ASSIGN_OR_RETURN(kinds, device_copy(image.kinds, "the character kinds"));
+    OB_ASSIGN_OR_RETURN(byte_ids, device_copy(image.byte_ids, "the byte tokens"));
+    OB_ASSIGN_OR_RETURN(pairs, device_copy(image.pairs, "the pair table"));
+    OB_ASSIGN_OR_RETURN(wholes, device_copy(image.wholes, "the whole-token table"));
+    OB_ASSIGN_OR_RETURN(whole_bytes, device_copy(image.whole_bytes, "the whole tokens' bytes"));
+    tables = image.view(static_cast<const uint8_t*>(kinds.get()), static_cast<const int32_t*>(byte_ids.get()),
+                        static_cast<const PairSlot*>(pairs.get()), static_cast<const WholeSlot*>(wholes.get()),
+                        static_cast<const uint8_t*>(whole_bytes.get()));
+    return {};
+  }
+  [[nodiscard]] size_t table_bytes() const {
+    return image.kinds.size() + image.byte_ids.size() * 4 + image.pairs.size() * sizeof(PairSlot) +
+           image.wholes.size() * sizeof(WholeSlot) + image.whole_bytes.size();
+  }
+  [[nodiscard]] const auto& specials() const { return image.specials; }
+  [[nodiscard]] uint64_t longest_scan(size_t nb) const { return nb; }
+  BpeBatch layout(Arena& a, size_t nb, size_t nt) const {
+    BpeBatch b{};
+    b.text = a.take<uint8_t>(nb);
+    b.text_offsets = a.take<uint32_t>(nt);
+    b.text_ids = a.take<uint32_t>(nt);
+    b.starts = a.take<uint32_t>(nb);
+    b.piece_of = a.take<uint32_t>(nb);
+    b.parts = a.take<int32_t>(nb);
+    b.ranks = a.take<uint32_t>(nb);
+    b.counts = a.take<uint32_t>(nb);
+    b.id_offsets = a.take<uint32_t>(nb);
+    return b;
+  }
+  // What starts zeroed: [pointer, bytes) each.
+  static std::array<std::pair<void*, size_t>, 2> zeroed(const BpeBatch& b) {
+    return {{{b.starts, (size_t{b.bytes} + 1) * 4}, {b.counts, (size_t{b.bytes} + 1) * 4}}};
+  }
+};
+
+struct DeviceWordPiece {
+  WordPieceTableImage image;
+  WordPieceTables tables{};
+  DevicePtr norm_index, norm_bytes, kinds, initial, continuing;
+
+  Status upload() {
+    OB_ASSIGN_OR_RETURN(norm_index, device_copy(image.norm_index, "the normalization index"));
+    OB_ASSIGN_OR_RETURN(norm_bytes, device_copy(image.norm_bytes, "the normalized characters"));
+    OB_ASSIGN_OR_RETURN(kinds, device_copy(image.kinds, "the character kinds"));
+    OB_ASSIGN_OR_RETURN(initial, device_copy(image.initial, "the word-initial trie"));
+    OB_ASSIGN_OR_RETURN(continuing, device_copy(image.continuing, "the continuing trie"));
+    tables = image.view(static_cast<const uint32_t*>(norm_index.get()), static_cast<const uint8_t*>(norm_bytes.get()),
+                        static_cast<const uint8_t*>(kinds.get()), static_cast<const TrieCell*>(initial.get()),
+                        static_cast<const TrieCell*>(continuing.get()));
+    return {};
+  }
+  [[nodiscard]] size_t table_bytes() const {
+    return image.norm_index.size() * 4 + image.norm_bytes.size() + image.kinds.size() +
+           (image.initial.size() + image.continuing.size()) * sizeof(TrieCell);
+  }
+  [[nodiscard]] const auto& specials() const { return image.specials; }
+  [[nodiscard]] uint64_t longest_scan(size_t nb) const { return uint64_t{nb} * image.max_expansion; }
+  WordPieceBatch layout(Arena& a, size_t nb, size_t nt) const {
+    const size_t nn = longest_scan(nb);  // normalized bytes, + 1 within: nb > bytes
+    WordPieceBatch b{};
+    b.text = a.take<uint8_t>(nb);
+    b.text_offsets = a.take<uint32_t>(nt);
+    b.text_ids = a.take<uint32_t>(nt);
+    b.norm_lens = a.take<uint32_t>(nb);
+    b.norm_at = a.take<uint32_t>(nb);
+    b.norm = a.take<uint8_t>(nn);
+    b.starts = a.take<uint32_t>(nn);
+    b.word_of = a.take<uint32_t>(nn);
+    b.parts = a.take<int32_t>(nn);
+    b.counts = a.take<uint32_t>(nn);
+    b.id_offsets = a.take<uint32_t>(nn);
+    return b;
+  }
+  static std::array<std::pair<void*, size_t>, 3> zeroed(const WordPieceBatch& b) {
+    const size_t nn = (size_t{b.norm_capacity} + 1) * 4;
+    return {{{b.norm_lens, (size_t{b.bytes} + 1) * 4}, {b.starts, nn}, {b.counts, nn}}};
+  }
+};
+
+template <typename Model>
 class CudaTokenizer final : public GpuTokenizer {
  public:
   ~CudaTokenizer() override {
@@ -89,27 +192,17 @@ class CudaTokenizer final : public GpuTokenizer {
     if (stream_) cudaStreamDestroy(stream_);
   }
 
-  Status init(BpeTableImage image) {
-    image_ = std::move(image);
+  Status init(decltype(Model::image) image) {
+    model_.image = std::move(image);
     OB_CUDA_TRY(cudaSetDevice(0), "selecting CUDA device 0");
     OB_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a CUDA stream");
     for (cudaEvent_t& e : events_) OB_CUDA_TRY(cudaEventCreate(&e), "creating a CUDA event");
-    OB_ASSIGN_OR_RETURN(kinds_, device_copy(image_.kinds, "the character kinds"));
-    OB_ASSIGN_OR_RETURN(byte_ids_, device_copy(image_.byte_ids, "the byte tokens"));
-    OB_ASSIGN_OR_RETURN(pairs_, device_copy(image_.pairs, "the pair table"));
-    OB_ASSIGN_OR_RETURN(wholes_, device_copy(image_.wholes, "the whole-token table"));
-    OB_ASSIGN_OR_RETURN(whole_bytes_, device_copy(image_.whole_bytes, "the whole tokens' bytes"));
-    tables_ = image_.view(static_cast<const uint8_t*>(kinds_.get()), static_cast<const int32_t*>(byte_ids_.get()),
-                          static_cast<const PairSlot*>(pairs_.get()), static_cast<const WholeSlot*>(wholes_.get()),
-                          static_cast<const uint8_t*>(whole_bytes_.get()));
-    table_bytes_ = image_.kinds.size() + image_.byte_ids.size() * 4 + image_.pairs.size() * sizeof(PairSlot) +
-                   image_.wholes.size() * sizeof(WholeSlot) + image_.whole_bytes.size();
-    return {};
+    return model_.upload();
   }
 
   Status encode(std::span<const std::string_view> texts, bool ordinary, int32_t* ids, size_t capacity,
                 std::vector<uint32_t>& offsets, Stages* stages) override {
-    OB_RETURN_IF_ERROR(check_batch(texts, ordinary, image_.specials));
+    OB_RETURN_IF_ERROR(check_batch(texts, ordinary, model_.specials()));
     cudaPointerAttributes where{};
     if (cudaPointerGetAttributes(&where, ids) != cudaSuccess ||
         (where.type != cudaMemoryTypeDevice && where.type != cudaMemoryTypeManaged)) {
@@ -118,10 +211,18 @@ class CudaTokenizer final : public GpuTokenizer {
     }
     size_t bytes = 0;
     for (std::string_view t : texts) bytes += t.size();
-    const auto n = static_cast<uint32_t>(bytes);
     const auto count = static_cast<uint32_t>(texts.size());
     MutexLock hold(mutex_);
     OB_RETURN_IF_ERROR(reserve(bytes + 1, texts.size() + 1));
+    Arena arena{static_cast<uint8_t*>(batch_.get())};
+    auto b = model_.layout(arena, batch_bytes_, batch_texts_);
+    b.bytes = static_cast<uint32_t>(bytes);
+    b.texts = count;
+    b.ids = ids;
+    b.capacity = static_cast<uint32_t>(std::min<size_t>(capacity, UINT32_MAX));
+    if constexpr (requires { b.norm_capacity; })
+      b.norm_capacity = static_cast<uint32_t>(model_.longest_scan(bytes + 1) - 1);
+
     auto* staged = static_cast<uint8_t*>(pinned_.get());
     auto* text_offsets = reinterpret_cast<uint32_t*>(staged + batch_bytes_);
     auto* text_ids = text_offsets + batch_texts_;
@@ -133,21 +234,16 @@ class CudaTokenizer final : public GpuTokenizer {
     }
     text_offsets[count] = at;
 
-    auto* base = static_cast<uint8_t*>(batch_.get());
-    auto u32 = [&](int k) { return reinterpret_cast<uint32_t*>(base + batch_bytes_ + size_t(k) * batch_bytes_ * 4); };
-    auto* text_offsets_d = u32(6);
-    BpeBatch b{base, n, text_offsets_d, count, u32(0), u32(1), reinterpret_cast<int32_t*>(u32(2)), u32(3),
-               u32(4), u32(5), ids, static_cast<uint32_t>(std::min<size_t>(capacity, UINT32_MAX)),
-               text_offsets_d + batch_texts_};
+    auto* text_d = const_cast<uint8_t*>(b.text);
+    auto* offsets_d = const_cast<uint32_t*>(b.text_offsets);
     OB_CUDA_TRY(cudaEventRecord(events_[0], stream_), "recording a CUDA event");
-    OB_CUDA_TRY(cudaMemcpyAsync(base, staged, n, cudaMemcpyHostToDevice, stream_), "copying the texts to the device");
-    OB_CUDA_TRY(cudaMemcpyAsync(text_offsets_d, text_offsets, (count + 1) * 4, cudaMemcpyHostToDevice, stream_),
+    OB_CUDA_TRY(cudaMemcpyAsync(text_d, staged, bytes, cudaMemcpyHostToDevice, stream_), "copying the texts to the device");
+    OB_CUDA_TRY(cudaMemcpyAsync(offsets_d, text_offsets, (count + 1) * 4, cudaMemcpyHostToDevice, stream_),
                 "copying the texts' offsets to the device");
     OB_CUDA_TRY(cudaEventRecord(events_[1], stream_), "recording a CUDA event");
-    OB_CUDA_TRY(cudaMemsetAsync(b.starts, 0, (size_t(n) + 1) * 4, stream_), "clearing the piece marks");
-    OB_CUDA_TRY(cudaMemsetAsync(b.counts, 0, (size_t(n) + 1) * 4, stream_), "clearing the piece counts");
+    for (auto [p, n] : Model::zeroed(b)) OB_CUDA_TRY(cudaMemsetAsync(p, 0, n, stream_), "clearing a batch's counts");
     CudaExec exec{stream_, temp_.get(), temp_bytes_};
-    encode_batch(exec, tables_, b);
+    encode_batch(exec, model_.tables, b);
     if (exec.error != cudaSuccess) return cuda_error(exec.error, "launching the tokenizer's kernels");
     OB_CUDA_TRY(cudaEventRecord(events_[2], stream_), "recording a CUDA event");
     OB_CUDA_TRY(cudaMemcpyAsync(text_ids, b.text_ids, (count + 1) * 4, cudaMemcpyDeviceToHost, stream_),
@@ -166,49 +262,58 @@ class CudaTokenizer final : public GpuTokenizer {
 
   [[nodiscard]] size_t device_bytes() const override {
     MutexLock hold(mutex_);
-    return table_bytes_ + (batch_bytes_ * 25 + batch_texts_ * 8) + temp_bytes_;
+    return model_.table_bytes() + batch_arena_ + temp_bytes_;
   }
 
  private:
-  // Room for a batch of `bytes` (+1) and `texts` (+1), in powers of two: the text, six arrays of
-  // uint32 per byte (bpe_kernels.h's BpeBatch), the texts' offsets and ids' offsets, CUB's scratch.
+  // Room for a batch of `bytes` and `texts` (each one more than the batch has), in powers of two:
+  // the model's arrays, CUB's scratch for its longest prefix sum, pinned memory for the texts.
   Status reserve(size_t bytes, size_t texts) OB_REQUIRES(mutex_) {
     if (bytes <= batch_bytes_ && texts <= batch_texts_) return {};
-    // At least 256 bytes: the uint32 arrays after the text stay aligned.
     const size_t nb = std::bit_ceil(std::max({bytes, batch_bytes_, size_t{256}}));
     const size_t nt = std::bit_ceil(std::max(texts, batch_texts_));
+    if (model_.longest_scan(nb) >= UINT32_MAX)
+      return {Code::kTooBig, "a batch of " + std::to_string(bytes - 1) + " bytes: its arrays would pass 32-bit offsets"};
     OB_CUDA_TRY(cudaStreamSynchronize(stream_), "finishing the last batch");
     batch_.reset();
     pinned_.reset();
     temp_.reset();
-    batch_bytes_ = batch_texts_ = temp_bytes_ = 0;
+    batch_bytes_ = batch_texts_ = batch_arena_ = temp_bytes_ = 0;
     size_t temp = 0;
     OB_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, temp, static_cast<const uint32_t*>(nullptr),
-                                              static_cast<uint32_t*>(nullptr), static_cast<uint32_t>(nb), stream_),
+                                              static_cast<uint32_t*>(nullptr),
+                                              static_cast<uint32_t>(model_.longest_scan(nb)), stream_),
                 "sizing the prefix sum's scratch");
-    OB_ASSIGN_OR_RETURN(batch_, device_alloc(nb * 25 + nt * 8, "a batch"));
+    Arena sizing;
+    model_.layout(sizing, nb, nt);
+    OB_ASSIGN_OR_RETURN(batch_, device_alloc(sizing.used, "a batch"));
     OB_ASSIGN_OR_RETURN(temp_, device_alloc(temp, "the prefix sum's scratch"));
     void* host = nullptr;
     OB_CUDA_TRY(cudaMallocHost(&host, nb + nt * 8), "allocating pinned memory for a batch");
     pinned_.reset(host);
     batch_bytes_ = nb;
     batch_texts_ = nt;
+    batch_arena_ = sizing.used;
     temp_bytes_ = temp;
     return {};
   }
 
-  BpeTableImage image_;
-  BpeTables tables_{};
-  size_t table_bytes_ = 0;
-  DevicePtr kinds_, byte_ids_, pairs_, wholes_, whole_bytes_;
+  Model model_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[4] = {};
   mutable Mutex mutex_;
   DevicePtr batch_ OB_GUARDED_BY(mutex_), temp_ OB_GUARDED_BY(mutex_);
   PinnedPtr pinned_ OB_GUARDED_BY(mutex_);
-  size_t batch_bytes_ OB_GUARDED_BY(mutex_) = 0, batch_texts_ OB_GUARDED_BY(mutex_) = 0,
-                                           temp_bytes_ OB_GUARDED_BY(mutex_) = 0;
+  size_t batch_bytes_ OB_GUARDED_BY(mutex_) = 0, batch_texts_ OB_GUARDED_BY(mutex_) = 0;
+  size_t batch_arena_ OB_GUARDED_BY(mutex_) = 0, temp_bytes_ OB_GUARDED_BY(mutex_) = 0;
 };
+
+template <typename Model, typename Image>
+Result<std::unique_ptr<GpuTokenizer>> make(Image image) {
+  auto gpu = std::make_unique<CudaTokenizer<Model>>();
+  OB_RETURN_IF_ERROR(gpu->init(std::move(image)));
+  return std::unique_ptr<GpuTokenizer>(std::move(gpu));
+}
 
 }  // namespace
 
@@ -223,11 +328,10 @@ Status cuda_usable() {
 }
 
 Result<std::unique_ptr<GpuTokenizer>> GpuTokenizer::create(const Tokenizer& tokenizer) {
-  OB_ASSIGN_OR_RETURN(BpeTableImage image, bpe_tables(tokenizer));
+  OB_ASSIGN_OR_RETURN(ModelTables tables, model_tables(tokenizer));
   OB_RETURN_IF_ERROR(cuda_usable());
-  auto gpu = std::make_unique<CudaTokenizer>();
-  OB_RETURN_IF_ERROR(gpu->init(std::move(image)));
-  return std::unique_ptr<GpuTokenizer>(std::move(gpu));
+  if (auto* bpe = std::get_if<BpeTableImage>(&tables)) return make<DeviceBpe>(std::move(*bpe));
+  return make<DeviceWordPiece>(std::move(std::get<WordPieceTableImage>(tables)));
 }
 
 }  // namespace outboard::gpu

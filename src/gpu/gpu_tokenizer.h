@@ -1,7 +1,8 @@
-// Tokenization on a CUDA device: GPT-2's byte-level BPE, the ids left in
-// device memory for the kernels that use them (an embedding lookup). The
-// same ids as the CPU tokenizer's (bpe_kernels.h). Built where nvcc was
-// found at configure time; elsewhere create() says so.
+// Tokenization on a CUDA device: GPT-2's byte-level BPE or BERT's WordPiece,
+// the ids left in device memory for the kernels that use them (an embedding
+// lookup). The same ids as the CPU tokenizer's (bpe_kernels.h,
+// wordpiece_kernels.h). Built where nvcc was found at configure time;
+// elsewhere create() says so.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +32,8 @@ class GpuTokenizer {
   };
 
   virtual ~GpuTokenizer() = default;
-  /// The tokenizer's tables copied to the device (GPT-2's BPE only: kUnsupported naming the vocabulary
-  /// otherwise; kUnavailable without a device).
+  /// The tokenizer's tables copied to the device (GPT-2's BPE and BERT's WordPiece; kUnsupported
+  /// naming the vocabulary otherwise, or saying why there is no device).
   static Result<std::unique_ptr<GpuTokenizer>> create(const Tokenizer& tokenizer);
 
   /// Encodes `texts` (strict UTF-8) into `ids`, device memory of `capacity` int32s; text i's ids are

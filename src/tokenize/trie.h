@@ -17,10 +17,23 @@ namespace outboard::tokenize {
 
 class Trie {
  public:
+  static constexpr uint32_t kFree = UINT32_MAX;
+  static constexpr uint32_t kRoot = UINT32_MAX - 1;  // the root's check: no byte leads back to it
+
   Trie();
   void insert(std::string_view bytes, int32_t id);
   /// Freezes the trie into the double array; call after the last insert().
   void finalize();
+  /// A cell of the frozen double array: the child of the node at cell s on byte c is cell
+  /// base[s] + c, valid if its check is s.
+  struct Cell {
+    uint32_t base = 0;      // children at base + byte
+    uint32_t check = kFree;  // parent cell, kFree if unused
+    int32_t id = -1;         // token ending here, -1 if none
+  };
+  /// The frozen array (after finalize()), for a copy that another device walks as longest() does.
+  [[nodiscard]] const std::vector<Cell>& cells() const { return cells_; }
+
   /// Longest token starting at p (bytes up to end); returns its length, 0 if none.
   size_t longest(const uint8_t* p, const uint8_t* end, int32_t& id) const {
     uint32_t node = 0;
@@ -38,13 +51,6 @@ class Trie {
   }
 
  private:
-  static constexpr uint32_t kFree = UINT32_MAX;
-  static constexpr uint32_t kRoot = UINT32_MAX - 1;  // the root's check: no byte leads back to it
-  struct Cell {
-    uint32_t base = 0;      // children at base + byte
-    uint32_t check = kFree;  // parent cell, kFree if unused
-    int32_t id = -1;         // token ending here, -1 if none
-  };
   // While building: nodes with their children by byte.
   struct Node {
     int32_t id = -1;

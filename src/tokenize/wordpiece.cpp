@@ -23,6 +23,10 @@ bool is_punctuation(char32_t c) {
 
 }  // namespace
 
+BertWordPiece::CharKind BertWordPiece::char_kind(char32_t c) {
+  return is_whitespace(c) ? CharKind::kWhitespace : is_punctuation(c) ? CharKind::kPunctuation : CharKind::kOther;
+}
+
 Status BertWordPiece::build(std::vector<std::string> vocab, const std::string& source) {
   tokens = std::move(vocab);
   const std::string& prefix = options.continuing_prefix;
@@ -155,25 +159,18 @@ void BertWordPiece::encode_normalized(std::string_view norm, std::vector<int32_t
     if (end > word) encode_word(s + word, end - word, chars, out, spans, word);
     chars = 0;
   };
-  enum Kind : uint8_t { kOther, kWhitespace, kPunctuation };
   static const auto kAsciiKind = [] {
-    std::array<Kind, 128> kinds{};
-    for (char32_t c = 0; c < 128; ++c) kinds[c] = is_whitespace(c) ? kWhitespace : is_punctuation(c) ? kPunctuation : kOther;
+    std::array<CharKind, 128> kinds{};
+    for (char32_t c = 0; c < 128; ++c) kinds[c] = char_kind(c);
     return kinds;
   }();
   for (size_t i = 0; i < norm.size();) {
     int len = 1;
-    Kind kind;
-    if (s[i] < 0x80) {
-      kind = kAsciiKind[s[i]];
-    } else {
-      char32_t c = decode_valid(s + i, len);
-      kind = is_whitespace(c) ? kWhitespace : is_punctuation(c) ? kPunctuation : kOther;
-    }
-    if (kind == kWhitespace) {
+    const CharKind kind = s[i] < 0x80 ? kAsciiKind[s[i]] : char_kind(decode_valid(s + i, len));
+    if (kind == CharKind::kWhitespace) {
       flush(i);
       word = i + static_cast<size_t>(len);
-    } else if (kind == kPunctuation) {
+    } else if (kind == CharKind::kPunctuation) {
       flush(i);
       word = i;
       chars = 1;

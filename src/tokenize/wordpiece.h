@@ -21,6 +21,11 @@ struct BertOptions {
 };
 
 struct BertWordPiece final : Tokenizer::Model {
+  /// What BertPreTokenizer makes of a normalized character: part of a word, a split (dropped), or a
+  /// word of its own.
+  enum class CharKind : uint8_t { kOther, kWhitespace, kPunctuation };
+  static CharKind char_kind(char32_t c);
+
   BertOptions options;
   std::vector<std::string> tokens;  // by id
   Trie initial;                     // word-initial tokens

@@ -40,16 +40,17 @@ def test_without_a_device_the_gpu_placement_says_why() -> None:
 
 
 def test_other_vocabularies_are_refused_naming_why() -> None:
-    with pytest.raises(errors.Unsupported, match="GPT-2's byte-level BPE"):
-        _core.GpuTokenizer.create(outboard.Tokenizer.bert_base_uncased()._core)
+    with pytest.raises(errors.Unsupported, match="byte-level BPE with another pattern"):
+        _core.GpuTokenizer.create(outboard.Tokenizer.cl100k_base()._core)
 
 
-def test_the_gates_strings_get_the_cpu_tokenizers_ids_on_the_gpu() -> None:
+@pytest.mark.parametrize("model, family", [("gpt2", "gpt2"), ("bert-base-uncased", "bert")])
+def test_the_gates_strings_get_the_cpu_tokenizers_ids_on_the_gpu(model: str, family: str) -> None:
     torch = _torch_cuda()
     output = torch.empty(1 << 24, dtype=torch.int32, device="cuda")
-    gpu = OffloadTokenizer(None, "gpt2", placement="gpu", output=output)
-    cpu = outboard.Tokenizer.gpt2()
-    for name, texts in gate.strings("gpt2", every=64).items():
+    gpu = OffloadTokenizer(None, model, placement="gpu", output=output)
+    cpu = gpu.local
+    for name, texts in gate.strings(family, every=64).items():
         for start in range(0, len(texts), 4096):
             chunk = texts[start:start + 4096]
             batch = gpu.encode_batch(chunk)

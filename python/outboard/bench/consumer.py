@@ -145,8 +145,8 @@ def gpu_absent(model: str, embedder: Embedder | TorchEmbedder) -> str | None:
 
     if not isinstance(embedder, TorchEmbedder):
         return "the embed runs on the CPU (no torch CUDA device)"
-    if model != "gpt2":
-        return f"the GPU tokenizer has GPT-2's BPE only, not {model}'s"
+    if model not in ("gpt2", "bert-base-uncased"):
+        return f"the GPU tokenizer has GPT-2's BPE and BERT's WordPiece, not {model}'s"
     return _core.cuda_usable()
 
 

@@ -292,9 +292,9 @@ def _outcome(future: Future[Batch]) -> Outcome:
 
 
 class GpuRunner:
-    """The gpu placement: GPT-2's BPE on the CUDA device, the ids written into ``output`` (a 1-D int32
-    CUDA tensor of the caller's). Batches run one at a time, and each one's ids are ``output[:n]``
-    until the next one: use them (an embedding kernel) before tokenizing the next batch."""
+    """The gpu placement: GPT-2's BPE or BERT's WordPiece on the CUDA device, the ids written into
+    ``output`` (a 1-D int32 CUDA tensor of the caller's). Batches run one at a time, and each one's
+    ids are ``output[:n]`` until the next one: use them (an embedding kernel) before tokenizing more."""
 
     def __init__(self, local: Tokenizer, output: object) -> None:
         self._core = _core.GpuTokenizer.create(local._core)
@@ -303,6 +303,7 @@ class GpuRunner:
 
     def __call__(self, texts: list[Text], options: Options) -> Batch:
         unsupported = [what for what, asked in (("special ids", options.allow_special),
+                                                ("add_special_tokens", options.add_special_tokens),
                                                 (f"utf8='{options.utf8}'", options.utf8 != "strict"),
                                                 ("max_len", options.max_len != 0)) if asked]
         if unsupported:

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu/bpe_tables.h"
+#include "gpu/tables.h"
 #include "gpu/gpu_tokenizer.h"
 #include "tests/unit/vocab_cache.h"
 
@@ -58,6 +58,31 @@ Encoded encode_on_cpu(const BpeTableImage& image, const std::vector<std::string>
   return out;
 }
 
+Encoded encode_on_cpu(const WordPieceTableImage& image, const std::vector<std::string>& texts, uint32_t capacity) {
+  std::string all;
+  std::vector<uint32_t> text_offsets;
+  for (const auto& t : texts) {
+    text_offsets.push_back(static_cast<uint32_t>(all.size()));
+    all += t;
+  }
+  text_offsets.push_back(static_cast<uint32_t>(all.size()));
+  const size_t n = all.size(), nn = (n + 1) * image.max_expansion;
+  std::vector<uint32_t> norm_lens(n + 1), norm_at(n + 1), starts(nn), word_of(nn), counts(nn), id_offsets(nn),
+      text_ids(texts.size() + 1);
+  std::vector<uint8_t> norm(nn);
+  std::vector<int32_t> parts(nn);
+  Encoded out;
+  out.ids.assign(capacity + 2, -1);  // two past the capacity, which no step may write
+  const WordPieceBatch b{reinterpret_cast<const uint8_t*>(all.data()), static_cast<uint32_t>(n), text_offsets.data(),
+                         static_cast<uint32_t>(texts.size()), norm_lens.data(), norm_at.data(), norm.data(),
+                         static_cast<uint32_t>(nn - 1), starts.data(), word_of.data(), parts.data(), counts.data(),
+                         id_offsets.data(), out.ids.data(), capacity, text_ids.data()};
+  CpuExec exec;
+  encode_batch(exec, image.host_view(), b);
+  out.offsets = text_ids;
+  return out;
+}
+
 // Characters that each rule of r50k's pattern turns on: letters of several scripts, combining
 // marks, digits and other numbers, apostrophes and the contractions' letters, whitespace of every
 // kind, punctuation, symbols, CJK and emoji (4-byte UTF-8).
@@ -88,9 +113,9 @@ class GpuTokenizerTest : public ::testing::Test {
     auto t = Tokenizer::from_tiktoken(path);
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     tokenizer_ = std::make_unique<Tokenizer>(std::move(*t));
-    auto image = bpe_tables(*tokenizer_);
+    auto image = model_tables(*tokenizer_);
     ASSERT_TRUE(image.ok()) << image.status().to_string();
-    image_ = std::move(*image);
+    image_ = std::move(std::get<BpeTableImage>(*image));
   }
 
   std::vector<std::vector<int32_t>> reference(const std::vector<std::string>& texts) const {
@@ -174,13 +199,68 @@ TEST_F(GpuTokenizerTest, BatchesAreCheckedOnTheHostNamingTheText) {
 }
 
 TEST_F(GpuTokenizerTest, OtherVocabulariesAreRefusedNamingWhy) {
+  const std::string path = testing::cached_vocab("cl100k_base.tiktoken");
+  if (!fs::exists(path)) GTEST_SKIP() << "run `outboard vocab fetch` first";
+  auto cl100k = Tokenizer::from_tiktoken(path, {}, Pretokenizer::kCl100k);
+  ASSERT_TRUE(cl100k.ok());
+  auto image = model_tables(*cl100k);
+  EXPECT_EQ(image.status().code(), Code::kUnsupported);
+  EXPECT_NE(image.status().message().find("byte-level BPE with another pattern"), std::string::npos);
+}
+
+// BERT's rules: whitespace of every kind, ASCII and Unicode punctuation, controls (dropped), accents
+// (stripped: composed and combining), capitals, CJK (a word each), Hangul (decomposed), letters the
+// vocabulary lacks, and words over 100 characters.
+const std::vector<std::string> kBertAlphabet = {
+    "a", "b", "e", "s", "T", "H", "q", " ", " ", " ", "\t", "\n", "\u3000", "\u00a0", ".", ",", "!", "'", "-", "#",
+    "$", "\u00bf", "\u2014", "\u3001", "\x01", "\x7f", "\u200b", "\ufffd", "\u00e9", "E\u0301", "\u00c5", "\u0130",
+    "\u00df", "\u0416", "\u4e2d", "\u6587", "\ud55c", "\u0e01", "7", "\u00b2", "\U0001F600", "\U00020000"};
+
+std::string random_bert_text(std::mt19937& rng, size_t chars) {
+  std::string s;
+  std::uniform_int_distribution<size_t> pick(0, kBertAlphabet.size() - 1);
+  for (size_t k = 0; k < chars; ++k) s += kBertAlphabet[pick(rng)];
+  return s;
+}
+
+TEST(GpuWordPieceTest, StepsOnTheCpuGiveTheCpuTokenizersIds) {
   const std::string path = testing::cached_vocab("bert-base-uncased-vocab.txt");
   if (!fs::exists(path)) GTEST_SKIP() << "run `outboard vocab fetch` first";
-  auto bert = Tokenizer::bert_wordpiece(path);
-  ASSERT_TRUE(bert.ok());
-  auto image = bpe_tables(*bert);
-  EXPECT_EQ(image.status().code(), Code::kUnsupported);
-  EXPECT_NE(image.status().message().find("GPT-2's byte-level BPE"), std::string::npos);
+  for (bool lowercase : {true, false}) {
+    WordPieceOptions options;
+    options.lowercase = lowercase;
+    auto bert = Tokenizer::bert_wordpiece(path, options);
+    ASSERT_TRUE(bert.ok());
+    auto tables = model_tables(*bert);
+    ASSERT_TRUE(tables.ok()) << tables.status().to_string();
+    const auto& image = std::get<WordPieceTableImage>(*tables);
+    EXPECT_GE(image.max_expansion, lowercase ? 3u : 2u);  // a Hangul syllable stripped: three jamo; CJK: " X "
+    std::mt19937 rng(lowercase ? 3 : 4);
+    std::vector<std::string> texts = {"", "Hello, World!", "  unaffable   ", "don't", "\u4e2d\u6587abc\u00e9\u00e9",
+                                      "\x01\x02", "naïve café Ægir"};
+    texts.emplace_back(101, 'a');  // over 100 characters: [UNK]
+    texts.emplace_back(100, 'a');
+    for (int i = 0; i < 400; ++i) texts.push_back(random_bert_text(rng, rng() % 200));
+    for (int i = 0; i < 50; ++i) {  // words of letters and accents, some long
+      std::string t;
+      for (size_t k = rng() % 300; k > 0; --k) t += rng() % 9 == 0 ? " " : rng() % 5 == 0 ? "\u00e9" : std::string(1, char('a' + rng() % 26));
+      texts.push_back(t);
+    }
+    std::vector<std::vector<int32_t>> want(texts.size());
+    size_t total = 0;
+    EncodeOptions ordinary;
+    ordinary.ordinary = true;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      ASSERT_TRUE(bert->encode(texts[i], want[i], ordinary).ok());
+      total += want[i].size();
+    }
+    const Encoded got = encode_on_cpu(image, texts, static_cast<uint32_t>(total));
+    ASSERT_EQ(got.offsets.size(), texts.size() + 1);
+    for (size_t i = 0; i < texts.size(); ++i)
+      ASSERT_EQ(std::vector<int32_t>(got.ids.begin() + got.offsets[i], got.ids.begin() + got.offsets[i + 1]), want[i])
+          << "lowercase " << lowercase << ", text " << i << ": '" << texts[i] << "'";
+    EXPECT_EQ(got.ids[total], -1) << "an id past the capacity was written";
+  }
 }
 
 TEST_F(GpuTokenizerTest, OnTheDeviceTheIdsAreTheCpuTokenizers) {

@@ -1,15 +1,20 @@
-#include "gpu/bpe_tables.h"
+#include "gpu/tables.h"
 
 #include <algorithm>
 #include <bit>
 
 #include "tokenize/char_kind.h"
 #include "tokenize/model.h"
+#include "tokenize/unicode.h"
+#include "tokenize/wordpiece.h"
 
 namespace outboard::gpu {
 
 static_assert(uint8_t(tokenize::Kind::kLetter) == kLetter && uint8_t(tokenize::Kind::kNumber) == kNumber &&
               uint8_t(tokenize::Kind::kSpace) == kSpace && uint8_t(tokenize::Kind::kOther) == kOther);
+using WordKind = tokenize::BertWordPiece::CharKind;
+static_assert(uint8_t(WordKind::kOther) == kWordOther && uint8_t(WordKind::kWhitespace) == kWordSpace &&
+              uint8_t(WordKind::kPunctuation) == kWordPunct);
 
 BpeTables BpeTableImage::view(const uint8_t* kinds_at, const int32_t* byte_ids_at, const PairSlot* pairs_at,
                               const WholeSlot* wholes_at, const uint8_t* whole_bytes_at) const {
@@ -76,24 +81,67 @@ void fill_wholes(const tokenize::BpeVocab& vocab, BpeTableImage& image) {
   if (image.whole_bytes.empty()) image.whole_bytes.push_back(0);  // a valid address to copy
 }
 
-}  // namespace
-
-Result<BpeTableImage> bpe_tables(const Tokenizer& tokenizer) {
-  const auto* bpe = dynamic_cast<const tokenize::ByteBpe*>(&tokenizer.model());
-  if (bpe == nullptr || bpe->pretokenizer != Pretokenizer::kR50k)
-    return Status(Code::kUnsupported, std::string("the GPU tokenizer has GPT-2's byte-level BPE (r50k's pattern) "
-                                                  "only; this vocabulary is ") +
-                                          (bpe == nullptr ? "not byte-level BPE" : "byte-level BPE with another pattern"));
+BpeTableImage bpe_tables(const tokenize::ByteBpe& bpe) {
   BpeTableImage image;
   image.kinds.assign(kCodePoints / 4, 0);
   for (char32_t cp = 0; cp < kCodePoints; ++cp)
     image.kinds[cp / 4] |= static_cast<uint8_t>(uint8_t(tokenize::kind_of(cp)) << (cp % 4 * 2));
   image.byte_ids.resize(256);
-  for (int b = 0; b < 256; ++b) image.byte_ids[b] = bpe->vocab.byte_id(static_cast<uint8_t>(b));
-  fill_pairs(bpe->vocab, image);
-  fill_wholes(bpe->vocab, image);
-  if (bpe->specials_in_text) image.specials = bpe->specials;
+  for (int b = 0; b < 256; ++b) image.byte_ids[b] = bpe.vocab.byte_id(static_cast<uint8_t>(b));
+  fill_pairs(bpe.vocab, image);
+  fill_wholes(bpe.vocab, image);
+  if (bpe.specials_in_text) image.specials = bpe.specials;
   return image;
+}
+
+std::vector<TrieCell> trie_cells(const tokenize::Trie& trie) {
+  std::vector<TrieCell> cells;
+  cells.reserve(trie.cells().size());
+  for (const auto& c : trie.cells()) cells.push_back({c.base, c.check, c.id});
+  return cells;
+}
+
+int utf8_length(char32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
+
+// BertNormalizer is per character: each code point's normalized bytes, computed once.
+WordPieceTableImage wordpiece_tables(const tokenize::BertWordPiece& wp) {
+  WordPieceTableImage image;
+  image.norm_index.assign(kCodePoints, 0);
+  image.kinds.assign(kCodePoints / 4, 0);
+  std::string one, normalized;
+  for (char32_t cp = 0; cp < kCodePoints; ++cp) {
+    const auto kind = static_cast<uint8_t>(tokenize::BertWordPiece::char_kind(cp));
+    image.kinds[cp / 4] |= static_cast<uint8_t>(kind << (cp % 4 * 2));
+    if (cp >= 0xD800 && cp < 0xE000) continue;  // surrogates: never in valid UTF-8
+    one.clear();
+    tokenize::append_utf8(cp, one);
+    normalized.clear();
+    wp.normalize(one, normalized);
+    image.norm_index[cp] = static_cast<uint32_t>(image.norm_bytes.size() << 8 | normalized.size());
+    image.norm_bytes.insert(image.norm_bytes.end(), normalized.begin(), normalized.end());
+    const int len = utf8_length(cp);
+    image.max_expansion = std::max<uint32_t>(image.max_expansion, (normalized.size() + len - 1) / len);
+  }
+  image.initial = trie_cells(wp.initial);
+  image.continuing = trie_cells(wp.continuing);
+  image.unk_id = wp.unk_id;
+  image.max_word_chars = static_cast<uint32_t>(std::min<size_t>(wp.options.max_input_chars_per_word, UINT32_MAX));
+  if (wp.specials_in_text) image.specials = wp.specials;
+  return image;
+}
+
+}  // namespace
+
+Result<ModelTables> model_tables(const Tokenizer& tokenizer) {
+  const Tokenizer::Model& model = tokenizer.model();
+  if (const auto* bpe = dynamic_cast<const tokenize::ByteBpe*>(&model)) {
+    if (bpe->pretokenizer == Pretokenizer::kR50k) return ModelTables(bpe_tables(*bpe));
+    return Status(Code::kUnsupported, "the GPU tokenizer has GPT-2's byte-level BPE (r50k's pattern) and BERT's "
+                                      "WordPiece; this vocabulary is byte-level BPE with another pattern");
+  }
+  if (const auto* wp = dynamic_cast<const tokenize::BertWordPiece*>(&model)) return ModelTables(wordpiece_tables(*wp));
+  return Status(Code::kUnsupported, "the GPU tokenizer has GPT-2's byte-level BPE (r50k's pattern) and BERT's "
+                                    "WordPiece; this vocabulary is neither");
 }
 
 }  // namespace outboard::gpu
