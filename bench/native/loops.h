@@ -79,6 +79,21 @@ Result<OneSidedBandwidth> one_sided_bandwidth(std::span<Connection* const> conne
                                               size_t ops, size_t iterations, size_t warmup, bool reuse_buffer,
                                               MemoryKind target, double timeout_s, const Interrupt& interrupt);
 
+struct PostedWrites {
+  uint64_t wall_ns = 0;    ///< from the first store to the agent's answer that the last signal landed
+  uint64_t kernel_ns = 0;  ///< the kernel's, by CUDA events (GPU-initiated only)
+  uint64_t ops = 0, bytes = 0;  ///< timed, in all
+  bool verified = false;        ///< the agent's checksum of the last iteration is ours
+};
+/// GPUNetIO's experiment on one host, in perftest's shape: `iterations` iterations of `ops` writes
+/// of `size` bytes (a multiple of 8) into the agent's region, which this process maps, each
+/// iteration followed by a signal word the agent polls (memory 'G'). `gpu`: a CUDA kernel makes the
+/// stores (gpu/writes.h), no CPU in the data path; else this thread makes the same stores. After
+/// `warmup` iterations, timed until the agent answers that the last signal landed, with the
+/// checksum of what it holds.
+Result<PostedWrites> posted_writes(Connection& c, bool gpu, size_t size, size_t ops, size_t iterations, size_t warmup,
+                                   double timeout_s);
+
 struct OneSidedLatency {
   std::vector<double> samples_us;  ///< full round trips
   uint64_t mismatches = 0;

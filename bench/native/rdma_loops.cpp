@@ -1,9 +1,11 @@
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <optional>
 
 #include "bench/native/loops.h"
 #include "bench/native/timing.h"
+#include "gpu/writes.h"
 #include "outboard/checksum.h"
 #include "services/builtin.h"
 
@@ -33,6 +35,63 @@ Result<RemoteRegion> agent_region(Connection& c, uint64_t size, double timeout_s
   if (kind == MemoryKind::kCuda) request.push_back(1);
   OB_ASSIGN_OR_RETURN(Buffer desc, c.request("memory", request, deadline_in(timeout_s)));
   return c.import_region(desc.span());
+}
+
+Result<PostedWrites> posted_writes(Connection& c, bool gpu, size_t size, size_t ops, size_t iterations, size_t warmup,
+                                   double timeout_s) {
+  if (size == 0 || size % 8 != 0 || ops == 0 || iterations == 0)
+    return Status(Code::kInvalidArgument, "posted writes of " + std::to_string(size) + " B x " + std::to_string(ops) +
+                                              " x " + std::to_string(iterations) + ": sizes are whole words, counts at least 1");
+  const uint64_t bytes = uint64_t{size} * ops, words = bytes / 8, signal_at = bytes;
+  OB_ASSIGN_OR_RETURN(RemoteRegion region, agent_region(c, bytes + 8, timeout_s, MemoryKind::kHost));
+  auto mapped = region.mapped_span(0, region.size());
+  if (!mapped.ok())
+    return Status(Code::kUnsupported, "the agent's region is not mapped into this process (another host, or "
+                                      "map_peer_regions=False): stores into it need UCX's device API, which this "
+                                      "build lacks");
+  std::unique_ptr<gpu::GpuWriter> writer;
+  if (gpu) {
+    OB_ASSIGN_OR_RETURN(writer, gpu::GpuWriter::create(*mapped));
+  }
+  auto* memory = reinterpret_cast<uint64_t*>(mapped->data());
+  // Iterations from 1: the signal word starts at 0.
+  auto post = [&](uint64_t first, uint64_t count) -> Status {
+    if (writer) return writer->launch(words, signal_at, first, count);
+    for (uint64_t it = first; it < first + count; ++it) {
+      gpu::write_words(memory, words, it, 0, 1);
+      std::atomic_ref<uint64_t>(memory[words]).store(it, std::memory_order_release);
+    }
+    return {};
+  };
+  auto landed = [&](uint64_t last) -> Result<uint64_t> {  // the agent's checksum once `last` is signalled
+    const auto timeout_ms = static_cast<uint64_t>(std::min(timeout_s, 60.0) * 1000);
+    OB_ASSIGN_OR_RETURN(Buffer r, c.request("memory", request_bytes('G', {signal_at, last, bytes, timeout_ms}),
+                                            deadline_in(timeout_s)));
+    if (r.size() != 8) return Status(Code::kIoError, "memory 'G' answered " + std::to_string(r.size()) + " bytes, not 8");
+    uint64_t v;
+    std::memcpy(&v, r.data(), 8);
+    return v;
+  };
+  if (warmup > 0) {
+    OB_RETURN_IF_ERROR(post(1, warmup));
+    OB_RETURN_IF_ERROR(landed(warmup).status());
+    if (writer) OB_RETURN_IF_ERROR(writer->finish().status());
+  }
+  PostedWrites out;
+  const uint64_t last = warmup + iterations;
+  const uint64_t t0 = now_ns();
+  OB_RETURN_IF_ERROR(post(warmup + 1, iterations));
+  OB_ASSIGN_OR_RETURN(const uint64_t held, landed(last));
+  out.wall_ns = now_ns() - t0;
+  if (writer) {
+    OB_ASSIGN_OR_RETURN(out.kernel_ns, writer->finish());
+  }
+  std::vector<uint64_t> expect(words);
+  gpu::write_words(expect.data(), words, last, 0, 1);
+  out.verified = held == checksum({reinterpret_cast<const uint8_t*>(expect.data()), bytes});
+  out.ops = uint64_t{ops} * iterations;
+  out.bytes = out.ops * size;
+  return out;
 }
 
 Result<OneSidedBandwidth> one_sided_bandwidth(std::span<Connection* const> connections, bool put, size_t size,

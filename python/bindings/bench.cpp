@@ -99,6 +99,25 @@ NB_MODULE(_bench, m) {
         "gpu_target"_a = false,
         "perftest-shaped put/get bandwidth into the agent's memory service regions, verified; gpu_target: "
         "puts into agent regions in GPU memory (needs a CUDA device and a CUDA-enabled UCX on the agent).");
+  m.def("bench_posted_writes",
+        [](Connection& c, bool gpu, size_t size, size_t ops, size_t iterations, size_t warmup, double timeout) {
+          Result<bench::PostedWrites> r = Status{};
+          {
+            nb::gil_scoped_release release;
+            r = bench::posted_writes(c, gpu, size, ops, iterations, warmup, timeout);
+          }
+          bench::PostedWrites w = unwrap(std::move(r));
+          nb::dict d;
+          d["wall_ns"] = w.wall_ns;
+          d["kernel_ns"] = w.kernel_ns;
+          d["ops"] = w.ops;
+          d["bytes"] = w.bytes;
+          d["verified"] = w.verified;
+          return d;
+        },
+        "connection"_a, "gpu"_a, "size"_a, "ops"_a, "iterations"_a, "warmup"_a, "timeout"_a,
+        "GPUNetIO's experiment on one host: perftest-shaped stores into the agent's mapped region, each "
+        "iteration signalled in a word the agent polls; gpu: by a CUDA kernel, else by this thread.");
   m.def("bench_one_sided_latency",
         [interrupt, samples](Connection& c, bool notify, size_t size, size_t iterations, size_t warmup,
                              double timeout) {

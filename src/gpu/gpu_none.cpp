@@ -1,5 +1,6 @@
-// A build without nvcc: no GPU tokenizer, and every caller told why.
+// A build without nvcc: no GPU tokenizer or writer, and every caller told why.
 #include "gpu/gpu_tokenizer.h"
+#include "gpu/writes.h"
 
 namespace outboard::gpu {
 
@@ -12,5 +13,7 @@ Status no_cuda() {
 Status cuda_usable() { return no_cuda(); }
 
 Result<std::unique_ptr<GpuTokenizer>> GpuTokenizer::create(const Tokenizer&) { return no_cuda(); }
+
+Result<std::unique_ptr<GpuWriter>> GpuWriter::create(std::span<uint8_t>) { return no_cuda(); }
 
 }  // namespace outboard::gpu

@@ -34,7 +34,14 @@ std::unique_ptr<Service> make_stats(std::function<std::string()> snapshot);
 /// the slot back at the same offset of the client's region the same way.
 /// Answers u64 pings when all are mirrored; kTimedOut when no ping comes for
 /// idle_ms.
+/// 'G' u64 signal_at u64 value u64 length u64 timeout_ms -> u64 checksum of
+/// the region's first `length` bytes once the u64 at signal_at (a multiple of
+/// 8) holds at least `value`: the agent polls that word, as a GPU kernel's (or
+/// the CPU's) stores into the mapped region end by setting it; kTimedOut after
+/// timeout_ms (at most kMaxSignalWaitMs).
 std::unique_ptr<Service> make_memory(uint64_t max_region_size);
+/// The longest a 'G' request waits for its signal word.
+inline constexpr uint64_t kMaxSignalWaitMs = 60'000;
 /// Offset of a mirror slot's signal word: its last 8 bytes.
 inline constexpr uint64_t mirror_signal_at(uint64_t slot, uint64_t size) { return (slot + 1) * size - 8; }
 /// The longest a mirror may wait for a ping (its idle_ms is capped to it).

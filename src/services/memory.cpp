@@ -82,17 +82,51 @@ struct Mirror {
   static constexpr int64_t kPutTimeoutMs = 5000;
 };
 
+// A wait for a region's signal word ('G'), polled on the progress thread:
+// answered with the checksum of the region's first bytes once the word holds
+// the value awaited, or failed at its deadline.
+struct SignalWait {
+  std::shared_ptr<Region> region;  // kept while it waits
+  Responder responder;
+  const uint8_t* base = nullptr;
+  uint64_t signal_at = 0, value = 0, length = 0, timeout_ms = 0;
+  Deadline deadline = Deadline::now();
+  uint32_t polls = 0;
+  std::atomic<bool> over{false};  // answered, failed, its client left or the service is going
+
+  bool poll() {
+    if (over) return false;
+    const uint64_t signal =
+        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(base + signal_at)))
+            .load(std::memory_order_acquire);
+    if (signal >= value) {
+      responder.respond(u64_buffer(checksum({base, length})));
+    } else if (++polls % 1024 == 0 && deadline.expired()) {
+      responder.fail({Code::kTimedOut, "signal word at offset " + std::to_string(signal_at) + " holds " +
+                                           std::to_string(signal) + ", not " + std::to_string(value) + ", after " +
+                                           std::to_string(timeout_ms) + " ms"});
+    } else {
+      return true;
+    }
+    over = true;
+    return false;
+  }
+};
+
 class Memory final : public Service {
  public:
   explicit Memory(uint64_t max_region_size) : max_(max_region_size) {}
   ~Memory() override {
     for (auto& [id, m] : mirrors_) m->over = true;
+    for (auto& [id, w] : waits_) w->over = true;
   }
   std::string name() const override { return "memory"; }
   void attach(ServiceHost& host) override { host_ = &host; }
   void on_disconnect(uint32_t id) override {
     if (auto m = mirrors_.find(id); m != mirrors_.end()) m->second->over = true;
+    if (auto w = waits_.find(id); w != waits_.end()) w->second->over = true;
     mirrors_.erase(id);
+    waits_.erase(id);
     regions_.erase(id);
   }
 
@@ -169,6 +203,10 @@ class Memory final : public Service {
         if (!read_u64(in, a) || !read_u64(in, b) || !read_u64(in, c) || !read_u64(in, d)) break;
         return mirror(r, a, b, c, d, in);
       }
+      case 'G': {
+        if (!read_u64(in, a) || !read_u64(in, b) || !read_u64(in, c) || !read_u64(in, d)) break;
+        return await_signal(r, a, b, c, d);
+      }
       default:
         return r.responder.fail({Code::kInvalidArgument, "unknown memory request " + quote({&op, 1})});
     }
@@ -219,6 +257,29 @@ class Memory final : public Service {
     host_->add_poller([m] { return m->poll(); });
   }
 
+  void await_signal(ServiceRequest& r, uint64_t signal_at, uint64_t value, uint64_t length, uint64_t timeout_ms) {
+    if (auto it = waits_.find(r.peer->id()); it != waits_.end() && !it->second->over)
+      return r.responder.fail({Code::kBadState, "a signal wait is already running on this connection"});
+    auto region = find(r, "signal wait");
+    if (!region) return;
+    if (region->size() < 8 || signal_at % 8 != 0 || signal_at > region->size() - 8 || length > region->size())
+      return r.responder.fail({Code::kOutOfRange, "signal word at offset " + std::to_string(signal_at) + " and " +
+                                                      std::to_string(length) + " B to check: not an aligned word and "
+                                                      "a range within the region of " +
+                                                      std::to_string(region->size()) + " B"});
+    if (timeout_ms > kMaxSignalWaitMs)
+      return r.responder.fail({Code::kTooBig, "signal wait of " + std::to_string(timeout_ms) + " ms exceeds " +
+                                                  std::to_string(kMaxSignalWaitMs) + " ms (kMaxSignalWaitMs)"});
+    auto w = std::make_shared<SignalWait>();
+    w->responder = r.responder;
+    w->base = region->data();
+    w->region = std::move(region);
+    w->signal_at = signal_at, w->value = value, w->length = length, w->timeout_ms = timeout_ms;
+    w->deadline = Deadline::after_ms(static_cast<int64_t>(timeout_ms));
+    waits_[r.peer->id()] = w;
+    host_->add_poller([w] { return w->poll(); });
+  }
+
   bool mirroring(uint32_t id) const {
     auto it = mirrors_.find(id);
     return it != mirrors_.end() && !it->second->over;
@@ -243,6 +304,7 @@ class Memory final : public Service {
   ServiceHost* host_ = nullptr;
   std::unordered_map<uint32_t, std::shared_ptr<Region>> regions_;
   std::unordered_map<uint32_t, std::shared_ptr<Mirror>> mirrors_;
+  std::unordered_map<uint32_t, std::shared_ptr<SignalWait>> waits_;
 };
 
 }  // namespace

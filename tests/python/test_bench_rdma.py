@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from outboard import cli
+from outboard import _core, cli
 from outboard.bench import harness, stats
 from outboard.bench.declare import Options
 from outboard.bench.suites import rdma
@@ -31,10 +31,14 @@ def test_smoke_run_measures_and_verifies_every_operation(smoke_run: Path) -> Non
     meta = json.loads((smoke_run / "meta.json").read_text())
     assert meta["failed"] == {}
     ours = [r for r in rows if r["impl"].startswith("outboard")]
-    assert {r["case"] for r in ours} == {"write_bw", "read_bw", "endpoints", "write_lat", "read_lat"}
+    assert {r["case"] for r in ours} == {"write_bw", "read_bw", "endpoints", "write_lat", "read_lat", "gpu_initiated"}
     assert all(r["correctness"]["ok"] for r in rows)
     for r in ours:
-        if r["case"].endswith("_bw") or r["case"] == "endpoints":
+        if r["case"] == "gpu_initiated":  # the CPU's stores, checked by the agent after the last signal
+            m = r["metrics"]
+            assert m["bw_avg_mib_s"] > 0 and m["mpps"] > 0 and m["ops_per_iteration"] == 512
+            assert r["correctness"]["verified"] == "agent checksum of its region after the last signal"
+        elif r["case"].endswith("_bw") or r["case"] == "endpoints":
             m = r["metrics"]
             assert m["bw_peak_mib_s"] >= m["bw_avg_mib_s"] > 0 and m["mpps"] > 0
             assert m["ops_per_iteration"] == 512 and m["iterations"] == 100
@@ -51,6 +55,16 @@ def test_gpu_memory_is_skipped_with_the_reason(smoke_run: Path) -> None:
     assert reasons and reasons[0] == rdma.gpu_unavailable(None, {})
     report = (smoke_run / "report.md").read_text()
     assert "GPU-initiated path" in report and reasons[0] in report
+
+
+def test_gpu_initiated_writes_are_skipped_with_the_reason_where_no_device_is(smoke_run: Path) -> None:
+    why = _core.cuda_usable()
+    if why is None:
+        pytest.skip("a CUDA device is usable here: the GPU machine runs the kernel")
+    meta = json.loads((smoke_run / "meta.json").read_text())
+    reasons = {why_skipped for where, why_skipped in meta["skipped"].items() if where.startswith("gpu_initiated/")}
+    assert reasons == {why}
+    assert why in (smoke_run / "report.md").read_text()
 
 
 @pytest.mark.skipif(ucx_perftest.unavailable() is not None, reason="ucx_perftest missing")

@@ -215,3 +215,20 @@ def test_wait_signal_times_out_and_bad_offsets_are_refused(client: outboard.Clie
         conn.put_signal(remote, 0, b"x", 3, 1, 10.0)
     with pytest.raises(errors.OutOfRange):
         conn.put_signal(remote, 0, b"x", 4096, 1, 10.0)
+
+
+def test_the_agent_answers_once_the_signal_word_lands_with_the_bytes_before_it(client: outboard.Client) -> None:
+    """memory 'G': the agent polls a signal word of its region (what a GPU kernel's stores end with) and
+    answers with the checksum of the bytes before it; it never waits past its deadline."""
+    conn = client.connection
+    remote = conn.import_region(client.request("memory", op("A", 4096 + 8)))
+    data = _core.pattern(4096, seed=11)
+    conn.put_signal(remote, 0, data, 4096, 3, 10.0)
+    conn.flush(10.0)
+    assert u64(client.request("memory", op("G", 4096, 3, 4096, 1000))) == _core.checksum(data)
+    with pytest.raises(errors.TimedOut, match="signal word at offset 4096 holds 3, not 4, after 50 ms"):
+        client.request("memory", op("G", 4096, 4, 4096, 50))
+    with pytest.raises(errors.OutOfRange, match="signal word at offset 4092"):
+        client.request("memory", op("G", 4092, 1, 8, 50))
+    with pytest.raises(errors.TooBig, match="exceeds 60000 ms"):
+        client.request("memory", op("G", 4096, 1, 8, 60_001))

@@ -88,6 +88,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                     "msg_per_s": summarize([t["messages"] / t["seconds"] for t in trials]),
                     "agent_cpu_s_per_gib": agent_cpu_ns / 1e9 / (sum(t["bytes"] for t in trials) / 2**30),
                     "verified": all(t["verified"] for t in trials)}
+        elif op == "posted_writes":
+            r = _bench.bench_posted_writes(client.connection, bool(spec["gpu"]), size, int(spec["ops"]),
+                                           int(spec["iterations"]), int(spec["warmup"]), OP_TIMEOUT_S)
+            seconds = r["wall_ns"] / 1e9
+            out |= {"verified": r["verified"], "bw_avg_mib_s": r["bytes"] / seconds / 2**20,
+                    "mpps": r["ops"] / seconds / 1e6,
+                    "kernel_bw_mib_s": r["bytes"] / (r["kernel_ns"] / 1e9) / 2**20 if r["kernel_ns"] else None}
         elif op == "one_sided_lat":
             if spec.get("mirror"):
                 samples, mismatches = _bench.bench_signal_ping_pong(client.connection, size, int(spec["iterations"]),

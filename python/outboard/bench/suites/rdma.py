@@ -104,6 +104,23 @@ def gpu_unavailable(env: Any, params: dict[str, Any]) -> str | None:
     return None
 
 
+def gpu_writer_unavailable(env: Any, params: dict[str, Any]) -> str | None:
+    """Why a CUDA kernel cannot store into the agent's region here, or None."""
+    return transport_unavailable(env, params) or _core.cuda_usable()
+
+
+def _posted(gpu: bool):
+    def measure(env: Any, p: dict[str, Any]) -> Measurement:
+        ops, iterations, warmup = _shape(env, p["size"], p["transport"])
+        r = worker(env, p["transport"], {"op": "posted_writes", "gpu": gpu, "size": p["size"], "ops": ops,
+                                         "iterations": iterations, "warmup": warmup, "core": client_core(env)})
+        metrics = {"bw_avg_mib_s": r["bw_avg_mib_s"], "mpps": r["mpps"], "iterations": iterations,
+                   "ops_per_iteration": ops} | ({"kernel_bw_mib_s": r["kernel_bw_mib_s"]} if gpu else {})
+        return Measurement(metrics, r["verified"], {"verified": "agent checksum of its region after the last signal",
+                                                    "lanes": r["lanes"]})
+    return measure
+
+
 BW_COLUMNS = [Column("#iterations", "iterations", 0), Column("ops / iteration", "ops_per_iteration", 0),
               Column("peer operations", "operations", 0),
               Column("BW peak MiB/s", "bw_peak_mib_s", 0), Column("BW average MiB/s", "bw_avg_mib_s", 0),
@@ -183,9 +200,27 @@ GPU = Case(
           "(cuda_ipc / cuda_copy), never a CPU copy. The agent's CPU does not read GPU memory, so after the cell we "
           "get the bytes back and compare. Skipped cells list the reason below.")
 
+GPU_INITIATED = Case(
+    "gpu_initiated", "gpu_initiated: a CUDA kernel's stores into the agent's region vs the CPU's, signalled",
+    sweep={"transport": ["shm"], "size": [64, 256, 1024, 4096]}, quick={"transport": ["shm"], "size": [64, 4096]},
+    impls=[Impl(f"{OURS} (GPU-initiated)", _posted(True), gpu_writer_unavailable),
+           Impl(f"{OURS} (CPU-posted)", _posted(False), transport_unavailable)],
+    columns=[Column("#iterations", "iterations", 0), Column("ops / iteration", "ops_per_iteration", 0),
+             Column("BW average MiB/s", "bw_avg_mib_s", 0), Column("MsgRate Mpps", "mpps", 3),
+             Column("kernel BW MiB/s (CUDA events)", "kernel_bw_mib_s", 0)],
+    notes="GPUNetIO's experiment on one host, perftest's shape (512 writes of the size per iteration, 2048 "
+          "iterations): the agent's region (shared memory) is mapped into the client, which registers it with "
+          "CUDA (`cudaHostRegister`); one kernel of 512 threads stores each iteration's words, fences "
+          "(`__threadfence_system`) and sets the iteration's number in a signal word the agent polls (memory "
+          "'G'). No CPU is in the data path. CPU-posted: the client's thread stores the same words and signal. "
+          "Average bandwidth is wall clock from the first store to the agent's answer that the last signal "
+          "landed, with the checksum of what it holds (the last iteration's bytes, checked); the kernel's own "
+          "time comes from CUDA events. Across hosts a kernel would post through UCX's device API (`ucp_device_*`, "
+          "UCX ≥ 1.20, with a NIC that has it), which this build does not use. Skipped cells list the reason.")
+
 SUITE = Suite(
     name="rdma", title="One-sided data path: write/read bandwidth and latency (perftest shape)",
-    cases=[WRITE_BW, READ_BW, ENDPOINTS, WRITE_LAT, READ_LAT, GPU],
+    cases=[WRITE_BW, READ_BW, ENDPOINTS, WRITE_LAT, READ_LAT, GPU, GPU_INITIATED],
     charts=[Chart("write_bw", "size", "bw_avg_mib_s", "write_bw average", "MiB/s", logy=True, split=["transport"]),
             Chart("read_bw", "size", "bw_avg_mib_s", "read_bw average", "MiB/s", logy=True, split=["transport"]),
             Chart("write_lat", "size", "t_us.p50", "write_lat typical (one-way)", "µs", logy=True, split=["transport"]),
@@ -201,7 +236,7 @@ SUITE = Suite(
           "(`doca_gpu_dev_rdma_write_*` on a queue the CPU set up). Here the same experiment maps onto: a region "
           "allocated in GPU memory and registered with UCX (`ucp_mem_map` of CUDA memory, needs UCX built with "
           "CUDA and, across hosts, GPUDirect RDMA); its descriptor exported to the peer as for host memory; the "
-          "writes issued by the CPU (this suite) or, for a GPU-initiated path, by a kernel through UCX's device "
-          "API (UCX ≥ 1.19 `ucp_device_*`), which Debian's UCX 1.13 lacks. Host-initiated writes into GPU memory "
-          "need only the CUDA-enabled UCX; device-initiated ones need the newer UCX and a NIC (no shared-memory "
-          "path).")
+          "writes issued by the CPU (the `gpu` case). The `gpu_initiated` case has a kernel issue them: on one "
+          "host as stores into the agent's mapped region, signalled in a word the agent polls; across hosts that "
+          "takes UCX's device API (UCX ≥ 1.20 `ucp_device_*`) and a NIC that has it, which this build does not "
+          "use. Host-initiated writes into GPU memory need only the CUDA-enabled UCX.")
