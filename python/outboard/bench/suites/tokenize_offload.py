@@ -132,9 +132,13 @@ class Pipeline:
         # transfer: the ids from where they were made to where the lookup runs (for the agent, also
         # the text's way there and the answer's way back, outside its tokenize time)
         transfer_ns = (t4 - t2) if where == "host" else (t2 - t1) - tokenize_ns + (t4 - t3)  # gpu: as the agent
-        return {"placement": where, "batch": batch, "acquire": t1 - t0, "tokenize": tokenize_ns,
-                "transfer": transfer_ns, "embed": t5 - t4, "total": t5 - t0,
-                "consumer_cpu": time.thread_time_ns() - cpu0, "agent_cpu": batch.agent.get("cpu_ns", 0)}
+        out = {"placement": where, "batch": batch, "acquire": t1 - t0, "tokenize": tokenize_ns,
+               "transfer": transfer_ns, "embed": t5 - t4, "total": t5 - t0,
+               "consumer_cpu": time.thread_time_ns() - cpu0, "agent_cpu": batch.agent.get("cpu_ns", 0)}
+        events = getattr(self.embed, "events_ns", None)
+        if embed and events:  # on a GPU: the copy's and the lookup's own time, by CUDA events
+            out |= {"copy_gpu": events["copy"], "embed_gpu": events["embed"]}
+        return out
 
 
 def single_requests(results: Any, pipe: Pipeline, model: str, workload: str, payload: int, batch: int,
@@ -153,8 +157,10 @@ def single_requests(results: Any, pipe: Pipeline, model: str, workload: str, pay
             got[p] = r
             if warm:
                 continue
-            for stage in ("acquire", "tokenize", "transfer", "embed", "total", "consumer_cpu", "agent_cpu"):
-                samples[p].setdefault(stage, []).append(r[stage] / 1000)
+            for stage in ("acquire", "tokenize", "transfer", "embed", "total", "consumer_cpu", "agent_cpu",
+                          "copy_gpu", "embed_gpu"):
+                if stage in r:
+                    samples[p].setdefault(stage, []).append(r[stage] / 1000)
         ref = got["host"]["batch"]
         for p in placements[1:]:
             b = got[p]["batch"]
@@ -591,6 +597,12 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
                          + f" | {m['total_us']['p50']:.1f} (p99 {m['total_us']['p99']:.1f}) | "
                          f"{m['consumer_cpu_us']['p50']:.1f} | {m['agent_cpu_us']['p50']:.1f} | "
                          f"{r['correctness']['ids_differ']}/{r['correctness']['requests']} |")
+        timed = {p: r["metrics"] for p, r in cells.items() if "embed_gpu_us" in r["metrics"]}
+        if timed:
+            lines += ["", "On the GPU, by CUDA events (p50 µs): " + "; ".join(
+                f"{p}: ids' copy {m['copy_gpu_us']['p50']:.1f}, embed kernels {m['embed_gpu_us']['p50']:.1f}"
+                for p, m in timed.items()) + ". The rest of transfer and embed above is launches and "
+                "synchronisations; the gpu placement's tokenize is its kernels' event time."]
         if model in meta.get("gpu_placement_absent", {}):
             lines += ["", f"No gpu placement: {meta['gpu_placement_absent'][model]}."]
         else:
