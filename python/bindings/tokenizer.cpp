@@ -347,7 +347,8 @@ void bind_tokenizer(nb::module_& m) {
       .def("special_tokens", &Tokenizer::special_tokens, "[(text, id)] of every special token, by id.")
       .def_static("unicode_version", [] { return std::string(Tokenizer::unicode_version()); });
 
-  // GPT-2's BPE on a CUDA device, ids into the caller's device memory (a torch CUDA tensor, by DLPack).
+  // GPT-2's BPE or BERT's WordPiece on a CUDA device, the ids into the caller's device memory (a torch
+  // CUDA tensor, by DLPack).
   using DeviceIds = nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cuda>;
   m.def("cuda_usable", [] {
     const Status st = gpu::cuda_usable();

@@ -8,11 +8,10 @@
 #include <bit>
 #include <cstring>
 #include <cub/device/device_scan.cuh>
-#include <mutex>
 #include <string>
 
-#include "gpu/tables.h"
 #include "gpu/gpu_tokenizer.h"
+#include "gpu/tables.h"
 #include "util/mutex.h"
 
 namespace outboard::gpu {
@@ -23,8 +22,8 @@ Status cuda_error(cudaError_t e, const std::string& what) {
   return {Code::kIoError, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
 }
 
-#define OB_CUDA_TRY(call, what)                                          \
-  do {                                                                   \
+#define OB_CUDA_TRY(call, what)                                                              \
+  do {                                                                                       \
     if (const cudaError_t ob_e_ = (call); ob_e_ != cudaSuccess) return cuda_error(ob_e_, what); \
   } while (0)
 

@@ -198,9 +198,7 @@ void BpeVocab::derive_splits() {
     reachable_.longest(b, b + length_[id] - 1, shorter_[id]);
   }
   std::vector<std::pair<uint64_t, Merge>> last_merges;
-  for (size_t id = 0; id < ids; ++id)
-    if (split_[id].first >= 0)
-      last_merges.push_back({pair_key(split_[id].first, split_[id].second), Merge{rank_[id] - 1, static_cast<int32_t>(id)}});
+  for (const PairMerge& m : pair_merges()) last_merges.push_back({pair_key(m.left, m.right), Merge{m.priority, m.merged}});
   pairs_.build(last_merges);
 }
 

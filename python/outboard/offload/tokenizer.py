@@ -77,7 +77,10 @@ class OffloadTokenizer:
         self._connection = connection
         self._local: Tokenizer | None = open_local(name) if placement != "agent" else None
         self._remote: _core.RemoteTokenizer | None = None
-        self._gpu: GpuRunner | None = GpuRunner(self._local, output) if placement == "gpu" else None  # type: ignore[arg-type]
+        self._gpu: GpuRunner | None = None
+        if placement == "gpu":
+            assert self._local is not None
+            self._gpu = GpuRunner(self._local, output)
         if connection is not None and placement in ("agent", "auto"):
             self._remote = _core.RemoteTokenizer.open(connection, self.name, timeout, output=_output_memory(output))
             if self.policy is not None:
