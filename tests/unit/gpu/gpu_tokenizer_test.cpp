@@ -35,14 +35,23 @@ struct Encoded {
   std::vector<uint32_t> offsets;
 };
 
-Encoded encode_on_cpu(const BpeTableImage& image, const std::vector<std::string>& texts, uint32_t capacity) {
+// A batch's texts back to back, and where each begins (one more: the end).
+struct Joined {
   std::string all;
-  std::vector<uint32_t> text_offsets;
-  for (const auto& t : texts) {
-    text_offsets.push_back(static_cast<uint32_t>(all.size()));
-    all += t;
+  std::vector<uint32_t> offsets;
+  explicit Joined(const std::vector<std::string>& texts) {
+    for (const auto& t : texts) {
+      offsets.push_back(static_cast<uint32_t>(all.size()));
+      all += t;
+    }
+    offsets.push_back(static_cast<uint32_t>(all.size()));
   }
-  text_offsets.push_back(static_cast<uint32_t>(all.size()));
+};
+
+Encoded encode_on_cpu(const BpeTableImage& image, const std::vector<std::string>& texts, uint32_t capacity) {
+  Joined joined(texts);
+  const std::string& all = joined.all;
+  std::vector<uint32_t>& text_offsets = joined.offsets;
   const size_t n = all.size();
   std::vector<uint32_t> starts(n + 1), piece_of(n + 1), ranks(n), counts(n + 1), id_offsets(n + 1),
       text_ids(texts.size() + 1);
@@ -59,13 +68,9 @@ Encoded encode_on_cpu(const BpeTableImage& image, const std::vector<std::string>
 }
 
 Encoded encode_on_cpu(const WordPieceTableImage& image, const std::vector<std::string>& texts, uint32_t capacity) {
-  std::string all;
-  std::vector<uint32_t> text_offsets;
-  for (const auto& t : texts) {
-    text_offsets.push_back(static_cast<uint32_t>(all.size()));
-    all += t;
-  }
-  text_offsets.push_back(static_cast<uint32_t>(all.size()));
+  Joined joined(texts);
+  const std::string& all = joined.all;
+  std::vector<uint32_t>& text_offsets = joined.offsets;
   const size_t n = all.size(), nn = (n + 1) * image.max_expansion;
   std::vector<uint32_t> norm_lens(n + 1), norm_at(n + 1), starts(nn), word_of(nn), counts(nn), id_offsets(nn),
       text_ids(texts.size() + 1);
