@@ -68,7 +68,9 @@ struct BpeBatch {
   uint32_t* starts;     ///< bytes + 1, zeroed: 1 where a piece begins
   uint32_t* piece_of;   ///< bytes + 1: exclusive sum of starts (a piece's index at its first byte)
   int32_t* parts;       ///< bytes: a piece's parts (then ids) at the piece's own offset
-  uint32_t* ranks;      ///< bytes: the priority of merging part i with part i + 1
+  uint32_t* ranks;      ///< bytes: the priority of merging part i with the next
+  uint32_t* links;      ///< 2 x bytes: a long piece's next and previous parts (MergeScratch)
+  uint64_t* heap;       ///< 3 x bytes: a long piece's merge queue
   uint32_t* counts;     ///< bytes + 1, zeroed: ids of each piece
   uint32_t* id_offsets; ///< bytes + 1: exclusive sum of counts
   int32_t* ids;         ///< the output: capacity ids
@@ -212,10 +214,23 @@ OB_HD inline uint32_t pair_priority(const BpeTables& t, int32_t left, int32_t ri
   return m ? m->priority : kNoPriority;
 }
 
+/// Where a piece of n bytes is merged: parts and ranks hold n entries, next and prev n, heap 3n.
+struct MergeScratch {
+  int32_t* parts;
+  uint32_t* ranks;
+  uint32_t* next;
+  uint32_t* prev;
+  uint64_t* heap;
+};
+
+/// Pieces longer than this merge through a queue (n log n); shorter ones by tiktoken's scan (n^2,
+/// and faster when short). CJK and Thai text make pieces of hundreds of bytes.
+inline constexpr uint32_t kQueuedPiece = 32;
+
 /// tiktoken's merge of the bytes p[0, n) (BpeVocab::small_merge's loop): the lowest-priority
 /// pair merges first, leftmost on ties. Works in parts[0, n) and ranks[0, n); returns how many ids
 /// it left in parts.
-OB_HD inline uint32_t merge_bytes(const BpeTables& t, const uint8_t* p, uint32_t n, int32_t* parts, uint32_t* ranks) {
+OB_HD inline uint32_t scan_merge(const BpeTables& t, const uint8_t* p, uint32_t n, int32_t* parts, uint32_t* ranks) {
   if (n == 0) return 0;
   for (uint32_t i = 0; i < n; ++i) parts[i] = t.byte_ids[p[i]];
   for (uint32_t i = 0; i + 1 < n; ++i) ranks[i] = pair_priority(t, parts[i], parts[i + 1]);
@@ -238,6 +253,71 @@ OB_HD inline uint32_t merge_bytes(const BpeTables& t, const uint8_t* p, uint32_t
   return m;
 }
 
+// A binary min-heap of (priority << 32 | position): the lowest priority first, leftmost on ties.
+OB_HD inline void heap_push(uint64_t* heap, uint32_t& size, uint64_t v) {
+  uint32_t i = size++;
+  while (i > 0 && heap[(i - 1) / 2] > v) {
+    heap[i] = heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  heap[i] = v;
+}
+
+OB_HD inline uint64_t heap_pop(uint64_t* heap, uint32_t& size) {
+  const uint64_t top = heap[0], last = heap[--size];
+  uint32_t i = 0;
+  for (uint32_t child; (child = 2 * i + 1) < size; i = child) {
+    if (child + 1 < size && heap[child + 1] < heap[child]) ++child;
+    if (heap[child] >= last) break;
+    heap[i] = heap[child];
+  }
+  heap[i] = last;
+  return top;
+}
+
+/// scan_merge's result by a queue of the pairs: parts linked by position (a part keeps the position
+/// of its first byte), each pair queued with its priority when it forms; an entry whose pair has
+/// changed since is skipped (its position's rank no longer matches: a merge's new pairs always
+/// rank otherwise, as a priority names one merge). Leaves the ids at s.parts[0, count).
+OB_HD inline uint32_t queue_merge(const BpeTables& t, const uint8_t* p, uint32_t n, const MergeScratch& s) {
+  uint32_t size = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    s.parts[i] = t.byte_ids[p[i]];
+    s.next[i] = i + 1;
+    s.prev[i] = i - 1;  // wraps for the first: never read
+  }
+  for (uint32_t i = 0; i + 1 < n; ++i) {
+    s.ranks[i] = pair_priority(t, s.parts[i], s.parts[i + 1]);
+    if (s.ranks[i] != kNoPriority) heap_push(s.heap, size, uint64_t{s.ranks[i]} << 32 | i);
+  }
+  s.ranks[n - 1] = kNoPriority;
+  while (size > 0) {
+    const uint64_t top = heap_pop(s.heap, size);
+    const auto at = static_cast<uint32_t>(top), rank = static_cast<uint32_t>(top >> 32);
+    if (s.parts[at] < 0 || s.ranks[at] != rank) continue;  // merged away, or its pair changed
+    const uint32_t right = s.next[at];
+    s.parts[at] = find_pair(t, s.parts[at], s.parts[right])->merged;
+    s.parts[right] = -1;
+    s.next[at] = s.next[right];
+    if (s.next[at] < n) s.prev[s.next[at]] = at;
+    s.ranks[at] = s.next[at] < n ? pair_priority(t, s.parts[at], s.parts[s.next[at]]) : kNoPriority;
+    if (s.ranks[at] != kNoPriority) heap_push(s.heap, size, uint64_t{s.ranks[at]} << 32 | at);
+    if (at > 0) {
+      const uint32_t left = s.prev[at];
+      s.ranks[left] = pair_priority(t, s.parts[left], s.parts[at]);
+      if (s.ranks[left] != kNoPriority) heap_push(s.heap, size, uint64_t{s.ranks[left]} << 32 | left);
+    }
+  }
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < n; i = s.next[i]) s.parts[count++] = s.parts[i];  // count <= i: in place
+  return count;
+}
+
+/// A piece's merge, by the scan or the queue as its length says.
+OB_HD inline uint32_t merge_bytes(const BpeTables& t, const uint8_t* p, uint32_t n, const MergeScratch& s) {
+  return n > kQueuedPiece ? queue_merge(t, p, n, s) : scan_merge(t, p, n, s.parts, s.ranks);
+}
+
 /// Step 2, a thread per byte: the thread of a piece's first byte encodes the piece in place.
 OB_HD inline void encode_piece(const BpeTables& t, const BpeBatch& b, uint32_t i) {
   if (!b.starts[i]) return;
@@ -247,7 +327,10 @@ OB_HD inline void encode_piece(const BpeTables& t, const BpeBatch& b, uint32_t i
   const int32_t whole = whole_token(t, p, end - i);
   uint32_t count = 1;
   if (whole >= 0) b.parts[i] = whole;
-  else count = merge_bytes(t, p, end - i, b.parts + i, b.ranks + i);
+  else
+    count = merge_bytes(t, p, end - i,
+                        {b.parts + i, b.ranks + i, b.links + 2 * size_t{i}, b.links + 2 * size_t{i} + (end - i),
+                         b.heap + 3 * size_t{i}});
   b.counts[b.piece_of[i]] = count;
 }
 

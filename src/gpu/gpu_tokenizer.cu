@@ -128,6 +128,8 @@ struct DeviceBpe {
     b.piece_of = a.take<uint32_t>(nb);
     b.parts = a.take<int32_t>(nb);
     b.ranks = a.take<uint32_t>(nb);
+    b.links = a.take<uint32_t>(2 * nb);
+    b.heap = a.take<uint64_t>(3 * nb);
     b.counts = a.take<uint32_t>(nb);
     b.id_offsets = a.take<uint32_t>(nb);
     return b;

@@ -16,8 +16,9 @@
 
 namespace outboard::gpu {
 
-/// Longest batch (all its texts' bytes) one encode() takes: offsets on the device are 32-bit.
-inline constexpr size_t kMaxBatchBytes = size_t{1} << 30;
+/// Longest batch (all its texts' bytes) one encode() takes: its device arrays take ~60 times that
+/// (rounded up to a power of two).
+inline constexpr size_t kMaxBatchBytes = size_t{64} << 20;
 
 /// Whether this build has CUDA code and a CUDA device is usable; if not, why.
 Status cuda_usable();

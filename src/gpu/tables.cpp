@@ -53,15 +53,19 @@ void fill_wholes(const tokenize::BpeVocab& vocab, BpeTableImage& image) {
   std::vector<std::pair<std::string_view, int32_t>> found;
   const BpeTables t = image.host_view();
   std::vector<int32_t> parts;
-  std::vector<uint32_t> ranks;
+  std::vector<uint32_t> ranks, links;
+  std::vector<uint64_t> heap;
   for (int32_t id = 0; id <= vocab.max_id(); ++id) {
     const std::string_view bytes = vocab.bytes_of(id);
     if (bytes.empty()) continue;
-    parts.resize(bytes.size());
-    ranks.resize(bytes.size());
+    const size_t n = bytes.size();
+    parts.resize(n);
+    ranks.resize(n);
+    links.resize(2 * n);
+    heap.resize(3 * n);
     const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-    if (merge_bytes(t, p, static_cast<uint32_t>(bytes.size()), parts.data(), ranks.data()) != 1 || parts[0] != id)
-      found.emplace_back(bytes, id);
+    const MergeScratch scratch{parts.data(), ranks.data(), links.data(), links.data() + n, heap.data()};
+    if (merge_bytes(t, p, static_cast<uint32_t>(n), scratch) != 1 || parts[0] != id) found.emplace_back(bytes, id);
   }
   image.wholes.assign(table_size(found.size()), WholeSlot{0, 0, 0, -1});
   const uint64_t mask = image.wholes.size() - 1;

@@ -53,14 +53,16 @@ Encoded encode_on_cpu(const BpeTableImage& image, const std::vector<std::string>
   const std::string& all = joined.all;
   std::vector<uint32_t>& text_offsets = joined.offsets;
   const size_t n = all.size();
-  std::vector<uint32_t> starts(n + 1), piece_of(n + 1), ranks(n), counts(n + 1), id_offsets(n + 1),
+  std::vector<uint32_t> starts(n + 1), piece_of(n + 1), ranks(n), links(2 * n), counts(n + 1), id_offsets(n + 1),
       text_ids(texts.size() + 1);
+  std::vector<uint64_t> heap(3 * n);
   std::vector<int32_t> parts(n);
   Encoded out;
   out.ids.assign(capacity + 2, -1);  // two past the capacity, which no step may write
   const BpeBatch b{reinterpret_cast<const uint8_t*>(all.data()), static_cast<uint32_t>(n), text_offsets.data(),
                    static_cast<uint32_t>(texts.size()), starts.data(), piece_of.data(), parts.data(), ranks.data(),
-                   counts.data(), id_offsets.data(), out.ids.data(), capacity, text_ids.data()};
+                   links.data(), heap.data(), counts.data(), id_offsets.data(), out.ids.data(), capacity,
+                   text_ids.data()};
   CpuExec exec;
   encode_batch(exec, image.host_view(), b);
   out.offsets = text_ids;
@@ -155,6 +157,14 @@ TEST_F(GpuTokenizerTest, StepsOnTheCpuGiveTheCpuTokenizersIds) {
   texts.back() += " b";
   for (int i = 0; i < 400; ++i) texts.push_back(random_text(rng, rng() % 300));
   texts.push_back(random_text(rng, 8192));
+  // Long pieces, which merge through the queue: letters of several scripts with nothing between them.
+  const std::vector<std::string> letters = {"a", "q", "Z", "e", "s", "\u00e9", "\u0416", "\u4e2d", "\u6587", "\u3042",
+                                            "\u0e01", "\u0e32", "\ud55c"};
+  for (size_t chars : {33, 40, 100, 700, 3000}) {
+    std::string t = " ";
+    for (size_t k = 0; k < chars; ++k) t += letters[rng() % letters.size()];
+    texts.push_back(t);
+  }
   const auto want = reference(texts);
   size_t total = 0;
   for (const auto& w : want) total += w.size();
