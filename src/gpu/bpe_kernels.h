@@ -326,11 +326,13 @@ OB_HD inline void encode_piece(const BpeTables& t, const BpeBatch& b, uint32_t i
   const uint8_t* p = b.text + i;
   const int32_t whole = whole_token(t, p, end - i);
   uint32_t count = 1;
-  if (whole >= 0) b.parts[i] = whole;
-  else
-    count = merge_bytes(t, p, end - i,
-                        {b.parts + i, b.ranks + i, b.links + 2 * size_t{i}, b.links + 2 * size_t{i} + (end - i),
-                         b.heap + 3 * size_t{i}});
+  if (whole >= 0) {
+    b.parts[i] = whole;
+  } else {
+    const uint32_t n = end - i;
+    const size_t at = i;
+    count = merge_bytes(t, p, n, {b.parts + at, b.ranks + at, b.links + 2 * at, b.links + 2 * at + n, b.heap + 3 * at});
+  }
   b.counts[b.piece_of[i]] = count;
 }
 
