@@ -20,12 +20,18 @@ std::vector<uint8_t> request_bytes(char op, std::initializer_list<uint64_t> args
   return out;
 }
 
-Result<uint64_t> agent_checksum(Connection& c, uint64_t offset, uint64_t length, double timeout_s) {
-  OB_ASSIGN_OR_RETURN(Buffer r, c.request("memory", request_bytes('S', {offset, length}), deadline_in(timeout_s)));
-  if (r.size() != 8) return Status(Code::kIoError, "memory 'S' answered " + std::to_string(r.size()) + " bytes, not 8");
+// A memory service request answered with one u64.
+Result<uint64_t> agent_u64(Connection& c, char op, std::initializer_list<uint64_t> args, double timeout_s) {
+  OB_ASSIGN_OR_RETURN(Buffer r, c.request("memory", request_bytes(op, args), deadline_in(timeout_s)));
+  if (r.size() != 8)
+    return Status(Code::kIoError, std::string("memory '") + op + "' answered " + std::to_string(r.size()) + " bytes, not 8");
   uint64_t v;
   std::memcpy(&v, r.data(), 8);
   return v;
+}
+
+Result<uint64_t> agent_checksum(Connection& c, uint64_t offset, uint64_t length, double timeout_s) {
+  return agent_u64(c, 'S', {offset, length}, timeout_s);
 }
 
 }  // namespace
@@ -63,14 +69,9 @@ Result<PostedWrites> posted_writes(Connection& c, bool gpu, size_t size, size_t 
     }
     return {};
   };
-  auto landed = [&](uint64_t last) -> Result<uint64_t> {  // the agent's checksum once `last` is signalled
-    const auto timeout_ms = static_cast<uint64_t>(std::min(timeout_s, 60.0) * 1000);
-    OB_ASSIGN_OR_RETURN(Buffer r, c.request("memory", request_bytes('G', {signal_at, last, bytes, timeout_ms}),
-                                            deadline_in(timeout_s)));
-    if (r.size() != 8) return Status(Code::kIoError, "memory 'G' answered " + std::to_string(r.size()) + " bytes, not 8");
-    uint64_t v;
-    std::memcpy(&v, r.data(), 8);
-    return v;
+  const auto timeout_ms = static_cast<uint64_t>(std::min(timeout_s * 1000, double(services::kMaxSignalWaitMs)));
+  auto landed = [&](uint64_t last) {  // the agent's checksum once `last` is signalled
+    return agent_u64(c, 'G', {signal_at, last, bytes, timeout_ms}, timeout_s);
   };
   if (warmup > 0) {
     OB_RETURN_IF_ERROR(post(1, warmup));

@@ -27,21 +27,6 @@ using ByteArray = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cp
 // Any C-contiguous array on any device: numpy's, or torch's on the CPU or a GPU (DLPack).
 using AnyArray = nb::ndarray<nb::c_contig>;
 
-// Where an array's memory is, as registration needs it: a GPU's own memory, or memory the CPU
-// reaches (pinned host memory too).
-MemoryKind memory_kind(const AnyArray& array) {
-  switch (array.device_type()) {
-    case nb::device::cpu::value:
-    case nb::device::cuda_host::value:
-      return MemoryKind::kHost;
-    case nb::device::cuda::value:
-      return MemoryKind::kCuda;
-    default:
-      raise(Status(Code::kInvalidArgument, "an array on DLPack device type " + std::to_string(array.device_type()) +
-                                               ": only CPU and CUDA memory can be registered"));
-  }
-}
-
 // Copies into memory this core does not read next (a snapshot the agent reads) with
 // non-temporal stores: no read-for-ownership of each destination line, and the caller's working
 // set stays in its caches. stream_fence() orders them before whatever follows.
@@ -272,7 +257,7 @@ void bind_channel(nb::module_& m) {
                raise(Status(Code::kInvalidArgument, "register_memory takes a C-contiguous array (numpy's, or a "
                                                     "tensor by DLPack), not this " +
                                                         std::string(nb::inst_name(source).c_str())));
-             auto r = c.register_memory(array.data(), array.nbytes(), memory_kind(array));
+             auto r = c.register_memory(array.data(), array.nbytes(), memory_kind(array.device_type()));
              return PyRegion{unwrap(std::move(r)), std::move(source)};
            },
            "array"_a, nb::keep_alive<0, 1>(),

@@ -1,7 +1,22 @@
 // Conversions every binding file and both extension modules share.
 #include "common.h"
 
+#include <string>
+
 namespace outboard {
+
+MemoryKind memory_kind(int dlpack_device) {
+  switch (dlpack_device) {
+    case nb::device::cpu::value:
+    case nb::device::cuda_host::value:
+      return MemoryKind::kHost;
+    case nb::device::cuda::value:
+      return MemoryKind::kCuda;
+    default:
+      raise(Status(Code::kInvalidArgument, "an array on DLPack device type " + std::to_string(dlpack_device) +
+                                               ": only CPU and CUDA memory can be registered"));
+  }
+}
 
 std::string_view text_view(nb::handle h) {
   if (PyBytes_Check(h.ptr())) return {PyBytes_AS_STRING(h.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(h.ptr()))};

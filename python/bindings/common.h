@@ -13,6 +13,7 @@
 
 #include "outboard/buffer.h"
 #include "outboard/clock.h"
+#include "outboard/memory_kind.h"
 #include "outboard/status.h"
 
 namespace outboard {
@@ -58,6 +59,11 @@ nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& v) {
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
   return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
 }
+
+// Where an array's memory is, from its DLPack device type (ndarray::device_type()), as registration
+// needs it: a GPU's own memory, or memory the CPU reaches (pinned host memory too); other devices are
+// refused naming theirs.
+MemoryKind memory_kind(int dlpack_device);
 
 // str (as UTF-8) or bytes, viewed without copying.
 std::string_view text_view(nb::handle h);

@@ -401,12 +401,7 @@ void bind_tokenizer(nb::module_& m) {
             if (!output.is_none()) {
               // numpy's, or by DLPack a CUDA tensor (GPU memory) or pinned host memory.
               auto ids = nb::cast<nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig>>(output);
-              const int device = ids.device_type();
-              if (device != nb::device::cpu::value && device != nb::device::cuda_host::value &&
-                  device != nb::device::cuda::value)
-                raise(Status(Code::kInvalidArgument, "output for the ids on DLPack device type " +
-                                                         std::to_string(device) + ": only CPU and CUDA memory"));
-              memory.kind = device == nb::device::cuda::value ? MemoryKind::kCuda : MemoryKind::kHost;
+              memory.kind = memory_kind(ids.device_type());
               memory.ids = {ids.data(), ids.shape(0)};
               // Batches may outlive the tokenizer, and their last view may go on any thread.
               memory.owner = std::shared_ptr<void>(output.release().ptr(), [](void* o) {

@@ -1,8 +1,6 @@
 // GpuTokenizer on the CUDA runtime: bpe_kernels.h's or wordpiece_kernels.h's
 // steps as kernels on a stream of its own, prefix sums by CUB, one
 // synchronisation per batch.
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -10,6 +8,7 @@
 #include <cub/device/device_scan.cuh>
 #include <string>
 
+#include "gpu/cuda_status.h"
 #include "gpu/gpu_tokenizer.h"
 #include "gpu/tables.h"
 #include "util/mutex.h"
@@ -17,15 +16,6 @@
 namespace outboard::gpu {
 
 namespace {
-
-Status cuda_error(cudaError_t e, const std::string& what) {
-  return {Code::kIoError, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
-}
-
-#define OB_CUDA_TRY(call, what)                                                              \
-  do {                                                                                       \
-    if (const cudaError_t ob_e_ = (call); ob_e_ != cudaSuccess) return cuda_error(ob_e_, what); \
-  } while (0)
 
 template <typename F>
 __global__ void each_kernel(uint32_t n, F f) {
@@ -70,12 +60,19 @@ Result<DevicePtr> device_alloc(size_t bytes, const char* what) {
   return DevicePtr(p);
 }
 
-template <typename T>
-Result<DevicePtr> device_copy(const std::vector<T>& v, const char* what) {
-  OB_ASSIGN_OR_RETURN(DevicePtr p, device_alloc(v.size() * sizeof(T), what));
-  OB_CUDA_TRY(cudaMemcpy(p.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), std::string("copying ") + what);
-  return Result<DevicePtr>(std::move(p));  // nvcc's front end moves no local into a Result by itself
-}
+// A model's tables on the device, and the bytes they take.
+struct DeviceTables {
+  size_t table_bytes = 0;
+
+  template <typename T>
+  Result<DevicePtr> copy(const std::vector<T>& v, const char* what) {
+    OB_ASSIGN_OR_RETURN(DevicePtr p, device_alloc(v.size() * sizeof(T), what));
+    OB_CUDA_TRY(cudaMemcpy(p.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
+                std::string("copying ") + what);
+    table_bytes += v.size() * sizeof(T);
+    return Result<DevicePtr>(std::move(p));  // nvcc's front end moves no local into a Result by itself
+  }
+};
 
 uint64_t elapsed_ns(cudaEvent_t from, cudaEvent_t to) {
   float ms = 0;
@@ -97,25 +94,21 @@ struct Arena {
 
 // A model on the device: its tables, and how a batch's arrays are laid out in an arena of room
 // for `nb` bytes and `nt` texts (nb > the batch's bytes, nt > its texts).
-struct DeviceBpe {
+struct DeviceBpe : DeviceTables {
   BpeTableImage image;
   BpeTables tables{};
   DevicePtr kinds, byte_ids, pairs, wholes, whole_bytes;
 
   Status upload() {
-    OB_ASSIGN_OR_RETURN(kinds, device_copy(image.kinds, "the character kinds"));
-    OB_ASSIGN_OR_RETURN(byte_ids, device_copy(image.byte_ids, "the byte tokens"));
-    OB_ASSIGN_OR_RETURN(pairs, device_copy(image.pairs, "the pair table"));
-    OB_ASSIGN_OR_RETURN(wholes, device_copy(image.wholes, "the whole-token table"));
-    OB_ASSIGN_OR_RETURN(whole_bytes, device_copy(image.whole_bytes, "the whole tokens' bytes"));
+    OB_ASSIGN_OR_RETURN(kinds, copy(image.kinds, "the character kinds"));
+    OB_ASSIGN_OR_RETURN(byte_ids, copy(image.byte_ids, "the byte tokens"));
+    OB_ASSIGN_OR_RETURN(pairs, copy(image.pairs, "the pair table"));
+    OB_ASSIGN_OR_RETURN(wholes, copy(image.wholes, "the whole-token table"));
+    OB_ASSIGN_OR_RETURN(whole_bytes, copy(image.whole_bytes, "the whole tokens' bytes"));
     tables = image.view(static_cast<const uint8_t*>(kinds.get()), static_cast<const int32_t*>(byte_ids.get()),
                         static_cast<const PairSlot*>(pairs.get()), static_cast<const WholeSlot*>(wholes.get()),
                         static_cast<const uint8_t*>(whole_bytes.get()));
     return {};
-  }
-  [[nodiscard]] size_t table_bytes() const {
-    return image.kinds.size() + image.byte_ids.size() * 4 + image.pairs.size() * sizeof(PairSlot) +
-           image.wholes.size() * sizeof(WholeSlot) + image.whole_bytes.size();
   }
   [[nodiscard]] const auto& specials() const { return image.specials; }
   [[nodiscard]] uint64_t longest_scan(size_t nb) const { return nb; }
@@ -140,25 +133,21 @@ struct DeviceBpe {
   }
 };
 
-struct DeviceWordPiece {
+struct DeviceWordPiece : DeviceTables {
   WordPieceTableImage image;
   WordPieceTables tables{};
   DevicePtr norm_index, norm_bytes, kinds, initial, continuing;
 
   Status upload() {
-    OB_ASSIGN_OR_RETURN(norm_index, device_copy(image.norm_index, "the normalization index"));
-    OB_ASSIGN_OR_RETURN(norm_bytes, device_copy(image.norm_bytes, "the normalized characters"));
-    OB_ASSIGN_OR_RETURN(kinds, device_copy(image.kinds, "the character kinds"));
-    OB_ASSIGN_OR_RETURN(initial, device_copy(image.initial, "the word-initial trie"));
-    OB_ASSIGN_OR_RETURN(continuing, device_copy(image.continuing, "the continuing trie"));
+    OB_ASSIGN_OR_RETURN(norm_index, copy(image.norm_index, "the normalization index"));
+    OB_ASSIGN_OR_RETURN(norm_bytes, copy(image.norm_bytes, "the normalized characters"));
+    OB_ASSIGN_OR_RETURN(kinds, copy(image.kinds, "the character kinds"));
+    OB_ASSIGN_OR_RETURN(initial, copy(image.initial, "the word-initial trie"));
+    OB_ASSIGN_OR_RETURN(continuing, copy(image.continuing, "the continuing trie"));
     tables = image.view(static_cast<const uint32_t*>(norm_index.get()), static_cast<const uint8_t*>(norm_bytes.get()),
                         static_cast<const uint8_t*>(kinds.get()), static_cast<const TrieCell*>(initial.get()),
                         static_cast<const TrieCell*>(continuing.get()));
     return {};
-  }
-  [[nodiscard]] size_t table_bytes() const {
-    return image.norm_index.size() * 4 + image.norm_bytes.size() + image.kinds.size() +
-           (image.initial.size() + image.continuing.size()) * sizeof(TrieCell);
   }
   [[nodiscard]] const auto& specials() const { return image.specials; }
   [[nodiscard]] uint64_t longest_scan(size_t nb) const { return uint64_t{nb} * image.max_expansion; }
@@ -263,7 +252,7 @@ class CudaTokenizer final : public GpuTokenizer {
 
   [[nodiscard]] size_t device_bytes() const override {
     MutexLock hold(mutex_);
-    return model_.table_bytes() + batch_arena_ + temp_bytes_;
+    return model_.table_bytes + batch_arena_ + temp_bytes_;
   }
 
  private:

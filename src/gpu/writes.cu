@@ -1,16 +1,11 @@
-#include <cuda_runtime.h>
-
 #include <string>
 
+#include "gpu/cuda_status.h"
 #include "gpu/gpu_tokenizer.h"  // cuda_usable
 #include "gpu/writes.h"
 
 namespace outboard::gpu {
 namespace {
-
-Status cuda_failed(cudaError_t e, const std::string& what) {
-  return {Code::kIoError, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
-}
 
 // One block: every thread stores its share of an iteration, fences so the stores are visible to
 // the host before the signal, and thread 0 sets the signal once all have.
@@ -36,19 +31,15 @@ class CudaWriter final : public GpuWriter {
   }
 
   Status init() {
-    if (cudaError_t e = cudaSetDevice(0); e != cudaSuccess) return cuda_failed(e, "selecting CUDA device 0");
-    if (cudaError_t e = cudaHostRegister(mapped_.data(), mapped_.size(), cudaHostRegisterMapped | cudaHostRegisterPortable);
-        e != cudaSuccess)
-      return cuda_failed(e, "registering " + std::to_string(mapped_.size()) + " B of mapped memory with CUDA");
+    OB_CUDA_TRY(cudaSetDevice(0), "selecting CUDA device 0");
+    OB_CUDA_TRY(cudaHostRegister(mapped_.data(), mapped_.size(), cudaHostRegisterMapped | cudaHostRegisterPortable),
+                "registering " + std::to_string(mapped_.size()) + " B of mapped memory with CUDA");
     registered_ = true;
     void* device = nullptr;
-    if (cudaError_t e = cudaHostGetDevicePointer(&device, mapped_.data(), 0); e != cudaSuccess)
-      return cuda_failed(e, "the device's address of the mapped memory");
+    OB_CUDA_TRY(cudaHostGetDevicePointer(&device, mapped_.data(), 0), "the device's address of the mapped memory");
     device_ = static_cast<uint8_t*>(device);
-    if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess)
-      return cuda_failed(e, "creating a CUDA stream");
-    for (cudaEvent_t& ev : events_)
-      if (cudaError_t e = cudaEventCreate(&ev); e != cudaSuccess) return cuda_failed(e, "creating a CUDA event");
+    OB_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a CUDA stream");
+    for (cudaEvent_t& ev : events_) OB_CUDA_TRY(cudaEventCreate(&ev), "creating a CUDA event");
     return {};
   }
 
@@ -59,16 +50,15 @@ class CudaWriter final : public GpuWriter {
     cudaEventRecord(events_[0], stream_);
     write_kernel<<<1, kWriterThreads, 0, stream_>>>(reinterpret_cast<uint64_t*>(device_), words,
                                                    reinterpret_cast<uint64_t*>(device_ + signal_at), first, count);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_failed(e, "launching the write kernel");
+    OB_CUDA_TRY(cudaGetLastError(), "launching the write kernel");
     cudaEventRecord(events_[1], stream_);
     return {};
   }
 
   Result<uint64_t> finish() override {
-    if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) return cuda_failed(e, "the write kernel");
+    OB_CUDA_TRY(cudaStreamSynchronize(stream_), "the write kernel");
     float ms = 0;
-    if (cudaError_t e = cudaEventElapsedTime(&ms, events_[0], events_[1]); e != cudaSuccess)
-      return cuda_failed(e, "timing the write kernel");
+    OB_CUDA_TRY(cudaEventElapsedTime(&ms, events_[0], events_[1]), "timing the write kernel");
     return static_cast<uint64_t>(ms * 1e6);
   }
 

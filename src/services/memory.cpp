@@ -19,6 +19,13 @@ bool read_u64(std::span<const uint8_t>& in, uint64_t& v) {
 
 Buffer u64_buffer(uint64_t v) { return Buffer::copy_of({reinterpret_cast<const uint8_t*>(&v), 8}); }
 
+// The u64 at `at` of a region the client writes (put_signal, a kernel's stores), as it is now.
+uint64_t signal_word(const uint8_t* base, uint64_t at) {
+  // atomic_ref<const T> is C++26 (libc++ refuses it): the region is ours and writable, only read here.
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(base + at)))
+      .load(std::memory_order_acquire);
+}
+
 // A mirror session: answers each ping of one client from a poller on the
 // progress thread, until all are answered, the client goes quiet or leaves.
 struct Mirror {
@@ -42,10 +49,7 @@ struct Mirror {
   bool poll() {
     if (over) return false;
     const uint64_t signal_at = mirror_signal_at(slot, size);
-    // atomic_ref<const T> is C++26 (libc++ refuses it): the region is ours and writable, only read here.
-    const uint64_t signal =
-        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(base + signal_at)))
-            .load(std::memory_order_acquire);
+    const uint64_t signal = signal_word(base, signal_at);
     if (signal < next) return (++polls % 1024 != 0) || still_waiting();
     if (signal > next) {
       return finish({Code::kInvalidArgument, "mirror: ping " + std::to_string(signal) + " came before ping " +
@@ -96,9 +100,7 @@ struct SignalWait {
 
   bool poll() {
     if (over) return false;
-    const uint64_t signal =
-        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(base + signal_at)))
-            .load(std::memory_order_acquire);
+    const uint64_t signal = signal_word(base, signal_at);
     if (signal >= value) {
       responder.respond(u64_buffer(checksum({base, length})));
     } else if (++polls % 1024 == 0 && deadline.expired()) {

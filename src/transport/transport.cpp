@@ -679,17 +679,21 @@ bool carries_cuda(ucp_context* context) {
 bool Worker::cuda_memory_supported() const { return carries_cuda(context_); }
 
 bool ucx_carries_cuda_memory() {
-  ucp_config_t* cfg = nullptr;
-  if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return false;
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;
-  ucp_context* context = nullptr;
-  const bool made = ucp_init(&params, cfg, &context) == UCS_OK;
-  ucp_config_release(cfg);
-  if (!made) return false;
-  const bool cuda = carries_cuda(context);
-  ucp_cleanup(context);
+  // Asked of a context of its own once: the UCX loaded and its configuration are the process's.
+  static const bool cuda = [] {
+    ucp_config_t* cfg = nullptr;
+    if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return false;
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;
+    ucp_context* context = nullptr;
+    const bool made = ucp_init(&params, cfg, &context) == UCS_OK;
+    ucp_config_release(cfg);
+    if (!made) return false;
+    const bool carries = carries_cuda(context);
+    ucp_cleanup(context);
+    return carries;
+  }();
   return cuda;
 }
 

@@ -278,7 +278,7 @@ std::string ucx_version();
 
 /// Whether the UCX this process loaded carries GPU (CUDA) memory: one of its
 /// memory domains detects it, which needs a UCX built with CUDA and, at run
-/// time, the CUDA driver. Asked of a context of its own, as UCX_TLS allows.
+/// time, the CUDA driver. Asked of a context of its own, once per process.
 bool ucx_carries_cuda_memory();
 
 }  // namespace outboard::transport

@@ -605,7 +605,7 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path | N
                 "synchronisations; the gpu placement's tokenize is its kernels' event time."]
         if model in meta.get("gpu_placement_absent", {}):
             lines += ["", f"No gpu placement: {meta['gpu_placement_absent'][model]}."]
-        else:
+        elif "gpu" in cells:
             lines += ["", "gpu: the text copied to the device and tokenized there (tokenize: the kernels, timed by "
                       "CUDA events; transfer: the rest of the call, the text's copy in and the offsets' copy out with "
                       "the launches and one synchronisation)."]
